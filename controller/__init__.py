@@ -1,0 +1,1 @@
+"""The controller: gRPC API, leader election, hard state, reconcile loop."""

@@ -1,0 +1,47 @@
+"""Hard-state stores: the Store interface, etcd, and the embedded sqlite store."""
+
+from __future__ import annotations
+
+from .base import Delete, Guard, KeyValue, Op, Put, Store, StoreUnavailable, TxnResult
+
+__all__ = [
+    "Delete",
+    "Guard",
+    "KeyValue",
+    "Op",
+    "Put",
+    "Store",
+    "StoreURLError",
+    "StoreUnavailable",
+    "TxnResult",
+    "open_store",
+]
+
+
+class StoreURLError(ValueError):
+    """A --store URL that is not etcd://host:port[,host:port...] or sqlite:///path."""
+
+
+def open_store(url: str) -> Store:
+    """The store a URL names. Raises StoreURLError, with the reason, on a bad URL."""
+    if url.startswith("etcd://"):
+        from .etcd import EtcdStore
+
+        endpoints = [e.strip() for e in url.removeprefix("etcd://").rstrip("/").split(",")]
+        for endpoint in endpoints:
+            host, sep, port = endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreURLError(
+                    f"bad etcd endpoint {endpoint!r} in {url!r}: expected host:port")
+        return EtcdStore(endpoints)
+    if url.startswith("sqlite://"):
+        from .sqlite import SqliteStore
+
+        path = url.removeprefix("sqlite://")
+        if not path.startswith("/") or path == "/":
+            raise StoreURLError(
+                f"bad sqlite URL {url!r}: expected sqlite:///absolute/path/state.db")
+        return SqliteStore(path)
+    raise StoreURLError(
+        f"unknown store URL {url!r}: expected etcd://host:port[,host:port...] "
+        "or sqlite:///path/state.db")

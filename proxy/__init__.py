@@ -1,0 +1,1 @@
+"""The HTTP proxy data plane (issue 4)."""

@@ -1,0 +1,1 @@
+"""The replica service hosting user code (issue 3)."""

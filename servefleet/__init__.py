@@ -1,0 +1,9 @@
+"""servefleet: a model-serving control plane.
+
+The Python SDK lives here (`servefleet.client`), with the CLI
+(`servefleet.cli`) and the generated API (`servefleet.v1`). The services are
+`servefleet.controller`, `servefleet.proxy` and `servefleet.replica`, kept in
+the repository's top-level controller/, proxy/ and replica/ folders.
+"""
+
+__version__ = "0.1.0"

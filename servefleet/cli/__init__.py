@@ -1,0 +1,1 @@
+"""The servefleet command line."""

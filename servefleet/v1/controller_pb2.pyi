@@ -1,0 +1,90 @@
+from servefleet.v1 import deployment_pb2 as _deployment_pb2
+from servefleet.v1 import records_pb2 as _records_pb2
+from servefleet.v1 import status_pb2 as _status_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeployRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: _deployment_pb2.DeploymentSpec
+    def __init__(self, spec: _Optional[_Union[_deployment_pb2.DeploymentSpec, _Mapping]] = ...) -> None: ...
+
+class DeployResponse(_message.Message):
+    __slots__ = ("version", "updating")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATING_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    updating: bool
+    def __init__(self, version: _Optional[str] = ..., updating: _Optional[bool] = ...) -> None: ...
+
+class DeleteDeploymentsRequest(_message.Message):
+    __slots__ = ("application", "names")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, application: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteDeploymentsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetDeploymentRequest(_message.Message):
+    __slots__ = ("application", "name")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    name: str
+    def __init__(self, application: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetDeploymentResponse(_message.Message):
+    __slots__ = ("deployment",)
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    deployment: _records_pb2.DeploymentRecord
+    def __init__(self, deployment: _Optional[_Union[_records_pb2.DeploymentRecord, _Mapping]] = ...) -> None: ...
+
+class ListDeploymentsRequest(_message.Message):
+    __slots__ = ("include_deleted", "application")
+    INCLUDE_DELETED_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    include_deleted: bool
+    application: str
+    def __init__(self, include_deleted: _Optional[bool] = ..., application: _Optional[str] = ...) -> None: ...
+
+class ListDeploymentsResponse(_message.Message):
+    __slots__ = ("deployments",)
+    DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
+    deployments: _containers.RepeatedCompositeFieldContainer[_records_pb2.DeploymentRecord]
+    def __init__(self, deployments: _Optional[_Iterable[_Union[_records_pb2.DeploymentRecord, _Mapping]]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("applications", "proxies", "cluster", "leader")
+    APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
+    PROXIES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    applications: _containers.RepeatedCompositeFieldContainer[_status_pb2.ApplicationStatusInfo]
+    proxies: _containers.RepeatedCompositeFieldContainer[_status_pb2.ProxyStatus]
+    cluster: str
+    leader: str
+    def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class ShutdownRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShutdownResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,113 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeploymentSpec(_message.Message):
+    __slots__ = ("name", "application", "import_path", "init_args_json", "init_kwargs_json", "replica_config", "version", "prev_version", "route_prefix", "runtime")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    IMPORT_PATH_FIELD_NUMBER: _ClassVar[int]
+    INIT_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    INIT_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREV_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    application: str
+    import_path: str
+    init_args_json: str
+    init_kwargs_json: str
+    replica_config: ReplicaConfig
+    version: str
+    prev_version: str
+    route_prefix: str
+    runtime: RuntimeOptions
+    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., import_path: _Optional[str] = ..., init_args_json: _Optional[str] = ..., init_kwargs_json: _Optional[str] = ..., replica_config: _Optional[_Union[ReplicaConfig, _Mapping]] = ..., version: _Optional[str] = ..., prev_version: _Optional[str] = ..., route_prefix: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeOptions, _Mapping]] = ...) -> None: ...
+
+class ReplicaConfig(_message.Message):
+    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources")
+    NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    USER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    AUTOSCALING_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    GRACEFUL_SHUTDOWN_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    GRACEFUL_SHUTDOWN_WAIT_LOOP_S_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_CHECK_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_CHECK_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    num_replicas: int
+    max_ongoing_requests: int
+    max_queued_requests: int
+    user_config_json: str
+    autoscaling_config: AutoscalingConfig
+    graceful_shutdown_timeout_s: float
+    graceful_shutdown_wait_loop_s: float
+    health_check_period_s: float
+    health_check_timeout_s: float
+    resources: Resources
+    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
+class AutoscalingConfig(_message.Message):
+    __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor")
+    MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    UPSCALE_DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    DOWNSCALE_DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    METRICS_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    LOOK_BACK_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    UPSCALING_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    DOWNSCALING_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    min_replicas: int
+    max_replicas: int
+    initial_replicas: int
+    target_ongoing_requests: float
+    upscale_delay_s: float
+    downscale_delay_s: float
+    metrics_interval_s: float
+    look_back_period_s: float
+    upscaling_factor: float
+    downscaling_factor: float
+    def __init__(self, min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., initial_replicas: _Optional[int] = ..., target_ongoing_requests: _Optional[float] = ..., upscale_delay_s: _Optional[float] = ..., downscale_delay_s: _Optional[float] = ..., metrics_interval_s: _Optional[float] = ..., look_back_period_s: _Optional[float] = ..., upscaling_factor: _Optional[float] = ..., downscaling_factor: _Optional[float] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("num_cpus", "num_gpus", "memory_bytes", "custom")
+    class CustomEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NUM_CPUS_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    num_cpus: float
+    num_gpus: float
+    memory_bytes: int
+    custom: _containers.ScalarMap[str, float]
+    def __init__(self, num_cpus: _Optional[float] = ..., num_gpus: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., custom: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class RuntimeOptions(_message.Message):
+    __slots__ = ("working_dir", "env")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    working_dir: str
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
