@@ -1,0 +1,183 @@
+"""The deployment goals: the leader's in-memory copy and its fenced writes.
+
+The store is the truth; this table mirrors it for the current leader term. It
+is loaded once when a controller wins the election (`load`) and afterwards
+changes only through `deploy` and `delete`, which write to the store first
+(one fenced transaction) and update memory only once the write succeeded.
+A failed write therefore leaves both unchanged, and a lost leadership makes
+the write fail before anything is touched.
+
+Mutations are serialised by one lock, so checks such as prev_version and
+route-prefix uniqueness see the state they are applied to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from servefleet.v1 import deployment_pb2, records_pb2
+
+from .clock import Clock
+from .election import FencedStore
+from .errors import AlreadyExists, FailedPrecondition, NotFound
+from .keys import ClusterKeys
+from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
+from .store import Op, Put, Store
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (application, name)
+
+# etcd refuses transactions of more than 128 operations (--max-txn-ops).
+MAX_OPS_PER_TXN = 100
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+class DeploymentTable:
+    def __init__(self, keys: ClusterKeys, fenced: FencedStore, clock: Clock | None = None) -> None:
+        self._keys = keys
+        self._fenced = fenced
+        self._clock = clock or Clock()
+        self._records: dict[Key, records_pb2.DeploymentRecord] = {}
+        self._lock = asyncio.Lock()
+
+    # -- loading ------------------------------------------------------------
+
+    async def load(self, store: Store) -> None:
+        """Replace memory with the records in the store (a new leader term)."""
+        records: dict[Key, records_pb2.DeploymentRecord] = {}
+        for kv in await store.list_prefix(self._keys.deployments):
+            record = records_pb2.DeploymentRecord()
+            try:
+                record.ParseFromString(kv.value)
+            except Exception:
+                logger.error("skipping unreadable deployment record at %s", kv.key)
+                continue
+            records[(record.spec.application, record.spec.name)] = record
+        self._records = records
+        live = sum(not r.deleted for r in records.values())
+        logger.info("loaded %d deployments (%d deleted) from the store",
+                    live, len(records) - live)
+
+    # -- reads ----------------------------------------------------------------
+
+    def live(self) -> list[records_pb2.DeploymentRecord]:
+        return [r for _, r in sorted(self._records.items()) if not r.deleted]
+
+    def get(self, application: str, name: str) -> records_pb2.DeploymentRecord:
+        """The live deployment; NotFound if it does not exist or was deleted."""
+        application = application or DEFAULT_APPLICATION
+        check_name("application", application)
+        check_name("name", name)
+        record = self._records.get((application, name))
+        if record is None or record.deleted:
+            raise NotFound(f"deployment {application}/{name} not found")
+        return record
+
+    def list(self, *, include_deleted: bool = False,
+             application: str = "") -> list[records_pb2.DeploymentRecord]:
+        if application:
+            check_name("application", application)
+        return [r for (app, _), r in sorted(self._records.items())
+                if (include_deleted or not r.deleted) and (not application or app == application)]
+
+    # -- writes ---------------------------------------------------------------
+
+    async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
+        """Create or update a deployment; returns (stored version, updating)."""
+        goal = normalize_spec(spec)
+        key = (goal.application, goal.name)
+        async with self._lock:
+            current = self._records.get(key)
+            live = current if current is not None and not current.deleted else None
+            # Equality comes before the prev_version check so that retrying an
+            # acknowledged deploy (whose reply was lost) succeeds unchanged.
+            if live is not None and live.spec == goal:
+                return live.version, False
+            self._check_prev_version(spec.prev_version, key, live)
+            self._check_route_free(goal, key)
+            now = _timestamp(self._clock.time())
+            record = records_pb2.DeploymentRecord(
+                spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
+                start_time=live.start_time if live is not None else now, update_time=now)
+            await self._fenced.commit(
+                [Put(self._keys.deployment(*key), record.SerializeToString())])
+            self._records[key] = record
+        logger.info("deployed %s/%s version %s (%s)", *key, record.version,
+                    "updated" if live is not None else "created")
+        return record.version, True
+
+    @staticmethod
+    def _check_prev_version(prev_version: str, key: Key,
+                            live: records_pb2.DeploymentRecord | None) -> None:
+        if not prev_version:
+            return
+        if live is None:
+            raise FailedPrecondition(
+                f"prev_version {prev_version!r} was given but deployment "
+                f"{key[0]}/{key[1]} does not exist")
+        if live.version != prev_version:
+            raise FailedPrecondition(
+                f"prev_version {prev_version!r} does not match the stored version "
+                f"{live.version!r} of deployment {key[0]}/{key[1]}")
+
+    def _check_route_free(self, goal: deployment_pb2.DeploymentSpec, key: Key) -> None:
+        if not goal.HasField("route_prefix"):
+            return
+        for other_key, other in self._records.items():
+            if (other_key != key and not other.deleted and other.spec.HasField("route_prefix")
+                    and other.spec.route_prefix == goal.route_prefix):
+                raise AlreadyExists(
+                    f"route_prefix {goal.route_prefix!r} is already used by deployment "
+                    f"{other_key[0]}/{other_key[1]}")
+
+    async def delete(self, application: str, names: Iterable[str]) -> list[str]:
+        """Delete the named live deployments; unknown names are skipped."""
+        application = application or DEFAULT_APPLICATION
+        check_name("application", application)
+        names = list(names)
+        for i, name in enumerate(names):
+            check_name(f"names[{i}]", name)
+        async with self._lock:
+            targets = [(application, n) for n in dict.fromkeys(names)
+                       if (application, n) in self._records
+                       and not self._records[(application, n)].deleted]
+            await self._mark_deleted(targets)
+        return [name for _, name in targets]
+
+    async def delete_all(self) -> int:
+        """Delete every live deployment (Shutdown); returns how many."""
+        async with self._lock:
+            targets = [k for k, r in sorted(self._records.items()) if not r.deleted]
+            await self._mark_deleted(targets)
+        return len(targets)
+
+    async def _mark_deleted(self, targets: list[Key]) -> None:
+        now = _timestamp(self._clock.time())
+        # Chunked to stay under etcd's per-transaction limit; each chunk is
+        # atomic, and retrying a partly applied delete finishes it.
+        for start in range(0, len(targets), MAX_OPS_PER_TXN):
+            chunk = targets[start:start + MAX_OPS_PER_TXN]
+            updated: dict[Key, records_pb2.DeploymentRecord] = {}
+            ops: list[Op] = []
+            for key in chunk:
+                record = records_pb2.DeploymentRecord()
+                record.CopyFrom(self._records[key])
+                record.deleted = True
+                record.end_time.CopyFrom(now)
+                record.update_time.CopyFrom(now)
+                updated[key] = record
+                ops.append(Put(self._keys.deployment(*key), record.SerializeToString()))
+            await self._fenced.commit(ops)
+            self._records.update(updated)
+            for app, name in chunk:
+                logger.info("deleted %s/%s", app, name)

@@ -1,0 +1,54 @@
+"""Errors the API reports to clients, each with its gRPC status code.
+
+Handlers raise these for the caller's mistakes and for conditions the caller
+can act on; the servicer turns them into a status with the message. Anything
+else is a bug and surfaces as INTERNAL after being logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ApiError(Exception):
+    code = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(ApiError):
+    """A request field breaks a rule; `field` is its path, e.g. spec.replica_config.num_replicas."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+class NotFound(ApiError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(ApiError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(ApiError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Unavailable(ApiError):
+    """Retryable: this controller cannot serve now (not the leader, store down)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class NotLeader(Unavailable):
+    def __init__(self, leader: str | None) -> None:
+        hint = f"; the leader is {leader}" if leader else "; no leader is known yet"
+        super().__init__("this controller is not the leader" + hint)
+        self.leader = leader

@@ -1,0 +1,20 @@
+"""The layout of a cluster's hard state in the store (DESIGN.md, "Hard state").
+
+    /servefleet/<cluster>/leader                      lease-bound, the leader's address
+    /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
+
+Application and deployment names cannot contain "/" (see validation.py), so
+every key splits back into its parts unambiguously.
+"""
+
+from __future__ import annotations
+
+
+class ClusterKeys:
+    def __init__(self, cluster: str) -> None:
+        self.root = f"/servefleet/{cluster}/"
+        self.leader = self.root + "leader"
+        self.deployments = self.root + "deployments/"
+
+    def deployment(self, application: str, name: str) -> str:
+        return f"{self.deployments}{application}/{name}"

@@ -1,0 +1,228 @@
+"""The controller process: gRPC server, leadership terms, graceful shutdown.
+
+Lifecycle (in the manner of uvicorn's Server):
+
+1. startup: open the store, start the gRPC server (ControllerService behind
+   the leader gate, health, reflection) and the leadership loop;
+2. main loop, one leader term after another: campaign; once elected, renew
+   the lease in the background while loading the goals from the store; then
+   serve until leadership is lost, and campaign again;
+3. shutdown, on SIGTERM/SIGINT or the Shutdown RPC: stop serving, let
+   in-flight calls finish, resign so a standby takes over at once, close the
+   store. A second signal exits at once. `stop()` is idempotent.
+
+Health: the overall service ("") is SERVING while the process runs, for
+liveness probes; "servefleet.v1.ControllerService" is SERVING only on the
+serving leader, for load balancers that should find it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from servefleet.v1 import controller_pb2, controller_pb2_grpc
+
+from .clock import Clock
+from .deployments import DeploymentTable
+from .election import FencedStore, LeaderElection
+from .errors import InvalidArgument
+from .keys import ClusterKeys
+from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
+from .spec import check_name
+from .store import Store, StoreUnavailable, open_store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 7373
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class ControllerConfig:
+    """Settings of one controller process."""
+
+    # Where hard state lives: etcd://host:port[,host:port...] or sqlite:///path.
+    store_url: str
+    # host:port the gRPC server binds.
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    # host:port other processes use to reach this controller; it is written
+    # to the leader key. Default: `listen`, or this host's name when `listen`
+    # binds every interface.
+    advertise: str | None = None
+    # Controllers with the same store and cluster name elect one leader;
+    # clusters are isolated from each other by key prefix.
+    cluster: str = "default"
+    # Seconds the leader's lease lives without renewal (renewed every TTL/3);
+    # how long a standby waits after the leader dies without resigning.
+    lease_ttl: float = 5.0
+    # Seconds in-flight calls get to finish on shutdown.
+    shutdown_grace_s: float = 2.0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the setting that is wrong."""
+        try:
+            check_name("--cluster", self.cluster)
+        except InvalidArgument as e:
+            raise ValueError(e.message) from None
+        for flag, value in (("--listen", self.listen), ("--advertise", self.advertise)):
+            if value is not None:
+                host, sep, port = value.rpartition(":")
+                if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
+        if not 0.5 <= self.lease_ttl <= 300:
+            raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
+
+    def advertised(self) -> str:
+        if self.advertise:
+            return self.advertise
+        host, _, port = self.listen.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::", ""):
+            return f"{socket.gethostname()}:{port}"
+        return self.listen
+
+
+class ControllerServer:
+    def __init__(self, config: ControllerConfig, store: Store | None = None,
+                 clock: Clock | None = None) -> None:
+        config.validate()
+        self.config = config
+        self._clock = clock or Clock()
+        self._store = store or open_store(config.store_url)
+        self._keys = ClusterKeys(config.cluster)
+        self.election = LeaderElection(self._store, self._keys.leader, config.advertised(),
+                                       config.lease_ttl, self._clock)
+        self._fenced = FencedStore(self._store, self.election, self._keys.leader)
+        self._leadership = Leadership(self.election)
+        self._table = DeploymentTable(self._keys, self._fenced, self._clock)
+        self._health = health.aio.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self._terms: asyncio.Task[None] | None = None
+        self._stop_requested = asyncio.Event()
+        self._stopped = False
+        self.bound_port = 0
+
+    # -- 1. startup -------------------------------------------------------------
+
+    async def start(self) -> None:
+        server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
+        controller_pb2_grpc.add_ControllerServiceServicer_to_server(
+            ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
+                               self.request_stop), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection([
+            controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ], server)
+        self.bound_port = server.add_insecure_port(self.config.listen)
+        if not self.bound_port:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await self._health.set("", SERVING)
+        await self._health.set(SERVICE_NAME, NOT_SERVING)
+        await server.start()
+        self._server = server
+        logger.info("controller listening on %s (advertised as %s), cluster %r, store %s",
+                    self.config.listen, self.election.identity, self.config.cluster,
+                    self.config.store_url)
+        self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
+
+    # -- 2. leader terms ----------------------------------------------------------
+
+    async def _lead_forever(self) -> None:
+        while True:
+            try:
+                await self._one_term()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug in a term must not end the process's campaigning.
+                logger.exception("leader term failed; campaigning again")
+                await self._clock.sleep(1.0)
+
+    async def _one_term(self) -> None:
+        await self.election.campaign()
+        holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
+        try:
+            table = DeploymentTable(self._keys, self._fenced, self._clock)
+            if await self._load_while_leading(table, holding):
+                self._table = table
+                self._leadership.serving = True
+                await self._health.set(SERVICE_NAME, SERVING)
+            await asyncio.shield(holding)
+        finally:
+            self._leadership.serving = False
+            await self._health.set(SERVICE_NAME, NOT_SERVING)
+            if not holding.done():  # cancelled by stop(): hand over at once
+                await self.election.resign()
+                await holding
+
+    async def _load_while_leading(self, table: DeploymentTable,
+                                  holding: asyncio.Task[str]) -> bool:
+        while not holding.done():
+            try:
+                await table.load(self._store)
+                return True
+            except StoreUnavailable as e:
+                logger.warning("cannot load state from the store, retrying: %s", e)
+                await self._clock.sleep(0.5)
+        return False
+
+    # -- 3. shutdown ----------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    async def wait_stop_requested(self) -> None:
+        await self._stop_requested.wait()
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        logger.info("controller shutting down")
+        self._leadership.serving = False
+        if self._server is not None:
+            await self._health.enter_graceful_shutdown()
+            await self._server.stop(self.config.shutdown_grace_s)
+        if self._terms is not None:
+            self._terms.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._terms
+        await self.election.resign()
+        await self._store.close()
+        logger.info("controller stopped")
+
+
+async def serve(config: ControllerConfig) -> None:
+    """Run a controller until SIGTERM/SIGINT or the Shutdown RPC."""
+    server = ControllerServer(config)
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            logger.warning("second signal: exiting at once")
+            os._exit(1)
+        logger.info("received %s", signal.Signals(signum).name)
+        server.request_stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await server.start()
+    try:
+        await server.wait_stop_requested()
+    finally:
+        await server.stop()

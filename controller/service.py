@@ -1,0 +1,143 @@
+"""The gRPC face of the controller: ControllerService and the leader gate.
+
+`LeaderGate` answers every ControllerService call with UNAVAILABLE while this
+controller is not the serving leader, putting the leader's address in the
+trailing metadata key `servefleet-leader` so clients can go there. Health and
+reflection are not gated: a standby is alive and says so.
+
+`ControllerServicer` turns requests into calls on the deployment table and
+errors into statuses: an ApiError becomes its own code and message; anything
+else is a bug, logged with its traceback and answered INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import controller_pb2_grpc
+
+from .deployments import DeploymentTable
+from .election import LeaderElection
+from .errors import ApiError, NotLeader
+from .status import cluster_status
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "servefleet.v1.ControllerService"
+LEADER_METADATA_KEY = "servefleet-leader"
+
+R = TypeVar("R")
+
+
+def _leader_metadata(leader: str | None) -> tuple[tuple[str, str], ...]:
+    return ((LEADER_METADATA_KEY, leader),) if leader else ()
+
+
+class Leadership:
+    """What the gate and the servicer need to know about this controller's role."""
+
+    def __init__(self, election: LeaderElection) -> None:
+        self.election = election
+        self.identity = election.identity
+        # True only while leading with state loaded for the current term.
+        self.serving = False
+
+    def hint(self) -> str | None:
+        """Where a client should go instead of here."""
+        leader = self.election.leader
+        return None if leader == self.identity else leader
+
+
+class LeaderGate(grpc.aio.ServerInterceptor):
+    def __init__(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+        self._reject_handler = grpc.unary_unary_rpc_method_handler(self._reject)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.serving:
+            return self._reject_handler
+        return await continuation(handler_call_details)
+
+    async def _reject(self, request: bytes, context: grpc.aio.ServicerContext) -> None:
+        hint = self._leadership.hint()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, NotLeader(hint).message,
+                            trailing_metadata=_leader_metadata(hint))
+
+
+def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Map ApiError to its status; log and answer INTERNAL for anything else."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: ControllerServicer, request: Any,
+                      context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except ApiError as e:
+            hint = e.leader if isinstance(e, NotLeader) else None
+            await context.abort(e.code, e.message, trailing_metadata=_leader_metadata(hint))
+        except Exception:
+            logger.exception("internal error in %s", fn.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}")
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
+    def __init__(self, cluster: str, leadership: Leadership,
+                 deployments: Callable[[], DeploymentTable],
+                 on_shutdown: Callable[[], None]) -> None:
+        self._cluster = cluster
+        self._leadership = leadership
+        # A callable: the table is replaced at each leader term.
+        self._deployments = deployments
+        self._on_shutdown = on_shutdown
+
+    @api_method
+    async def Deploy(self, request: api.DeployRequest, context: Any) -> api.DeployResponse:
+        version, updating = await self._deployments().deploy(request.spec)
+        return api.DeployResponse(version=version, updating=updating)
+
+    @api_method
+    async def DeleteDeployments(self, request: api.DeleteDeploymentsRequest,
+                                context: Any) -> api.DeleteDeploymentsResponse:
+        deleted = await self._deployments().delete(request.application, request.names)
+        return api.DeleteDeploymentsResponse(deleted=deleted)
+
+    @api_method
+    async def GetDeployment(self, request: api.GetDeploymentRequest,
+                            context: Any) -> api.GetDeploymentResponse:
+        record = self._deployments().get(request.application, request.name)
+        return api.GetDeploymentResponse(deployment=record)
+
+    @api_method
+    async def ListDeployments(self, request: api.ListDeploymentsRequest,
+                              context: Any) -> api.ListDeploymentsResponse:
+        records = self._deployments().list(include_deleted=request.include_deleted,
+                                           application=request.application)
+        return api.ListDeploymentsResponse(deployments=records)
+
+    @api_method
+    async def GetStatus(self, request: api.GetStatusRequest,
+                        context: Any) -> api.GetStatusResponse:
+        applications = cluster_status(self._deployments().live(), lambda record: {})
+        return api.GetStatusResponse(applications=applications, cluster=self._cluster,
+                                     leader=self._leadership.identity)
+
+    @api_method
+    async def Shutdown(self, request: api.ShutdownRequest, context: Any) -> api.ShutdownResponse:
+        count = await self._deployments().delete_all()
+        logger.info("shutdown requested: deleted %d deployments; exiting", count)
+        self._on_shutdown()
+        return api.ShutdownResponse()

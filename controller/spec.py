@@ -1,0 +1,230 @@
+"""From a client's DeploymentSpec to the goal the controller stores.
+
+`normalize_spec` validates every field and returns a new spec with all
+defaults filled in, JSON fields in canonical form and prev_version cleared,
+so that two specs meaning the same thing compare equal (Deploy's
+idempotence rests on that). The first broken rule raises InvalidArgument with
+the field's path, e.g. `spec.replica_config.max_ongoing_requests: must be
+between 1 and 100000, got 0`.
+
+Defaults follow Ray Serve's (serve/config.py, serve/_private/constants.py as
+of Ray 2.x): max_ongoing_requests 5, max_queued_requests -1 (no limit),
+graceful shutdown 20 s with a 2 s wait loop, health checks every 10 s with a
+30 s timeout, autoscaling target of 2 ongoing requests per replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+from servefleet.v1 import deployment_pb2 as pb
+
+from .errors import InvalidArgument
+
+DEFAULT_APPLICATION = "default"
+
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$")
+NAME_RULE = ("must be 1-63 letters, digits, '-' or '_', starting and ending "
+             "with a letter or digit")
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+IMPORT_PATH_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+VERSION_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+ROUTE_SEGMENT = r"[A-Za-z0-9._~!$&'()*+,;=:@%-]+"
+ROUTE_PREFIX_RE = re.compile(rf"^/({ROUTE_SEGMENT}(/{ROUTE_SEGMENT})*)?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MAX_JSON_BYTES = 256 * 1024
+MAX_SPEC_BYTES = 1024 * 1024  # etcd refuses requests over 1.5 MiB by default
+MAX_REPLICAS = 10_000
+MAX_ONGOING = 100_000
+MAX_QUEUED = 1_000_000
+MAX_SECONDS = 86_400.0
+MAX_ENV_VARS = 256
+MAX_CUSTOM_RESOURCES = 32
+
+_REPLICA_DEFAULTS: dict[str, float] = {
+    "num_replicas": 1,
+    "max_ongoing_requests": 5,
+    "max_queued_requests": -1,
+    "graceful_shutdown_timeout_s": 20.0,
+    "graceful_shutdown_wait_loop_s": 2.0,
+    "health_check_period_s": 10.0,
+    "health_check_timeout_s": 30.0,
+}
+
+_AUTOSCALING_DEFAULTS: dict[str, float] = {
+    "min_replicas": 1,
+    "max_replicas": 1,
+    "target_ongoing_requests": 2.0,
+    "upscale_delay_s": 30.0,
+    "downscale_delay_s": 600.0,
+    "metrics_interval_s": 10.0,
+    "look_back_period_s": 30.0,
+    "upscaling_factor": 1.0,
+    "downscaling_factor": 1.0,
+}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def canonical_json(field: str, text: str, kind: type | None = None) -> str:
+    """`text` parsed and re-serialised canonically; "" stays "" (unset)."""
+    if not text:
+        return ""
+    if len(text.encode()) > MAX_JSON_BYTES:
+        raise InvalidArgument(field, f"must be at most {MAX_JSON_BYTES} bytes")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise InvalidArgument(field, f"must be valid JSON ({e})") from None
+    if kind is not None and not isinstance(value, kind):
+        expected = "an array" if kind is list else "an object"
+        raise InvalidArgument(field, f"must be a JSON {expected}")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def check_name(field: str, value: str) -> None:
+    if not NAME_RE.match(value):
+        raise InvalidArgument(field, f"{NAME_RULE}, got {value!r}")
+
+
+def _check_range(field: str, value: float, low: float, high: float) -> None:
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low:g} and {high:g}, got {value!r}")
+
+
+def _check_positive(field: str, value: float, high: float) -> None:
+    if not math.isfinite(value) or not 0 < value <= high:
+        raise InvalidArgument(field, f"must be greater than 0 and at most {high:g}, got {value!r}")
+
+
+def _fill(message: Any, defaults: dict[str, float]) -> None:
+    for name, default in defaults.items():
+        if not message.HasField(name):
+            setattr(message, name, default)
+
+
+def _normalize_autoscaling(field: str, config: pb.AutoscalingConfig) -> None:
+    _fill(config, _AUTOSCALING_DEFAULTS)
+    _check_range(f"{field}.max_replicas", config.max_replicas, 1, MAX_REPLICAS)
+    _check_range(f"{field}.min_replicas", config.min_replicas, 0, config.max_replicas)
+    if not config.HasField("initial_replicas"):
+        config.initial_replicas = config.min_replicas
+    _check_range(f"{field}.initial_replicas", config.initial_replicas,
+                 config.min_replicas, config.max_replicas)
+    _check_positive(f"{field}.target_ongoing_requests", config.target_ongoing_requests,
+                    MAX_ONGOING)
+    for name in ("upscale_delay_s", "downscale_delay_s"):
+        _check_range(f"{field}.{name}", getattr(config, name), 0, MAX_SECONDS)
+    for name in ("metrics_interval_s", "look_back_period_s"):
+        _check_positive(f"{field}.{name}", getattr(config, name), MAX_SECONDS)
+    for name in ("upscaling_factor", "downscaling_factor"):
+        _check_positive(f"{field}.{name}", getattr(config, name), 100)
+
+
+def _normalize_resources(field: str, res: pb.Resources) -> None:
+    _check_range(f"{field}.num_cpus", res.num_cpus, 0, 1024)
+    _check_range(f"{field}.num_gpus", res.num_gpus, 0, 64)
+    _check_range(f"{field}.memory_bytes", res.memory_bytes, 0, 2**50)
+    if len(res.custom) > MAX_CUSTOM_RESOURCES:
+        raise InvalidArgument(f"{field}.custom", f"at most {MAX_CUSTOM_RESOURCES} entries")
+    for key, amount in res.custom.items():
+        check_name(f"{field}.custom[{key!r}]", key)
+        _check_range(f"{field}.custom[{key!r}]", amount, 0, 1e9)
+
+
+def _normalize_replica_config(field: str, config: pb.ReplicaConfig) -> None:
+    autoscaling = config.HasField("autoscaling_config")
+    if autoscaling and config.HasField("num_replicas"):
+        raise InvalidArgument(f"{field}.num_replicas",
+                              "must be unset when autoscaling_config is set")
+    if autoscaling:
+        _normalize_autoscaling(f"{field}.autoscaling_config", config.autoscaling_config)
+    defaults = dict(_REPLICA_DEFAULTS)
+    if autoscaling:
+        defaults.pop("num_replicas")
+    _fill(config, defaults)
+    if config.HasField("num_replicas"):
+        _check_range(f"{field}.num_replicas", config.num_replicas, 0, MAX_REPLICAS)
+    _check_range(f"{field}.max_ongoing_requests", config.max_ongoing_requests, 1, MAX_ONGOING)
+    if config.max_queued_requests != -1:
+        _check_range(f"{field}.max_queued_requests", config.max_queued_requests, 0, MAX_QUEUED)
+    _check_range(f"{field}.graceful_shutdown_timeout_s", config.graceful_shutdown_timeout_s,
+                 0, MAX_SECONDS)
+    for name in ("graceful_shutdown_wait_loop_s", "health_check_period_s",
+                 "health_check_timeout_s"):
+        _check_positive(f"{field}.{name}", getattr(config, name), MAX_SECONDS)
+    config.user_config_json = canonical_json(f"{field}.user_config_json",
+                                             config.user_config_json)
+    _normalize_resources(f"{field}.resources", config.resources)
+
+
+def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
+    if runtime.working_dir and (not runtime.working_dir.startswith("/")
+                                or len(runtime.working_dir) > 4096 or "\0" in runtime.working_dir):
+        raise InvalidArgument(f"{field}.working_dir",
+                              "must be an absolute path of at most 4096 characters")
+    if len(runtime.env) > MAX_ENV_VARS:
+        raise InvalidArgument(f"{field}.env", f"at most {MAX_ENV_VARS} variables")
+    for key, value in runtime.env.items():
+        if not ENV_NAME_RE.match(key):
+            raise InvalidArgument(f"{field}.env[{key!r}]",
+                                  "names are letters, digits and '_', not starting with a digit")
+        if "\0" in value or len(value) > 32 * 1024:
+            raise InvalidArgument(f"{field}.env[{key!r}]",
+                                  "values are at most 32768 characters without NUL")
+
+
+def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
+    """The validated, complete form of `spec` (a new message; `spec` is unchanged)."""
+    if spec.ByteSize() > MAX_SPEC_BYTES:
+        raise InvalidArgument("spec", f"must be at most {MAX_SPEC_BYTES} bytes serialised")
+    out = pb.DeploymentSpec()
+    out.CopyFrom(spec)
+    out.prev_version = ""
+    check_name("spec.name", out.name)
+    out.application = out.application or DEFAULT_APPLICATION
+    check_name("spec.application", out.application)
+    if not IMPORT_PATH_RE.match(out.import_path) or len(out.import_path) > 512:
+        raise InvalidArgument("spec.import_path",
+                              f"must look like 'package.module:attribute', got {out.import_path!r}")
+    out.init_args_json = canonical_json("spec.init_args_json", out.init_args_json, list)
+    out.init_kwargs_json = canonical_json("spec.init_kwargs_json", out.init_kwargs_json, dict)
+    for field in ("version", "prev_version"):
+        value = getattr(spec, field)
+        if value and not VERSION_RE.match(value):
+            raise InvalidArgument(f"spec.{field}",
+                                  "must be 1-128 printable ASCII characters without spaces")
+    if out.HasField("route_prefix") and (
+            not ROUTE_PREFIX_RE.match(out.route_prefix) or len(out.route_prefix) > 256):
+        raise InvalidArgument(
+            "spec.route_prefix",
+            "must start with '/', have no empty segments or trailing '/', "
+            f"and be at most 256 URL path characters, got {out.route_prefix!r}")
+    _normalize_replica_config("spec.replica_config", out.replica_config)
+    _normalize_runtime("spec.runtime", out.runtime)
+    return out
+
+
+def code_hash(spec: pb.DeploymentSpec) -> str:
+    """A digest of what defines a replica's code; a change means new replicas."""
+    code = {
+        "import_path": spec.import_path,
+        "init_args": spec.init_args_json,
+        "init_kwargs": spec.init_kwargs_json,
+        "working_dir": spec.runtime.working_dir,
+        "env": dict(sorted(spec.runtime.env.items())),
+    }
+    blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def stored_version(spec: pb.DeploymentSpec) -> str:
+    """The version Deploy reports: the user's, or one derived from the code."""
+    return spec.version or code_hash(spec)

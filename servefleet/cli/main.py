@@ -1,0 +1,138 @@
+"""The `servefleet` command.
+
+Subcommands: `controller` runs a controller process; `status`, `list` and
+`delete` talk to a running cluster. Every error prints one line on stderr
+and exits non-zero (1 for a failed call, 2 for bad usage); no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from servefleet.client import ENV_CONTROLLER, ControllerClient, ControllerError
+
+from . import output
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit 2."""
+
+
+def _add_controller_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--controller", metavar="ADDR[,ADDR...]", default=None,
+        help=f"controller addresses (default: ${ENV_CONTROLLER}, else 127.0.0.1:7373)")
+    parser.add_argument("--timeout", type=float, default=15.0, metavar="S",
+                        help="seconds to keep trying to reach the leader (default 15)")
+
+
+def _client(args: argparse.Namespace) -> ControllerClient:
+    try:
+        return ControllerClient(args.controller, timeout=args.timeout)
+    except ValueError as e:
+        raise UsageError(f"--controller: {e}") from None
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    from servefleet.controller.server import ControllerConfig, serve
+    from servefleet.controller.store import StoreURLError
+
+    config = ControllerConfig(store_url=args.store, listen=args.listen, advertise=args.advertise,
+                              cluster=args.cluster, lease_ttl=args.lease_ttl)
+    try:
+        config.validate()
+        asyncio.run(serve(config))
+    except (ValueError, StoreURLError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        print(f"servefleet controller: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        reply = client.status()
+    print(output.to_json(reply) if args.json else output.status_text(reply))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        records = client.list(include_deleted=args.all, application=args.app or "")
+    print(output.records_json(records) if args.json else output.records_text(records))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        deleted = set(client.delete(args.names, application=args.app or ""))
+    for name in args.names:
+        print(f"deleted {name}" if name in deleted else f"{name}: not found, nothing to delete")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ctl = commands.add_parser("controller", help="run a controller")
+    ctl.add_argument("--store", required=True, metavar="URL",
+                     help="etcd://host:port[,host:port...] or sqlite:///path/state.db")
+    ctl.add_argument("--listen", default="127.0.0.1:7373", metavar="HOST:PORT")
+    ctl.add_argument("--advertise", default=None, metavar="HOST:PORT",
+                     help="address others reach this controller at (default: --listen)")
+    ctl.add_argument("--cluster", default="default", metavar="NAME")
+    ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
+                     help="leader lease TTL in seconds (default 5)")
+    ctl.set_defaults(run=cmd_controller)
+
+    status = commands.add_parser("status", help="applications, deployments and proxies")
+    _add_controller_flag(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+
+    lst = commands.add_parser("list", help="list deployments")
+    _add_controller_flag(lst)
+    lst.add_argument("--all", action="store_true", help="include deleted deployments")
+    lst.add_argument("--app", default=None, help="only this application")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(run=cmd_list)
+
+    delete = commands.add_parser("delete", help="delete deployments by name")
+    _add_controller_flag(delete)
+    delete.add_argument("names", nargs="+", metavar="NAME")
+    delete.add_argument("--app", default=None, help="application (default: default)")
+    delete.set_defaults(run=cmd_delete)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except UsageError as e:
+        print(f"servefleet {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ControllerError as e:
+        print(f"servefleet {args.command}: {e.code.name}: {e.details}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

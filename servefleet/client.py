@@ -1,0 +1,152 @@
+"""The controller client: the SDK's and the CLI's way to the leader.
+
+`ControllerClient` takes every controller address it knows. A call goes to
+the last known leader; a standby's UNAVAILABLE carries the leader's address
+(trailing metadata `servefleet-leader`) and the call is sent there at once.
+With no hint (no leader elected yet, a controller down, a call timed out) the
+client tries the next address, backing off with jitter, until `timeout`
+seconds have passed. Every controller RPC is idempotent, so retrying a call
+whose outcome is unknown is safe. Callers never need to know who leads.
+
+Errors: `ControllerError` carries the gRPC code and the server's message
+(INVALID_ARGUMENT names the field); `ControllerUnreachable` (a subclass) means
+no controller answered as leader within the timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import controller_pb2_grpc, deployment_pb2, records_pb2
+
+DEFAULT_CONTROLLER = "127.0.0.1:7373"
+ENV_CONTROLLER = "SERVEFLEET_CONTROLLER"
+LEADER_METADATA_KEY = "servefleet-leader"
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class ControllerError(Exception):
+    """The controller refused or failed a call."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class ControllerUnreachable(ControllerError):
+    """No controller answered as the leader before the timeout."""
+
+
+def resolve_addresses(addresses: str | Sequence[str] | None = None) -> list[str]:
+    """Addresses from the argument, else $SERVEFLEET_CONTROLLER, else the default.
+
+    A string may hold several addresses separated by commas.
+    """
+    if addresses is None:
+        addresses = os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
+    if isinstance(addresses, str):
+        addresses = addresses.split(",")
+    found = [a.strip() for a in addresses if a.strip()]
+    if not found:
+        raise ValueError("no controller address given")
+    return found
+
+
+def _leader_hint(error: grpc.RpcError) -> str | None:
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == LEADER_METADATA_KEY and value:
+            return str(value)
+    return None
+
+
+class ControllerClient:
+    def __init__(self, addresses: str | Sequence[str] | None = None, *,
+                 timeout: float = 30.0, rpc_timeout: float = 5.0) -> None:
+        self.addresses = resolve_addresses(addresses)
+        self.timeout = timeout
+        self.rpc_timeout = rpc_timeout
+        self._current = 0
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def _stub(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address)
+        return controller_pb2_grpc.ControllerServiceStub(self._channels[address])
+
+    def call(self, method: str, request: Any) -> Any:
+        """Call `method` on the leader, following hints and retrying as described above."""
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        last_error = "no attempt made"
+        while True:
+            address = self.addresses[self._current]
+            remaining = deadline - time.monotonic()
+            try:
+                return getattr(self._stub(address), method)(
+                    request, timeout=max(0.05, min(self.rpc_timeout, remaining)))
+            except grpc.RpcError as e:
+                code = e.code()  # type: ignore[attr-defined]
+                if code not in _RETRYABLE:
+                    raise ControllerError(code, e.details()) from None  # type: ignore[attr-defined]
+                last_error = f"{address}: {e.details()}"  # type: ignore[attr-defined]
+                hint = _leader_hint(e)
+            if time.monotonic() >= deadline:
+                raise ControllerUnreachable(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"no controller leader reachable at {', '.join(self.addresses)} within "
+                    f"{self.timeout:g}s (last error: {last_error})")
+            if hint and hint != address:
+                if hint not in self.addresses:
+                    self.addresses.append(hint)
+                self._current = self.addresses.index(hint)
+                continue  # a fresh hint is worth an immediate try
+            self._current = (self._current + 1) % len(self.addresses)
+            attempt += 1
+            backoff = min(1.0, 0.05 * 2 ** min(attempt, 5)) * random.uniform(0.5, 1.0)
+            time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
+
+    # -- the API --------------------------------------------------------------
+
+    def deploy(self, spec: deployment_pb2.DeploymentSpec) -> api.DeployResponse:
+        return self.call("Deploy", api.DeployRequest(spec=spec))
+
+    def delete(self, names: Sequence[str], application: str = "") -> list[str]:
+        reply = self.call("DeleteDeployments",
+                          api.DeleteDeploymentsRequest(application=application, names=names))
+        return list(reply.deleted)
+
+    def get(self, name: str, application: str = "") -> records_pb2.DeploymentRecord:
+        reply = self.call("GetDeployment",
+                          api.GetDeploymentRequest(application=application, name=name))
+        return reply.deployment
+
+    def list(self, *, include_deleted: bool = False,
+             application: str = "") -> list[records_pb2.DeploymentRecord]:
+        reply = self.call("ListDeployments", api.ListDeploymentsRequest(
+            include_deleted=include_deleted, application=application))
+        return list(reply.deployments)
+
+    def status(self) -> api.GetStatusResponse:
+        return self.call("GetStatus", api.GetStatusRequest())
+
+    def shutdown(self) -> None:
+        self.call("Shutdown", api.ShutdownRequest())
