@@ -64,6 +64,15 @@ class LeaderElection:
             logger.info("leader is now %s", leader or "(none)")
             self.leader = leader
 
+    async def lookup_leader(self) -> str | None:
+        """Read the leader key now (for hints when the last known leader is stale)."""
+        try:
+            current = await asyncio.wait_for(self._store.get(self._key), 1.0)
+        except (StoreUnavailable, TimeoutError):
+            return self.leader
+        self._saw_leader(current.value.decode() if current is not None else None)
+        return self.leader
+
     # -- 1. campaign --------------------------------------------------------
 
     async def campaign(self) -> int:

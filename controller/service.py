@@ -48,9 +48,11 @@ class Leadership:
         # True only while leading with state loaded for the current term.
         self.serving = False
 
-    def hint(self) -> str | None:
-        """Where a client should go instead of here."""
+    async def hint(self) -> str | None:
+        """Where a client should go instead of here, reading the store if unsure."""
         leader = self.election.leader
+        if leader is None or leader == self.identity:
+            leader = await self.election.lookup_leader()
         return None if leader == self.identity else leader
 
 
@@ -70,7 +72,7 @@ class LeaderGate(grpc.aio.ServerInterceptor):
         return await continuation(handler_call_details)
 
     async def _reject(self, request: bytes, context: grpc.aio.ServicerContext) -> None:
-        hint = self._leadership.hint()
+        hint = await self._leadership.hint()
         await context.abort(grpc.StatusCode.UNAVAILABLE, NotLeader(hint).message,
                             trailing_metadata=_leader_metadata(hint))
 
@@ -84,8 +86,11 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         try:
             return await fn(self, request, context)
         except ApiError as e:
-            hint = e.leader if isinstance(e, NotLeader) else None
-            await context.abort(e.code, e.message, trailing_metadata=_leader_metadata(hint))
+            hint, message = None, e.message
+            if isinstance(e, NotLeader):
+                hint = e.leader or await self._leadership.hint()
+                message = NotLeader(hint).message
+            await context.abort(e.code, message, trailing_metadata=_leader_metadata(hint))
         except Exception:
             logger.exception("internal error in %s", fn.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -12,7 +13,7 @@ from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
 
-from servefleet.testing import EtcdServer
+from servefleet.testing import ControllerProcess, EtcdServer
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +47,91 @@ async def store(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Store
         yield instance
     finally:
         await instance.close()
+
+
+class ControllerFleet:
+    """Starts controller processes for one test and stops them all afterwards."""
+
+    def __init__(self, store_url: str, cluster: str, log_dir: str) -> None:
+        self.store_url = store_url
+        self.cluster = cluster
+        self.log_dir = log_dir
+        self.started: list[ControllerProcess] = []
+
+    def start(self, count: int = 1, *, lease_ttl: float = 5.0,
+              wait: bool = True) -> list[ControllerProcess]:
+        procs = [ControllerProcess(self.store_url, cluster=self.cluster, lease_ttl=lease_ttl,
+                                   log_dir=self.log_dir) for _ in range(count)]
+        for proc in procs:
+            proc.start(wait=False)
+            self.started.append(proc)
+        if wait:
+            for proc in procs:
+                proc.wait_serving_health(timeout=30)
+        return procs
+
+    def leader(self, timeout: float = 30.0) -> ControllerProcess:
+        """The one controller that reports itself the serving leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leaders = [p for p in self.started if p.proc and p.proc.poll() is None
+                       and p.is_leader()]
+            if len(leaders) == 1:
+                return leaders[0]
+            assert len(leaders) <= 1, f"two serving leaders: {[p.address for p in leaders]}"
+            time.sleep(0.05)
+        raise TimeoutError("no controller became the serving leader")
+
+    def addresses(self) -> list[str]:
+        return [p.address for p in self.started]
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            proc.stop()
+
+    def dump_logs(self) -> str:
+        return "\n".join(f"--- {p.address}\n{p.logs()}" for p in self.started)
+
+
+@pytest.fixture(params=["etcd", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A store URL of each kind: etcd (the shared test server) and a fresh sqlite file."""
+    if request.param == "etcd":
+        return request.getfixturevalue("etcd").url
+    return f"sqlite://{tmp_path}/state.db"
+
+
+@pytest.fixture
+def etcd_url(etcd: EtcdServer) -> str:
+    return etcd.url
+
+
+def _fleet(url: str, cluster: str, tmp_path, request: pytest.FixtureRequest
+           ) -> Iterator[ControllerFleet]:
+    fleet = ControllerFleet(url, cluster, str(tmp_path))
+    try:
+        yield fleet
+    finally:
+        fleet.stop_all()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(fleet.dump_logs())
+
+
+@pytest.fixture
+def fleet(store_url: str, cluster: str, tmp_path, request) -> Iterator[ControllerFleet]:
+    """Controllers on each store kind in turn."""
+    yield from _fleet(store_url, cluster, tmp_path, request)
+
+
+@pytest.fixture
+def etcd_fleet(etcd_url: str, cluster: str, tmp_path, request) -> Iterator[ControllerFleet]:
+    """Controllers on the test etcd (for elections among several)."""
+    yield from _fleet(etcd_url, cluster, tmp_path, request)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
