@@ -125,9 +125,13 @@ class ControllerServer:
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ], server)
-        self.bound_port = server.add_insecure_port(self.config.listen)
+        try:
+            self.bound_port = server.add_insecure_port(self.config.listen)
+        except RuntimeError:
+            self.bound_port = 0
         if not self.bound_port:
-            raise OSError(f"cannot listen on {self.config.listen}")
+            raise OSError(f"cannot listen on {self.config.listen}: "
+                          "the address is in use or not available here")
         await self._health.set("", SERVING)
         await self._health.set(SERVICE_NAME, NOT_SERVING)
         await server.start()

@@ -84,7 +84,7 @@ def canonical_json(field: str, text: str, kind: type | None = None) -> str:
     except (ValueError, RecursionError) as e:
         raise InvalidArgument(field, f"must be valid JSON ({e})") from None
     if kind is not None and not isinstance(value, kind):
-        expected = "an array" if kind is list else "an object"
+        expected = "array" if kind is list else "object"
         raise InvalidArgument(field, f"must be a JSON {expected}")
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

@@ -9,10 +9,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
-
 from servefleet.testing import ControllerProcess, EtcdServer
 
 

@@ -8,9 +8,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from servefleet.controller.store import open_store
 
 from servefleet.client import ControllerClient, ControllerError
+from servefleet.controller.store import open_store
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, status_pb2
 from servefleet.v1 import deployment_pb2 as d

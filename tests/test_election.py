@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from servefleet.controller.deployments import DeploymentTable
 from servefleet.controller.election import FencedStore, LeaderElection
 from servefleet.controller.errors import NotLeader
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
-
 from servefleet.v1 import deployment_pb2 as d
 
 

@@ -9,10 +9,10 @@ import time
 
 import grpc
 import pytest
-from servefleet.controller.keys import ClusterKeys
-from servefleet.controller.store.etcd import EtcdStore
 
 from servefleet.client import ControllerClient, ControllerError
+from servefleet.controller.keys import ClusterKeys
+from servefleet.controller.store.etcd import EtcdStore
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, records_pb2
 from servefleet.v1 import deployment_pb2 as d

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+
 from servefleet.controller.store import Delete, Guard, Put, Store
 
 

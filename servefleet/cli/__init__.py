@@ -1,1 +1,10 @@
-"""The servefleet command line."""
+"""The servefleet command line.
+
+gRPC's C core logs its own errors to stderr (e.g. a failed bind), which would
+double the CLI's one-line messages; it stays quiet unless GRPC_VERBOSITY is
+set. This runs before grpc is first imported by the CLI.
+"""
+
+import os
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")

@@ -1,0 +1,118 @@
+"""The servefleet command, run as a real process against a real controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import free_port
+from servefleet.v1 import deployment_pb2 as d
+
+
+def servefleet(*args: str, env: dict | None = None, timeout: float = 60):
+    return subprocess.run([sys.executable, "-m", "servefleet", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def one_clean_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.fixture
+def controller(fleet):
+    (proc,) = fleet.start(1)
+    fleet.leader()
+    with ControllerClient(proc.address) as client:
+        client.deploy(d.DeploymentSpec(name="Model", application="shop", import_path="m:C",
+                                       route_prefix="/shop", version="v1"))
+        client.deploy(d.DeploymentSpec(name="Old", import_path="m:C"))
+        client.delete(["Old"])
+    return proc
+
+
+def test_status_text_and_json(controller) -> None:
+    text = servefleet("status", "--controller", controller.address)
+    assert text.returncode == 0, text.stderr
+    assert "application shop: DEPLOYING" in text.stdout
+    assert "Model: UPDATING, 0/1 running, version v1" in text.stdout
+    as_json = servefleet("status", "--json", env={"SERVEFLEET_CONTROLLER": controller.address})
+    assert as_json.returncode == 0, as_json.stderr
+    reply = json.loads(as_json.stdout)
+    assert reply["leader"] == controller.address
+    assert reply["applications"][0]["deployments"][0]["name"] == "Model"
+
+
+def test_list_and_delete(controller) -> None:
+    listed = servefleet("list", "--controller", controller.address)
+    assert listed.returncode == 0
+    assert "shop/Model" in listed.stdout and "Old" not in listed.stdout
+    everything = servefleet("list", "--all", "--json", "--controller", controller.address)
+    names = {r["spec"]["name"]: r for r in json.loads(everything.stdout)}
+    assert set(names) == {"Model", "Old"} and names["Old"]["deleted"]
+    assert "end_time" in names["Old"]
+
+    deleted = servefleet("delete", "Model", "Ghost", "--app", "shop",
+                         "--controller", controller.address)
+    assert deleted.returncode == 0
+    assert deleted.stdout.splitlines() == ["deleted Model", "Ghost: not found, nothing to delete"]
+
+
+def test_bad_input_to_a_call_is_one_line(controller) -> None:
+    result = servefleet("delete", "bad/name", "--controller", controller.address)
+    assert result.returncode == 1
+    line = one_clean_line(result.stderr)
+    assert line.startswith("servefleet delete: INVALID_ARGUMENT: names[0]:")
+
+
+def test_unreachable_controller_is_one_line() -> None:
+    result = servefleet("status", "--controller", f"127.0.0.1:{free_port()}", "--timeout", "1")
+    assert result.returncode == 1
+    assert "no controller leader reachable" in one_clean_line(result.stderr)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--store", "redis://x"], "unknown store URL"),
+    (["--store", "sqlite://relative.db"], "bad sqlite URL"),
+    (["--store", "etcd://host"], "bad etcd endpoint"),
+    (["--store", "sqlite:///tmp/x.db", "--listen", "nohost"], "--listen"),
+    (["--store", "sqlite:///tmp/x.db", "--lease-ttl", "0"], "--lease-ttl"),
+    (["--store", "sqlite:///tmp/x.db", "--cluster", "a/b"], "--cluster"),
+])
+def test_controller_usage_errors(args: list[str], message: str) -> None:
+    result = servefleet("controller", *args)
+    assert result.returncode == 2
+    assert message in one_clean_line(result.stderr)
+
+
+def test_controller_port_in_use(tmp_path) -> None:
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        result = servefleet("controller", "--store", f"sqlite://{tmp_path}/s.db",
+                            "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert "cannot listen on" in one_clean_line(result.stderr)
+
+
+def test_controller_stops_on_sigterm_even_without_its_store() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "servefleet", "controller", "--store",
+                             f"etcd://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{port}"],
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    assert "Traceback" not in stderr and "controller stopped" in stderr

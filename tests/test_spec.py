@@ -1,0 +1,133 @@
+"""Unit tests of spec validation and normalisation (pure code, no servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servefleet.controller.errors import InvalidArgument
+from servefleet.controller.spec import (
+    MAX_JSON_BYTES,
+    code_hash,
+    normalize_spec,
+    stored_version,
+)
+from servefleet.v1 import deployment_pb2 as d
+
+
+def spec(**fields) -> d.DeploymentSpec:
+    fields.setdefault("name", "Model")
+    fields.setdefault("import_path", "pkg.mod:Model")
+    return d.DeploymentSpec(**fields)
+
+
+def refused(bad: d.DeploymentSpec) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as err:
+        normalize_spec(bad)
+    return err.value
+
+
+def test_defaults_are_filled_and_input_untouched() -> None:
+    raw = spec()
+    out = normalize_spec(raw)
+    config = out.replica_config
+    assert out.application == "default"
+    assert (config.num_replicas, config.max_ongoing_requests, config.max_queued_requests) == (
+        1, 5, -1)
+    assert (config.graceful_shutdown_timeout_s, config.graceful_shutdown_wait_loop_s) == (20, 2)
+    assert (config.health_check_period_s, config.health_check_timeout_s) == (10, 30)
+    assert not raw.replica_config.HasField("num_replicas")
+
+
+def test_zero_replicas_is_a_value_not_unset() -> None:
+    out = normalize_spec(spec(replica_config=d.ReplicaConfig(num_replicas=0)))
+    assert out.replica_config.HasField("num_replicas") and out.replica_config.num_replicas == 0
+
+
+def test_autoscaling_defaults_and_bounds() -> None:
+    out = normalize_spec(spec(replica_config=d.ReplicaConfig(
+        autoscaling_config=d.AutoscalingConfig(min_replicas=2, max_replicas=8))))
+    auto = out.replica_config.autoscaling_config
+    assert auto.initial_replicas == 2 and auto.target_ongoing_requests == 2
+    assert not out.replica_config.HasField("num_replicas")
+    err = refused(spec(replica_config=d.ReplicaConfig(autoscaling_config=d.AutoscalingConfig(
+        min_replicas=1, max_replicas=4, initial_replicas=9))))
+    assert err.field == "spec.replica_config.autoscaling_config.initial_replicas"
+
+
+def test_json_fields_are_canonical_and_checked() -> None:
+    out = normalize_spec(spec(init_kwargs_json='{"b": 2, "a": 1}',
+                              replica_config=d.ReplicaConfig(user_config_json=' [1, 2] ')))
+    assert out.init_kwargs_json == '{"a":1,"b":2}'
+    assert out.replica_config.user_config_json == "[1,2]"
+    assert refused(spec(init_args_json="NaN")).field == "spec.init_args_json"
+    assert refused(spec(init_args_json='{"a": 1}')).rule == "must be a JSON array"
+    assert refused(spec(init_kwargs_json="[1]")).rule == "must be a JSON object"
+    big = '"' + "x" * MAX_JSON_BYTES + '"'
+    err = refused(spec(replica_config=d.ReplicaConfig(user_config_json=big)))
+    assert err.field == "spec.replica_config.user_config_json" and "bytes" in err.rule
+
+
+@pytest.mark.parametrize("name", ["Model", "m", "a-b_c", "A1", "x" * 63])
+def test_good_names(name: str) -> None:
+    assert normalize_spec(spec(name=name)).name == name
+
+
+@pytest.mark.parametrize("name", ["", "-a", "a-", "a b", "a/b", "x" * 64, "é"])
+def test_bad_names(name: str) -> None:
+    err = refused(spec(name=name))
+    assert err.field == "spec.name" and repr(name) in err.rule
+
+
+@pytest.mark.parametrize("prefix", ["/", "/a", "/a/b-c", "/v1.2/~x"])
+def test_good_route_prefixes(prefix: str) -> None:
+    assert normalize_spec(spec(route_prefix=prefix)).route_prefix == prefix
+
+
+@pytest.mark.parametrize("prefix", ["", "a", "/a/", "//a", "/a b", "/a?x=1", "/a#f", "/{x}"])
+def test_bad_route_prefixes(prefix: str) -> None:
+    err = refused(spec(route_prefix=prefix))
+    assert err.field == "spec.route_prefix" and "must start with '/'" in err.rule
+
+
+@pytest.mark.parametrize("path", ["", "mod", "mod:", ":attr", "a.:b", "1mod:x", "m:a b"])
+def test_bad_import_paths(path: str) -> None:
+    assert refused(spec(import_path=path)).field == "spec.import_path"
+
+
+@pytest.mark.parametrize(("field", "config"), [
+    ("max_ongoing_requests", d.ReplicaConfig(max_ongoing_requests=0)),
+    ("max_queued_requests", d.ReplicaConfig(max_queued_requests=-2)),
+    ("num_replicas", d.ReplicaConfig(num_replicas=10_001)),
+    ("health_check_period_s", d.ReplicaConfig(health_check_period_s=float("nan"))),
+    ("health_check_timeout_s", d.ReplicaConfig(health_check_timeout_s=0)),
+    ("graceful_shutdown_timeout_s", d.ReplicaConfig(graceful_shutdown_timeout_s=-1)),
+    ("graceful_shutdown_wait_loop_s", d.ReplicaConfig(graceful_shutdown_wait_loop_s=float("inf"))),
+    ("resources.num_cpus", d.ReplicaConfig(resources=d.Resources(num_cpus=-1))),
+    ("resources.custom['bad key']", d.ReplicaConfig(resources=d.Resources(custom={"bad key": 1}))),
+])
+def test_bad_numbers_name_their_field(field: str, config: d.ReplicaConfig) -> None:
+    assert refused(spec(replica_config=config)).field == f"spec.replica_config.{field}"
+
+
+def test_runtime_options_checked() -> None:
+    assert refused(spec(runtime=d.RuntimeOptions(working_dir="rel/dir"))).field == (
+        "spec.runtime.working_dir")
+    assert refused(spec(runtime=d.RuntimeOptions(env={"1X": "v"}))).field == (
+        "spec.runtime.env['1X']")
+
+
+def test_versions_checked_and_prev_version_not_stored() -> None:
+    assert refused(spec(version="has space")).field == "spec.version"
+    assert refused(spec(prev_version="x" * 129)).field == "spec.prev_version"
+    assert normalize_spec(spec(version="v1", prev_version="v0")).prev_version == ""
+
+
+def test_derived_version_follows_code_not_config() -> None:
+    base = normalize_spec(spec(runtime=d.RuntimeOptions(env={"A": "1", "B": "2"})))
+    reordered = normalize_spec(spec(runtime=d.RuntimeOptions(env={"B": "2", "A": "1"})))
+    tuned = normalize_spec(spec(runtime=d.RuntimeOptions(env={"A": "1", "B": "2"}),
+                                replica_config=d.ReplicaConfig(user_config_json='{"t": 1}')))
+    assert code_hash(base) == code_hash(reordered) == code_hash(tuned)
+    assert code_hash(normalize_spec(spec(init_args_json="[1]"))) != code_hash(base)
+    assert stored_version(base) == code_hash(base)
+    assert stored_version(normalize_spec(spec(version="v9"))) == "v9"
