@@ -90,6 +90,8 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             if isinstance(e, NotLeader):
                 hint = e.leader or await self._leadership.hint()
                 message = NotLeader(hint).message
+            else:
+                logger.info("refused %s: %s: %s", fn.__name__, e.code.name, message)
             await context.abort(e.code, message, trailing_metadata=_leader_metadata(hint))
         except Exception:
             logger.exception("internal error in %s", fn.__name__)
