@@ -80,7 +80,7 @@ async def raw_txn_latencies(endpoint: str, count: int, payload: bytes) -> list[f
 
 
 def bench_deploy_latency(etcd: EtcdServer, count: int) -> None:
-    proc = ControllerProcess(etcd.url, cluster="latency").start()
+    proc = ControllerProcess(etcd.url, cluster="latency", runtime="none").start()
     try:
         wait_leader([proc])
         with ControllerClient(proc.address) as client:
@@ -104,7 +104,7 @@ def bench_deploy_latency(etcd: EtcdServer, count: int) -> None:
 
 
 def bench_create_many(etcd: EtcdServer, count: int) -> None:
-    proc = ControllerProcess(etcd.url, cluster="many").start()
+    proc = ControllerProcess(etcd.url, cluster="many", runtime="none").start()
     try:
         wait_leader([proc])
         assert proc.proc is not None
@@ -132,8 +132,8 @@ def bench_create_many(etcd: EtcdServer, count: int) -> None:
 
 
 def bench_failover(etcd: EtcdServer, kills: int, ttl: float) -> None:
-    procs = [ControllerProcess(etcd.url, cluster="failover", lease_ttl=ttl).start()
-             for _ in range(3)]
+    procs = [ControllerProcess(etcd.url, cluster="failover", lease_ttl=ttl,
+                               runtime="none").start() for _ in range(3)]
     times = []
     try:
         for _ in range(kills):
@@ -143,7 +143,8 @@ def bench_failover(etcd: EtcdServer, kills: int, ttl: float) -> None:
             wait_leader([p for p in procs if p is not leader], timeout=ttl + 30)
             times.append(time.monotonic() - killed_at)
             procs.remove(leader)
-            procs.append(ControllerProcess(etcd.url, cluster="failover", lease_ttl=ttl).start())
+            procs.append(ControllerProcess(etcd.url, cluster="failover", lease_ttl=ttl,
+                                           runtime="none").start())
     finally:
         for proc in procs:
             proc.stop()

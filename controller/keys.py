@@ -2,6 +2,7 @@
 
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
     /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
+    /servefleet/<cluster>/replicas/<app>/<name>/<id>  ReplicaRecord (protobuf bytes)
 
 Application and deployment names cannot contain "/" (see validation.py), so
 every key splits back into its parts unambiguously.
@@ -15,6 +16,10 @@ class ClusterKeys:
         self.root = f"/servefleet/{cluster}/"
         self.leader = self.root + "leader"
         self.deployments = self.root + "deployments/"
+        self.replicas = self.root + "replicas/"
 
     def deployment(self, application: str, name: str) -> str:
         return f"{self.deployments}{application}/{name}"
+
+    def replica(self, application: str, name: str, replica_id: str) -> str:
+        return f"{self.replicas}{application}/{name}/{replica_id}"

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -35,8 +36,13 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc
 from .clock import Clock
 from .deployments import DeploymentTable
 from .election import FencedStore, LeaderElection
-from .errors import InvalidArgument
+from .errors import InvalidArgument, Unavailable
 from .keys import ClusterKeys
+from .reconciler import Reconciler
+from .replica_client import GrpcReplicaClient
+from .replica_ops import ReplicaOps
+from .runtime import Runtime
+from .runtime.process import ProcessRuntime
 from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
 from .spec import check_name
 from .store import Store, StoreUnavailable, open_store
@@ -44,6 +50,7 @@ from .store import Store, StoreUnavailable, open_store
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 7373
+RUNTIMES = ("process", "none")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -68,6 +75,12 @@ class ControllerConfig:
     lease_ttl: float = 5.0
     # Seconds in-flight calls get to finish on shutdown.
     shutdown_grace_s: float = 2.0
+    # Where replicas run: "process" (local child processes) or "none" (goals
+    # are stored and served, but no replicas are run: a control-plane-only
+    # controller, as the API tests use).
+    runtime: str = "process"
+    # Where the process runtime keeps replica settings and logs.
+    runtime_dir: str = "~/.servefleet/runtime"
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""
@@ -80,6 +93,8 @@ class ControllerConfig:
                 host, sep, port = value.rpartition(":")
                 if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                     raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"--runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
         if not 0.5 <= self.lease_ttl <= 300:
             raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
 
@@ -105,6 +120,9 @@ class ControllerServer:
         self._fenced = FencedStore(self._store, self.election, self._keys.leader)
         self._leadership = Leadership(self.election)
         self._table = DeploymentTable(self._keys, self._fenced, self._clock)
+        self._runtime = self._make_runtime()
+        self._replica_client = GrpcReplicaClient()
+        self._reconciler: Reconciler | None = None
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._terms: asyncio.Task[None] | None = None
@@ -112,13 +130,19 @@ class ControllerServer:
         self._stopped = False
         self.bound_port = 0
 
+    def _make_runtime(self) -> Runtime | None:
+        if self.config.runtime == "none":
+            return None
+        runtime_dir = os.path.expanduser(self.config.runtime_dir)
+        return ProcessRuntime(runtime_dir, self.config.cluster)
+
     # -- 1. startup -------------------------------------------------------------
 
     async def start(self) -> None:
         server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
-                               self.request_stop), server)
+                               lambda: self._reconciler, self.request_stop), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -157,27 +181,46 @@ class ControllerServer:
     async def _one_term(self) -> None:
         await self.election.campaign()
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
+        reconciling: asyncio.Task[None] | None = None
         try:
             table = DeploymentTable(self._keys, self._fenced, self._clock)
-            if await self._load_while_leading(table, holding):
-                self._table = table
+            reconciler = self._new_reconciler(table)
+            if (await self._retry_while_leading(table.load, holding)
+                    and (reconciler is None
+                         or await self._retry_while_leading(reconciler.recover, holding))):
+                self._table, self._reconciler = table, reconciler
+                if reconciler is not None:
+                    reconciling = asyncio.create_task(reconciler.run(), name="reconcile")
                 self._leadership.serving = True
                 await self._health.set(SERVICE_NAME, SERVING)
             await asyncio.shield(holding)
         finally:
             self._leadership.serving = False
             await self._health.set(SERVICE_NAME, NOT_SERVING)
+            if reconciling is not None:  # stop acting at once
+                reconciling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reconciling
             if not holding.done():  # cancelled by stop(): hand over at once
                 await self.election.resign()
                 await holding
 
-    async def _load_while_leading(self, table: DeploymentTable,
-                                  holding: asyncio.Task[str]) -> bool:
+    def _new_reconciler(self, table: DeploymentTable) -> Reconciler | None:
+        if self._runtime is None:
+            return None
+        ops = ReplicaOps(self.config.cluster, self._keys, self._fenced, self._runtime,
+                         self._replica_client)
+        return Reconciler(self._keys, ops, lambda: table.list(include_deleted=True),
+                          self._clock)
+
+    async def _retry_while_leading(self, step: Callable[[Store], Awaitable[None]],
+                                   holding: asyncio.Task[str]) -> bool:
+        """Run a start-of-term step, retrying while the store is down; False if the term ended."""
         while not holding.done():
             try:
-                await table.load(self._store)
+                await step(self._store)
                 return True
-            except StoreUnavailable as e:
+            except (StoreUnavailable, Unavailable) as e:
                 logger.warning("cannot load state from the store, retrying: %s", e)
                 await self._clock.sleep(0.5)
         return False
@@ -204,6 +247,7 @@ class ControllerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._terms
         await self.election.resign()
+        await self._replica_client.close()
         await self._store.close()
         logger.info("controller stopped")
 

@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 import grpc
 
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc
+from servefleet.v1 import controller_pb2_grpc, records_pb2
 
 from .deployments import DeploymentTable
 from .election import LeaderElection
 from .errors import ApiError, NotLeader
-from .status import cluster_status
+from .reconciler import Reconciler
+from .status import Observed, cluster_status
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +105,13 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(self, cluster: str, leadership: Leadership,
                  deployments: Callable[[], DeploymentTable],
+                 reconciler: Callable[[], Reconciler | None],
                  on_shutdown: Callable[[], None]) -> None:
         self._cluster = cluster
         self._leadership = leadership
         # A callable: the table is replaced at each leader term.
         self._deployments = deployments
+        self._reconciler = reconciler
         self._on_shutdown = on_shutdown
 
     @api_method
@@ -136,9 +139,25 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         return api.ListDeploymentsResponse(deployments=records)
 
     @api_method
+    async def ListReplicas(self, request: api.ListReplicasRequest,
+                           context: Any) -> api.ListReplicasResponse:
+        reconciler = self._reconciler()
+        infos = reconciler.replica_infos(request.application, request.deployment) \
+            if reconciler is not None else []
+        return api.ListReplicasResponse(replicas=infos)
+
+    @api_method
     async def GetStatus(self, request: api.GetStatusRequest,
                         context: Any) -> api.GetStatusResponse:
-        applications = cluster_status(self._deployments().live(), lambda record: {})
+        reconciler = self._reconciler()
+
+        def observe(record: records_pb2.DeploymentRecord) -> Observed:
+            if reconciler is None:
+                return {}, None
+            key = (record.spec.application, record.spec.name)
+            return reconciler.replica_counts(key), reconciler.status(key)
+
+        applications = cluster_status(self._deployments().live(), observe)
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
                                      leader=self._leadership.identity)
 

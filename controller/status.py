@@ -1,8 +1,9 @@
 """GetStatus: deployment and application statuses from goals and replica counts.
 
-Pure functions. The replica counts per state come from whoever observes the
-replicas (the reconcile loop); with none observed a deployment with a positive
-target is UPDATING, which is what it is: nothing runs yet.
+Pure functions. Replica counts and the planned status come from the reconcile
+loop; a controller running without a runtime (--runtime none) observes no
+replicas, and a deployment with a positive target is then UPDATING: nothing
+runs it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from servefleet.v1 import records_pb2, status_pb2
 DS = status_pb2.DeploymentStatus
 AS = status_pb2.ApplicationStatus
 
-ReplicaCounts = Callable[[records_pb2.DeploymentRecord], Mapping[str, int]]
+# For a deployment: replica counts per state, and the reconciler's (status, message)
+# when it has planned the deployment, else None.
+Observed = tuple[Mapping[str, int], tuple[int, str] | None]
+Observer = Callable[[records_pb2.DeploymentRecord], Observed]
 
 
 def target_replicas(record: records_pb2.DeploymentRecord) -> int:
@@ -26,14 +30,20 @@ def target_replicas(record: records_pb2.DeploymentRecord) -> int:
 
 
 def deployment_status(record: records_pb2.DeploymentRecord,
-                      counts: Mapping[str, int]) -> status_pb2.DeploymentStatusInfo:
+                      observed: Observed) -> status_pb2.DeploymentStatusInfo:
+    counts, planned = observed
     target = target_replicas(record)
-    running = counts.get("RUNNING", 0)
-    settled = running == target and sum(counts.values()) == running
+    if planned is not None:
+        status, message = planned
+    else:
+        running = counts.get("RUNNING", 0)
+        settled = running == target and sum(counts.values()) == running
+        status = DS.DEPLOYMENT_STATUS_HEALTHY if settled else DS.DEPLOYMENT_STATUS_UPDATING
+        message = "" if settled else f"{running} of {target} replicas running"
     return status_pb2.DeploymentStatusInfo(
         name=record.spec.name,
-        status=DS.DEPLOYMENT_STATUS_HEALTHY if settled else DS.DEPLOYMENT_STATUS_UPDATING,
-        message="" if settled else f"{running} of {target} replicas running",
+        status=status,
+        message=message,
         replica_states=dict(counts),
         target_replicas=target,
         version=record.version,
@@ -58,10 +68,10 @@ def application_status(name: str, deployments: Sequence[status_pb2.DeploymentSta
 
 
 def cluster_status(live: Sequence[records_pb2.DeploymentRecord],
-                   counts: ReplicaCounts) -> list[status_pb2.ApplicationStatusInfo]:
+                   observe: Observer) -> list[status_pb2.ApplicationStatusInfo]:
     """One entry per application, in name order, from its live deployments."""
     ordered = sorted(live, key=lambda r: (r.spec.application, r.spec.name))
     return [
-        application_status(app, [deployment_status(r, counts(r)) for r in records])
+        application_status(app, [deployment_status(r, observe(r)) for r in records])
         for app, records in groupby(ordered, key=lambda r: r.spec.application)
     ]

@@ -24,6 +24,11 @@ class SentimentModel:
         self.positive = POSITIVE | set(config.get("extra_positive", []))
         self.negative = NEGATIVE | set(config.get("extra_negative", []))
 
+    async def __call__(self, request) -> dict:
+        """HTTP: GET ?text=... or POST the text as the body."""
+        text = request.query_params.get("text") or (await request.body()).decode()
+        return self.predict(text)
+
     def predict(self, text: str) -> dict:
         words = WORD.findall(text.lower())
         score = sum(w in self.positive for w in words) - sum(w in self.negative for w in words)

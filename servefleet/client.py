@@ -145,6 +145,12 @@ class ControllerClient:
             include_deleted=include_deleted, application=application))
         return list(reply.deployments)
 
+    def replicas(self, application: str = "", deployment: str = "") -> list:
+        """ReplicaInfo of the matching replicas, as the controller observes them."""
+        reply = self.call("ListReplicas", api.ListReplicasRequest(
+            application=application, deployment=deployment))
+        return list(reply.replicas)
+
     def status(self) -> api.GetStatusResponse:
         return self.call("GetStatus", api.GetStatusRequest())
 

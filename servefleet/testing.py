@@ -94,14 +94,19 @@ class ControllerProcess:
     """`servefleet controller` as a child process on a free loopback port."""
 
     def __init__(self, store_url: str, *, cluster: str = "default", lease_ttl: float = 5.0,
-                 log_dir: str | Path | None = None, extra_args: list[str] | None = None) -> None:
+                 runtime: str = "process", log_dir: str | Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
         self.port = free_port()
         self.store_url = store_url
         self.cluster = cluster
         self.lease_ttl = lease_ttl
         self.extra_args = extra_args or []
-        self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-ctl-")) / (
-            f"controller-{self.port}.log")
+        self.runtime = runtime
+        directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-ctl-"))
+        self.log_path = directory / f"controller-{self.port}.log"
+        # Shared by every controller given the same log_dir, so a new leader
+        # finds the logs of replicas another one started.
+        self.runtime_dir = directory / "runtime"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -111,7 +116,8 @@ class ControllerProcess:
     def start(self, wait: bool = True) -> ControllerProcess:
         cmd = [sys.executable, "-m", "servefleet", "controller", "--store", self.store_url,
                "--listen", self.address, "--cluster", self.cluster,
-               "--lease-ttl", str(self.lease_ttl), *self.extra_args]
+               "--lease-ttl", str(self.lease_ttl), "--runtime", self.runtime,
+               "--runtime-dir", str(self.runtime_dir), *self.extra_args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

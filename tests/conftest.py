@@ -58,10 +58,11 @@ class ControllerFleet:
         self.log_dir = log_dir
         self.started: list[ControllerProcess] = []
 
-    def start(self, count: int = 1, *, lease_ttl: float = 5.0,
+    def start(self, count: int = 1, *, lease_ttl: float = 5.0, runtime: str = "none",
               wait: bool = True) -> list[ControllerProcess]:
+        """Start controllers; by default control-plane only (no replicas are run)."""
         procs = [ControllerProcess(self.store_url, cluster=self.cluster, lease_ttl=lease_ttl,
-                                   log_dir=self.log_dir) for _ in range(count)]
+                                   runtime=runtime, log_dir=self.log_dir) for _ in range(count)]
         for proc in procs:
             proc.start(wait=False)
             self.started.append(proc)

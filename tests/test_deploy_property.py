@@ -127,7 +127,7 @@ def snapshot(endpoint: str, cluster: str) -> dict[str, tuple[int, bytes]]:
 
 @pytest.fixture(scope="module")
 def controller(etcd, tmp_path_factory):
-    proc = ControllerProcess(etcd.url, cluster="property",
+    proc = ControllerProcess(etcd.url, cluster="property", runtime="none",
                              log_dir=tmp_path_factory.mktemp("property")).start()
     deadline_ok = False
     for _ in range(200):

@@ -45,7 +45,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
     from servefleet.controller.store import StoreURLError
 
     config = ControllerConfig(store_url=args.store, listen=args.listen, advertise=args.advertise,
-                              cluster=args.cluster, lease_ttl=args.lease_ttl)
+                              cluster=args.cluster, lease_ttl=args.lease_ttl,
+                              runtime=args.runtime, runtime_dir=args.runtime_dir)
     try:
         config.validate()
         asyncio.run(serve(config))
@@ -94,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--cluster", default="default", metavar="NAME")
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
+    ctl.add_argument("--runtime", default="process", choices=["process", "none"],
+                     help="where replicas run: local processes (default), or none: store "
+                          "and serve goals without running replicas")
+    ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
+                     help="process runtime: replica settings and logs (default %(default)s)")
     ctl.set_defaults(run=cmd_controller)
 
     status = commands.add_parser("status", help="applications, deployments and proxies")

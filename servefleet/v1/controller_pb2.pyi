@@ -1,5 +1,6 @@
 from servefleet.v1 import deployment_pb2 as _deployment_pb2
 from servefleet.v1 import records_pb2 as _records_pb2
+from servefleet.v1 import replica_pb2 as _replica_pb2
 from servefleet.v1 import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -64,6 +65,20 @@ class ListDeploymentsResponse(_message.Message):
     DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
     deployments: _containers.RepeatedCompositeFieldContainer[_records_pb2.DeploymentRecord]
     def __init__(self, deployments: _Optional[_Iterable[_Union[_records_pb2.DeploymentRecord, _Mapping]]] = ...) -> None: ...
+
+class ListReplicasRequest(_message.Message):
+    __slots__ = ("application", "deployment")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    deployment: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class ListReplicasResponse(_message.Message):
+    __slots__ = ("replicas",)
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedCompositeFieldContainer[_replica_pb2.ReplicaInfo]
+    def __init__(self, replicas: _Optional[_Iterable[_Union[_replica_pb2.ReplicaInfo, _Mapping]]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

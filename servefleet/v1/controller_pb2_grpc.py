@@ -55,6 +55,11 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.ListDeploymentsRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_controller__pb2.ListDeploymentsResponse.FromString,
                 _registered_method=True)
+        self.ListReplicas = channel.unary_unary(
+                '/servefleet.v1.ControllerService/ListReplicas',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.ListReplicasRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.ListReplicasResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/servefleet.v1.ControllerService/GetStatus',
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.SerializeToString,
@@ -101,6 +106,13 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListReplicas(self, request, context):
+        """ListReplicas reports the replicas of one deployment, or of all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """GetStatus reports applications, deployments and proxies.
         """
@@ -138,6 +150,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.ListDeployments,
                     request_deserializer=servefleet_dot_v1_dot_controller__pb2.ListDeploymentsRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_controller__pb2.ListDeploymentsResponse.SerializeToString,
+            ),
+            'ListReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReplicas,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.ListReplicasRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.ListReplicasResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -259,6 +276,33 @@ class ControllerService:
             '/servefleet.v1.ControllerService/ListDeployments',
             servefleet_dot_v1_dot_controller__pb2.ListDeploymentsRequest.SerializeToString,
             servefleet_dot_v1_dot_controller__pb2.ListDeploymentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/ListReplicas',
+            servefleet_dot_v1_dot_controller__pb2.ListReplicasRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.ListReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,

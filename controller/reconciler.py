@@ -1,0 +1,349 @@
+"""The reconcile loop: keep every deployment's replicas matching its goal.
+
+One loop owns retries and isolation (after controller-runtime's): each tick
+re-reads the goals and the observed replicas, asks the planner what to do for
+each deployment, and hands the work to background tasks (one per replica at a
+time), so a slow start, drain or health check never stalls the tick. An
+exception in one deployment's step is logged and that deployment is tried
+again next tick; the others go on.
+
+Observation is soft state, rebuilt after a failover by `recover`: the
+registry records are matched with what the runtime runs; matches become
+RECOVERING and are adopted (no restart) once they answer as ready; records
+whose replica is gone are dropped; replicas without a record are orphans and
+are stopped; stops that were under way are finished.
+
+The loop runs only while this controller leads. Losing leadership cancels it
+and its tasks: a fenced write fails first, so nothing is written after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from servefleet.v1 import records_pb2, replica_pb2
+
+from .clock import Clock
+from .errors import NotLeader, Unavailable
+from .keys import ClusterKeys
+from .planner import Goal, Plan, ReplicaView, StartupFailures, plan_deployment
+from .replica_ops import ReplicaOps, config_hash
+from .status import target_replicas
+from .store import Store
+
+logger = logging.getLogger(__name__)
+RS = replica_pb2.ReplicaState
+DKey = tuple[str, str]
+
+LIVENESS_SWEEP_S = 0.5
+HEALTH_FAILURE_THRESHOLD = 3
+
+
+def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
+    config = record.spec.replica_config
+    return Goal(version=record.version, code_hash=record.code_hash,
+                target=target_replicas(record),
+                config_hash=config_hash(config.user_config_json, config.max_ongoing_requests),
+                deleted=record.deleted)
+
+
+class Reconciler:
+    def __init__(self, keys: ClusterKeys, ops: ReplicaOps,
+                 goals: Callable[[], list[records_pb2.DeploymentRecord]],
+                 clock: Clock | None = None, tick_s: float = 0.1) -> None:
+        self._keys = keys
+        self._ops = ops
+        self._goals = goals
+        self._clock = clock or Clock()
+        self._tick_s = tick_s
+        self.views: dict[DKey, dict[str, ReplicaView]] = {}
+        self.records: dict[str, replica_pb2.ReplicaRecord] = {}
+        self.plans: dict[DKey, Plan] = {}
+        self._failures: dict[DKey, StartupFailures] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Replicas whose start is under way: a stop waits for it rather than
+        # cancel it, or the runtime could run a replica its record never names.
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._next_health: dict[str, float] = {}
+        self._next_sweep = 0.0
+
+    # -- recovery after an election ----------------------------------------------
+
+    async def recover(self, store: Store) -> None:
+        records = [replica_pb2.ReplicaRecord.FromString(kv.value)
+                   for kv in await store.list_prefix(self._keys.replicas)]
+        running = {r.replica_id: r for r in await self._ops.runtime.list(self._ops.cluster)}
+        adopted = 0
+        for record in records:
+            seen = running.pop(record.replica_id, None)
+            if seen is None:
+                logger.info("replica %s of %s/%s is gone; dropping its record",
+                            record.replica_id, record.application, record.deployment)
+                await self._ops.forget(record)
+                continue
+            if not record.handle:  # started, but the leader died before recording it
+                record.handle = seen.handle
+                record.control_address = seen.control_address
+                record.http_address = seen.http_address
+            state = RS.REPLICA_STATE_STOPPING if record.stopping else RS.REPLICA_STATE_RECOVERING
+            self._track(record, state)
+            adopted += 1
+            if record.stopping:
+                self._stop(record)
+        for orphan in running.values():
+            logger.warning("stopping orphan replica %s (pid/handle %s): no record wants it",
+                           orphan.replica_id, orphan.handle)
+            await self._ops.runtime.stop(orphan.handle, 5.0)
+            self._ops.runtime.cleanup(orphan.replica_id)
+        logger.info("recovered %d replicas from the registry", adopted)
+
+    def _track(self, record: replica_pb2.ReplicaRecord, state: int) -> ReplicaView:
+        view = ReplicaView(replica_id=record.replica_id, slot=record.slot,
+                           version=record.version, code_hash=record.code_hash, state=state)
+        self.views.setdefault((record.application, record.deployment), {})[
+            record.replica_id] = view
+        self.records[record.replica_id] = record
+        return view
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.tick()
+                await self._clock.sleep(self._tick_s)
+        finally:
+            await self.cancel_tasks()
+
+    async def cancel_tasks(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def tick(self) -> None:
+        now = self._clock.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + LIVENESS_SWEEP_S
+            await self._sweep_liveness()
+        goals = {(r.spec.application, r.spec.name): r for r in self._goals()
+                 if not r.deleted or (r.spec.application, r.spec.name) in self.views}
+        for key in sorted(set(goals) | set(self.views)):
+            try:
+                self._reconcile(key, goals.get(key), now)
+            except Exception:
+                logger.exception("reconciling %s/%s failed; retrying next tick", *key)
+
+    async def _sweep_liveness(self) -> None:
+        """Mark replicas the runtime no longer runs as failed (found by one list call)."""
+        try:
+            alive = await self._ops.alive_ids()
+        except Exception as e:
+            logger.warning("cannot list replicas from the runtime: %s", e)
+            return
+        for views in self.views.values():
+            for view in views.values():
+                record = self.records.get(view.replica_id)
+                if (record is not None and record.handle and view.replica_id not in alive
+                        and view.state != RS.REPLICA_STATE_STOPPING and not view.failure
+                        and view.replica_id not in self._tasks):
+                    self._spawn(view.replica_id, self._note_exit(view, record))
+
+    async def _note_exit(self, view: ReplicaView, record: replica_pb2.ReplicaRecord) -> None:
+        reason = await self._ops._exit_reason(record)
+        if reason is not None:
+            self._fail(view, reason)
+
+    def _reconcile(self, key: DKey, record: records_pb2.DeploymentRecord | None,
+                   now: float) -> None:
+        views = self.views.get(key, {})
+        if record is not None:
+            self._observe(views, record, now)
+        failures = self._failures.setdefault(key, StartupFailures())
+        goal = goal_of(record) if record is not None else None
+        plan = plan_deployment(goal, list(views.values()), failures, now)
+        self.plans[key] = plan
+        for replica_id in plan.stop:
+            self._stop(self.records[replica_id], record)
+        if record is not None and not record.deleted:
+            for slot in plan.start_slots:
+                self._start(key, slot, record)
+            for replica_id in plan.reconfigure:
+                if replica_id not in self._tasks:
+                    self._spawn(replica_id, self._reconfigure(views[replica_id], record))
+        if not views and (record is None or record.deleted):
+            self.views.pop(key, None)
+            self.plans.pop(key, None)
+            self._failures.pop(key, None)
+
+    # -- observing ----------------------------------------------------------------------
+
+    def _observe(self, views: dict[str, ReplicaView], goal: records_pb2.DeploymentRecord,
+                 now: float) -> None:
+        config = goal.spec.replica_config
+        for view in views.values():
+            if view.replica_id in self._tasks or view.failure:
+                continue
+            record = self.records[view.replica_id]
+            if view.state in (RS.REPLICA_STATE_STARTING, RS.REPLICA_STATE_RECOVERING):
+                self._spawn(view.replica_id, self._probe_starting(view, record, goal))
+            elif view.state == RS.REPLICA_STATE_RUNNING and now >= self._next_health.get(
+                    view.replica_id, 0.0):
+                self._next_health[view.replica_id] = now + config.health_check_period_s
+                self._spawn(view.replica_id,
+                            self._check_health(view, record, config.health_check_timeout_s))
+
+    async def _probe_starting(self, view: ReplicaView, record: replica_pb2.ReplicaRecord,
+                              goal: records_pb2.DeploymentRecord) -> None:
+        result = await self._ops.probe_starting(record)
+        if result.failure:
+            self._fail(view, result.failure)
+        elif result.ready:
+            recovered = view.state == RS.REPLICA_STATE_RECOVERING
+            view.state = RS.REPLICA_STATE_RUNNING
+            view.config_hash = result.config_hash
+            key = (record.application, record.deployment)
+            if view.version == goal.version and view.code_hash == goal.code_hash:
+                self._failures.setdefault(key, StartupFailures()).record_success()
+            logger.info("replica %s of %s/%s is %s", view.replica_id, *key,
+                        "adopted" if recovered else "running")
+        else:
+            await self._clock.sleep(0.1)  # still loading: look again shortly
+
+    async def _check_health(self, view: ReplicaView, record: replica_pb2.ReplicaRecord,
+                            timeout_s: float) -> None:
+        problem = await self._ops.check_health(record, timeout_s)
+        if not problem:
+            view.health_failures, view.message = 0, ""
+            return
+        view.health_failures += 1
+        view.message = problem
+        logger.warning("replica %s: %s (%d in a row)", view.replica_id, problem,
+                       view.health_failures)
+        if view.health_failures >= HEALTH_FAILURE_THRESHOLD:
+            self._fail(view, f"{problem} ({view.health_failures} times in a row)")
+
+    def _fail(self, view: ReplicaView, reason: str) -> None:
+        view.failed_starting = view.state in (RS.REPLICA_STATE_STARTING,
+                                              RS.REPLICA_STATE_RECOVERING)
+        view.failure = reason
+        record = self.records[view.replica_id]
+        key = (record.application, record.deployment)
+        if view.failed_starting and view.state == RS.REPLICA_STATE_STARTING:
+            self._failures.setdefault(key, StartupFailures()).record(
+                reason.splitlines()[0] if reason else reason, self._clock.monotonic())
+        logger.warning("replica %s of %s/%s failed: %s", view.replica_id, *key, reason)
+
+    # -- acting -------------------------------------------------------------------------
+
+    def _spawn(self, replica_id: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._guarded(replica_id, work), name=f"replica-{replica_id}")
+        self._tasks[replica_id] = task
+        task.add_done_callback(lambda t: self._tasks.pop(replica_id, None)
+                               if self._tasks.get(replica_id) is t else None)
+
+    async def _guarded(self, replica_id: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except NotLeader:
+            logger.warning("replica %s: leadership lost; stopping work", replica_id)
+        except Unavailable as e:
+            logger.warning("replica %s: %s; retrying next tick", replica_id, e)
+        except Exception:
+            logger.exception("replica %s: operation failed; retrying next tick", replica_id)
+
+    def _start(self, key: DKey, slot: int, goal: records_pb2.DeploymentRecord) -> None:
+        replica_id = f"{goal.spec.name}-{secrets.token_hex(4)}"
+        record = replica_pb2.ReplicaRecord(
+            replica_id=replica_id, application=key[0], deployment=key[1], slot=slot,
+            version=goal.version, code_hash=goal.code_hash)
+        view = self._track(record, RS.REPLICA_STATE_STARTING)
+        logger.info("starting replica %s of %s/%s (slot %d, version %s)", replica_id, *key,
+                    slot, goal.version)
+
+        async def start() -> None:
+            try:
+                await self._ops.start(record, goal, self._clock.time())
+            except (NotLeader, Unavailable):
+                raise
+            except Exception as e:
+                self._fail(view, f"could not start: {type(e).__name__}: {e}")
+            finally:
+                self._starting.pop(replica_id, None)
+
+        self._spawn(replica_id, start())
+        self._starting[replica_id] = self._tasks[replica_id]
+
+    def _stop(self, record: replica_pb2.ReplicaRecord,
+              goal: records_pb2.DeploymentRecord | None = None) -> None:
+        view = self.views[(record.application, record.deployment)][record.replica_id]
+        if view.state == RS.REPLICA_STATE_STOPPING and record.replica_id in self._tasks:
+            return
+        view.state = RS.REPLICA_STATE_STOPPING
+        previous = self._tasks.get(record.replica_id)
+        config = goal.spec.replica_config if goal is not None else None
+        wait_loop = config.graceful_shutdown_wait_loop_s if config else 2.0
+        timeout = config.graceful_shutdown_timeout_s if config else 20.0
+        if view.failure:
+            timeout = min(timeout, 5.0)  # a failed replica has nothing worth waiting for
+        logger.info("stopping replica %s of %s/%s%s", record.replica_id, record.application,
+                    record.deployment, f" ({view.failure.splitlines()[0]})"
+                    if view.failure else "")
+
+        starting = self._starting.pop(record.replica_id, None)
+
+        async def stop() -> None:
+            if previous is not None and not previous.done():
+                if previous is not starting:
+                    previous.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await previous
+            await self._ops.stop(record, wait_loop, timeout)
+            views = self.views.get((record.application, record.deployment), {})
+            views.pop(record.replica_id, None)
+            self.records.pop(record.replica_id, None)
+            self._next_health.pop(record.replica_id, None)
+
+        self._spawn(record.replica_id, stop())
+
+    async def _reconfigure(self, view: ReplicaView,
+                           goal: records_pb2.DeploymentRecord) -> None:
+        try:
+            view.config_hash = await self._ops.reconfigure(self.records[view.replica_id], goal)
+        except Exception as e:
+            self._fail(view, f"reconfigure failed: {e}")
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def replica_counts(self, key: DKey) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for view in self.views.get(key, {}).values():
+            name = RS.Name(view.state).removeprefix("REPLICA_STATE_")
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def status(self, key: DKey) -> tuple[int, str] | None:
+        plan = self.plans.get(key)
+        return (plan.status, plan.message) if plan is not None else None
+
+    def replica_infos(self, application: str = "",
+                      deployment: str = "") -> list[replica_pb2.ReplicaInfo]:
+        infos = []
+        for (app, name), views in sorted(self.views.items()):
+            if (application and app != application) or (deployment and name != deployment):
+                continue
+            for view in sorted(views.values(), key=lambda v: (v.slot, v.replica_id)):
+                infos.append(replica_pb2.ReplicaInfo(
+                    record=self.records[view.replica_id], state=view.state,
+                    message=view.failure or view.message))
+        return infos
+

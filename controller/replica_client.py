@@ -1,0 +1,80 @@
+"""The controller's calls to replicas' ReplicaService, one channel per replica.
+
+Every call has a deadline; any failure (unreachable, timed out, an error
+status) raises ReplicaCallError with a message fit for a status line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol
+
+import grpc
+
+from servefleet.v1 import replica_pb2 as rpb
+from servefleet.v1 import replica_pb2_grpc
+
+
+class ReplicaCallError(Exception):
+    pass
+
+
+class ReplicaClient(Protocol):
+    async def metadata(self, address: str, timeout: float) -> rpb.GetMetadataResponse: ...
+
+    async def check_health(self, address: str, timeout: float) -> None: ...
+
+    async def reconfigure(self, address: str, user_config_json: str,
+                          max_ongoing_requests: int, timeout: float) -> None: ...
+
+    async def drain(self, address: str, wait_loop_s: float, timeout_s: float) -> None: ...
+
+    async def forget(self, address: str) -> None: ...
+
+
+class GrpcReplicaClient:
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(address)
+        return replica_pb2_grpc.ReplicaServiceStub(self._channels[address])
+
+    async def _call(self, address: str, method: str, request: object, timeout: float) -> object:
+        try:
+            return await getattr(self._stub(address), method)(request, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise ReplicaCallError(f"{method} timed out after {timeout:g}s") from None
+            raise ReplicaCallError(e.details() or e.code().name) from None
+
+    async def metadata(self, address: str, timeout: float) -> rpb.GetMetadataResponse:
+        reply = await self._call(address, "GetMetadata", rpb.GetMetadataRequest(), timeout)
+        assert isinstance(reply, rpb.GetMetadataResponse)
+        return reply
+
+    async def check_health(self, address: str, timeout: float) -> None:
+        await self._call(address, "CheckHealth", rpb.CheckHealthRequest(), timeout)
+
+    async def reconfigure(self, address: str, user_config_json: str,
+                          max_ongoing_requests: int, timeout: float) -> None:
+        await self._call(address, "Reconfigure", rpb.ReconfigureRequest(
+            user_config_json=user_config_json, max_ongoing_requests=max_ongoing_requests),
+            timeout)
+
+    async def drain(self, address: str, wait_loop_s: float, timeout_s: float) -> None:
+        await self._call(address, "Drain", rpb.DrainRequest(wait_loop_s=wait_loop_s,
+                                                             timeout_s=timeout_s), 2.0)
+
+    async def forget(self, address: str) -> None:
+        """Close the channel to a replica that is gone."""
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()

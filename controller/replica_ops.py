@@ -1,0 +1,159 @@
+"""The I/O behind the reconcile loop's decisions, one replica at a time.
+
+Starting writes the replica's registry record (fenced) before the runtime
+starts it, then writes it again with the runtime handle and addresses: every
+replica the runtime runs therefore has a record, and one without is an
+orphan. Stopping marks the record `stopping` first, so a new leader finishes
+a stop that was under way, drains the replica, has the runtime stop it and
+then deletes the record. Probes read a replica's phase while it starts and
+its health while it runs, and report what they saw to the caller; they never
+change the registry themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from servefleet.v1 import records_pb2, replica_pb2
+
+from .election import FencedStore
+from .keys import ClusterKeys
+from .replica_client import ReplicaCallError, ReplicaClient
+from .runtime import ReplicaLaunch, Runtime
+from .store import Delete, Put
+
+logger = logging.getLogger(__name__)
+PHASE = replica_pb2.ReplicaPhase
+
+
+def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
+    """Digest of what Reconfigure applies, comparable between goal and replica."""
+    blob = json.dumps([user_config_json, max_ongoing_requests]).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass
+class ProbeResult:
+    ready: bool = False
+    # Non-empty when the replica failed (startup error, exited, unhealthy).
+    failure: str = ""
+    config_hash: str = ""
+
+
+class ReplicaOps:
+    def __init__(self, cluster: str, keys: ClusterKeys, fenced: FencedStore, runtime: Runtime,
+                 client: ReplicaClient) -> None:
+        self.cluster = cluster
+        self._keys = keys
+        self._fenced = fenced
+        self.runtime = runtime
+        self.client = client
+
+    def _key(self, record: replica_pb2.ReplicaRecord) -> str:
+        return self._keys.replica(record.application, record.deployment, record.replica_id)
+
+    async def _put(self, record: replica_pb2.ReplicaRecord) -> None:
+        await self._fenced.commit([Put(self._key(record), record.SerializeToString())])
+
+    async def start(self, record: replica_pb2.ReplicaRecord,
+                    goal: records_pb2.DeploymentRecord, now: float) -> None:
+        """Register and launch a replica; fills in the record's handle and addresses."""
+        spec, config = goal.spec, goal.spec.replica_config
+        stamp = Timestamp()
+        stamp.FromNanoseconds(int(now * 1e9))
+        record.created_time.CopyFrom(stamp)
+        record.runtime = self.runtime.name
+        await self._put(record)
+        launched = await self.runtime.start(ReplicaLaunch(
+            cluster=self.cluster, application=record.application, deployment=record.deployment,
+            replica_id=record.replica_id, version=record.version,
+            working_dir=spec.runtime.working_dir, env=dict(spec.runtime.env),
+            settings={
+                "import_path": spec.import_path,
+                "init_args_json": spec.init_args_json,
+                "init_kwargs_json": spec.init_kwargs_json,
+                "user_config_json": config.user_config_json,
+                "working_dir": spec.runtime.working_dir,
+                "max_ongoing_requests": config.max_ongoing_requests,
+                "graceful_shutdown_timeout_s": config.graceful_shutdown_timeout_s,
+                "graceful_shutdown_wait_loop_s": config.graceful_shutdown_wait_loop_s,
+            }))
+        record.handle = launched.handle
+        record.control_address = launched.control_address
+        record.http_address = launched.http_address
+        await self._put(record)
+
+    async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
+                   timeout_s: float) -> None:
+        """Drain and stop a replica, then drop it from the registry."""
+        if not record.stopping:
+            record.stopping = True
+            await self._put(record)
+        if record.control_address:
+            try:
+                await self.client.drain(record.control_address, wait_loop_s, timeout_s)
+            except ReplicaCallError:
+                pass  # dead or not listening: the runtime's stop still ends it
+        # A little beyond the replica's own deadline, so it can exit by itself.
+        await self.runtime.stop(record.handle, timeout_s + 2.0)
+        self.runtime.cleanup(record.replica_id)
+        if record.control_address:
+            await self.client.forget(record.control_address)
+        await self._fenced.commit([Delete(self._key(record))])
+
+    async def forget(self, record: replica_pb2.ReplicaRecord) -> None:
+        """Drop the record of a replica that is gone."""
+        self.runtime.cleanup(record.replica_id)
+        await self._fenced.commit([Delete(self._key(record))])
+
+    async def _exit_reason(self, record: replica_pb2.ReplicaRecord) -> str | None:
+        """Why the replica is gone, or None if it is still alive."""
+        seen = await self.runtime.inspect(record.handle)
+        if seen is not None and seen.alive:
+            return None
+        code = f" with code {seen.exit_code}" if seen and seen.exit_code is not None else ""
+        tail = self.runtime.logs(record.replica_id, 8).strip()
+        return f"replica exited{code}" + (f"; last output:\n{tail}" if tail else "")
+
+    async def probe_starting(self, record: replica_pb2.ReplicaRecord) -> ProbeResult:
+        """Has a starting (or recovered) replica become ready, or failed?"""
+        if not record.handle:
+            return ProbeResult()
+        try:
+            meta = await self.client.metadata(record.control_address, timeout=2.0)
+        except ReplicaCallError:
+            reason = await self._exit_reason(record)
+            return ProbeResult(failure=reason or "")
+        if meta.phase == PHASE.REPLICA_PHASE_FAILED:
+            return ProbeResult(failure=f"{meta.error}\n{meta.traceback.strip()}")
+        if meta.phase == PHASE.REPLICA_PHASE_READY:
+            return ProbeResult(ready=True, config_hash=config_hash(
+                meta.user_config_json, meta.max_ongoing_requests))
+        return ProbeResult()
+
+    async def check_health(self, record: replica_pb2.ReplicaRecord,
+                           timeout_s: float) -> str:
+        """"" when healthy, else why not."""
+        try:
+            await self.client.check_health(record.control_address, timeout_s)
+            return ""
+        except ReplicaCallError as e:
+            return f"health check failed: {e}"
+
+    async def reconfigure(self, record: replica_pb2.ReplicaRecord,
+                          goal: records_pb2.DeploymentRecord) -> str:
+        """Apply the goal's lightweight config; returns the new config hash."""
+        config = goal.spec.replica_config
+        await self.client.reconfigure(record.control_address, config.user_config_json,
+                                      config.max_ongoing_requests, timeout=30.0)
+        logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
+                    record.deployment)
+        return config_hash(config.user_config_json, config.max_ongoing_requests)
+
+    async def alive_ids(self) -> set[str]:
+        return {r.replica_id for r in await self.runtime.list(self.cluster)}

@@ -1,0 +1,190 @@
+"""The process runtime: each replica is a local child process in its own session.
+
+`start_new_session` puts every replica in its own session and process group,
+so it outlives the controller that started it (and a Ctrl-C aimed at the
+controller does not reach it). Its identity is on its command line
+(`python -m servefleet.replica --cluster C --replica-id R ...`), which is how
+`list` finds the replicas of a cluster by reading /proc, whoever started them.
+
+The handle is "<pid>:<start time>", the start time (from /proc/<pid>/stat)
+guarding against a reused pid. Ports are picked free on 127.0.0.1 just before
+the start; the rare collision makes the replica exit with code 3, which the
+controller treats as any failed start. Each replica's settings file and log
+live in `<runtime dir>/<cluster>/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+from .base import ReplicaLaunch, RuntimeReplica
+
+logger = logging.getLogger(__name__)
+
+_IDENTITY_FLAGS = ("--cluster", "--application", "--deployment", "--replica-id", "--version",
+                   "--host", "--control-port", "--http-port")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat, or None when the process is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def _read_cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _identity(argv: list[str]) -> dict[str, str] | None:
+    if "servefleet.replica" not in argv:
+        return None
+    found = {}
+    for i, arg in enumerate(argv[:-1]):
+        if arg in _IDENTITY_FLAGS:
+            found[arg.lstrip("-")] = argv[i + 1]
+    return found if all(f.lstrip("-") in found for f in _IDENTITY_FLAGS) else None
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1") -> None:
+        self._dir = Path(runtime_dir) / cluster
+        self._host = host
+        # Children this process started: polling them reaps their exit status.
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def _paths(self, replica_id: str) -> tuple[Path, Path]:
+        return self._dir / f"{replica_id}.json", self._dir / f"{replica_id}.log"
+
+    async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        settings_path, log_path = self._paths(launch.replica_id)
+        settings_path.write_text(json.dumps(launch.settings))
+        control_port, http_port = free_port(self._host), free_port(self._host)
+        argv = [sys.executable, "-m", "servefleet.replica",
+                "--cluster", launch.cluster, "--application", launch.application,
+                "--deployment", launch.deployment, "--replica-id", launch.replica_id,
+                "--version", launch.version, "--host", self._host,
+                "--control-port", str(control_port), "--http-port", str(http_port),
+                "--config-file", str(settings_path)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **launch.env}
+        cwd = launch.working_dir or os.getcwd()
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                    start_new_session=True)
+        self._children[proc.pid] = proc
+        handle = f"{proc.pid}:{_start_time(proc.pid) or ''}"
+        logger.info("started replica %s as pid %d", launch.replica_id, proc.pid)
+        return RuntimeReplica(
+            replica_id=launch.replica_id, cluster=launch.cluster,
+            application=launch.application, deployment=launch.deployment,
+            version=launch.version, handle=handle,
+            control_address=f"{self._host}:{control_port}",
+            http_address=f"{self._host}:{http_port}")
+
+    def _alive(self, handle: str) -> bool:
+        pid_text, _, started = handle.partition(":")
+        pid = int(pid_text)
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:
+            return False
+        current = _start_time(pid)
+        return current is not None and (not started or current == started)
+
+    async def stop(self, handle: str, timeout_s: float) -> None:
+        if not handle:
+            return
+        pid = int(handle.partition(":")[0])
+        if not self._alive(handle):
+            self._forget(pid)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._alive(handle) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if self._alive(handle):
+            logger.warning("replica pid %d did not exit within %.1fs: killing it", pid, timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while self._alive(handle):
+                await asyncio.sleep(0.02)
+        self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        child = self._children.pop(pid, None)
+        if child is not None:
+            child.poll()
+
+    async def list(self, cluster: str) -> list[RuntimeReplica]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            identity = _identity(_read_cmdline(pid))
+            if identity is None or identity["cluster"] != cluster:
+                continue
+            started = _start_time(pid)
+            if started is None:
+                continue
+            found.append(RuntimeReplica(
+                replica_id=identity["replica-id"], cluster=cluster,
+                application=identity["application"], deployment=identity["deployment"],
+                version=identity["version"], handle=f"{pid}:{started}",
+                control_address=f"{identity['host']}:{identity['control-port']}",
+                http_address=f"{identity['host']}:{identity['http-port']}"))
+        return found
+
+    async def inspect(self, handle: str) -> RuntimeReplica | None:
+        """Liveness and, for children of this process, the exit code."""
+        if not handle:
+            return None
+        pid = int(handle.partition(":")[0])
+        alive = self._alive(handle)
+        child = self._children.get(pid)
+        exit_code = child.returncode if child is not None and not alive else None
+        return RuntimeReplica(replica_id="", cluster="", application="", deployment="",
+                              version="", handle=handle, control_address="", http_address="",
+                              alive=alive, exit_code=exit_code)
+
+    def logs(self, replica_id: str, lines: int = 20) -> str:
+        _, log_path = self._paths(replica_id)
+        try:
+            with open(log_path, errors="replace") as f:
+                return "".join(deque(f, maxlen=lines))
+        except OSError:
+            return ""
+
+    def cleanup(self, replica_id: str) -> None:
+        for path in self._paths(replica_id):
+            with contextlib.suppress(OSError):
+                path.unlink()

@@ -1,0 +1,156 @@
+"""The replica's HTTP server app: admission, the call into user code, the response.
+
+Admission comes first and never reaches user code: while loading or draining,
+and when `max_ongoing_requests` requests are already in flight, a request is
+answered 503 with the header `x-servefleet-rejected` (loading, draining,
+overloaded). The proxy reads that header as "never delivered" and may retry
+the request on another replica.
+
+A user function or `__call__` returns str (text/plain), bytes, a dict or list
+(JSON), a starlette Response, or a sync or async generator (streamed chunk by
+chunk). Sync code runs in the replica's thread pool. An exception in user code
+is logged with its traceback and answered 500 naming the exception.
+
+`x-request-id` is taken from the request or made up, echoed on the response
+and put in the log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from .loader import UserDeployment
+
+logger = logging.getLogger(__name__)
+
+REJECTED_HEADER = "x-servefleet-rejected"
+REQUEST_ID_HEADER = "x-request-id"
+
+
+def is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(type(fn), "__call__", None))  # noqa: B004 - the method, not callability
+
+
+async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) -> Any:
+    """Call user code: coroutines on the loop, everything else in the thread pool."""
+    if is_async_callable(fn):
+        return await fn(*args)
+    result = await asyncio.get_running_loop().run_in_executor(executor, lambda: fn(*args))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def to_response(result: Any) -> Response:
+    if isinstance(result, Response):
+        return result
+    if isinstance(result, str):
+        return PlainTextResponse(result)
+    if isinstance(result, bytes | bytearray | memoryview):
+        return Response(bytes(result), media_type="application/octet-stream")
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        return StreamingResponse(result, media_type="text/plain")
+    return JSONResponse(result)
+
+
+class Admission:
+    """Counts requests in flight and decides whether a new one may start."""
+
+    def __init__(self, max_ongoing: int) -> None:
+        self.max_ongoing = max_ongoing
+        self.ongoing = 0
+        self.ready = False
+        self.draining = False
+
+    def refusal(self) -> str | None:
+        if self.draining:
+            return "draining"
+        if not self.ready:
+            return "loading"
+        if self.ongoing >= self.max_ongoing:
+            return "overloaded"
+        return None
+
+
+class ReplicaApp:
+    """The ASGI app uvicorn serves in a replica."""
+
+    def __init__(self, admission: Admission, executor: concurrent.futures.Executor,
+                 replica_id: str) -> None:
+        self.admission = admission
+        self.executor = executor
+        self.replica_id = replica_id
+        self.deployment: UserDeployment | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self._lifespan(receive, send)
+            return
+        reason = self.admission.refusal()
+        if reason is not None:
+            await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
+                                    headers={REJECTED_HEADER: reason})(scope, receive, send)
+            return
+        request_id = self._request_id(scope)
+        self.admission.ongoing += 1
+        try:
+            await self._serve(scope, receive, send, request_id)
+        finally:
+            self.admission.ongoing -= 1
+
+    @staticmethod
+    def _request_id(scope: Scope) -> str:
+        for key, value in scope["headers"]:
+            if key == b"x-request-id" and value:
+                return value.decode("latin-1")
+        request_id = uuid.uuid4().hex
+        scope["headers"] = [*scope["headers"], (b"x-request-id", request_id.encode())]
+        return request_id
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        deployment = self.deployment
+        assert deployment is not None, "admission lets requests in only once loaded"
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != b"x-request-id"]
+                message = {**message, "headers": [*headers,
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        try:
+            if deployment.is_asgi:
+                await deployment.target(scope, receive, send_with_id)
+                return
+            if deployment.target is None:
+                response: Response = PlainTextResponse(
+                    "this deployment has no __call__: reach it through a handle", 404)
+            else:
+                result = await call_user(deployment.target, self.executor,
+                                         Request(scope, receive))
+                response = to_response(result)
+        except Exception as e:
+            logger.exception("request %s failed in user code", request_id)
+            response = PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)
+        await response(scope, receive, send_with_id)
+
+    @staticmethod
+    async def _lifespan(receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,97 @@
+"""Loading user code: import `module:attr` and make a deployment out of it.
+
+What `attr` names decides the kind of deployment:
+
+- a class: constructed once with the init args; its instance's `__call__`
+  receives each HTTP request (unless the instance is itself an ASGI app);
+- an ASGI app (a FastAPI or Starlette instance, or any callable taking
+  `scope, receive, send`): requests are handed to it as they are;
+- a function: called with each HTTP request.
+
+The optional `reconfigure(user_config)` and `check_health()` methods of a
+class are found here too. Sync user code is run in a thread pool by the
+caller, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class LoadError(Exception):
+    """The import path does not name something servefleet can serve."""
+
+
+@dataclass
+class UserDeployment:
+    # What serves requests: an ASGI app, or a callable taking a Request.
+    target: Any
+    is_asgi: bool
+    reconfigure: Callable[[Any], Any] | None
+    check_health: Callable[[], Any] | None
+    # The object named by the import path, for handle method calls.
+    instance: Any
+
+
+def _is_asgi(obj: Any) -> bool:
+    """An ASGI app takes (scope, receive, send) and is a coroutine function."""
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        call = obj
+    else:
+        call = getattr(type(obj), "__call__", None)  # noqa: B004 - the method itself
+    if call is None or not inspect.iscoroutinefunction(call):
+        # Starlette and FastAPI define `async def __call__(self, scope, receive, send)`.
+        return False
+    try:
+        params = [p for p in inspect.signature(call).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return [p.name for p in params][-3:] == ["scope", "receive", "send"]
+
+
+def import_attr(import_path: str, working_dir: str = "") -> Any:
+    if working_dir and working_dir not in sys.path:
+        sys.path.insert(0, working_dir)
+    module_name, _, attr_path = import_path.partition(":")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise LoadError(f"module {module_name!r} has no attribute {attr_path!r}") from None
+    return obj
+
+
+def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:
+    """Construct the deployment `obj` names (this runs the user's constructor)."""
+    if inspect.isclass(obj):
+        instance = obj(*args, **kwargs)
+        reconfigure = getattr(instance, "reconfigure", None)
+        if has_user_config and reconfigure is None:
+            raise LoadError(f"user_config is set but {obj.__name__} has no reconfigure() method")
+        if _is_asgi(instance):
+            target, is_asgi = instance, True
+        elif callable(instance):
+            target, is_asgi = instance, False
+        else:
+            target, is_asgi = None, False  # reachable through handle method calls only
+        return UserDeployment(target=target, is_asgi=is_asgi, reconfigure=reconfigure,
+                              check_health=getattr(instance, "check_health", None),
+                              instance=instance)
+    if args or kwargs:
+        raise LoadError("init args are given but the import path names a function or an app, "
+                        "not a class")
+    if has_user_config:
+        raise LoadError("user_config needs a class with a reconfigure() method")
+    if _is_asgi(obj):
+        return UserDeployment(obj, True, None, None, obj)
+    if callable(obj):
+        return UserDeployment(obj, False, None, None, obj)
+    raise LoadError(f"{obj!r} is not a class, a function or an ASGI app")

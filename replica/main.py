@@ -1,0 +1,223 @@
+"""The replica process: `python -m servefleet.replica --config-file F ...`.
+
+Lifecycle:
+
+1. startup: bind the gRPC control port and the HTTP port (both chosen by the
+   runtime), so the controller can follow the replica from its first second;
+2. load: import the user's code and run the constructor in a worker thread,
+   then `reconfigure(user_config)` when one is set. Success: phase READY and
+   requests are admitted. Failure: phase FAILED with the exception and its
+   traceback for the controller to read (GetMetadata), kept until the
+   controller drains the replica or FAILED_LINGER_S passes;
+3. drain, on the Drain RPC or SIGTERM/SIGINT: refuse new requests, wait for
+   in-flight ones, checking every graceful_shutdown_wait_loop_s, for at most
+   graceful_shutdown_timeout_s; then exit. A second signal exits at once.
+
+Identity (cluster, application, deployment, replica id, version) is on the
+command line, so the process runtime can find its replicas by listing
+processes. Exit codes: 0 after a drain, 1 after a load failure, 2 bad usage,
+3 when a port cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import uvicorn
+
+from servefleet.v1 import replica_pb2 as rpb
+from servefleet.v1 import replica_pb2_grpc
+
+from . import loader
+from .control import ReplicaControl
+from .http import Admission, ReplicaApp, call_user
+
+logger = logging.getLogger("servefleet.replica")
+PHASE = rpb.ReplicaPhase
+FAILED_LINGER_S = 60.0
+
+
+@dataclass
+class ReplicaSettings:
+    cluster: str
+    application: str
+    deployment: str
+    replica_id: str
+    version: str
+    host: str
+    control_port: int
+    http_port: int
+    import_path: str
+    init_args_json: str = ""
+    init_kwargs_json: str = ""
+    user_config_json: str = ""
+    working_dir: str = ""
+    max_ongoing_requests: int = 5
+    graceful_shutdown_timeout_s: float = 20.0
+    graceful_shutdown_wait_loop_s: float = 2.0
+
+
+class Replica:
+    def __init__(self, settings: ReplicaSettings) -> None:
+        self.settings = settings
+        self.phase = PHASE.REPLICA_PHASE_LOADING
+        self.error = ""
+        self.traceback = ""
+        self.user_config_json = ""
+        self.deployment: loader.UserDeployment | None = None
+        self.admission = Admission(settings.max_ongoing_requests)
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(8, settings.max_ongoing_requests), thread_name_prefix="user")
+        self.app = ReplicaApp(self.admission, self.executor, settings.replica_id)
+        self._drain = asyncio.Event()
+        self._wait_loop_s = settings.graceful_shutdown_wait_loop_s
+        self._timeout_s = settings.graceful_shutdown_timeout_s
+
+    # -- 2. load ----------------------------------------------------------------
+
+    async def load(self) -> None:
+        s = self.settings
+        try:
+            args = json.loads(s.init_args_json) if s.init_args_json else []
+            kwargs = json.loads(s.init_kwargs_json) if s.init_kwargs_json else {}
+            loop = asyncio.get_running_loop()
+            obj = await loop.run_in_executor(self.executor, loader.import_attr, s.import_path,
+                                             s.working_dir)
+            self.deployment = await loop.run_in_executor(
+                self.executor, loader.build, obj, args, kwargs, bool(s.user_config_json))
+            if s.user_config_json:
+                await self.apply_user_config(s.user_config_json)
+        except Exception as e:
+            self.error = f"{type(e).__name__}: {e}"
+            self.traceback = traceback.format_exc()
+            self.phase = PHASE.REPLICA_PHASE_FAILED
+            logger.error("replica %s failed to load %s:\n%s", s.replica_id, s.import_path,
+                         self.traceback)
+            asyncio.get_running_loop().call_later(FAILED_LINGER_S, self._drain.set)
+            return
+        self.app.deployment = self.deployment
+        self.admission.ready = True
+        self.phase = PHASE.REPLICA_PHASE_READY
+        logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)
+
+    async def apply_user_config(self, user_config_json: str) -> None:
+        reconfigure = self.deployment.reconfigure if self.deployment else None
+        if reconfigure is not None:
+            config = json.loads(user_config_json) if user_config_json else None
+            await call_user(reconfigure, self.executor, config)
+        self.user_config_json = user_config_json
+
+    # -- 3. drain ---------------------------------------------------------------
+
+    def request_drain(self, wait_loop_s: float | None = None,
+                      timeout_s: float | None = None) -> None:
+        if wait_loop_s:
+            self._wait_loop_s = wait_loop_s
+        if timeout_s is not None:
+            self._timeout_s = timeout_s
+        self._drain.set()
+
+    async def wait_and_drain(self) -> None:
+        await self._drain.wait()
+        if self.phase != PHASE.REPLICA_PHASE_FAILED:
+            self.phase = PHASE.REPLICA_PHASE_DRAINING
+        self.admission.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        logger.info("draining: %d requests in flight", self.admission.ongoing)
+        while self.admission.ongoing > 0 and loop.time() < deadline:
+            await asyncio.sleep(min(self._wait_loop_s, max(0.0, deadline - loop.time())))
+        if self.admission.ongoing:
+            logger.warning("graceful shutdown timed out with %d requests in flight",
+                           self.admission.ongoing)
+
+
+async def run(settings: ReplicaSettings) -> int:
+    replica = Replica(settings)
+    control = grpc.aio.server()
+    replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaControl(replica), control)
+    try:
+        control.add_insecure_port(f"{settings.host}:{settings.control_port}")
+    except RuntimeError:
+        print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
+        return 3
+    await control.start()
+    config = uvicorn.Config(replica.app, host=settings.host, port=settings.http_port,
+                            lifespan="off", log_level="warning", access_log=False)
+    http = uvicorn.Server(config)
+    # Server.serve() would install its own signal handlers; the replica drains
+    # on signals itself, so it runs startup/shutdown the way _serve() does.
+    config.load()
+    http.lifespan = config.lifespan_class(config)
+    try:
+        await http.startup()
+    except SystemExit:
+        print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
+        await control.stop(0)
+        return 3
+    await http.on_tick(0)  # sets the default headers; the date header is not refreshed
+
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            os._exit(1)
+        replica.request_drain()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+
+    loading = asyncio.create_task(replica.load())
+    await replica.wait_and_drain()
+    loading.cancel()
+    http.force_exit = replica.admission.ongoing > 0
+    config.timeout_graceful_shutdown = 1
+    await http.shutdown()
+    await control.stop(0.5)
+    replica.executor.shutdown(wait=False, cancel_futures=True)
+    failed = replica.phase == PHASE.REPLICA_PHASE_FAILED
+    logger.info("replica %s exiting", settings.replica_id)
+    return 1 if failed else 0
+
+
+def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
+    parser = argparse.ArgumentParser(prog="servefleet-replica")
+    for flag in ("cluster", "application", "deployment", "replica-id", "version"):
+        parser.add_argument(f"--{flag}", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--control-port", type=int, required=True)
+    parser.add_argument("--http-port", type=int, required=True)
+    parser.add_argument("--config-file", required=True,
+                        help="JSON: import_path, init args, user_config, limits")
+    args = parser.parse_args(argv)
+    with open(args.config_file) as f:
+        spec: dict[str, Any] = json.load(f)
+    return ReplicaSettings(
+        cluster=args.cluster, application=args.application, deployment=args.deployment,
+        replica_id=args.replica_id, version=args.version, host=args.host,
+        control_port=args.control_port, http_port=args.http_port, **spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = parse_args(argv)
+    except (OSError, ValueError, TypeError) as e:
+        print(f"replica: bad settings: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(run(settings))
