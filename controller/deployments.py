@@ -8,7 +8,11 @@ A failed write therefore leaves both unchanged, and a lost leadership makes
 the write fail before anything is touched.
 
 Mutations are serialised by one lock, so checks such as prev_version and
-route-prefix uniqueness see the state they are applied to.
+route-prefix uniqueness see the state they are applied to. A write is
+shielded from the caller's cancellation (a client deadline), so a write that
+reaches the store also reaches memory; a write whose outcome is unknown (the
+store became unreachable) marks the table stale, and the next mutation reloads
+it from the store before it checks anything.
 """
 
 from __future__ import annotations
@@ -23,17 +27,19 @@ from servefleet.v1 import deployment_pb2, records_pb2
 
 from .clock import Clock
 from .election import FencedStore
-from .errors import AlreadyExists, FailedPrecondition, NotFound
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from .keys import ClusterKeys
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
-from .store import Op, Put, Store
+from .store import Op, Put, Store, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (application, name)
 
-# etcd refuses transactions of more than 128 operations (--max-txn-ops).
+# etcd refuses transactions of more than 128 operations (--max-txn-ops) and
+# requests over 1.5 MiB (--max-request-bytes).
 MAX_OPS_PER_TXN = 100
+MAX_RECORD_BYTES = 1024 * 1024
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -43,9 +49,12 @@ def _timestamp(seconds: float) -> Timestamp:
 
 
 class DeploymentTable:
-    def __init__(self, keys: ClusterKeys, fenced: FencedStore, clock: Clock | None = None) -> None:
+    def __init__(self, keys: ClusterKeys, fenced: FencedStore, store: Store,
+                 clock: Clock | None = None) -> None:
         self._keys = keys
         self._fenced = fenced
+        self._store = store
+        self._stale = False
         self._clock = clock or Clock()
         self._records: dict[Key, records_pb2.DeploymentRecord] = {}
         self._lock = asyncio.Lock()
@@ -92,11 +101,36 @@ class DeploymentTable:
 
     # -- writes ---------------------------------------------------------------
 
+    async def _commit(self, ops: list[Op],
+                      updated: dict[Key, records_pb2.DeploymentRecord]) -> None:
+        """Write, then mirror in memory; shielded so a cancelled caller cannot split them."""
+        async def write() -> None:
+            try:
+                await self._fenced.commit(ops)
+            except Unavailable:
+                self._stale = True
+                raise
+            self._records.update(updated)
+
+        await asyncio.shield(write())
+
+    async def _refresh_if_stale(self) -> None:
+        if self._stale:
+            try:
+                await self.load(self._store)
+            except StoreUnavailable as e:
+                raise Unavailable(f"the store is unavailable: {e}") from e
+            self._stale = False
+
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
         key = (goal.application, goal.name)
+        if goal.ByteSize() > MAX_RECORD_BYTES:
+            raise InvalidArgument("spec", f"must be at most {MAX_RECORD_BYTES} bytes once "
+                                          "normalised")
         async with self._lock:
+            await self._refresh_if_stale()
             current = self._records.get(key)
             live = current if current is not None and not current.deleted else None
             # Equality comes before the prev_version check so that retrying an
@@ -109,9 +143,8 @@ class DeploymentTable:
             record = records_pb2.DeploymentRecord(
                 spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
                 start_time=live.start_time if live is not None else now, update_time=now)
-            await self._fenced.commit(
-                [Put(self._keys.deployment(*key), record.SerializeToString())])
-            self._records[key] = record
+            await self._commit([Put(self._keys.deployment(*key), record.SerializeToString())],
+                               {key: record})
         logger.info("deployed %s/%s version %s (%s)", *key, record.version,
                     "updated" if live is not None else "created")
         return record.version, True
@@ -148,6 +181,7 @@ class DeploymentTable:
         for i, name in enumerate(names):
             check_name(f"names[{i}]", name)
         async with self._lock:
+            await self._refresh_if_stale()
             targets = [(application, n) for n in dict.fromkeys(names)
                        if (application, n) in self._records
                        and not self._records[(application, n)].deleted]
@@ -157,6 +191,7 @@ class DeploymentTable:
     async def delete_all(self) -> int:
         """Delete every live deployment (Shutdown); returns how many."""
         async with self._lock:
+            await self._refresh_if_stale()
             targets = [k for k, r in sorted(self._records.items()) if not r.deleted]
             await self._mark_deleted(targets)
         return len(targets)
@@ -177,7 +212,6 @@ class DeploymentTable:
                 record.update_time.CopyFrom(now)
                 updated[key] = record
                 ops.append(Put(self._keys.deployment(*key), record.SerializeToString()))
-            await self._fenced.commit(ops)
-            self._records.update(updated)
+            await self._commit(ops, updated)
             for app, name in chunk:
                 logger.info("deleted %s/%s", app, name)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from .clock import Clock
 from .errors import NotLeader, Unavailable
-from .store import Guard, Op, Put, Store, StoreUnavailable
+from .store import Guard, LeaseNotFound, Op, Put, Store, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +100,11 @@ class LeaderElection:
             return None
         sent = self._clock.monotonic()
         lease = await self._store.grant_lease(self.ttl)
-        result = await self._store.txn([Guard(self._key, 0)],
-                                       [Put(self._key, self.identity.encode(), lease=lease)])
+        try:
+            result = await self._store.txn(
+                [Guard(self._key, 0)], [Put(self._key, self.identity.encode(), lease=lease)])
+        except LeaseNotFound:
+            return None  # the new lease ran out already (a long pause): campaign again
         if not result.succeeded:
             with contextlib.suppress(StoreUnavailable):
                 await self._store.revoke_lease(lease)
@@ -117,10 +120,31 @@ class LeaderElection:
     # -- 2. hold --------------------------------------------------------------
 
     async def hold(self) -> str:
-        """Keep the lease alive while leading; returns why leadership ended."""
-        reason = await self._renew_until_lost()
-        await self._step_down(reason)
+        """Keep the lease alive while leading; returns why leadership ended.
+
+        Whatever ends it (loss, cancellation, a bug), the controller steps down.
+        """
+        reason = "leadership ended unexpectedly"
+        try:
+            reason = await self._renew_until_lost()
+        except asyncio.CancelledError:
+            reason = self._lost_reason or "cancelled"
+            raise
+        except Exception as e:
+            reason = f"lease renewal failed: {type(e).__name__}: {e}"
+            logger.exception("lease renewal failed")
+        finally:
+            await self._step_down(reason)
         return reason
+
+    def lease_valid(self) -> bool:
+        """Leading, and the lease cannot have expired yet by this process's clock.
+
+        A leader that was paused past its TTL stops serving even before its
+        renewal loop runs again.
+        """
+        return (self.revision is not None
+                and self._clock.monotonic() < self._renewed_at + self.ttl)
 
     async def _renew_until_lost(self) -> str:
         interval = self.ttl / 3
@@ -179,12 +203,19 @@ class LeaderElection:
 
 
 class FencedStore:
-    """The leader's write path: every transaction carries the fencing guard."""
+    """The leader's write path for one term: every transaction carries its token.
 
-    def __init__(self, store: Store, election: LeaderElection, leader_key: str) -> None:
+    `token` is the fencing revision of the term this FencedStore was made for;
+    a write still under way from an earlier term is refused even if this
+    process leads again later.
+    """
+
+    def __init__(self, store: Store, election: LeaderElection, leader_key: str,
+                 token: int) -> None:
         self._store = store
         self._election = election
         self._leader_key = leader_key
+        self._token = token
 
     async def commit(self, ops: Sequence[Op]) -> int:
         """Write `ops` atomically as the leader; returns the new store revision.
@@ -194,8 +225,8 @@ class FencedStore:
         when the store cannot be reached (the write may or may not have
         happened).
         """
-        token = self._election.revision
-        if token is None:
+        token = self._token
+        if self._election.revision != token:
             raise NotLeader(self._election.leader)
         try:
             result = await self._store.txn([Guard(self._leader_key, token)], ops)

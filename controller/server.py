@@ -45,7 +45,7 @@ from .runtime import Runtime
 from .runtime.process import ProcessRuntime
 from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
 from .spec import check_name
-from .store import Store, StoreUnavailable, open_store
+from .store import Store, StoreOpenError, StoreUnavailable, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ class ControllerServer:
         self._keys = ClusterKeys(config.cluster)
         self.election = LeaderElection(self._store, self._keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
-        self._fenced = FencedStore(self._store, self.election, self._keys.leader)
         self._leadership = Leadership(self.election)
-        self._table = DeploymentTable(self._keys, self._fenced, self._clock)
+        # Replaced at each term; before the first one every write is refused.
+        self._table = DeploymentTable(self._keys, self._fenced_for(0), self._store, self._clock)
         self._runtime = self._make_runtime()
         self._replica_client = GrpcReplicaClient()
         self._reconciler: Reconciler | None = None
@@ -130,6 +130,9 @@ class ControllerServer:
         self._stopped = False
         self.bound_port = 0
 
+    def _fenced_for(self, token: int) -> FencedStore:
+        return FencedStore(self._store, self.election, self._keys.leader, token)
+
     def _make_runtime(self) -> Runtime | None:
         if self.config.runtime == "none":
             return None
@@ -139,6 +142,11 @@ class ControllerServer:
     # -- 1. startup -------------------------------------------------------------
 
     async def start(self) -> None:
+        """Open the store and start serving; OSError when either is impossible."""
+        try:
+            await self._store.open()
+        except StoreOpenError as e:
+            raise OSError(str(e)) from None
         server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
@@ -172,19 +180,26 @@ class ControllerServer:
             try:
                 await self._one_term()
             except asyncio.CancelledError:
-                raise
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # stop() cancelled us
+                # A CancelledError from inside (a closed channel, say) is a bug
+                # to survive, not an order to stop campaigning.
+                logger.exception("leader term ended by a stray cancellation; campaigning again")
+                await self._clock.sleep(1.0)
             except Exception:
                 # A bug in a term must not end the process's campaigning.
                 logger.exception("leader term failed; campaigning again")
                 await self._clock.sleep(1.0)
 
     async def _one_term(self) -> None:
-        await self.election.campaign()
+        token = await self.election.campaign()
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
         reconciling: asyncio.Task[None] | None = None
         try:
-            table = DeploymentTable(self._keys, self._fenced, self._clock)
-            reconciler = self._new_reconciler(table)
+            fenced = self._fenced_for(token)
+            table = DeploymentTable(self._keys, fenced, self._store, self._clock)
+            reconciler = self._new_reconciler(table, fenced)
             if (await self._retry_while_leading(table.load, holding)
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
@@ -205,10 +220,10 @@ class ControllerServer:
                 await self.election.resign()
                 await holding
 
-    def _new_reconciler(self, table: DeploymentTable) -> Reconciler | None:
+    def _new_reconciler(self, table: DeploymentTable, fenced: FencedStore) -> Reconciler | None:
         if self._runtime is None:
             return None
-        ops = ReplicaOps(self.config.cluster, self._keys, self._fenced, self._runtime,
+        ops = ReplicaOps(self.config.cluster, self._keys, fenced, self._runtime,
                          self._replica_client)
         return Reconciler(self._keys, ops, lambda: table.list(include_deleted=True),
                           self._clock)

@@ -49,6 +49,9 @@ class Leadership:
         # True only while leading with state loaded for the current term.
         self.serving = False
 
+    def can_serve(self) -> bool:
+        return self.serving and self.election.lease_valid()
+
     async def hint(self) -> str | None:
         """Where a client should go instead of here, reading the store if unsure."""
         leader = self.election.leader
@@ -68,7 +71,7 @@ class LeaderGate(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method  # type: ignore[attr-defined]
-        if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.serving:
+        if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
             return self._reject_handler
         return await continuation(handler_call_details)
 

@@ -73,6 +73,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
 def canonical_json(field: str, text: str, kind: type | None = None) -> str:
     """`text` parsed and re-serialised canonically; "" stays "" (unset)."""
     if not text:
@@ -80,17 +87,22 @@ def canonical_json(field: str, text: str, kind: type | None = None) -> str:
     if len(text.encode()) > MAX_JSON_BYTES:
         raise InvalidArgument(field, f"must be at most {MAX_JSON_BYTES} bytes")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as e:
         raise InvalidArgument(field, f"must be valid JSON ({e})") from None
     if kind is not None and not isinstance(value, kind):
         expected = "array" if kind is list else "object"
         raise InvalidArgument(field, f"must be a JSON {expected}")
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        canonical.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(field, "must not contain unpaired UTF-16 surrogates") from None
+    return canonical
 
 
 def check_name(field: str, value: str) -> None:
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise InvalidArgument(field, f"{NAME_RULE}, got {value!r}")
 
 
@@ -173,7 +185,7 @@ def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
     if len(runtime.env) > MAX_ENV_VARS:
         raise InvalidArgument(f"{field}.env", f"at most {MAX_ENV_VARS} variables")
     for key, value in runtime.env.items():
-        if not ENV_NAME_RE.match(key):
+        if not ENV_NAME_RE.fullmatch(key):
             raise InvalidArgument(f"{field}.env[{key!r}]",
                                   "names are letters, digits and '_', not starting with a digit")
         if "\0" in value or len(value) > 32 * 1024:
@@ -191,18 +203,18 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
     check_name("spec.name", out.name)
     out.application = out.application or DEFAULT_APPLICATION
     check_name("spec.application", out.application)
-    if not IMPORT_PATH_RE.match(out.import_path) or len(out.import_path) > 512:
+    if not IMPORT_PATH_RE.fullmatch(out.import_path) or len(out.import_path) > 512:
         raise InvalidArgument("spec.import_path",
                               f"must look like 'package.module:attribute', got {out.import_path!r}")
     out.init_args_json = canonical_json("spec.init_args_json", out.init_args_json, list)
     out.init_kwargs_json = canonical_json("spec.init_kwargs_json", out.init_kwargs_json, dict)
     for field in ("version", "prev_version"):
         value = getattr(spec, field)
-        if value and not VERSION_RE.match(value):
+        if value and not VERSION_RE.fullmatch(value):
             raise InvalidArgument(f"spec.{field}",
                                   "must be 1-128 printable ASCII characters without spaces")
     if out.HasField("route_prefix") and (
-            not ROUTE_PREFIX_RE.match(out.route_prefix) or len(out.route_prefix) > 256):
+            not ROUTE_PREFIX_RE.fullmatch(out.route_prefix) or len(out.route_prefix) > 256):
         raise InvalidArgument(
             "spec.route_prefix",
             "must start with '/', have no empty segments or trailing '/', "

@@ -60,6 +60,11 @@ def resolve_addresses(addresses: str | Sequence[str] | None = None) -> list[str]
     return found
 
 
+def _not_delivered(details: str) -> bool:
+    """True for failures that show the call was never acted on."""
+    return "not the leader" in details or "failed to connect" in details.lower()
+
+
 def _leader_hint(error: grpc.RpcError) -> str | None:
     for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
         if key == LEADER_METADATA_KEY and value:
@@ -92,10 +97,16 @@ class ControllerClient:
             self._channels[address] = grpc.insecure_channel(address)
         return controller_pb2_grpc.ControllerServiceStub(self._channels[address])
 
-    def call(self, method: str, request: Any) -> Any:
-        """Call `method` on the leader, following hints and retrying as described above."""
+    def call(self, method: str, request: Any, *, retry_unknown: bool = True) -> Any:
+        """Call `method` on the leader, following hints and retrying as described above.
+
+        With `retry_unknown=False` a failure that may have reached the
+        controller (a deadline, a dropped connection) is raised instead of
+        retried; only refusals by a standby and refused connections are.
+        """
         deadline = time.monotonic() + self.timeout
         attempt = 0
+        hints_followed = 0
         last_error = "no attempt made"
         while True:
             address = self.addresses[self._current]
@@ -105,9 +116,10 @@ class ControllerClient:
                     request, timeout=max(0.05, min(self.rpc_timeout, remaining)))
             except grpc.RpcError as e:
                 code = e.code()  # type: ignore[attr-defined]
-                if code not in _RETRYABLE:
-                    raise ControllerError(code, e.details()) from None  # type: ignore[attr-defined]
-                last_error = f"{address}: {e.details()}"  # type: ignore[attr-defined]
+                details = e.details() or ""  # type: ignore[attr-defined]
+                if code not in _RETRYABLE or (not retry_unknown and not _not_delivered(details)):
+                    raise ControllerError(code, details) from None
+                last_error = f"{address}: {details}"
                 hint = _leader_hint(e)
             if time.monotonic() >= deadline:
                 raise ControllerUnreachable(
@@ -118,8 +130,12 @@ class ControllerClient:
                 if hint not in self.addresses:
                     self.addresses.append(hint)
                 self._current = self.addresses.index(hint)
-                continue  # a fresh hint is worth an immediate try
-            self._current = (self._current + 1) % len(self.addresses)
+                hints_followed += 1
+                if hints_followed <= 2:
+                    continue  # a fresh hint is worth an immediate try; stale ones back off
+            else:
+                self._current = (self._current + 1) % len(self.addresses)
+                hints_followed = 0
             attempt += 1
             backoff = min(1.0, 0.05 * 2 ** min(attempt, 5)) * random.uniform(0.5, 1.0)
             time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
@@ -155,4 +171,6 @@ class ControllerClient:
         return self.call("GetStatus", api.GetStatusRequest())
 
     def shutdown(self) -> None:
-        self.call("Shutdown", api.ShutdownRequest())
+        # Not retried once it may have arrived: a retry reaching the next leader
+        # would make that controller exit too.
+        self.call("Shutdown", api.ShutdownRequest(), retry_unknown=False)

@@ -75,6 +75,15 @@ def test_bad_input_to_a_call_is_one_line(controller) -> None:
     assert line.startswith("servefleet delete: INVALID_ARGUMENT: names[0]:")
 
 
+def test_output_into_a_closed_pipe_is_not_an_error(controller) -> None:
+    shell = (f"{sys.executable} -m servefleet list --all --json "
+             f"--controller {controller.address} | head -c1")
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_unreachable_controller_is_one_line() -> None:
     result = servefleet("status", "--controller", f"127.0.0.1:{free_port()}", "--timeout", "1")
     assert result.returncode == 1
@@ -88,11 +97,28 @@ def test_unreachable_controller_is_one_line() -> None:
     (["--store", "sqlite:///tmp/x.db", "--listen", "nohost"], "--listen"),
     (["--store", "sqlite:///tmp/x.db", "--lease-ttl", "0"], "--lease-ttl"),
     (["--store", "sqlite:///tmp/x.db", "--cluster", "a/b"], "--cluster"),
+    (["--store", "sqlite:///tmp/x.db", "--cluster", "a\n"], "--cluster"),
 ])
 def test_controller_usage_errors(args: list[str], message: str) -> None:
     result = servefleet("controller", *args)
     assert result.returncode == 2
     assert message in one_clean_line(result.stderr)
+
+
+@pytest.mark.parametrize("timeout", ["nan", "0", "-1", "inf"])
+def test_bad_timeout_is_a_usage_error(timeout: str) -> None:
+    result = servefleet("status", "--timeout", timeout)
+    assert result.returncode == 2
+    assert "--timeout" in one_clean_line(result.stderr)
+
+
+def test_controller_on_an_unusable_sqlite_file(tmp_path) -> None:
+    garbage = tmp_path / "state.db"
+    garbage.write_bytes(b"not a database" * 200)
+    result = servefleet("controller", "--store", f"sqlite://{garbage}",
+                        "--listen", f"127.0.0.1:{free_port()}", timeout=30)
+    assert result.returncode == 1
+    assert "cannot use" in one_clean_line(result.stderr)
 
 
 def test_controller_port_in_use(tmp_path) -> None:

@@ -125,6 +125,9 @@ def test_bad_input_is_invalid_argument_and_writes_nothing(client: ControllerClie
         "spec.replica_config.autoscaling_config.min_replicas": spec(
             replica_config=d.ReplicaConfig(autoscaling_config=d.AutoscalingConfig(
                 min_replicas=5, max_replicas=2))),
+        # Fine on the wire, but canonical JSON would make the record too big for etcd.
+        "spec": spec(init_args_json="[" + ",".join(["1e9"] * 60_000) + "]",
+                     init_kwargs_json='{"a": [' + ",".join(["1e9"] * 60_000) + "]}"),
     }
     for field, bad in cases.items():
         with pytest.raises(ControllerError) as err:

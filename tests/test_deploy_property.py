@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from servefleet.controller.keys import ClusterKeys
-from servefleet.controller.spec import IMPORT_PATH_RE
+from servefleet.controller.spec import IMPORT_PATH_RE, NAME_RE
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.testing import ControllerProcess
 from servefleet.v1 import controller_pb2 as api
@@ -69,20 +69,23 @@ VALID = {
     "route_prefix": st.sampled_from([None, "/", "/a", "/a/b"]),
     "autoscaling": st.none(),
 }
+# JSON texts that parse in Python but cannot be stored as JSON.
+AWKWARD_JSON = st.sampled_from(['"\\ud800"', "1e400", "[1e999]", "NaN", '{"a": Infinity}'])
+
 WILD = {
-    "name": st.text(max_size=70),
+    "name": st.one_of(st.text(max_size=70), st.sampled_from(["Model\n", "Model\r", "-x"])),
     "application": st.text(max_size=70),
     "import_path": st.text(max_size=30),
-    "init_args_json": st.text(max_size=20),
+    "init_args_json": st.one_of(st.text(max_size=20), AWKWARD_JSON.map(lambda t: f"[{t}]")),
     "init_kwargs_json": st.one_of(st.text(max_size=20), json_values.map(json.dumps)),
-    "user_config_json": st.text(max_size=20),
+    "user_config_json": st.one_of(st.text(max_size=20), AWKWARD_JSON),
     "num_replicas": uint32,
     "max_ongoing_requests": uint32,
     "max_queued_requests": st.integers(-(2**31), 2**31 - 1),
     "health_check_period_s": any_float,
     "version": st.text(max_size=140),
     "prev_version": st.text(max_size=10),
-    "route_prefix": st.text(max_size=12),
+    "route_prefix": st.one_of(st.text(max_size=12), st.sampled_from(["/a\n", "/a/", "a"])),
     "autoscaling": st.builds(
         lambda mn, mx, target: d.AutoscalingConfig(**_present(
             min_replicas=mn, max_replicas=mx, target_ongoing_requests=target)),
@@ -111,6 +114,10 @@ specs = st.one_of(
     st.sampled_from(sorted(VALID)).flatmap(lambda wild: _specs_from({**VALID, wild: WILD[wild]})),
     _specs_from(WILD),
 )
+
+
+def _no_constants(name: str) -> None:
+    raise AssertionError(f"stored JSON holds {name}")
 
 
 def snapshot(endpoint: str, cluster: str) -> dict[str, tuple[int, bytes]]:
@@ -165,6 +172,13 @@ def test_random_specs(controller: ControllerProcess, etcd, spec: d.DeploymentSpe
             assert record.version == reply.version and not record.deleted
             config = record.spec.replica_config
             assert math.isfinite(config.health_check_period_s)
+            # What was accepted obeys the rules, and its JSON is strict JSON.
+            assert NAME_RE.fullmatch(record.spec.name)
+            for text in (record.spec.init_args_json, record.spec.init_kwargs_json,
+                         config.user_config_json):
+                if text:
+                    json.loads(text, parse_constant=_no_constants)
+                    text.encode("utf-8")
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
         stub.GetStatus(api.GetStatusRequest(), timeout=5)

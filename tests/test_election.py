@@ -63,8 +63,8 @@ async def test_refused_fenced_write_steps_down_and_writes_nothing(etcd, cluster:
     store_a, store_b = EtcdStore([etcd.endpoint]), EtcdStore([etcd.endpoint])
     try:
         a = LeaderElection(store_a, keys.leader, "a:1", ttl=1)
-        await a.campaign()
-        table = DeploymentTable(keys, FencedStore(store_a, a, keys.leader))
+        token = await a.campaign()
+        table = DeploymentTable(keys, FencedStore(store_a, a, keys.leader, token), store_a)
         await table.load(store_a)
         await table.deploy(spec("one"))
 
@@ -90,3 +90,39 @@ async def test_refused_fenced_write_steps_down_and_writes_nothing(etcd, cluster:
     finally:
         await store_a.close()
         await store_b.close()
+
+
+class SlowStore:
+    """A real store whose transactions take a while: room to cancel a caller mid-write."""
+
+    def __init__(self, inner: Store, delay: float) -> None:
+        self._inner, self._delay = inner, delay
+
+    async def txn(self, guards, ops):
+        await asyncio.sleep(self._delay)
+        return await self._inner.txn(guards, ops)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+async def test_cancelled_write_keeps_memory_and_store_in_step(store: Store,
+                                                               cluster: str) -> None:
+    keys = ClusterKeys(cluster)
+    slow = SlowStore(store, 0.3)
+    election = LeaderElection(slow, keys.leader, "a:1", ttl=10)
+    token = await election.campaign()
+    table = DeploymentTable(keys, FencedStore(slow, election, keys.leader, token), slow)
+    await table.load(slow)
+    caller = asyncio.create_task(table.deploy(spec("m")))
+    await asyncio.sleep(0.1)
+    caller.cancel()  # the client's deadline ran out mid-write
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.sleep(0.5)
+    stored = await store.get(keys.deployment("default", "m"))
+    assert stored is not None, "the shielded write went on"
+    assert table.get("default", "m").version
+    # Retrying the acknowledged-or-not deploy is a no-op, in memory and in the store.
+    assert (await table.deploy(spec("m")))[1] is False
+    await election.resign()

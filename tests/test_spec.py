@@ -72,7 +72,7 @@ def test_good_names(name: str) -> None:
     assert normalize_spec(spec(name=name)).name == name
 
 
-@pytest.mark.parametrize("name", ["", "-a", "a-", "a b", "a/b", "x" * 64, "é"])
+@pytest.mark.parametrize("name", ["", "-a", "a-", "a b", "a/b", "x" * 64, "é", "adv\n"])
 def test_bad_names(name: str) -> None:
     err = refused(spec(name=name))
     assert err.field == "spec.name" and repr(name) in err.rule
@@ -83,13 +83,15 @@ def test_good_route_prefixes(prefix: str) -> None:
     assert normalize_spec(spec(route_prefix=prefix)).route_prefix == prefix
 
 
-@pytest.mark.parametrize("prefix", ["", "a", "/a/", "//a", "/a b", "/a?x=1", "/a#f", "/{x}"])
+@pytest.mark.parametrize("prefix", ["", "a", "/a/", "//a", "/a b", "/a?x=1", "/a#f", "/{x}",
+                                    "/a\n"])
 def test_bad_route_prefixes(prefix: str) -> None:
     err = refused(spec(route_prefix=prefix))
     assert err.field == "spec.route_prefix" and "must start with '/'" in err.rule
 
 
-@pytest.mark.parametrize("path", ["", "mod", "mod:", ":attr", "a.:b", "1mod:x", "m:a b"])
+@pytest.mark.parametrize("path", ["", "mod", "mod:", ":attr", "a.:b", "1mod:x", "m:a b",
+                                  "m:C\n"])
 def test_bad_import_paths(path: str) -> None:
     assert refused(spec(import_path=path)).field == "spec.import_path"
 
@@ -131,3 +133,13 @@ def test_derived_version_follows_code_not_config() -> None:
     assert code_hash(normalize_spec(spec(init_args_json="[1]"))) != code_hash(base)
     assert stored_version(base) == code_hash(base)
     assert stored_version(normalize_spec(spec(version="v9"))) == "v9"
+
+
+@pytest.mark.parametrize("text", ['"\\ud800"', "1e400", "[-1e999]", '{"a": NaN}'])
+def test_json_that_cannot_be_stored_as_json_is_refused(text: str) -> None:
+    err = refused(spec(replica_config=d.ReplicaConfig(user_config_json=text)))
+    assert err.field == "spec.replica_config.user_config_json"
+
+
+def test_versions_with_a_trailing_newline_are_refused() -> None:
+    assert refused(spec(version="v1\n")).field == "spec.version"

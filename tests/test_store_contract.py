@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from servefleet.controller.store import Delete, Guard, Put, Store
+from servefleet.controller.store import Delete, Guard, LeaseNotFound, Put, Store, StoreOpenError
+from servefleet.controller.store.sqlite import SqliteStore
 
 
 @pytest.fixture
@@ -149,3 +150,29 @@ async def test_wait_for_change_times_out(store: Store, prefix: str) -> None:
     start = loop.time()
     await store.wait_for_change(prefix + "quiet", seen.revision, timeout=0.3)
     assert loop.time() - start >= 0.25
+
+
+async def test_put_with_unknown_lease_is_refused(store: Store, prefix: str) -> None:
+    before = await store.revision()
+    with pytest.raises(LeaseNotFound):
+        await store.txn([], [Put(prefix + "k", b"v", lease=987654321)])
+    assert await store.get(prefix + "k") is None
+    assert await store.revision() == before
+
+
+async def test_transaction_that_changes_nothing_keeps_the_revision(store: Store,
+                                                                   prefix: str) -> None:
+    before = await store.revision()
+    result = await store.txn([], [Delete(prefix + "absent"), Delete(prefix + "none/", True)])
+    assert result.succeeded and result.revision == before
+    assert await store.revision() == before
+
+
+async def test_sqlite_store_on_a_bad_path_fails_to_open(tmp_path) -> None:
+    not_a_db = tmp_path / "garbage.db"
+    not_a_db.write_bytes(b"this is not a sqlite database" * 100)
+    for path in (not_a_db, "/proc/no-such-dir/state.db"):
+        broken = SqliteStore(path)
+        with pytest.raises(StoreOpenError):
+            await broken.open()
+        await broken.close()

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from .base import Delete, Guard, KeyValue, Op, Put, Store, StoreUnavailable, TxnResult
+from .base import (
+    Delete,
+    Guard,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    Put,
+    Store,
+    StoreOpenError,
+    StoreUnavailable,
+    TxnResult,
+)
 
 __all__ = [
     "Delete",
     "Guard",
     "KeyValue",
+    "LeaseNotFound",
     "Op",
     "Put",
     "Store",
+    "StoreOpenError",
     "StoreURLError",
     "StoreUnavailable",
     "TxnResult",

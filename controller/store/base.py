@@ -28,6 +28,14 @@ class StoreUnavailable(Exception):
     """The store could not be reached, or did not answer in time."""
 
 
+class StoreOpenError(Exception):
+    """The store cannot be used at all (a bad path, a file that is not a database)."""
+
+
+class LeaseNotFound(Exception):
+    """A Put named a lease that does not exist (expired or revoked); nothing was written."""
+
+
 @dataclass(frozen=True)
 class KeyValue:
     key: str
@@ -95,6 +103,13 @@ def check_disjoint(ops: Sequence[Op]) -> None:
 
 
 class Store(Protocol):
+    async def open(self) -> None:
+        """Check the store can be used at all; StoreOpenError if it never can.
+
+        A store that is only unreachable now (etcd down) is not an error here.
+        """
+        ...
+
     async def get(self, key: str) -> KeyValue | None:
         """The key's current value, or None."""
         ...
@@ -110,7 +125,8 @@ class Store(Protocol):
     async def txn(self, guards: Sequence[Guard], ops: Sequence[Op]) -> TxnResult:
         """Apply `ops` atomically if every guard holds; otherwise change nothing.
 
-        Raises ValueError when two operations touch the same key.
+        Raises ValueError when two operations touch the same key, and
+        LeaseNotFound when a Put names a lease that does not exist.
         """
         ...
 

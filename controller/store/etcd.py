@@ -24,7 +24,16 @@ import grpc
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
-from .base import Guard, KeyValue, Op, Put, StoreUnavailable, TxnResult, check_disjoint
+from .base import (
+    Guard,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    Put,
+    StoreUnavailable,
+    TxnResult,
+    check_disjoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +81,10 @@ class EtcdStore:
         self._timeout = timeout
         self._index = 0
         self._client: aetcd.Client | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def open(self) -> None:
+        """Nothing to check up front: an etcd that is down now may be up later."""
 
     # -- connection -------------------------------------------------------
 
@@ -83,31 +96,47 @@ class EtcdStore:
             self._client = client
         return self._client
 
-    async def _rotate(self) -> None:
-        """Drop the current connection and move on to the next endpoint."""
-        client, self._client = self._client, None
+    def _rotate(self, failed: aetcd.Client) -> None:
+        """Move on to the next endpoint after `failed` could not be reached.
+
+        The old connection is closed only later: other calls may still be
+        running on it, and closing it now would cancel them.
+        """
+        if self._client is not failed:
+            return  # another call already moved on
+        self._client = None
         self._index = (self._index + 1) % len(self._endpoints)
-        if client is not None:
+
+        async def close_later() -> None:
+            await asyncio.sleep(self._timeout + 1.0)
             with contextlib.suppress(Exception):
-                await client.close()
+                await failed.close()
+
+        self._closing.add(task := asyncio.get_running_loop().create_task(close_later()))
+        task.add_done_callback(self._closing.discard)
 
     async def _call(self, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        client = await self._connected()
         try:
-            return await fn(await self._connected())
+            return await fn(client)
         except (aetcd.exceptions.ConnectionFailedError,
                 aetcd.exceptions.ConnectionTimeoutError) as e:
-            await self._rotate()
+            self._rotate(client)
             raise StoreUnavailable(f"etcd unreachable: {e}") from e
         except grpc.aio.AioRpcError as e:
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                await self._rotate()
+                self._rotate(client)
                 raise StoreUnavailable(f"etcd unreachable: {e.details()}") from e
+            if e.code() == grpc.StatusCode.NOT_FOUND and "lease" in (e.details() or ""):
+                raise LeaseNotFound(e.details()) from e
             raise
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        for task in list(self._closing):
+            task.cancel()
 
     # -- reads ------------------------------------------------------------
 

@@ -27,7 +27,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from .base import Delete, Guard, KeyValue, Op, Put, StoreUnavailable, TxnResult, check_disjoint
+from .base import (
+    Delete,
+    Guard,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    Put,
+    StoreOpenError,
+    StoreUnavailable,
+    TxnResult,
+    check_disjoint,
+)
 
 T = TypeVar("T")
 
@@ -71,15 +82,21 @@ class SqliteStore:
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
-            if self._path != ":memory:":
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self._path, timeout=10.0, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(_SCHEMA)
+            try:
+                if self._path != ":memory:":
+                    Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self._path, timeout=10.0, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript(_SCHEMA)
+            except (OSError, sqlite3.DatabaseError) as e:
+                raise StoreOpenError(f"cannot use {self._path} as a sqlite store: {e}") from e
             self._conn = conn
         return self._conn
+
+    async def open(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._open)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def work() -> T:
@@ -96,7 +113,7 @@ class SqliteStore:
 
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, work)
-        except sqlite3.OperationalError as e:
+        except sqlite3.OperationalError as e:  # locked by another process, disk full
             raise StoreUnavailable(f"sqlite store {self._path}: {e}") from e
 
     @staticmethod
@@ -169,12 +186,14 @@ class SqliteStore:
                                    (guard.key,)).fetchone()
                 if (row[0] if row else 0) != guard.create_revision:
                     return TxnResult(False, self._current_revision(conn))
-            if not ops:
-                return TxnResult(True, self._current_revision(conn))
-            revision = self._advance_revision(conn)
+            # Like etcd, a transaction that changes nothing keeps the revision.
+            revision = self._current_revision(conn) + 1
+            before = conn.total_changes
             for op in ops:
                 self._apply(conn, op, revision)
-            return TxnResult(True, revision)
+            if conn.total_changes == before:
+                return TxnResult(True, revision - 1)
+            return TxnResult(True, self._advance_revision(conn))
 
         return await self._run(fn)
 
@@ -183,7 +202,7 @@ class SqliteStore:
         if isinstance(op, Put):
             if op.lease and not conn.execute("SELECT 1 FROM leases WHERE id = ?",
                                              (op.lease,)).fetchone():
-                raise ValueError(f"lease {op.lease} not found")
+                raise LeaseNotFound(f"lease {op.lease} not found")
             conn.execute(
                 "INSERT INTO kv (key, value, create_revision, mod_revision, lease) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "

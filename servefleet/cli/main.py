@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -34,6 +36,8 @@ def _add_controller_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> ControllerClient:
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
     try:
         return ControllerClient(args.controller, timeout=args.timeout)
     except ValueError as e:
@@ -138,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`servefleet list | head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
