@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from servefleet.v1 import records_pb2, replica_pb2
+from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
 from .clock import Clock
 from .errors import NotLeader, Unavailable
@@ -38,6 +38,7 @@ from .store import Store
 
 logger = logging.getLogger(__name__)
 RS = replica_pb2.ReplicaState
+DS = status_pb2.DeploymentStatus
 DKey = tuple[str, str]
 
 LIVENESS_SWEEP_S = 0.5
@@ -63,7 +64,8 @@ class Reconciler:
         self._tick_s = tick_s
         self.views: dict[DKey, dict[str, ReplicaView]] = {}
         self.records: dict[str, replica_pb2.ReplicaRecord] = {}
-        self.plans: dict[DKey, Plan] = {}
+        # The last plan of each deployment, with the goal it was made for.
+        self.plans: dict[DKey, tuple[Goal | None, Plan]] = {}
         self._failures: dict[DKey, StartupFailures] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Replicas whose start is under way: a stop waits for it rather than
@@ -169,7 +171,7 @@ class Reconciler:
         failures = self._failures.setdefault(key, StartupFailures())
         goal = goal_of(record) if record is not None else None
         plan = plan_deployment(goal, list(views.values()), failures, now)
-        self.plans[key] = plan
+        self.plans[key] = (goal, plan)
         for replica_id in plan.stop:
             self._stop(self.records[replica_id], record)
         if record is not None and not record.deleted:
@@ -322,6 +324,14 @@ class Reconciler:
         except Exception as e:
             self._fail(view, f"reconfigure failed: {e}")
 
+    async def wait_empty(self, timeout_s: float) -> bool:
+        """Wait until no replica is tracked (all stopped); False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while any(self.views.values()) and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        return not any(self.views.values())
+
     # -- reporting ------------------------------------------------------------------------
 
     def replica_counts(self, key: DKey) -> dict[str, int]:
@@ -331,9 +341,19 @@ class Reconciler:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def status(self, key: DKey) -> tuple[int, str] | None:
-        plan = self.plans.get(key)
-        return (plan.status, plan.message) if plan is not None else None
+    def status(self, record: records_pb2.DeploymentRecord) -> tuple[int, str] | None:
+        """(status, message) of the last plan, or None if none was made yet.
+
+        A plan made for an older goal says nothing about the new one: the
+        deployment is then updating until the next tick plans it.
+        """
+        planned = self.plans.get((record.spec.application, record.spec.name))
+        if planned is None:
+            return None
+        goal, plan = planned
+        if goal != goal_of(record):
+            return DS.DEPLOYMENT_STATUS_UPDATING, "applying the new goal"
+        return plan.status, plan.message
 
     def replica_infos(self, application: str = "",
                       deployment: str = "") -> list[replica_pb2.ReplicaInfo]:

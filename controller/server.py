@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 7373
 RUNTIMES = ("process", "none")
+# How long the Shutdown RPC waits for replicas to drain before the controller exits.
+SHUTDOWN_REPLICAS_TIMEOUT_S = 60.0
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -127,6 +129,7 @@ class ControllerServer:
         self._server: grpc.aio.Server | None = None
         self._terms: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
+        self._stop_replicas = False
         self._stopped = False
         self.bound_port = 0
 
@@ -150,7 +153,8 @@ class ControllerServer:
         server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
-                               lambda: self._reconciler, self.request_stop), server)
+                               lambda: self._reconciler,
+                               lambda: self.request_stop(stop_replicas=True)), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -242,7 +246,10 @@ class ControllerServer:
 
     # -- 3. shutdown ----------------------------------------------------------------
 
-    def request_stop(self) -> None:
+    def request_stop(self, *, stop_replicas: bool = False) -> None:
+        """Begin shutdown. Replicas outlive the controller unless `stop_replicas`
+        (the Shutdown RPC): then the deleted deployments' replicas are drained first."""
+        self._stop_replicas = self._stop_replicas or stop_replicas
         self._stop_requested.set()
 
     async def wait_stop_requested(self) -> None:
@@ -253,6 +260,9 @@ class ControllerServer:
             return
         self._stopped = True
         logger.info("controller shutting down")
+        reconciler = self._reconciler
+        if self._stop_replicas and reconciler is not None and self.election.is_leader:
+            await reconciler.wait_empty(SHUTDOWN_REPLICAS_TIMEOUT_S)
         self._leadership.serving = False
         if self._server is not None:
             await self._health.enter_graceful_shutdown()

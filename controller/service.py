@@ -158,7 +158,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             if reconciler is None:
                 return {}, None
             key = (record.spec.application, record.spec.name)
-            return reconciler.replica_counts(key), reconciler.status(key)
+            return reconciler.replica_counts(key), reconciler.status(record)
 
         applications = cluster_status(self._deployments().live(), observe)
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
@@ -167,6 +167,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def Shutdown(self, request: api.ShutdownRequest, context: Any) -> api.ShutdownResponse:
         count = await self._deployments().delete_all()
-        logger.info("shutdown requested: deleted %d deployments; exiting", count)
+        logger.info("shutdown requested: deleted %d deployments; stopping their replicas, "
+                    "then exiting", count)
         self._on_shutdown()
         return api.ShutdownResponse()

@@ -121,8 +121,9 @@ class ControllerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Shutdown(self, request, context):
-        """Shutdown deletes every deployment; then the controller that received it
-        exits, giving up leadership.
+        """Shutdown deletes every deployment, waits (up to a minute) for their
+        replicas to drain and stop, then the controller that received it exits,
+        giving up leadership.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

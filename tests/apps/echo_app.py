@@ -1,0 +1,26 @@
+"""A deployment for the replica tests: it reports who answered and with what config."""
+
+from __future__ import annotations
+
+import os
+
+
+class Echo:
+    def __init__(self, label: str = "echo", fail: bool = False, unhealthy_dir: str = "") -> None:
+        if fail:
+            raise ValueError("constructor exploded on purpose")
+        self.label = label
+        self.config: object = None
+        # A replica turns unhealthy once a file named after its pid appears here.
+        self.unhealthy_dir = unhealthy_dir
+
+    def reconfigure(self, config: object) -> None:
+        self.config = config
+
+    def check_health(self) -> None:
+        if self.unhealthy_dir and os.path.exists(os.path.join(self.unhealthy_dir,
+                                                              str(os.getpid()))):
+            raise RuntimeError("told to be unhealthy")
+
+    async def __call__(self, request) -> dict:
+        return {"pid": os.getpid(), "label": self.label, "config": self.config}

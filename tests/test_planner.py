@@ -1,0 +1,155 @@
+"""Unit tests of the replica planner: pure decisions under a fake clock."""
+
+from __future__ import annotations
+
+from servefleet.controller.planner import (
+    Goal,
+    ReplicaView,
+    StartupFailures,
+    plan_deployment,
+    retry_cap,
+)
+from servefleet.v1 import replica_pb2, status_pb2
+
+RS = replica_pb2.ReplicaState
+DS = status_pb2.DeploymentStatus
+RUNNING, STARTING, STOPPING = (RS.REPLICA_STATE_RUNNING, RS.REPLICA_STATE_STARTING,
+                               RS.REPLICA_STATE_STOPPING)
+
+
+def goal(target: int = 3, version: str = "v1", config: str = "c1") -> Goal:
+    return Goal(version=version, code_hash="h-" + version, target=target, config_hash=config)
+
+
+def replica(rid: str, slot: int, version: str = "v1", state: int = RUNNING,
+            config: str = "c1") -> ReplicaView:
+    return ReplicaView(replica_id=rid, slot=slot, version=version, code_hash="h-" + version,
+                       state=state, config_hash=config)
+
+
+def run_until_stable(g: Goal, views: list[ReplicaView], steps: int = 50):
+    """Apply plans as an ideal executor would (starts become RUNNING next step)."""
+    failures, history, counter = StartupFailures(), [], 0
+    for _ in range(steps):
+        plan = plan_deployment(g, views, failures, now=0.0)
+        history.append((plan, [(v.replica_id, v.version, v.state) for v in views]))
+        stopped = set(plan.stop)
+        views = [v for v in views if v.replica_id not in stopped]
+        for v in views:
+            if v.state == STARTING:
+                v.state = RUNNING
+        for slot in plan.start_slots:
+            counter += 1
+            views.append(replica(f"n{counter}", slot, g.version, STARTING, g.config_hash))
+        if not plan.start_slots and not plan.stop and plan.status == DS.DEPLOYMENT_STATUS_HEALTHY:
+            return views, history
+    raise AssertionError("did not converge")
+
+
+def test_scale_up_from_nothing_fills_slots() -> None:
+    plan = plan_deployment(goal(3), [], StartupFailures(), 0.0)
+    assert plan.start_slots == [0, 1, 2] and plan.stop == []
+    assert plan.status == DS.DEPLOYMENT_STATUS_UPDATING
+
+
+def test_healthy_when_target_running() -> None:
+    views = [replica("a", 0), replica("b", 1), replica("c", 2)]
+    plan = plan_deployment(goal(3), views, StartupFailures(), 0.0)
+    assert (plan.start_slots, plan.stop, plan.reconfigure) == ([], [], [])
+    assert plan.status == DS.DEPLOYMENT_STATUS_HEALTHY
+
+
+def test_scale_down_stops_starting_first_then_highest_slots() -> None:
+    views = [replica("a", 0), replica("b", 1), replica("c", 2), replica("d", 3, state=STARTING)]
+    plan = plan_deployment(goal(2), views, StartupFailures(), 0.0)
+    assert plan.stop == ["d", "c"]
+
+
+def test_rolling_update_keeps_target_running_and_limits_in_flight() -> None:
+    old = [replica(f"o{i}", i, "v1") for i in range(10)]
+    views, history = run_until_stable(goal(10, "v2"), old)
+    assert sorted(v.slot for v in views) == list(range(10))
+    assert {v.version for v in views} == {"v2"}
+    for plan, seen in history:
+        running = [s for s in seen if s[2] == RUNNING]
+        old_left = [s for s in seen if s[1] == "v1"]
+        if old_left:
+            assert len(running) >= 10, "fewer RUNNING than the target while old ones remain"
+        starting = [s for s in seen if s[2] == STARTING]
+        assert len(starting) + len(plan.start_slots) <= 2, "more than 20% of 10 in flight"
+
+
+def test_rollout_of_one_replica_surges_by_one() -> None:
+    views = [replica("o", 0, "v1")]
+    plan = plan_deployment(goal(1, "v2"), views, StartupFailures(), 0.0)
+    assert plan.start_slots == [0] and plan.stop == []
+    views.append(replica("n", 0, "v2", STARTING))
+    plan = plan_deployment(goal(1, "v2"), views, StartupFailures(), 0.0)
+    assert plan.stop == [] and plan.start_slots == []
+    views[1].state = RUNNING
+    plan = plan_deployment(goal(1, "v2"), views, StartupFailures(), 0.0)
+    assert plan.stop == ["o"]
+
+
+def test_lightweight_change_reconfigures_in_place() -> None:
+    views = [replica("a", 0), replica("b", 1, state=STARTING)]
+    plan = plan_deployment(goal(2, config="c2"), views, StartupFailures(), 0.0)
+    assert plan.reconfigure == ["a"] and plan.start_slots == [] and plan.stop == []
+
+
+def test_failed_replica_is_stopped_and_replaced() -> None:
+    views = [replica("a", 0), replica("b", 1)]
+    views[1].failure = "health check failed: boom (3 times in a row)"
+    plan = plan_deployment(goal(2), views, StartupFailures(), 0.0)
+    assert plan.stop == ["b"] and plan.start_slots == [1]
+    assert plan.status == DS.DEPLOYMENT_STATUS_UNHEALTHY
+    assert "boom" in plan.message
+
+
+def test_startup_failures_back_off_then_stop_until_the_goal_changes() -> None:
+    g = goal(2)
+    failures = StartupFailures()
+    now = 100.0
+    attempts = 0
+    while True:
+        plan = plan_deployment(g, [], failures, now)
+        if plan.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED:
+            break
+        if plan.start_slots:
+            attempts += 1
+            failures.record("ValueError: bad constructor", now)
+            # Right after a failure, nothing starts until the backoff passes.
+            assert plan_deployment(g, [], failures, now + 0.01).start_slots == []
+        now += 1.0
+        assert now < 1000
+    assert attempts == retry_cap(2) == 6
+    assert "ValueError: bad constructor" in plan.message
+    assert plan_deployment(g, [], failures, now + 1e6).start_slots == []  # stopped hammering
+    fixed = goal(2, version="v2")
+    assert plan_deployment(fixed, [], failures, now).start_slots == [0, 1]
+
+
+def test_backoff_grows() -> None:
+    failures = StartupFailures()
+    failures.record("x", 0.0)
+    first = failures.next_attempt_at
+    failures.record("x", 0.0)
+    assert failures.next_attempt_at > first
+
+
+def test_deleted_goal_stops_everything() -> None:
+    views = [replica("a", 0), replica("b", 1, state=STARTING),
+             replica("c", 2, state=STOPPING)]
+    g = Goal("v1", "h-v1", 3, "c1", deleted=True)
+    plan = plan_deployment(g, views, StartupFailures(), 0.0)
+    assert sorted(plan.stop) == ["a", "b"] and plan.start_slots == []
+
+
+def test_new_version_failing_keeps_old_serving() -> None:
+    old = [replica("o0", 0), replica("o1", 1)]
+    failures = StartupFailures()
+    failures.reset_if_goal_changed(goal(2, "v2"))
+    failures.count = retry_cap(2)
+    plan = plan_deployment(goal(2, "v2"), old, failures, 0.0)
+    assert plan.stop == [] and plan.start_slots == []
+    assert plan.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
