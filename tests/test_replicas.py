@@ -251,3 +251,42 @@ def test_delete_stops_every_replica(cluster_client, fleet) -> None:
     wait_for(lambda: client.replicas() == [], 10, "registry empty")
     (record,) = client.list(include_deleted=True)
     assert record.deleted and record.end_time.seconds > 0
+
+
+def test_leader_killed_mid_rollout_standby_finishes_it(etcd_fleet) -> None:
+    etcd_fleet.start(2, runtime="process", lease_ttl=2)
+    old_leader = etcd_fleet.leader()
+    with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
+        client.deploy(echo_spec(4, version="v1", label="one"))
+        wait_for(healthy(client, "v1"), 90, "v1 running")
+        v1_pids = set(replica_processes(etcd_fleet.cluster).values())
+        client.deploy(echo_spec(4, version="v2", label="two"))
+        wait_for(lambda: any(r.record.version == "v2" for r in running(client)), 60,
+                 "the first v2 replica running")
+        old_leader.kill()
+        new_leader = etcd_fleet.leader(timeout=30)
+        assert new_leader is not old_leader
+
+        seen_slots: dict[tuple[str, int], set[str]] = {}
+
+        def finished():
+            for r in client.replicas(deployment="Echo"):
+                if r.state != replica_pb2.REPLICA_STATE_STOPPING:
+                    seen_slots.setdefault((r.record.version, r.record.slot), set()).add(
+                        r.record.replica_id)
+            return healthy(client, "v2")()
+
+        wait_for(finished, 120, "the standby to finish the rollout")
+        final = running(client)
+        assert len(final) == 4 and {r.record.version for r in final} == {"v2"}
+        assert sorted(r.record.slot for r in final) == [0, 1, 2, 3]
+        # Adopted replicas kept their processes: every final v2 replica started
+        # by the old leader still has its original pid.
+        doubled = {k: v for k, v in seen_slots.items() if k[0] == "v2" and len(v) > 1}
+        assert doubled == {}, f"a slot got two replicas: {doubled}"
+        processes = replica_processes(etcd_fleet.cluster)
+        assert set(processes) == {r.record.replica_id for r in final}, "orphans remain"
+        assert not v1_pids & set(processes.values())
+        assert "adopted" in new_leader.logs()
+        client.shutdown()
+    wait_for(lambda: not replica_processes(etcd_fleet.cluster), 30, "replicas to stop")

@@ -1,0 +1,145 @@
+"""The reconcile loop under a fake clock, runtime and replica client (unit tests)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from servefleet.controller.deployments import DeploymentTable
+from servefleet.controller.election import FencedStore, LeaderElection
+from servefleet.controller.keys import ClusterKeys
+from servefleet.controller.planner import ReplicaView
+from servefleet.controller.reconciler import Reconciler
+from servefleet.controller.replica_ops import ReplicaOps
+from servefleet.controller.runtime import ReplicaLaunch
+from servefleet.controller.store.sqlite import SqliteStore
+from servefleet.fakes import FakeClock, FakeReplicaClient, FakeRuntime
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import replica_pb2, status_pb2
+
+RUNNING = replica_pb2.REPLICA_STATE_RUNNING
+DS = status_pb2.DeploymentStatus
+
+
+class World:
+    """A leader with a table and a reconciler over an in-memory store and fake runtime."""
+
+    def __init__(self) -> None:
+        self.store = SqliteStore(":memory:")
+        self.keys = ClusterKeys("unit")
+        self.clock = FakeClock()
+        self.runtime = FakeRuntime()
+        self.client = FakeReplicaClient(self.runtime)
+
+    async def lead(self) -> tuple[DeploymentTable, Reconciler]:
+        if getattr(self, "election", None) is not None:
+            await self.election.resign()  # the old leader is gone
+        self.election = election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
+        token = await election.campaign()
+        fenced = FencedStore(self.store, election, self.keys.leader, token)
+        table = DeploymentTable(self.keys, fenced, self.store, self.clock)
+        await table.load(self.store)
+        ops = ReplicaOps("unit", self.keys, fenced, self.runtime, self.client)
+        reconciler = Reconciler(self.keys, ops, lambda: table.list(include_deleted=True),
+                                self.clock)
+        await reconciler.recover(self.store)
+        return table, reconciler
+
+
+async def settle(reconciler: Reconciler, clock: FakeClock, ticks: int = 30) -> None:
+    for _ in range(ticks):
+        clock.advance(0.6)
+        await reconciler.tick()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await asyncio.gather(*list(reconciler._tasks.values()), return_exceptions=True)
+
+
+def spec(name: str, replicas: int, **fields) -> d.DeploymentSpec:
+    return d.DeploymentSpec(name=name, import_path=fields.pop("import_path", "m:C"),
+                            replica_config=d.ReplicaConfig(num_replicas=replicas,
+                                                           health_check_period_s=1),
+                            **fields)
+
+
+def running_ids(reconciler: Reconciler, name: str) -> set[str]:
+    return {v.replica_id for v in reconciler.views.get(("default", name), {}).values()
+            if v.state == RUNNING}
+
+
+@pytest.fixture
+async def world():
+    w = World()
+    yield w
+    await w.store.close()
+
+
+async def test_scale_up_and_down(world: World) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 3))
+    await settle(reconciler, world.clock)
+    assert len(running_ids(reconciler, "A")) == 3
+    assert len(world.runtime.alive()) == 3
+    await table.deploy(spec("A", 1))
+    await settle(reconciler, world.clock)
+    assert len(running_ids(reconciler, "A")) == 1
+    assert len(world.runtime.alive()) == 1
+    assert len(await world.store.list_prefix(world.keys.replicas)) == 1
+
+
+async def test_one_broken_deployment_does_not_stop_the_others(world: World) -> None:
+    table, reconciler = await world.lead()
+    # An observation that makes reconciling "Bad" raise on every tick.
+    reconciler.views[("default", "Bad")] = {"ghost": ReplicaView("ghost", 0, "v", "h")}
+    await table.deploy(spec("Good", 2))
+    await settle(reconciler, world.clock)
+    assert len(running_ids(reconciler, "Good")) == 2
+
+
+async def test_unhealthy_replica_replaced_after_three_failures(world: World) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 2))
+    await settle(reconciler, world.clock)
+    sick = next(iter(running_ids(reconciler, "A")))
+    world.client.unhealthy.add(reconciler.records[sick].control_address)
+    await settle(reconciler, world.clock, ticks=15)
+    assert sick not in running_ids(reconciler, "A")
+    assert len(running_ids(reconciler, "A")) == 2
+
+
+async def test_failed_startups_end_in_deploy_failed(world: World) -> None:
+    table, reconciler = await world.lead()
+    world.runtime.broken["bad:C"] = "ValueError: no"
+    await table.deploy(spec("A", 1, import_path="bad:C"))
+    await settle(reconciler, world.clock, ticks=80)
+    status = reconciler.status(table.get("default", "A"))
+    assert status is not None and status[0] == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
+    assert "ValueError: no" in status[1]
+    started = len(world.runtime.replicas)
+    assert started == 3  # min(3 x 1, 20) attempts, then no more
+    await settle(reconciler, world.clock, ticks=20)
+    assert len(world.runtime.replicas) == started
+
+
+async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(world: World) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 3))
+    await settle(reconciler, world.clock)
+    handles = {r.handle for r in world.runtime.alive()}
+    # While no one leads: one replica dies, and a stray one appears.
+    dead = next(iter(world.runtime.alive()))
+    world.runtime.kill(dead.handle)
+    stray = await world.runtime.start(ReplicaLaunch(
+        cluster="unit", application="default", deployment="A", replica_id="stray",
+        version="x", settings={"import_path": "m:C", "user_config_json": "",
+                               "max_ongoing_requests": 5}))
+    await reconciler.cancel_tasks()
+
+    _, successor = await world.lead()
+    assert not stray.alive, "the orphan was not stopped"
+    await settle(successor, world.clock)
+    alive = {r.handle for r in world.runtime.alive()}
+    assert len(running_ids(successor, "A")) == 3
+    assert handles - {dead.handle} <= alive, "adopted replicas were restarted"
+    assert len(alive) == 3
