@@ -21,13 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import psutil
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from servefleet.client import ControllerClient
 from servefleet.controller.store import Guard, Put

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -31,14 +32,23 @@ from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 from .clock import Clock
 from .errors import NotLeader, Unavailable
 from .keys import ClusterKeys
-from .planner import Goal, Plan, ReplicaView, StartupFailures, plan_deployment
+from .planner import (
+    RECOVERING,
+    RUNNING,
+    STARTING,
+    STOPPING,
+    Goal,
+    Plan,
+    ReplicaView,
+    StartupFailures,
+    plan_deployment,
+)
 from .replica_ops import ReplicaOps, config_hash
 from .status import target_replicas
 from .store import Store
 
 logger = logging.getLogger(__name__)
 RS = replica_pb2.ReplicaState
-DS = status_pb2.DeploymentStatus
 DKey = tuple[str, str]
 
 LIVENESS_SWEEP_S = 0.5
@@ -73,6 +83,8 @@ class Reconciler:
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._next_health: dict[str, float] = {}
         self._next_sweep = 0.0
+        # goal_of() per deployment, recomputed only when its record object changes.
+        self._goal_cache: dict[DKey, tuple[records_pb2.DeploymentRecord, Goal]] = {}
 
     # -- recovery after an election ----------------------------------------------
 
@@ -92,7 +104,7 @@ class Reconciler:
                 record.handle = seen.handle
                 record.control_address = seen.control_address
                 record.http_address = seen.http_address
-            state = RS.REPLICA_STATE_STOPPING if record.stopping else RS.REPLICA_STATE_RECOVERING
+            state = STOPPING if record.stopping else RECOVERING
             self._track(record, state)
             adopted += 1
             if record.stopping:
@@ -154,7 +166,7 @@ class Reconciler:
             for view in views.values():
                 record = self.records.get(view.replica_id)
                 if (record is not None and record.handle and view.replica_id not in alive
-                        and view.state != RS.REPLICA_STATE_STOPPING and not view.failure
+                        and view.state != STOPPING and not view.failure
                         and view.replica_id not in self._tasks):
                     self._spawn(view.replica_id, self._note_exit(view, record))
 
@@ -169,7 +181,7 @@ class Reconciler:
         if record is not None:
             self._observe(views, record, now)
         failures = self._failures.setdefault(key, StartupFailures())
-        goal = goal_of(record) if record is not None else None
+        goal = self._goal(key, record) if record is not None else None
         plan = plan_deployment(goal, list(views.values()), failures, now)
         self.plans[key] = (goal, plan)
         for replica_id in plan.stop:
@@ -184,6 +196,14 @@ class Reconciler:
             self.views.pop(key, None)
             self.plans.pop(key, None)
             self._failures.pop(key, None)
+            self._goal_cache.pop(key, None)
+
+    def _goal(self, key: DKey, record: records_pb2.DeploymentRecord) -> Goal:
+        cached = self._goal_cache.get(key)
+        if cached is None or cached[0] is not record:
+            cached = (record, goal_of(record))
+            self._goal_cache[key] = cached
+        return cached[1]
 
     # -- observing ----------------------------------------------------------------------
 
@@ -194,11 +214,14 @@ class Reconciler:
             if view.replica_id in self._tasks or view.failure:
                 continue
             record = self.records[view.replica_id]
-            if view.state in (RS.REPLICA_STATE_STARTING, RS.REPLICA_STATE_RECOVERING):
+            if view.state in (STARTING, RECOVERING):
                 self._spawn(view.replica_id, self._probe_starting(view, record, goal))
-            elif view.state == RS.REPLICA_STATE_RUNNING and now >= self._next_health.get(
-                    view.replica_id, 0.0):
-                self._next_health[view.replica_id] = now + config.health_check_period_s
+            elif view.state == RUNNING and now >= self._next_health.setdefault(
+                    view.replica_id, now + config.health_check_period_s * random.random()):
+                # Jittered by +-10%, so replicas that started together (after a
+                # deploy or a failover) do not all get checked in the same tick.
+                self._next_health[view.replica_id] = now + config.health_check_period_s * (
+                    random.uniform(0.9, 1.1))
                 self._spawn(view.replica_id,
                             self._check_health(view, record, config.health_check_timeout_s))
 
@@ -208,8 +231,8 @@ class Reconciler:
         if result.failure:
             self._fail(view, result.failure)
         elif result.ready:
-            recovered = view.state == RS.REPLICA_STATE_RECOVERING
-            view.state = RS.REPLICA_STATE_RUNNING
+            recovered = view.state == RECOVERING
+            view.state = RUNNING
             view.config_hash = result.config_hash
             key = (record.application, record.deployment)
             if view.version == goal.version and view.code_hash == goal.code_hash:
@@ -233,12 +256,12 @@ class Reconciler:
             self._fail(view, f"{problem} ({view.health_failures} times in a row)")
 
     def _fail(self, view: ReplicaView, reason: str) -> None:
-        view.failed_starting = view.state in (RS.REPLICA_STATE_STARTING,
-                                              RS.REPLICA_STATE_RECOVERING)
+        view.failed_starting = view.state in (STARTING,
+                                              RECOVERING)
         view.failure = reason
         record = self.records[view.replica_id]
         key = (record.application, record.deployment)
-        if view.failed_starting and view.state == RS.REPLICA_STATE_STARTING:
+        if view.failed_starting and view.state == STARTING:
             self._failures.setdefault(key, StartupFailures()).record(
                 reason.splitlines()[0] if reason else reason, self._clock.monotonic())
         logger.warning("replica %s of %s/%s failed: %s", view.replica_id, *key, reason)
@@ -268,7 +291,7 @@ class Reconciler:
         record = replica_pb2.ReplicaRecord(
             replica_id=replica_id, application=key[0], deployment=key[1], slot=slot,
             version=goal.version, code_hash=goal.code_hash)
-        view = self._track(record, RS.REPLICA_STATE_STARTING)
+        view = self._track(record, STARTING)
         logger.info("starting replica %s of %s/%s (slot %d, version %s)", replica_id, *key,
                     slot, goal.version)
 
@@ -288,9 +311,9 @@ class Reconciler:
     def _stop(self, record: replica_pb2.ReplicaRecord,
               goal: records_pb2.DeploymentRecord | None = None) -> None:
         view = self.views[(record.application, record.deployment)][record.replica_id]
-        if view.state == RS.REPLICA_STATE_STOPPING and record.replica_id in self._tasks:
+        if view.state == STOPPING and record.replica_id in self._tasks:
             return
-        view.state = RS.REPLICA_STATE_STOPPING
+        view.state = STOPPING
         previous = self._tasks.get(record.replica_id)
         config = goal.spec.replica_config if goal is not None else None
         wait_loop = config.graceful_shutdown_wait_loop_s if config else 2.0
@@ -324,6 +347,10 @@ class Reconciler:
         except Exception as e:
             self._fail(view, f"reconfigure failed: {e}")
 
+    async def wait_tasks(self) -> None:
+        """Wait for the replica work under way now (tests and benchmarks)."""
+        await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
     async def wait_empty(self, timeout_s: float) -> bool:
         """Wait until no replica is tracked (all stopped); False on timeout."""
         loop = asyncio.get_running_loop()
@@ -352,7 +379,7 @@ class Reconciler:
             return None
         goal, plan = planned
         if goal != goal_of(record):
-            return DS.DEPLOYMENT_STATUS_UPDATING, "applying the new goal"
+            return status_pb2.DEPLOYMENT_STATUS_UPDATING, "applying the new goal"
         return plan.status, plan.message
 
     def replica_infos(self, application: str = "",

@@ -32,13 +32,24 @@ class ReplicaClient(Protocol):
     async def forget(self, address: str) -> None: ...
 
 
+# A replica is probed from its first moments, before it listens; gRPC's
+# default reconnect backoff (1 s, growing) would delay seeing it ready by a
+# second or more. These keep retries quick while it starts.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 class GrpcReplicaClient:
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address)
+            self._channels[address] = grpc.aio.insecure_channel(address,
+                                                                options=CHANNEL_OPTIONS)
         return replica_pb2_grpc.ReplicaServiceStub(self._channels[address])
 
     async def _call(self, address: str, method: str, request: object, timeout: float) -> object:

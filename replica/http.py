@@ -99,8 +99,11 @@ class ReplicaApp:
             return
         reason = self.admission.refusal()
         if reason is not None:
+            headers = {REJECTED_HEADER: reason}
+            if reason == "draining":
+                headers["connection"] = "close"  # do not reuse a connection to a leaving replica
             await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
-                                    headers={REJECTED_HEADER: reason})(scope, receive, send)
+                                    headers=headers)(scope, receive, send)
             return
         request_id = self._request_id(scope)
         self.admission.ongoing += 1

@@ -136,8 +136,13 @@ class Replica:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
         logger.info("draining: %d requests in flight", self.admission.ongoing)
-        while self.admission.ongoing > 0 and loop.time() < deadline:
+        # As Ray Serve's replicas do, wait one loop before the first check:
+        # callers that have not yet learned of the stop get a clean refusal
+        # (503, Connection: close) instead of a connection closed under them.
+        while loop.time() < deadline:
             await asyncio.sleep(min(self._wait_loop_s, max(0.0, deadline - loop.time())))
+            if self.admission.ongoing == 0:
+                break
         if self.admission.ongoing:
             logger.warning("graceful shutdown timed out with %d requests in flight",
                            self.admission.ongoing)

@@ -94,7 +94,12 @@ class ControllerClient:
 
     def _stub(self, address: str) -> controller_pb2_grpc.ControllerServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address)
+            # Quick reconnects: a controller that is restarting or newly elected
+            # should be reached within a fraction of a second, not gRPC's default 1 s+.
+            self._channels[address] = grpc.insecure_channel(address, options=[
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000)])
         return controller_pb2_grpc.ControllerServiceStub(self._channels[address])
 
     def call(self, method: str, request: Any, *, retry_unknown: bool = True) -> Any:

@@ -11,8 +11,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from servefleet.controller.deployments import DeploymentTable
+from servefleet.controller.election import FencedStore, LeaderElection
+from servefleet.controller.keys import ClusterKeys
+from servefleet.controller.reconciler import Reconciler
 from servefleet.controller.replica_client import ReplicaCallError
+from servefleet.controller.replica_ops import ReplicaOps
 from servefleet.controller.runtime import ReplicaLaunch, RuntimeReplica
+from servefleet.controller.store.sqlite import SqliteStore
 from servefleet.v1 import replica_pb2
 
 
@@ -120,3 +126,46 @@ class FakeReplicaClient:
 
     async def forget(self, address: str) -> None:
         pass
+
+
+class FakeControlPlane:
+    """A leader's table and reconciler over an in-memory store, fake clock and runtime.
+
+    `lead()` plays a new leader term (resigning the previous one), as after a
+    failover; the store, runtime and clock carry over.
+    """
+
+    def __init__(self, cluster: str = "unit") -> None:
+        self.store = SqliteStore(":memory:")
+        self.keys = ClusterKeys(cluster)
+        self.cluster = cluster
+        self.clock = FakeClock()
+        self.runtime = FakeRuntime()
+        self.client = FakeReplicaClient(self.runtime)
+        self.election: LeaderElection | None = None
+
+    async def lead(self) -> tuple[DeploymentTable, Reconciler]:
+        if self.election is not None:
+            await self.election.resign()
+        self.election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
+        token = await self.election.campaign()
+        fenced = FencedStore(self.store, self.election, self.keys.leader, token)
+        table = DeploymentTable(self.keys, fenced, self.store, self.clock)
+        await table.load(self.store)
+        ops = ReplicaOps(self.cluster, self.keys, fenced, self.runtime, self.client)
+        reconciler = Reconciler(self.keys, ops, lambda: table.list(include_deleted=True),
+                                self.clock)
+        await reconciler.recover(self.store)
+        return table, reconciler
+
+    async def settle(self, reconciler: Reconciler, ticks: int = 30,
+                     step_s: float = 0.6) -> None:
+        """Run ticks, advancing the clock and letting each tick's work finish."""
+        for _ in range(ticks):
+            self.clock.advance(step_s)
+            await reconciler.tick()
+            await asyncio.sleep(0)
+            await reconciler.wait_tasks()
+
+    async def close(self) -> None:
+        await self.store.close()

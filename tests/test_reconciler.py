@@ -6,15 +6,10 @@ import asyncio
 
 import pytest
 
-from servefleet.controller.deployments import DeploymentTable
-from servefleet.controller.election import FencedStore, LeaderElection
-from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.planner import ReplicaView
 from servefleet.controller.reconciler import Reconciler
-from servefleet.controller.replica_ops import ReplicaOps
 from servefleet.controller.runtime import ReplicaLaunch
-from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.fakes import FakeClock, FakeReplicaClient, FakeRuntime
+from servefleet.fakes import FakeClock, FakeControlPlane
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
 
@@ -22,38 +17,12 @@ RUNNING = replica_pb2.REPLICA_STATE_RUNNING
 DS = status_pb2.DeploymentStatus
 
 
-class World:
-    """A leader with a table and a reconciler over an in-memory store and fake runtime."""
-
-    def __init__(self) -> None:
-        self.store = SqliteStore(":memory:")
-        self.keys = ClusterKeys("unit")
-        self.clock = FakeClock()
-        self.runtime = FakeRuntime()
-        self.client = FakeReplicaClient(self.runtime)
-
-    async def lead(self) -> tuple[DeploymentTable, Reconciler]:
-        if getattr(self, "election", None) is not None:
-            await self.election.resign()  # the old leader is gone
-        self.election = election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
-        token = await election.campaign()
-        fenced = FencedStore(self.store, election, self.keys.leader, token)
-        table = DeploymentTable(self.keys, fenced, self.store, self.clock)
-        await table.load(self.store)
-        ops = ReplicaOps("unit", self.keys, fenced, self.runtime, self.client)
-        reconciler = Reconciler(self.keys, ops, lambda: table.list(include_deleted=True),
-                                self.clock)
-        await reconciler.recover(self.store)
-        return table, reconciler
-
-
 async def settle(reconciler: Reconciler, clock: FakeClock, ticks: int = 30) -> None:
     for _ in range(ticks):
         clock.advance(0.6)
         await reconciler.tick()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        await asyncio.gather(*list(reconciler._tasks.values()), return_exceptions=True)
+        await asyncio.sleep(0)
+        await reconciler.wait_tasks()
 
 
 def spec(name: str, replicas: int, **fields) -> d.DeploymentSpec:
@@ -70,12 +39,12 @@ def running_ids(reconciler: Reconciler, name: str) -> set[str]:
 
 @pytest.fixture
 async def world():
-    w = World()
+    w = FakeControlPlane()
     yield w
-    await w.store.close()
+    await w.close()
 
 
-async def test_scale_up_and_down(world: World) -> None:
+async def test_scale_up_and_down(world: FakeControlPlane) -> None:
     table, reconciler = await world.lead()
     await table.deploy(spec("A", 3))
     await settle(reconciler, world.clock)
@@ -88,7 +57,7 @@ async def test_scale_up_and_down(world: World) -> None:
     assert len(await world.store.list_prefix(world.keys.replicas)) == 1
 
 
-async def test_one_broken_deployment_does_not_stop_the_others(world: World) -> None:
+async def test_one_broken_deployment_does_not_stop_the_others(world: FakeControlPlane) -> None:
     table, reconciler = await world.lead()
     # An observation that makes reconciling "Bad" raise on every tick.
     reconciler.views[("default", "Bad")] = {"ghost": ReplicaView("ghost", 0, "v", "h")}
@@ -97,7 +66,7 @@ async def test_one_broken_deployment_does_not_stop_the_others(world: World) -> N
     assert len(running_ids(reconciler, "Good")) == 2
 
 
-async def test_unhealthy_replica_replaced_after_three_failures(world: World) -> None:
+async def test_unhealthy_replica_replaced_after_three_failures(world: FakeControlPlane) -> None:
     table, reconciler = await world.lead()
     await table.deploy(spec("A", 2))
     await settle(reconciler, world.clock)
@@ -108,7 +77,7 @@ async def test_unhealthy_replica_replaced_after_three_failures(world: World) -> 
     assert len(running_ids(reconciler, "A")) == 2
 
 
-async def test_failed_startups_end_in_deploy_failed(world: World) -> None:
+async def test_failed_startups_end_in_deploy_failed(world: FakeControlPlane) -> None:
     table, reconciler = await world.lead()
     world.runtime.broken["bad:C"] = "ValueError: no"
     await table.deploy(spec("A", 1, import_path="bad:C"))
@@ -122,7 +91,8 @@ async def test_failed_startups_end_in_deploy_failed(world: World) -> None:
     assert len(world.runtime.replicas) == started
 
 
-async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(world: World) -> None:
+async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(
+        world: FakeControlPlane) -> None:
     table, reconciler = await world.lead()
     await table.deploy(spec("A", 3))
     await settle(reconciler, world.clock)

@@ -141,8 +141,12 @@ def test_user_config_change_reconfigures_in_place(cluster_client) -> None:
 
 class ReplicaCaller:
     """Calls the running replicas in turn, as a proxy would: a request a replica
-    refused (503 x-servefleet-rejected) or never received (connection refused)
-    is retried on another; anything else that is not a 200 counts as a failure."""
+    refused (503 x-servefleet-rejected) or never received is retried on another;
+    anything else that is not a 200 counts as a failure.
+
+    "Never received": the connection was refused, or an idle keep-alive
+    connection was closed by the replica before any response to this GET (as
+    HTTP clients retry idempotent requests on a reused connection)."""
 
     def __init__(self, client: ControllerClient) -> None:
         self._client = client
@@ -170,7 +174,7 @@ class ReplicaCaller:
                 i += 1
                 try:
                     reply = http.get(f"http://{address}/")
-                except httpx.ConnectError:
+                except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
                     refreshed = 0.0  # never delivered: refresh and retry elsewhere
                     continue
                 except httpx.HTTPError as e:

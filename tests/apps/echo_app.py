@@ -24,3 +24,34 @@ class Echo:
 
     async def __call__(self, request) -> dict:
         return {"pid": os.getpid(), "label": self.label, "config": self.config}
+
+
+def hello(request) -> str:
+    """A function deployment."""
+    return f"hello {request.query_params.get('name', 'world')}"
+
+
+def numbers(request):
+    """A sync generator: streamed chunk by chunk."""
+    for i in range(3):
+        yield f"{i}\n"
+
+
+async def ticks(request):
+    """An async generator: streamed chunk by chunk."""
+    for i in range(3):
+        yield f"tick {i}\n".encode()
+
+
+def _make_starlette_app():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def item(request):
+        return JSONResponse({"item": request.path_params["n"]})
+
+    return Starlette(routes=[Route("/items/{n}", item)])
+
+
+asgi_app = _make_starlette_app()

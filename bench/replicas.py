@@ -1,0 +1,176 @@
+"""Replica figures, each printed next to its baseline from the same run.
+
+    .venv/bin/python bench/replicas.py [--runs 5] [--deployments 1000] [--per 10]
+
+1. Deploy RPC -> all replicas RUNNING on the process runtime, for 1 and 10
+   replicas of a trivial class (goal: p50 <= 1.0 s for one replica; Ray Serve
+   2.60 took 4.3 s for `serve.run` of one replica on this kind of machine,
+   as the issue reports). Baseline: one replica process started by hand and
+   polled until it answers READY, i.e. the floor without a controller.
+2. One reconcile tick with 1,000 deployments x 10 replicas, all RUNNING, on
+   the fake runtime (goal: p99 <= 100 ms). Baseline: the planner alone over
+   the same state, without observing or spawning anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from servefleet.client import ControllerClient
+from servefleet.controller.planner import plan_deployment
+from servefleet.controller.reconciler import goal_of
+from servefleet.controller.replica_client import CHANNEL_OPTIONS
+from servefleet.fakes import FakeControlPlane
+from servefleet.testing import ControllerProcess, EtcdServer, free_port
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import replica_pb2, replica_pb2_grpc, status_pb2
+
+APPS = str(Path(__file__).resolve().parent.parent / "tests" / "apps")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def row(label: str, *cells: str) -> None:
+    print(f"  {label:<46}" + "".join(f"{c:>14}" for c in cells))
+
+
+def echo(replicas: int, version: str) -> d.DeploymentSpec:
+    return d.DeploymentSpec(name="Echo", import_path="echo_app:Echo", version=version,
+                            runtime=d.RuntimeOptions(working_dir=APPS),
+                            replica_config=d.ReplicaConfig(num_replicas=replicas))
+
+
+def wait_healthy(client: ControllerClient, version: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for app in client.status().applications:
+            for dep in app.deployments:
+                if (dep.version == version
+                        and dep.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY):
+                    return
+        time.sleep(0.01)
+    raise TimeoutError("deployment did not become healthy")
+
+
+def bare_replica_start() -> float:
+    """Start one replica process directly and wait until it reports READY."""
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Path(tmp) / "settings.json"
+        settings.write_text(json.dumps({"import_path": "echo_app:Echo", "working_dir": APPS}))
+        control = free_port()
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "servefleet.replica", "--cluster", "b",
+                                 "--application", "b", "--deployment", "b", "--replica-id", "b",
+                                 "--version", "b", "--control-port", str(control),
+                                 "--http-port", str(free_port()), "--config-file",
+                                 str(settings)], stderr=subprocess.DEVNULL)
+        with grpc.insecure_channel(f"127.0.0.1:{control}", options=CHANNEL_OPTIONS) as channel:
+            stub = replica_pb2_grpc.ReplicaServiceStub(channel)
+            while True:
+                try:
+                    meta = stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=1)
+                    if meta.phase == replica_pb2.REPLICA_PHASE_READY:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        proc.terminate()
+        proc.wait()
+        return elapsed
+
+
+def bench_deploy_to_running(runs: int) -> None:
+    etcd = EtcdServer().start()
+    controller = ControllerProcess(etcd.url, cluster="bench").start()
+    results: dict[int, list[float]] = {1: [], 10: []}
+    try:
+        with ControllerClient(controller.address) as client:
+            for count in (1, 10):
+                for i in range(runs):
+                    version = f"v{count}-{i}"
+                    start = time.perf_counter()
+                    client.deploy(echo(count, version))
+                    wait_healthy(client, version)
+                    results[count].append(time.perf_counter() - start)
+                    client.delete(["Echo"])
+                    while client.replicas():
+                        time.sleep(0.05)
+        floor = [bare_replica_start() for _ in range(runs)]
+    finally:
+        controller.stop()
+        etcd.stop()
+    print(f"\n1. Deploy RPC -> all replicas RUNNING, process runtime, {runs} runs each "
+          "(goal p50 <= 1.0 s for one)")
+    row("", "p50", "max")
+    for count, samples in results.items():
+        row(f"{count} replica(s) through the controller",
+            f"{statistics.median(samples):.2f} s", f"{max(samples):.2f} s")
+    row("baseline: one replica process started by hand",
+        f"{statistics.median(floor):.2f} s", f"{max(floor):.2f} s")
+
+
+async def bench_tick(deployments: int, per: int, ticks: int) -> None:
+    world = FakeControlPlane()  # the same fakes the unit tests use
+    table, reconciler = await world.lead()
+    for i in range(deployments):
+        await table.deploy(d.DeploymentSpec(
+            name=f"m{i}", import_path="m:C",
+            replica_config=d.ReplicaConfig(num_replicas=per, health_check_period_s=10)))
+    for _ in range(40):  # start and probe until all are running
+        world.clock.advance(0.5)
+        await reconciler.tick()
+        await reconciler.wait_tasks()
+    running = sum(1 for views in reconciler.views.values() for v in views.values()
+                  if v.state == replica_pb2.REPLICA_STATE_RUNNING)
+    tick_times, plan_times = [], []
+    for _ in range(ticks):
+        world.clock.advance(0.1)
+        start = time.perf_counter()
+        await reconciler.tick()
+        tick_times.append(time.perf_counter() - start)
+        await reconciler.wait_tasks()
+        start = time.perf_counter()
+        for record in table.list():
+            key = (record.spec.application, record.spec.name)
+            plan_deployment(goal_of(record), list(reconciler.views.get(key, {}).values()),
+                            reconciler._failures[key], world.clock.monotonic())
+        plan_times.append(time.perf_counter() - start)
+    await reconciler.cancel_tasks()
+    await world.close()
+    print(f"\n2. Reconcile tick, {deployments} deployments x {per} replicas "
+          f"({running} RUNNING), fake runtime, {ticks} ticks (goal p99 <= 100 ms)")
+    row("", "p50", "p99")
+    row("tick: observe, plan, dispatch", f"{percentile(tick_times, 0.5) * 1e3:.1f} ms",
+        f"{percentile(tick_times, 0.99) * 1e3:.1f} ms")
+    row("baseline: the planner alone", f"{percentile(plan_times, 0.5) * 1e3:.1f} ms",
+        f"{percentile(plan_times, 0.99) * 1e3:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--deployments", type=int, default=1000)
+    parser.add_argument("--per", type=int, default=10)
+    parser.add_argument("--ticks", type=int, default=100)
+    args = parser.parse_args()
+    print("servefleet replica bench")
+    bench_deploy_to_running(args.runs)
+    asyncio.run(bench_tick(args.deployments, args.per, args.ticks))
+
+
+if __name__ == "__main__":
+    main()

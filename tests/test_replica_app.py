@@ -1,0 +1,139 @@
+"""The replica's HTTP app and loader in-process, through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.responses import PlainTextResponse
+
+from servefleet.replica import loader
+from servefleet.replica.http import Admission, ReplicaApp
+
+APPS = str(Path(__file__).parent / "apps")
+
+
+class Thing:
+    def __init__(self, greeting: str = "hi") -> None:
+        self.greeting = greeting
+
+    def __call__(self, request):  # sync: must run off the event loop
+        return {"greeting": self.greeting, "thread": threading.current_thread().name}
+
+
+async def returns(request):
+    kind = request.query_params["kind"]
+    return {"str": "text", "bytes": b"\x00\x01", "list": [1, 2],
+            "response": PlainTextResponse("custom", status_code=201)}[kind]
+
+
+async def boom(request):
+    raise KeyError("missing")
+
+
+def app_for(target, max_ongoing: int = 5) -> tuple[ReplicaApp, Admission]:
+    admission = Admission(max_ongoing)
+    app = ReplicaApp(admission, concurrent.futures.ThreadPoolExecutor(4, "user"), "r1")
+    app.deployment = loader.build(target, [], {}, False) if not isinstance(
+        target, loader.UserDeployment) else target
+    admission.ready = True
+    return app, admission
+
+
+def client(app: ReplicaApp) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r")
+
+
+async def test_sync_class_runs_in_the_thread_pool() -> None:
+    app, _ = app_for(loader.build(Thing, ["hello"], {}, False))
+    async with client(app) as c:
+        reply = (await c.get("/")).json()
+    assert reply["greeting"] == "hello" and reply["thread"].startswith("user")
+
+
+@pytest.mark.parametrize(("kind", "status", "body", "content_type"), [
+    ("str", 200, b"text", "text/plain"),
+    ("bytes", 200, b"\x00\x01", "application/octet-stream"),
+    ("list", 200, b"[1,2]", "application/json"),
+    ("response", 201, b"custom", "text/plain"),
+])
+async def test_return_values_become_responses(kind, status, body, content_type) -> None:
+    app, _ = app_for(returns)
+    async with client(app) as c:
+        reply = await c.get("/", params={"kind": kind})
+    assert reply.status_code == status and reply.content == body
+    assert reply.headers["content-type"].startswith(content_type)
+
+
+async def test_generators_stream() -> None:
+    sys.path.insert(0, APPS)
+    import echo_app
+
+    for fn, expected in ((echo_app.numbers, b"0\n1\n2\n"),
+                         (echo_app.ticks, b"tick 0\ntick 1\ntick 2\n")):
+        app, _ = app_for(fn)
+        async with client(app) as c, c.stream("GET", "/") as reply:
+            chunks = [chunk async for chunk in reply.aiter_bytes()]
+        assert b"".join(chunks) == expected
+
+
+async def test_function_and_asgi_app_deployments() -> None:
+    hello = loader.build(loader.import_attr("echo_app:hello", APPS), [], {}, False)
+    assert not hello.is_asgi
+    app, _ = app_for(hello)
+    async with client(app) as c:
+        assert (await c.get("/", params={"name": "fleet"})).text == "hello fleet"
+    asgi = loader.build(loader.import_attr("echo_app:asgi_app", APPS), [], {}, False)
+    assert asgi.is_asgi
+    app, _ = app_for(asgi)
+    async with client(app) as c:
+        reply = await c.get("/items/7", headers={"x-request-id": "abc"})
+    assert reply.json() == {"item": "7"} and reply.headers["x-request-id"] == "abc"
+
+
+async def test_request_id_created_when_missing_and_user_errors_are_500() -> None:
+    app, _ = app_for(boom)
+    async with client(app) as c:
+        reply = await c.get("/")
+    assert reply.status_code == 500 and "KeyError" in reply.text
+    assert len(reply.headers["x-request-id"]) == 32
+
+
+async def test_admission_refuses_when_loading_full_or_draining() -> None:
+    gate = asyncio.Event()
+
+    async def slow(request):
+        await gate.wait()
+        return "done"
+
+    app, admission = app_for(slow, max_ongoing=1)
+    async with client(app) as c:
+        first = asyncio.create_task(c.get("/"))
+        while admission.ongoing < 1:
+            await asyncio.sleep(0.01)
+        full = await c.get("/")
+        assert full.status_code == 503 and full.headers["x-servefleet-rejected"] == "overloaded"
+        gate.set()
+        assert (await first).text == "done"
+        admission.draining = True
+        draining = await c.get("/")
+        assert draining.headers["x-servefleet-rejected"] == "draining"
+        assert draining.headers["connection"] == "close"
+        admission.draining, admission.ready = False, False
+        assert (await c.get("/")).headers["x-servefleet-rejected"] == "loading"
+
+
+def test_loader_errors() -> None:
+    with pytest.raises(loader.LoadError, match="no attribute"):
+        loader.import_attr("echo_app:nope", APPS)
+    with pytest.raises(ModuleNotFoundError):
+        loader.import_attr("no_such_module_here:x", APPS)
+    with pytest.raises(loader.LoadError, match="reconfigure"):
+        loader.build(Thing, [], {}, has_user_config=True)
+    with pytest.raises(loader.LoadError, match="not a class"):
+        loader.build(loader.import_attr("echo_app:hello", APPS), [1], {}, False)
