@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from servefleet.controller.runtime.process import ProcessRuntime
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
@@ -27,6 +31,12 @@ def etcd() -> Iterator[EtcdServer]:
 
 
 _counter = itertools.count()
+
+
+def replica_pids(cluster: str) -> list[int]:
+    """Replica processes of `cluster` running on this host."""
+    found = asyncio.run(ProcessRuntime("/nonexistent", cluster).list(cluster))
+    return [int(r.handle.split(":")[0]) for r in found]
 
 
 @pytest.fixture
@@ -89,6 +99,10 @@ class ControllerFleet:
     def stop_all(self) -> None:
         for proc in self.started:
             proc.stop()
+        # Last resort after a failed test: replicas outlive controllers by design.
+        for pid in replica_pids(self.cluster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def dump_logs(self) -> str:
         return "\n".join(f"--- {p.address}\n{p.logs()}" for p in self.started)

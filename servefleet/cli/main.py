@@ -1,7 +1,7 @@
 """The `servefleet` command.
 
-Subcommands: `controller` runs a controller process; `status`, `list` and
-`delete` talk to a running cluster. Every error prints one line on stderr
+Subcommands: `controller` runs a controller process; `status`, `list`,
+`replicas` and `delete` talk to a running cluster. Every error prints one line on stderr
 and exits non-zero (1 for a failed call, 2 for bad usage); no traceback.
 """
 
@@ -76,6 +76,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replicas(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        infos = client.replicas(application=args.app or "", deployment=args.name or "")
+    print(output.records_json(infos) if args.json else output.replicas_text(infos))
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     with _client(args) as client:
         deleted = set(client.delete(args.names, application=args.app or ""))
@@ -117,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--app", default=None, help="only this application")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(run=cmd_list)
+
+    replicas = commands.add_parser("replicas", help="list replicas, their state and address")
+    _add_controller_flag(replicas)
+    replicas.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    replicas.add_argument("--app", default=None, help="only this application")
+    replicas.add_argument("--json", action="store_true")
+    replicas.set_defaults(run=cmd_replicas)
 
     delete = commands.add_parser("delete", help="delete deployments by name")
     _add_controller_flag(delete)

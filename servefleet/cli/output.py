@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from servefleet.v1 import controller_pb2, records_pb2, status_pb2
+from servefleet.v1 import controller_pb2, records_pb2, replica_pb2, status_pb2
 
 
 def _dict(message: Message) -> dict:
@@ -19,7 +19,7 @@ def to_json(message: Message) -> str:
     return json.dumps(_dict(message), indent=2, sort_keys=True)
 
 
-def records_json(records: Sequence[records_pb2.DeploymentRecord]) -> str:
+def records_json(records: Sequence[Message]) -> str:
     return json.dumps([_dict(r) for r in records], indent=2, sort_keys=True)
 
 
@@ -49,6 +49,26 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
     return "\n".join(lines)
 
 
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+def replicas_text(infos: Sequence[replica_pb2.ReplicaInfo]) -> str:
+    if not infos:
+        return "no replicas"
+    rows = [("REPLICA", "DEPLOYMENT", "STATE", "VERSION", "SLOT", "HTTP", "PID", "MESSAGE")]
+    for info in infos:
+        r = info.record
+        rows.append((r.replica_id, f"{r.application}/{r.deployment}",
+                     _enum_word(replica_pb2.ReplicaState, info.state, "REPLICA_STATE_"),
+                     r.version, str(r.slot), r.http_address or "-",
+                     r.handle.partition(":")[0] or "-",
+                     info.message.splitlines()[0] if info.message else ""))
+    return _table(rows)
+
+
 def records_text(records: Sequence[records_pb2.DeploymentRecord]) -> str:
     if not records:
         return "no deployments"
@@ -64,6 +84,4 @@ def records_text(records: Sequence[records_pb2.DeploymentRecord]) -> str:
             r.start_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
             r.end_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") if r.deleted else "-",
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return _table(rows)

@@ -55,3 +55,11 @@ def _make_starlette_app():
 
 
 asgi_app = _make_starlette_app()
+
+
+async def slow(request):
+    """Sleeps for ?s= seconds, then answers: for drain tests."""
+    import asyncio
+
+    await asyncio.sleep(float(request.query_params.get("s", "1")))
+    return "slept"

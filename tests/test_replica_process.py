@@ -1,0 +1,118 @@
+"""The replica process on its own: load failures, draining, forced exit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from servefleet.controller.replica_client import CHANNEL_OPTIONS
+from servefleet.testing import free_port
+from servefleet.v1 import replica_pb2, replica_pb2_grpc
+
+APPS = str(Path(__file__).parent / "apps")
+PHASE = replica_pb2.ReplicaPhase
+
+
+class Replica:
+    def __init__(self, tmp_path: Path, import_path: str, **settings) -> None:
+        config = tmp_path / "settings.json"
+        config.write_text(json.dumps({"import_path": import_path, "working_dir": APPS,
+                                      **settings}))
+        self.control, self.http = free_port(), free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "servefleet.replica", "--cluster", "t", "--application",
+             "a", "--deployment", "d", "--replica-id", "r1", "--version", "v1",
+             "--control-port", str(self.control), "--http-port", str(self.http),
+             "--config-file", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}", options=CHANNEL_OPTIONS)
+        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
+
+    def wait_phase(self, *phases: int, timeout: float = 20) -> replica_pb2.GetMetadataResponse:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                meta = self.stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=1)
+                if meta.phase in phases:
+                    return meta
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"replica never reached {phases}")
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def replicas(tmp_path):
+    started: list[Replica] = []
+
+    def start(import_path: str, **settings) -> Replica:
+        replica = Replica(tmp_path, import_path, **settings)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in started:
+        replica.close()
+
+
+@pytest.mark.parametrize(("import_path", "expected"), [
+    ("no_such_module:App", "ModuleNotFoundError"),
+    ("echo_app:Missing", "has no attribute"),
+])
+def test_load_failure_is_reported_then_the_replica_exits(replicas, import_path,
+                                                          expected) -> None:
+    replica = replicas(import_path)
+    meta = replica.wait_phase(PHASE.REPLICA_PHASE_FAILED)
+    assert expected in meta.error and "Traceback" in meta.traceback
+    replica.stub.Drain(replica_pb2.DrainRequest(wait_loop_s=0.05, timeout_s=5))
+    assert replica.proc.wait(15) == 1
+
+
+def test_sigterm_waits_for_in_flight_requests(replicas) -> None:
+    replica = replicas("echo_app:slow", graceful_shutdown_wait_loop_s=0.1,
+                       graceful_shutdown_timeout_s=10)
+    replica.wait_phase(PHASE.REPLICA_PHASE_READY)
+    result: dict[str, object] = {}
+
+    def call() -> None:
+        reply = httpx.get(f"http://127.0.0.1:{replica.http}/", params={"s": "1.5"}, timeout=20)
+        result["status"], result["text"] = reply.status_code, reply.text
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.5)
+    replica.proc.send_signal(signal.SIGTERM)
+    caller.join(20)
+    assert result == {"status": 200, "text": "slept"}
+    assert replica.proc.wait(15) == 0
+
+
+def test_drain_is_forced_after_the_timeout(replicas) -> None:
+    replica = replicas("echo_app:slow", graceful_shutdown_wait_loop_s=0.1,
+                       graceful_shutdown_timeout_s=30)
+    replica.wait_phase(PHASE.REPLICA_PHASE_READY)
+    caller = threading.Thread(target=lambda: httpx.get(
+        f"http://127.0.0.1:{replica.http}/", params={"s": "60"}, timeout=90), daemon=True)
+    caller.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    # The drain request's timeout overrides the replica's own 30 s.
+    replica.stub.Drain(replica_pb2.DrainRequest(wait_loop_s=0.1, timeout_s=1))
+    replica.proc.wait(15)
+    assert time.monotonic() - started < 10, "the replica waited past its drain timeout"
