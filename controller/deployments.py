@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -50,8 +50,11 @@ def _timestamp(seconds: float) -> Timestamp:
 
 class DeploymentTable:
     def __init__(self, keys: ClusterKeys, fenced: FencedStore, store: Store,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None,
+                 on_change: Callable[[str, str], None] | None = None) -> None:
         self._keys = keys
+        # Told (application, name) after each change to a deployment's goal.
+        self._on_change = on_change or (lambda app, name: None)
         self._fenced = fenced
         self._store = store
         self._stale = False
@@ -111,6 +114,8 @@ class DeploymentTable:
                 self._stale = True
                 raise
             self._records.update(updated)
+            for key in updated:
+                self._on_change(*key)
 
         await asyncio.shield(write())
 

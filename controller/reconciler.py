@@ -66,8 +66,11 @@ def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
 class Reconciler:
     def __init__(self, keys: ClusterKeys, ops: ReplicaOps,
                  goals: Callable[[], list[records_pb2.DeploymentRecord]],
-                 clock: Clock | None = None, tick_s: float = 0.1) -> None:
+                 clock: Clock | None = None, tick_s: float = 0.1,
+                 on_change: Callable[[str, str], None] | None = None) -> None:
         self._keys = keys
+        # Told (application, deployment) whenever its set of RUNNING replicas changes.
+        self._on_change = on_change or (lambda app, name: None)
         self._ops = ops
         self._goals = goals
         self._clock = clock or Clock()
@@ -235,6 +238,7 @@ class Reconciler:
             view.state = RUNNING
             view.config_hash = result.config_hash
             key = (record.application, record.deployment)
+            self._on_change(*key)
             if view.version == goal.version and view.code_hash == goal.code_hash:
                 self._failures.setdefault(key, StartupFailures()).record_success()
             logger.info("replica %s of %s/%s is %s", view.replica_id, *key,
@@ -261,6 +265,7 @@ class Reconciler:
         view.failure = reason
         record = self.records[view.replica_id]
         key = (record.application, record.deployment)
+        self._on_change(*key)
         if view.failed_starting and view.state == STARTING:
             self._failures.setdefault(key, StartupFailures()).record(
                 reason.splitlines()[0] if reason else reason, self._clock.monotonic())
@@ -314,6 +319,7 @@ class Reconciler:
         if view.state == STOPPING and record.replica_id in self._tasks:
             return
         view.state = STOPPING
+        self._on_change(record.application, record.deployment)
         previous = self._tasks.get(record.replica_id)
         config = goal.spec.replica_config if goal is not None else None
         wait_loop = config.graceful_shutdown_wait_loop_s if config else 2.0
@@ -360,6 +366,13 @@ class Reconciler:
         return not any(self.views.values())
 
     # -- reporting ------------------------------------------------------------------------
+
+    def running_records(self, application: str,
+                        deployment: str) -> list[replica_pb2.ReplicaRecord]:
+        """Registry records of the RUNNING, healthy replicas: what may take traffic."""
+        return [self.records[v.replica_id]
+                for v in self.views.get((application, deployment), {}).values()
+                if v.state == RUNNING and not v.failure]
 
     def replica_counts(self, key: DKey) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -46,6 +46,7 @@ from .runtime.process import ProcessRuntime
 from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
 from .spec import check_name
 from .store import Store, StoreOpenError, StoreUnavailable, open_store
+from .watch import Publisher, StatePublisher
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class ControllerServer:
         self._runtime = self._make_runtime()
         self._replica_client = GrpcReplicaClient()
         self._reconciler: Reconciler | None = None
+        self._publisher = Publisher()
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._terms: asyncio.Task[None] | None = None
@@ -153,7 +155,7 @@ class ControllerServer:
         server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
-                               lambda: self._reconciler,
+                               lambda: self._reconciler, lambda: self._publisher,
                                lambda: self.request_stop(stop_replicas=True)), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
@@ -202,12 +204,22 @@ class ControllerServer:
         reconciling: asyncio.Task[None] | None = None
         try:
             fenced = self._fenced_for(token)
-            table = DeploymentTable(self._keys, fenced, self._store, self._clock)
-            reconciler = self._new_reconciler(table, fenced)
+            publisher = Publisher()
+            state: StatePublisher | None = None
+
+            def changed(app: str, name: str) -> None:
+                if state is not None:
+                    state.refresh(app, name)
+
+            table = DeploymentTable(self._keys, fenced, self._store, self._clock, changed)
+            reconciler = self._new_reconciler(table, fenced, changed)
             if (await self._retry_while_leading(table.load, holding)
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
-                self._table, self._reconciler = table, reconciler
+                running = reconciler.running_records if reconciler else (lambda a, n: [])
+                state = StatePublisher(publisher, table.live, running)
+                state.refresh_all()
+                self._table, self._reconciler, self._publisher = table, reconciler, publisher
                 if reconciler is not None:
                     reconciling = asyncio.create_task(reconciler.run(), name="reconcile")
                 self._leadership.serving = True
@@ -215,6 +227,7 @@ class ControllerServer:
             await asyncio.shield(holding)
         finally:
             self._leadership.serving = False
+            self._publisher.close()  # Watch streams notice and end
             await self._health.set(SERVICE_NAME, NOT_SERVING)
             if reconciling is not None:  # stop acting at once
                 reconciling.cancel()
@@ -224,13 +237,14 @@ class ControllerServer:
                 await self.election.resign()
                 await holding
 
-    def _new_reconciler(self, table: DeploymentTable, fenced: FencedStore) -> Reconciler | None:
+    def _new_reconciler(self, table: DeploymentTable, fenced: FencedStore,
+                        changed: Callable[[str, str], None]) -> Reconciler | None:
         if self._runtime is None:
             return None
         ops = ReplicaOps(self.config.cluster, self._keys, fenced, self._runtime,
                          self._replica_client)
         return Reconciler(self._keys, ops, lambda: table.list(include_deleted=True),
-                          self._clock)
+                          self._clock, on_change=changed)
 
     async def _retry_while_leading(self, step: Callable[[Store], Awaitable[None]],
                                    holding: asyncio.Task[str]) -> bool:

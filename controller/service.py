@@ -14,26 +14,35 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, records_pb2
+from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb2
 
 from .deployments import DeploymentTable
 from .election import LeaderElection
 from .errors import ApiError, NotLeader
 from .reconciler import Reconciler
 from .status import Observed, cluster_status
+from .watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
 
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "servefleet.v1.ControllerService"
+STREAMING_METHODS = {f"/{SERVICE_NAME}/Watch"}
 LEADER_METADATA_KEY = "servefleet-leader"
 
 R = TypeVar("R")
+
+
+def _now() -> Timestamp:
+    stamp = Timestamp()
+    stamp.GetCurrentTime()
+    return stamp
 
 
 def _leader_metadata(leader: str | None) -> tuple[tuple[str, str], ...]:
@@ -52,6 +61,11 @@ class Leadership:
     def can_serve(self) -> bool:
         return self.serving and self.election.lease_valid()
 
+    async def abort_not_leader(self, context: grpc.aio.ServicerContext) -> None:
+        hint = await self.hint()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, NotLeader(hint).message,
+                            trailing_metadata=_leader_metadata(hint))
+
     async def hint(self) -> str | None:
         """Where a client should go instead of here, reading the store if unsure."""
         leader = self.election.leader
@@ -64,6 +78,7 @@ class LeaderGate(grpc.aio.ServerInterceptor):
     def __init__(self, leadership: Leadership) -> None:
         self._leadership = leadership
         self._reject_handler = grpc.unary_unary_rpc_method_handler(self._reject)
+        self._reject_stream_handler = grpc.unary_stream_rpc_method_handler(self._reject_stream)
 
     async def intercept_service(
         self,
@@ -72,13 +87,18 @@ class LeaderGate(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method  # type: ignore[attr-defined]
         if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
+            if method in STREAMING_METHODS:
+                return self._reject_stream_handler
             return self._reject_handler
         return await continuation(handler_call_details)
 
     async def _reject(self, request: bytes, context: grpc.aio.ServicerContext) -> None:
-        hint = await self._leadership.hint()
-        await context.abort(grpc.StatusCode.UNAVAILABLE, NotLeader(hint).message,
-                            trailing_metadata=_leader_metadata(hint))
+        await self._leadership.abort_not_leader(context)
+
+    async def _reject_stream(self, request: bytes,
+                             context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        await self._leadership.abort_not_leader(context)
+        yield None  # never reached: makes this a streaming handler
 
 
 def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -109,12 +129,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(self, cluster: str, leadership: Leadership,
                  deployments: Callable[[], DeploymentTable],
                  reconciler: Callable[[], Reconciler | None],
+                 publisher: Callable[[], Publisher],
                  on_shutdown: Callable[[], None]) -> None:
         self._cluster = cluster
         self._leadership = leadership
         # A callable: the table is replaced at each leader term.
         self._deployments = deployments
         self._reconciler = reconciler
+        self._publisher = publisher
         self._on_shutdown = on_shutdown
 
     @api_method
@@ -161,8 +183,29 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             return reconciler.replica_counts(key), reconciler.status(record)
 
         applications = cluster_status(self._deployments().live(), observe)
+        proxies = [status_pb2.ProxyStatus(id=w.watcher_id, address=w.address, healthy=True,
+                                          last_seen=_now())
+                   for w in self._publisher().watchers.values()
+                   if w.kind == watch_pb2.WATCHER_KIND_PROXY]
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
-                                     leader=self._leadership.identity)
+                                     leader=self._leadership.identity,
+                                     proxies=sorted(proxies, key=lambda p: p.id))
+
+    async def Watch(self, request: watch_pb2.WatchRequest,
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:
+        """Stream snapshots; INVALID_ARGUMENT for an unknown key, UNAVAILABLE on losing lead."""
+        if len(request.known) > MAX_WATCH_KEYS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"known: at most {MAX_WATCH_KEYS} keys")
+        for key in request.known:
+            problem = check_watch_key(key)
+            if problem:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"known[{key!r}]: {problem}")
+        async for response in serve_watch(self._publisher(), request,
+                                          self._leadership.can_serve):
+            yield response
+        await self._leadership.abort_not_leader(context)
 
     @api_method
     async def Shutdown(self, request: api.ShutdownRequest, context: Any) -> api.ShutdownResponse:

@@ -2,6 +2,7 @@ from servefleet.v1 import deployment_pb2 as _deployment_pb2
 from servefleet.v1 import records_pb2 as _records_pb2
 from servefleet.v1 import replica_pb2 as _replica_pb2
 from servefleet.v1 import status_pb2 as _status_pb2
+from servefleet.v1 import watch_pb2 as _watch_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from servefleet.v1 import controller_pb2 as servefleet_dot_v1_dot_controller__pb2
+from servefleet.v1 import watch_pb2 as servefleet_dot_v1_dot_watch__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -65,6 +66,11 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/servefleet.v1.ControllerService/Watch',
+                request_serializer=servefleet_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_watch__pb2.WatchResponse.FromString,
+                _registered_method=True)
         self.Shutdown = channel.unary_unary(
                 '/servefleet.v1.ControllerService/Shutdown',
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.ShutdownRequest.SerializeToString,
@@ -120,6 +126,14 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Watch(self, request, context):
+        """Watch streams config snapshots (routes, replica sets, deployment config)
+        as they change; see watch.proto.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Shutdown(self, request, context):
         """Shutdown deletes every deployment, waits (up to a minute) for their
         replicas to drain and stop, then the controller that received it exits,
@@ -161,6 +175,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=servefleet_dot_v1_dot_watch__pb2.WatchRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_watch__pb2.WatchResponse.SerializeToString,
             ),
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
@@ -331,6 +350,33 @@ class ControllerService:
             '/servefleet.v1.ControllerService/GetStatus',
             servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.SerializeToString,
             servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/Watch',
+            servefleet_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
+            servefleet_dot_v1_dot_watch__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,218 @@
+"""Config snapshots and the Watch stream that carries them (watch.proto).
+
+`Publisher` holds the current snapshot of every key with its id, a digest of
+its content (after go-control-plane's versioned snapshots: immutable values,
+compared by version). Publishing a value equal to the current one changes
+nothing; a different one bumps a generation counter and wakes every waiting
+stream at once. Because ids are content digests, every leader computes the
+same id for the same state, and a client resuming after a failover is sent
+only what changed.
+
+`StatePublisher` turns the leader's state into snapshots: the route table
+from the live goals, and per deployment its RUNNING replicas and its
+lightweight config. It is told which deployment changed and republishes at
+once, so an update reaches watchers without waiting for a tick.
+
+`serve_watch` is one stream (after go-control-plane's sotw server loop): send
+what the client lacks, then wait for a change or the heartbeat timeout,
+until the client leaves or this controller stops leading. Cleanup is in one
+`finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from servefleet.v1 import records_pb2, replica_pb2, watch_pb2
+
+ROUTES_KEY = "routes"
+DEFAULT_HEARTBEAT_S = 5.0
+MAX_WATCH_KEYS = 10_000
+
+
+def check_watch_key(key: str) -> str | None:
+    """Why `key` is not a watchable key, or None if it is."""
+    if key == ROUTES_KEY or key in ("replicas/", "config/"):
+        return None
+    kind, _, rest = key.partition("/")
+    if kind in ("replicas", "config"):
+        app, _, name = rest.partition("/")
+        if app and (name or key.endswith("/")) and "/" not in name:
+            return None
+    return ("must be 'routes', 'replicas/<app>/<deployment>', 'config/<app>/<deployment>' "
+            "or a prefix of these ending in '/'")
+
+
+def replicas_key(application: str, deployment: str) -> str:
+    return f"replicas/{application}/{deployment}"
+
+
+def config_key(application: str, deployment: str) -> str:
+    return f"config/{application}/{deployment}"
+
+
+def _digest(message: Message) -> str:
+    return hashlib.sha256(message.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
+@dataclass
+class Watcher:
+    watcher_id: str
+    kind: int
+    address: str
+    connected_at: float
+
+
+class Publisher:
+    def __init__(self) -> None:
+        self._snapshots: dict[str, watch_pb2.Snapshot] = {}
+        self._generation = 0
+        self._changed = asyncio.Event()
+        self.watchers: dict[int, Watcher] = {}
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def publish(self, key: str, **payload: Message) -> None:
+        """Make `payload` (one of routes=, replicas=, config=) the value of `key`."""
+        ((field, message),) = payload.items()
+        snapshot_id = _digest(message)
+        current = self._snapshots.get(key)
+        if current is not None and current.snapshot_id == snapshot_id:
+            return
+        self._snapshots[key] = watch_pb2.Snapshot(key=key, snapshot_id=snapshot_id,
+                                                  **{field: message})
+        self._bump()
+
+    def keys(self) -> list[str]:
+        return list(self._snapshots)
+
+    def close(self) -> None:
+        """Wake every stream, so each notices the term ended."""
+        self._bump()
+
+    def remove(self, key: str) -> None:
+        if self._snapshots.pop(key, None) is not None:
+            self._bump()
+
+    def _bump(self) -> None:
+        self._generation += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_change(self, seen: int, timeout: float) -> bool:
+        """Wait until the generation passes `seen`; False on timeout."""
+        if self._generation != seen:
+            return True
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def diff(self, patterns: list[str], known: dict[str, str]) -> list[watch_pb2.Snapshot]:
+        """Snapshots the client lacks for `patterns`, updating `known` as if sent."""
+        out = []
+        for pattern in patterns:
+            if pattern.endswith("/"):
+                keys = [k for k in self._snapshots if k.startswith(pattern)]
+                gone = [k for k in known if k.startswith(pattern) and k != pattern
+                        and k not in self._snapshots and known[k]]
+            else:
+                keys = [pattern] if pattern in self._snapshots else []
+                gone = [pattern] if pattern not in self._snapshots and known.get(pattern) else []
+            for key in keys:
+                snapshot = self._snapshots[key]
+                if known.get(key) != snapshot.snapshot_id:
+                    known[key] = snapshot.snapshot_id
+                    out.append(snapshot)
+            for key in gone:
+                known[key] = ""
+                out.append(watch_pb2.Snapshot(key=key, deleted=True))
+        return out
+
+
+class StatePublisher:
+    """Keeps the Publisher in step with the leader's goals and replicas."""
+
+    def __init__(self, publisher: Publisher,
+                 goals: Callable[[], list[records_pb2.DeploymentRecord]],
+                 running: Callable[[str, str], list[replica_pb2.ReplicaRecord]]) -> None:
+        self._publisher = publisher
+        self._goals = goals
+        self._running = running
+
+    def refresh_all(self) -> None:
+        live = self._goals()
+        self._publish_routes(live)
+        wanted = set()
+        for record in live:
+            wanted.add((record.spec.application, record.spec.name))
+            self._publish_deployment(record)
+        for key in self._publisher.keys():
+            kind, _, rest = key.partition("/")
+            if kind in ("replicas", "config") and tuple(rest.split("/", 1)) not in wanted:
+                self._publisher.remove(key)
+
+    def refresh(self, application: str, name: str) -> None:
+        """Republish one deployment (and the routes) after it changed."""
+        live = self._goals()
+        self._publish_routes(live)
+        record = next((r for r in live if (r.spec.application, r.spec.name)
+                       == (application, name)), None)
+        if record is None:
+            self._publisher.remove(replicas_key(application, name))
+            self._publisher.remove(config_key(application, name))
+        else:
+            self._publish_deployment(record)
+
+    def _publish_routes(self, live: list[records_pb2.DeploymentRecord]) -> None:
+        routes = sorted((r.spec.route_prefix, r.spec.application, r.spec.name)
+                        for r in live if r.spec.HasField("route_prefix"))
+        self._publisher.publish(ROUTES_KEY, routes=watch_pb2.RouteTable(routes=[
+            watch_pb2.Route(route_prefix=p, application=a, deployment=n)
+            for p, a, n in routes]))
+
+    def _publish_deployment(self, record: records_pb2.DeploymentRecord) -> None:
+        app, name = record.spec.application, record.spec.name
+        config = record.spec.replica_config
+        endpoints = sorted((r.replica_id, r.http_address) for r in self._running(app, name))
+        self._publisher.publish(replicas_key(app, name), replicas=watch_pb2.ReplicaSet(
+            application=app, deployment=name,
+            endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a)
+                       for i, a in endpoints],
+            max_ongoing_requests=config.max_ongoing_requests,
+            max_queued_requests=config.max_queued_requests))
+        self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
+            user_config_json=config.user_config_json,
+            max_ongoing_requests=config.max_ongoing_requests))
+
+
+async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
+                      still_leading: Callable[[], bool]) -> AsyncIterator[watch_pb2.WatchResponse]:
+    """One Watch stream; ends (the caller aborts UNAVAILABLE) once leadership is lost."""
+    known = dict(request.known)
+    patterns = sorted(known)
+    heartbeat = request.heartbeat_s if request.heartbeat_s > 0 else DEFAULT_HEARTBEAT_S
+    slot = id(known)
+    publisher.watchers[slot] = Watcher(request.watcher_id, request.kind, request.address,
+                                       time.time())
+    try:
+        seen = -1
+        while still_leading():
+            seen = publisher.generation
+            for snapshot in publisher.diff(patterns, known):
+                yield watch_pb2.WatchResponse(snapshot=snapshot)
+            # Jitter keeps a thousand idle streams from beating in step.
+            if not await publisher.wait_change(seen, heartbeat * random.uniform(0.8, 1.0)):
+                yield watch_pb2.WatchResponse(heartbeat=watch_pb2.Heartbeat())
+    finally:
+        publisher.watchers.pop(slot, None)

@@ -1,0 +1,114 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WatcherKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WATCHER_KIND_UNSPECIFIED: _ClassVar[WatcherKind]
+    WATCHER_KIND_PROXY: _ClassVar[WatcherKind]
+    WATCHER_KIND_REPLICA: _ClassVar[WatcherKind]
+    WATCHER_KIND_HANDLE: _ClassVar[WatcherKind]
+WATCHER_KIND_UNSPECIFIED: WatcherKind
+WATCHER_KIND_PROXY: WatcherKind
+WATCHER_KIND_REPLICA: WatcherKind
+WATCHER_KIND_HANDLE: WatcherKind
+
+class WatchRequest(_message.Message):
+    __slots__ = ("watcher_id", "kind", "address", "known", "heartbeat_s")
+    class KnownEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_S_FIELD_NUMBER: _ClassVar[int]
+    watcher_id: str
+    kind: WatcherKind
+    address: str
+    known: _containers.ScalarMap[str, str]
+    heartbeat_s: float
+    def __init__(self, watcher_id: _Optional[str] = ..., kind: _Optional[_Union[WatcherKind, str]] = ..., address: _Optional[str] = ..., known: _Optional[_Mapping[str, str]] = ..., heartbeat_s: _Optional[float] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("snapshot", "heartbeat")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: Snapshot
+    heartbeat: Heartbeat
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ("key", "snapshot_id", "deleted", "routes", "replicas", "config")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    snapshot_id: str
+    deleted: bool
+    routes: RouteTable
+    replicas: ReplicaSet
+    config: DeploymentConfig
+    def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ...) -> None: ...
+
+class RouteTable(_message.Message):
+    __slots__ = ("routes",)
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    routes: _containers.RepeatedCompositeFieldContainer[Route]
+    def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ...) -> None: ...
+
+class Route(_message.Message):
+    __slots__ = ("route_prefix", "application", "deployment")
+    ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    route_prefix: str
+    application: str
+    deployment: str
+    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class ReplicaSet(_message.Message):
+    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    deployment: str
+    endpoints: _containers.RepeatedCompositeFieldContainer[ReplicaEndpoint]
+    max_ongoing_requests: int
+    max_queued_requests: int
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ...) -> None: ...
+
+class ReplicaEndpoint(_message.Message):
+    __slots__ = ("replica_id", "http_address")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    http_address: str
+    def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ...) -> None: ...
+
+class DeploymentConfig(_message.Message):
+    __slots__ = ("user_config_json", "max_ongoing_requests")
+    USER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    user_config_json: str
+    max_ongoing_requests: int
+    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ...) -> None: ...

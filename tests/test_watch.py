@@ -1,0 +1,170 @@
+"""Watch: snapshots over a server stream, resumption by snapshot id, failover."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.controller.watch import Publisher, check_watch_key
+from servefleet.v1 import controller_pb2_grpc, watch_pb2
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.watch_client import WatchClient
+
+
+def spec(name: str, route: str | None = None, replicas: int = 1) -> d.DeploymentSpec:
+    fields = {"route_prefix": route} if route else {}
+    return d.DeploymentSpec(name=name, import_path="m:C",
+                            replica_config=d.ReplicaConfig(num_replicas=replicas), **fields)
+
+
+def routes_of(snapshot: watch_pb2.Snapshot) -> list[tuple[str, str]]:
+    return [(r.route_prefix, r.deployment) for r in snapshot.routes.routes]
+
+
+# -- Publisher, pure -------------------------------------------------------------
+
+
+def test_publisher_sends_only_what_the_client_lacks() -> None:
+    publisher = Publisher()
+    publisher.publish("routes", routes=watch_pb2.RouteTable())
+    publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x"))
+    publisher.publish("replicas/a/y", replicas=watch_pb2.ReplicaSet(deployment="y"))
+    known = {"routes": "", "replicas/": ""}
+    first = publisher.diff(sorted(known), known)
+    assert sorted(s.key for s in first) == ["replicas/a/x", "replicas/a/y", "routes"]
+    assert publisher.diff(sorted(known), known) == []
+    generation = publisher.generation
+    publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x"))
+    assert publisher.generation == generation, "an equal value is not a change"
+    publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x",
+                                                                    max_ongoing_requests=3))
+    publisher.remove("replicas/a/y")
+    changes = publisher.diff(sorted(known), known)
+    assert [(s.key, s.deleted) for s in changes] == [("replicas/a/x", False),
+                                                     ("replicas/a/y", True)]
+
+
+def test_snapshot_ids_are_content_digests() -> None:
+    one, two = Publisher(), Publisher()
+    for p in (one, two):
+        p.publish("routes", routes=watch_pb2.RouteTable(routes=[watch_pb2.Route(
+            route_prefix="/a", application="app", deployment="A")]))
+    known_one: dict[str, str] = {"routes": ""}
+    (snapshot,) = one.diff(["routes"], known_one)
+    # A client holding one leader's id is sent nothing by another leader with the same state.
+    assert two.diff(["routes"], {"routes": snapshot.snapshot_id}) == []
+
+
+@pytest.mark.parametrize("key", ["routes", "replicas/", "config/", "replicas/app/",
+                                 "replicas/app/Model", "config/app/Model"])
+def test_good_watch_keys(key: str) -> None:
+    assert check_watch_key(key) is None
+
+
+@pytest.mark.parametrize("key", ["", "route", "replicas", "replicas/app", "x/a/b",
+                                 "replicas/a/b/c"])
+def test_bad_watch_keys(key: str) -> None:
+    assert check_watch_key(key) is not None
+
+
+# -- over gRPC ---------------------------------------------------------------------
+
+
+async def next_snapshot(call) -> watch_pb2.Snapshot:
+    async for response in call:
+        if response.HasField("snapshot"):
+            return response.snapshot
+    raise AssertionError("stream ended")
+
+
+async def test_watch_stream_over_grpc(fleet) -> None:
+    (proc,) = fleet.start(1)
+    fleet.leader()
+    with ControllerClient(proc.address) as client:
+        client.deploy(spec("A", "/a"))
+    async with grpc.aio.insecure_channel(proc.address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        call = stub.Watch(watch_pb2.WatchRequest(known={"routes": ""}, heartbeat_s=0.2))
+        first = await asyncio.wait_for(next_snapshot(call), 10)
+        assert routes_of(first) == [("/a", "A")]
+        call.cancel()
+
+        # Resuming with the id held: only heartbeats until something changes.
+        call = stub.Watch(watch_pb2.WatchRequest(known={"routes": first.snapshot_id},
+                                                 heartbeat_s=0.2))
+        responses = call.__aiter__()
+        beat = await asyncio.wait_for(responses.__anext__(), 5)
+        assert beat.HasField("heartbeat")
+        started = time.monotonic()
+        await asyncio.to_thread(lambda: ControllerClient(proc.address).deploy(spec("B", "/b")))
+        while True:
+            response = await asyncio.wait_for(responses.__anext__(), 5)
+            if response.HasField("snapshot"):
+                break
+        assert routes_of(response.snapshot) == [("/a", "A"), ("/b", "B")]
+        assert time.monotonic() - started < 5
+        call.cancel()
+
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await next_snapshot(stub.Watch(watch_pb2.WatchRequest(known={"nonsense": ""})))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "known['nonsense']" in err.value.details()
+
+
+async def test_proxies_announce_themselves_in_status(fleet) -> None:
+    (proc,) = fleet.start(1)
+    fleet.leader()
+    watcher = WatchClient([proc.address], ["routes"], kind=watch_pb2.WATCHER_KIND_PROXY,
+                          address="127.0.0.1:8000", watcher_id="proxy-1")
+    watcher.start()
+    try:
+        await asyncio.wait_for(watcher.connected.wait(), 10)
+        status = await asyncio.to_thread(lambda: ControllerClient(proc.address).status())
+        assert [(p.id, p.address, p.healthy) for p in status.proxies] == [
+            ("proxy-1", "127.0.0.1:8000", True)]
+    finally:
+        await watcher.close()
+
+
+async def test_watch_client_follows_failover_and_resumes(etcd_fleet) -> None:
+    etcd_fleet.start(2, lease_ttl=2)
+    leader = etcd_fleet.leader()
+    standby = next(p for p in etcd_fleet.started if p is not leader)
+    await asyncio.to_thread(lambda: ControllerClient(leader.address).deploy(spec("A", "/a")))
+    received: list[watch_pb2.Snapshot] = []
+    # Pointed at the standby first: it must follow the hint to the leader.
+    watcher = WatchClient([standby.address, leader.address], ["routes", "replicas/"],
+                          on_snapshot=received.append, heartbeat_s=0.5)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "routes" not in watcher.snapshots and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert routes_of(watcher.snapshots["routes"]) == [("/a", "A")]
+        assert "replicas/default/A" in watcher.snapshots
+        before = len(received)
+        reconnects = watcher.reconnects
+
+        await asyncio.to_thread(leader.kill)
+        await asyncio.to_thread(etcd_fleet.leader, 15)
+        deadline = time.monotonic() + 15
+        while (watcher.reconnects == reconnects or not watcher.connected.is_set()) \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert watcher.connected.is_set()
+        await asyncio.sleep(1.0)
+        # The new leader computed the same ids: nothing was sent again.
+        assert len(received) == before, [s.key for s in received[before:]]
+
+        await asyncio.to_thread(
+            lambda: ControllerClient([standby.address]).deploy(spec("B", "/b")))
+        deadline = time.monotonic() + 10
+        while len(routes_of(watcher.snapshots["routes"])) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert routes_of(watcher.snapshots["routes"]) == [("/a", "A"), ("/b", "B")]
+    finally:
+        await watcher.close()
