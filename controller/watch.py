@@ -73,6 +73,12 @@ class Watcher:
 class Publisher:
     def __init__(self) -> None:
         self._snapshots: dict[str, watch_pb2.Snapshot] = {}
+        # The response carrying each current snapshot, built once and shared by
+        # every stream: building one per stream copies the whole snapshot, which
+        # at 1,000 streams made fan-out p99 87 ms instead of 60 (bench/watch_fanout.py).
+        # Serializing once as well (bytes through a pass-through serializer)
+        # measured no better, so the generated handlers are used as they are.
+        self._responses: dict[str, watch_pb2.WatchResponse] = {}
         self._generation = 0
         self._changed = asyncio.Event()
         self.watchers: dict[int, Watcher] = {}
@@ -88,8 +94,9 @@ class Publisher:
         current = self._snapshots.get(key)
         if current is not None and current.snapshot_id == snapshot_id:
             return
-        self._snapshots[key] = watch_pb2.Snapshot(key=key, snapshot_id=snapshot_id,
-                                                  **{field: message})
+        snapshot = watch_pb2.Snapshot(key=key, snapshot_id=snapshot_id, **{field: message})
+        self._snapshots[key] = snapshot
+        self._responses[key] = watch_pb2.WatchResponse(snapshot=snapshot)
         self._bump()
 
     def keys(self) -> list[str]:
@@ -101,6 +108,7 @@ class Publisher:
 
     def remove(self, key: str) -> None:
         if self._snapshots.pop(key, None) is not None:
+            self._responses.pop(key, None)
             self._bump()
 
     def _bump(self) -> None:
@@ -118,8 +126,10 @@ class Publisher:
             return False
         return True
 
-    def diff(self, patterns: list[str], known: dict[str, str]) -> list[watch_pb2.Snapshot]:
-        """Snapshots the client lacks for `patterns`, updating `known` as if sent."""
+    def diff(self, patterns: list[str],
+             known: dict[str, str]) -> list[watch_pb2.WatchResponse]:
+        """Responses with the snapshots the client lacks for `patterns`; `known` is
+        updated as if they were sent."""
         out = []
         for pattern in patterns:
             if pattern.endswith("/"):
@@ -133,10 +143,11 @@ class Publisher:
                 snapshot = self._snapshots[key]
                 if known.get(key) != snapshot.snapshot_id:
                     known[key] = snapshot.snapshot_id
-                    out.append(snapshot)
+                    out.append(self._responses[key])
             for key in gone:
                 known[key] = ""
-                out.append(watch_pb2.Snapshot(key=key, deleted=True))
+                out.append(watch_pb2.WatchResponse(
+                    snapshot=watch_pb2.Snapshot(key=key, deleted=True)))
         return out
 
 
@@ -209,8 +220,8 @@ async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
         seen = -1
         while still_leading():
             seen = publisher.generation
-            for snapshot in publisher.diff(patterns, known):
-                yield watch_pb2.WatchResponse(snapshot=snapshot)
+            for response in publisher.diff(patterns, known):
+                yield response
             # Jitter keeps a thousand idle streams from beating in step.
             if not await publisher.wait_change(seen, heartbeat * random.uniform(0.8, 1.0)):
                 yield watch_pb2.WatchResponse(heartbeat=watch_pb2.Heartbeat())

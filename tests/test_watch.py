@@ -34,7 +34,7 @@ def test_publisher_sends_only_what_the_client_lacks() -> None:
     publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x"))
     publisher.publish("replicas/a/y", replicas=watch_pb2.ReplicaSet(deployment="y"))
     known = {"routes": "", "replicas/": ""}
-    first = publisher.diff(sorted(known), known)
+    first = [r.snapshot for r in publisher.diff(sorted(known), known)]
     assert sorted(s.key for s in first) == ["replicas/a/x", "replicas/a/y", "routes"]
     assert publisher.diff(sorted(known), known) == []
     generation = publisher.generation
@@ -43,7 +43,7 @@ def test_publisher_sends_only_what_the_client_lacks() -> None:
     publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x",
                                                                     max_ongoing_requests=3))
     publisher.remove("replicas/a/y")
-    changes = publisher.diff(sorted(known), known)
+    changes = [r.snapshot for r in publisher.diff(sorted(known), known)]
     assert [(s.key, s.deleted) for s in changes] == [("replicas/a/x", False),
                                                      ("replicas/a/y", True)]
 
@@ -54,7 +54,7 @@ def test_snapshot_ids_are_content_digests() -> None:
         p.publish("routes", routes=watch_pb2.RouteTable(routes=[watch_pb2.Route(
             route_prefix="/a", application="app", deployment="A")]))
     known_one: dict[str, str] = {"routes": ""}
-    (snapshot,) = one.diff(["routes"], known_one)
+    (snapshot,) = [r.snapshot for r in one.diff(["routes"], known_one)]
     # A client holding one leader's id is sent nothing by another leader with the same state.
     assert two.diff(["routes"], {"routes": snapshot.snapshot_id}) == []
 
