@@ -217,6 +217,10 @@ class FencedStore:
         self._leader_key = leader_key
         self._token = token
 
+    def still_valid(self) -> bool:
+        """This term is current and its lease cannot have lapsed yet."""
+        return self._election.revision == self._token and self._election.lease_valid()
+
     async def commit(self, ops: Sequence[Op]) -> int:
         """Write `ops` atomically as the leader; returns the new store revision.
 

@@ -93,6 +93,9 @@ class StartupFailures:
     count: int = 0
     last_error: str = ""
     next_attempt_at: float = 0.0
+    # Why a running replica was last replaced (failed health checks, exited);
+    # the deployment shows UNHEALTHY with it until it is back at its target.
+    incident: str = ""
 
     def reset_if_goal_changed(self, goal: Goal) -> None:
         if goal.token != self.token:
@@ -164,7 +167,10 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
     stopped = set(plan.stop)
 
     # 3. Retire old replicas without dropping below the target of RUNNING ones.
-    plan.stop.extend(r.replica_id for r in old if r.state != RUNNING)
+    # Old replicas still STARTING serve nothing and go at once; RECOVERING ones
+    # (found after a failover, not yet probed) may be serving and are left
+    # alone until their probe says what they are.
+    plan.stop.extend(r.replica_id for r in old if r.state == STARTING)
     serving = len([r for r in running if r.replica_id not in stopped]) + len(old_running)
     can_stop = max(0, serving - goal.target)
     plan.stop.extend(r.replica_id for r in _by_slot_desc(old_running)[:can_stop])
@@ -188,14 +194,16 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
                         f"not retrying until the deployment changes. Last error: "
                         f"{failures.last_error}")
         return
+    settled = up == goal.target and len(current) == goal.target and not old and not broken
     unhealthy = [r for r in broken if not r.failed_starting] + [
         r for r in current if r.health_failures and not r.failure]
-    if unhealthy:
+    if unhealthy or (failures.incident and not settled):
         plan.status = status_pb2.DEPLOYMENT_STATUS_UNHEALTHY
         plan.message = "; ".join(f"replica {r.replica_id}: {r.failure or r.message}"
-                                 for r in unhealthy)
+                                 for r in unhealthy) or failures.incident
         return
-    if up == goal.target and len(current) == goal.target and not old and not broken:
+    if settled:
+        failures.incident = ""
         plan.status = status_pb2.DEPLOYMENT_STATUS_HEALTHY
         plan.message = ""
         return

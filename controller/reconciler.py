@@ -25,6 +25,7 @@ import logging
 import random
 import secrets
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from servefleet.v1 import records_pb2, replica_pb2, status_pb2
@@ -44,6 +45,7 @@ from .planner import (
     plan_deployment,
 )
 from .replica_ops import ReplicaOps, config_hash
+from .runtime import RuntimeReplica
 from .status import target_replicas
 from .store import Store
 
@@ -52,6 +54,7 @@ RS = replica_pb2.ReplicaState
 DKey = tuple[str, str]
 
 LIVENESS_SWEEP_S = 0.5
+ORPHAN_GRACE_S = 5.0
 HEALTH_FAILURE_THRESHOLD = 3
 
 
@@ -86,6 +89,8 @@ class Reconciler:
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._next_health: dict[str, float] = {}
         self._next_sweep = 0.0
+        # Replicas the runtime runs that no record names, by when first seen.
+        self._orphans: dict[str, float] = {}
         # goal_of() per deployment, recomputed only when its record object changes.
         self._goal_cache: dict[DKey, tuple[records_pb2.DeploymentRecord, Goal]] = {}
 
@@ -107,17 +112,24 @@ class Reconciler:
                 record.handle = seen.handle
                 record.control_address = seen.control_address
                 record.http_address = seen.http_address
-            state = STOPPING if record.stopping else RECOVERING
-            self._track(record, state)
+            # A stop under way is finished by the loop (with the goal's timings).
+            self._track(record, STOPPING if record.stopping else RECOVERING)
             adopted += 1
-            if record.stopping:
-                self._stop(record)
         for orphan in running.values():
-            logger.warning("stopping orphan replica %s (pid/handle %s): no record wants it",
-                           orphan.replica_id, orphan.handle)
+            self._stop_orphan(orphan)
+        logger.info("recovered %d replicas from the registry", adopted)
+
+    def _stop_orphan(self, orphan: RuntimeReplica) -> None:
+        logger.warning("stopping orphan replica %s (handle %s): no record wants it",
+                       orphan.replica_id, orphan.handle)
+
+        async def stop() -> None:
+            self._ops.check_leading()
             await self._ops.runtime.stop(orphan.handle, 5.0)
             self._ops.runtime.cleanup(orphan.replica_id)
-        logger.info("recovered %d replicas from the registry", adopted)
+            self._orphans.pop(orphan.replica_id, None)
+
+        self._spawn(f"orphan:{orphan.replica_id}", stop)
 
     def _track(self, record: replica_pb2.ReplicaRecord, state: int) -> ReplicaView:
         view = ReplicaView(replica_id=record.replica_id, slot=record.slot,
@@ -132,7 +144,12 @@ class Reconciler:
     async def run(self) -> None:
         try:
             while True:
-                await self.tick()
+                try:
+                    await self.tick()
+                except (NotLeader, asyncio.CancelledError):
+                    raise
+                except Exception:
+                    logger.exception("reconcile tick failed; next tick in %gs", self._tick_s)
                 await self._clock.sleep(self._tick_s)
         finally:
             await self.cancel_tasks()
@@ -146,6 +163,8 @@ class Reconciler:
                 await task
 
     async def tick(self) -> None:
+        if not self._ops.leading():
+            return  # leadership is being lost: act on nothing (the term is ending)
         now = self._clock.monotonic()
         if now >= self._next_sweep:
             self._next_sweep = now + LIVENESS_SWEEP_S
@@ -159,24 +178,39 @@ class Reconciler:
                 logger.exception("reconciling %s/%s failed; retrying next tick", *key)
 
     async def _sweep_liveness(self) -> None:
-        """Mark replicas the runtime no longer runs as failed (found by one list call)."""
+        """One runtime list: replicas gone are failed; unknown ones are orphans.
+
+        An orphan is a replica no record names (say, one an old leader launched
+        after it lost its lease); it is stopped once seen on two sweeps
+        ORPHAN_GRACE_S apart, so a start under way is never mistaken for one.
+        """
         try:
-            alive = await self._ops.alive_ids()
+            listed = await self._ops.runtime.list(self._ops.cluster)
         except Exception as e:
             logger.warning("cannot list replicas from the runtime: %s", e)
             return
+        alive = {r.replica_id for r in listed}
+        now = self._clock.monotonic()
+        self._orphans = {k: v for k, v in self._orphans.items() if k in alive}
+        for replica in listed:
+            if replica.replica_id in self.records:
+                continue
+            first = self._orphans.setdefault(replica.replica_id, now)
+            if now - first >= ORPHAN_GRACE_S and f"orphan:{replica.replica_id}" \
+                    not in self._tasks:
+                self._stop_orphan(replica)
         for views in self.views.values():
             for view in views.values():
                 record = self.records.get(view.replica_id)
                 if (record is not None and record.handle and view.replica_id not in alive
                         and view.state != STOPPING and not view.failure
                         and view.replica_id not in self._tasks):
-                    self._spawn(view.replica_id, self._note_exit(view, record))
+                    self._spawn(view.replica_id, partial(self._note_exit, view, record))
 
     async def _note_exit(self, view: ReplicaView, record: replica_pb2.ReplicaRecord) -> None:
-        reason = await self._ops._exit_reason(record)
-        if reason is not None:
-            self._fail(view, reason)
+        reason = await self._ops.exit_reason(record)
+        if reason is not None and view.state != STOPPING:
+            self._fail(view, reason.text, count=not reason.bind_failure)
 
     def _reconcile(self, key: DKey, record: records_pb2.DeploymentRecord | None,
                    now: float) -> None:
@@ -189,12 +223,17 @@ class Reconciler:
         self.plans[key] = (goal, plan)
         for replica_id in plan.stop:
             self._stop(self.records[replica_id], record)
+        # A stop that failed (store or runtime trouble), or one recovered from
+        # the registry, is carried out (again) until the replica is gone.
+        for view in list(views.values()):
+            if view.state == STOPPING and view.replica_id not in self._tasks:
+                self._stop(self.records[view.replica_id], record)
         if record is not None and not record.deleted:
             for slot in plan.start_slots:
                 self._start(key, slot, record)
             for replica_id in plan.reconfigure:
                 if replica_id not in self._tasks:
-                    self._spawn(replica_id, self._reconfigure(views[replica_id], record))
+                    self._spawn(replica_id, partial(self._reconfigure, views[replica_id], record))
         if not views and (record is None or record.deleted):
             self.views.pop(key, None)
             self.plans.pop(key, None)
@@ -218,21 +257,23 @@ class Reconciler:
                 continue
             record = self.records[view.replica_id]
             if view.state in (STARTING, RECOVERING):
-                self._spawn(view.replica_id, self._probe_starting(view, record, goal))
+                self._spawn(view.replica_id, partial(self._probe_starting, view, record, goal))
             elif view.state == RUNNING and now >= self._next_health.setdefault(
                     view.replica_id, now + config.health_check_period_s * random.random()):
                 # Jittered by +-10%, so replicas that started together (after a
                 # deploy or a failover) do not all get checked in the same tick.
                 self._next_health[view.replica_id] = now + config.health_check_period_s * (
                     random.uniform(0.9, 1.1))
-                self._spawn(view.replica_id,
-                            self._check_health(view, record, config.health_check_timeout_s))
+                self._spawn(view.replica_id, partial(self._check_health, view, record,
+                                                     config.health_check_timeout_s))
 
     async def _probe_starting(self, view: ReplicaView, record: replica_pb2.ReplicaRecord,
                               goal: records_pb2.DeploymentRecord) -> None:
         result = await self._ops.probe_starting(record)
+        if view.state == STOPPING:
+            return  # a stop was decided meanwhile: its word is final
         if result.failure:
-            self._fail(view, result.failure)
+            self._fail(view, result.failure, count=not result.bind_failure)
         elif result.ready:
             recovered = view.state == RECOVERING
             view.state = RUNNING
@@ -249,6 +290,8 @@ class Reconciler:
     async def _check_health(self, view: ReplicaView, record: replica_pb2.ReplicaRecord,
                             timeout_s: float) -> None:
         problem = await self._ops.check_health(record, timeout_s)
+        if view.state == STOPPING:
+            return
         if not problem:
             view.health_failures, view.message = 0, ""
             return
@@ -259,29 +302,44 @@ class Reconciler:
         if view.health_failures >= HEALTH_FAILURE_THRESHOLD:
             self._fail(view, f"{problem} ({view.health_failures} times in a row)")
 
-    def _fail(self, view: ReplicaView, reason: str) -> None:
-        view.failed_starting = view.state in (STARTING,
-                                              RECOVERING)
+    def _fail(self, view: ReplicaView, reason: str, *, count: bool = True) -> None:
+        """Mark a replica failed (the planner stops and replaces it).
+
+        A failed start counts toward the retry cap only when it is the current
+        goal's replica and its own fault (not a port collision or the store).
+        """
+        view.failed_starting = view.state in (STARTING, RECOVERING)
         view.failure = reason
         record = self.records[view.replica_id]
         key = (record.application, record.deployment)
         self._on_change(*key)
-        if view.failed_starting and view.state == STARTING:
-            self._failures.setdefault(key, StartupFailures()).record(
-                reason.splitlines()[0] if reason else reason, self._clock.monotonic())
+        failures = self._failures.setdefault(key, StartupFailures())
+        cached = self._goal_cache.get(key)
+        is_current = cached is not None and view.is_current(cached[1])
+        if view.state == STARTING and count and is_current:
+            failures.record(reason.splitlines()[0] if reason else reason,
+                            self._clock.monotonic())
+        elif view.state == RUNNING:
+            failures.incident = f"replica {view.replica_id} was replaced: {reason}"
         logger.warning("replica %s of %s/%s failed: %s", view.replica_id, *key, reason)
 
     # -- acting -------------------------------------------------------------------------
 
-    def _spawn(self, replica_id: str, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, replica_id: str, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `work()` as the replica's one background task.
+
+        `work` is called inside the task, so a task cancelled before it ran
+        leaves no coroutine behind.
+        """
         task = asyncio.create_task(self._guarded(replica_id, work), name=f"replica-{replica_id}")
         self._tasks[replica_id] = task
         task.add_done_callback(lambda t: self._tasks.pop(replica_id, None)
                                if self._tasks.get(replica_id) is t else None)
 
-    async def _guarded(self, replica_id: str, work: Coroutine[Any, Any, None]) -> None:
+    async def _guarded(self, replica_id: str,
+                       work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
-            await work
+            await work()
         except asyncio.CancelledError:
             raise
         except NotLeader:
@@ -303,14 +361,17 @@ class Reconciler:
         async def start() -> None:
             try:
                 await self._ops.start(record, goal, self._clock.time())
-            except (NotLeader, Unavailable):
+            except NotLeader:
                 raise
+            except Unavailable as e:
+                # Not the replica's fault; stopping it clears whatever was written.
+                self._fail(view, f"could not start: {e}", count=False)
             except Exception as e:
                 self._fail(view, f"could not start: {type(e).__name__}: {e}")
             finally:
                 self._starting.pop(replica_id, None)
 
-        self._spawn(replica_id, start())
+        self._spawn(replica_id, start)
         self._starting[replica_id] = self._tasks[replica_id]
 
     def _stop(self, record: replica_pb2.ReplicaRecord,
@@ -321,6 +382,9 @@ class Reconciler:
         view.state = STOPPING
         self._on_change(record.application, record.deployment)
         previous = self._tasks.get(record.replica_id)
+        starting = self._starting.pop(record.replica_id, None)
+        if previous is not None and previous is not starting:
+            previous.cancel()  # a probe or health check: its answer no longer matters
         config = goal.spec.replica_config if goal is not None else None
         wait_loop = config.graceful_shutdown_wait_loop_s if config else 2.0
         timeout = config.graceful_shutdown_timeout_s if config else 20.0
@@ -330,28 +394,31 @@ class Reconciler:
                     record.deployment, f" ({view.failure.splitlines()[0]})"
                     if view.failure else "")
 
-        starting = self._starting.pop(record.replica_id, None)
 
         async def stop() -> None:
             if previous is not None and not previous.done():
-                if previous is not starting:
-                    previous.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await previous
+                # asyncio.wait neither raises the task's error nor cancels it
+                # if this stop is cancelled in turn.
+                await asyncio.wait({previous})
             await self._ops.stop(record, wait_loop, timeout)
             views = self.views.get((record.application, record.deployment), {})
             views.pop(record.replica_id, None)
             self.records.pop(record.replica_id, None)
             self._next_health.pop(record.replica_id, None)
 
-        self._spawn(record.replica_id, stop())
+        self._spawn(record.replica_id, stop)
 
     async def _reconfigure(self, view: ReplicaView,
                            goal: records_pb2.DeploymentRecord) -> None:
         try:
-            view.config_hash = await self._ops.reconfigure(self.records[view.replica_id], goal)
+            applied = await self._ops.reconfigure(self.records[view.replica_id], goal)
+        except NotLeader:
+            raise
         except Exception as e:
-            self._fail(view, f"reconfigure failed: {e}")
+            if view.state != STOPPING:
+                self._fail(view, f"reconfigure failed: {e}")
+            return
+        view.config_hash = applied
 
     async def wait_tasks(self) -> None:
         """Wait for the replica work under way now (tests and benchmarks)."""

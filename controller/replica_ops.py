@@ -22,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from servefleet.v1 import records_pb2, replica_pb2
 
 from .election import FencedStore
+from .errors import NotLeader
 from .keys import ClusterKeys
 from .replica_client import ReplicaCallError, ReplicaClient
 from .runtime import ReplicaLaunch, Runtime
@@ -37,12 +38,23 @@ def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+# replica/main.py exits with 3 when its port was taken: not the user's fault.
+EXIT_BIND_FAILURE = 3
+
+
 @dataclass
 class ProbeResult:
     ready: bool = False
     # Non-empty when the replica failed (startup error, exited, unhealthy).
     failure: str = ""
     config_hash: str = ""
+    bind_failure: bool = False
+
+
+@dataclass
+class ExitReason:
+    text: str
+    bind_failure: bool = False
 
 
 class ReplicaOps:
@@ -53,6 +65,18 @@ class ReplicaOps:
         self._fenced = fenced
         self.runtime = runtime
         self.client = client
+
+    def leading(self) -> bool:
+        return self._fenced.still_valid()
+
+    def check_leading(self) -> None:
+        """Raise NotLeader before a runtime call or replica RPC once leadership may be gone.
+
+        Fenced writes protect the store; this keeps a leader whose lease may
+        have lapsed from starting, stopping or reconfiguring replicas meanwhile.
+        """
+        if not self._fenced.still_valid():
+            raise NotLeader(None)
 
     def _key(self, record: replica_pb2.ReplicaRecord) -> str:
         return self._keys.replica(record.application, record.deployment, record.replica_id)
@@ -69,6 +93,7 @@ class ReplicaOps:
         record.created_time.CopyFrom(stamp)
         record.runtime = self.runtime.name
         await self._put(record)
+        self.check_leading()
         launched = await self.runtime.start(ReplicaLaunch(
             cluster=self.cluster, application=record.application, deployment=record.deployment,
             replica_id=record.replica_id, version=record.version,
@@ -92,8 +117,12 @@ class ReplicaOps:
                    timeout_s: float) -> None:
         """Drain and stop a replica, then drop it from the registry."""
         if not record.stopping:
-            record.stopping = True
-            await self._put(record)
+            marked = replica_pb2.ReplicaRecord()
+            marked.CopyFrom(record)
+            marked.stopping = True
+            await self._put(marked)
+            record.stopping = True  # only once stored: a retry writes it again otherwise
+        self.check_leading()
         if record.control_address:
             try:
                 await self.client.drain(record.control_address, wait_loop_s, timeout_s)
@@ -111,14 +140,15 @@ class ReplicaOps:
         self.runtime.cleanup(record.replica_id)
         await self._fenced.commit([Delete(self._key(record))])
 
-    async def _exit_reason(self, record: replica_pb2.ReplicaRecord) -> str | None:
+    async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> ExitReason | None:
         """Why the replica is gone, or None if it is still alive."""
         seen = await self.runtime.inspect(record.handle)
         if seen is not None and seen.alive:
             return None
         code = f" with code {seen.exit_code}" if seen and seen.exit_code is not None else ""
         tail = self.runtime.logs(record.replica_id, 8).strip()
-        return f"replica exited{code}" + (f"; last output:\n{tail}" if tail else "")
+        return ExitReason(f"replica exited{code}" + (f"; last output:\n{tail}" if tail else ""),
+                          bind_failure=seen is not None and seen.exit_code == EXIT_BIND_FAILURE)
 
     async def probe_starting(self, record: replica_pb2.ReplicaRecord) -> ProbeResult:
         """Has a starting (or recovered) replica become ready, or failed?"""
@@ -127,8 +157,14 @@ class ReplicaOps:
         try:
             meta = await self.client.metadata(record.control_address, timeout=2.0)
         except ReplicaCallError:
-            reason = await self._exit_reason(record)
-            return ProbeResult(failure=reason or "")
+            reason = await self.exit_reason(record)
+            if reason is None:
+                return ProbeResult()
+            return ProbeResult(failure=reason.text, bind_failure=reason.bind_failure)
+        if meta.replica_id and meta.replica_id != record.replica_id:
+            return ProbeResult(failure=f"replica {meta.replica_id} answers on "
+                               f"{record.control_address}, not {record.replica_id}",
+                               bind_failure=True)
         if meta.phase == PHASE.REPLICA_PHASE_FAILED:
             return ProbeResult(failure=f"{meta.error}\n{meta.traceback.strip()}")
         if meta.phase == PHASE.REPLICA_PHASE_READY:
@@ -149,11 +185,10 @@ class ReplicaOps:
                           goal: records_pb2.DeploymentRecord) -> str:
         """Apply the goal's lightweight config; returns the new config hash."""
         config = goal.spec.replica_config
+        self.check_leading()
         await self.client.reconfigure(record.control_address, config.user_config_json,
                                       config.max_ongoing_requests, timeout=30.0)
         logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
         return config_hash(config.user_config_json, config.max_ongoing_requests)
 
-    async def alive_ids(self) -> set[str]:
-        return {r.replica_id for r in await self.runtime.list(self.cluster)}

@@ -36,7 +36,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc
 from .clock import Clock
 from .deployments import DeploymentTable
 from .election import FencedStore, LeaderElection
-from .errors import InvalidArgument, Unavailable
+from .errors import InvalidArgument, NotLeader, Unavailable
 from .keys import ClusterKeys
 from .reconciler import Reconciler
 from .replica_client import GrpcReplicaClient
@@ -152,7 +152,9 @@ class ControllerServer:
             await self._store.open()
         except StoreOpenError as e:
             raise OSError(str(e)) from None
-        server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)])
+        # No SO_REUSEPORT: a second process on the same port must fail, not share it.
+        server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)],
+                                 options=[("grpc.so_reuseport", 0)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
                                lambda: self._reconciler, lambda: self._publisher,
@@ -227,12 +229,14 @@ class ControllerServer:
             await asyncio.shield(holding)
         finally:
             self._leadership.serving = False
-            self._publisher.close()  # Watch streams notice and end
-            await self._health.set(SERVICE_NAME, NOT_SERVING)
             if reconciling is not None:  # stop acting at once
                 reconciling.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reconciling
+            if reconciler is not None:  # work recovery started, even if the loop never ran
+                await reconciler.cancel_tasks()
+            self._publisher.close()  # Watch streams notice and end
+            await self._health.set(SERVICE_NAME, NOT_SERVING)
             if not holding.done():  # cancelled by stop(): hand over at once
                 await self.election.resign()
                 await holding
@@ -253,6 +257,8 @@ class ControllerServer:
             try:
                 await step(self._store)
                 return True
+            except NotLeader:
+                return False  # the term is over; hold() says why
             except (StoreUnavailable, Unavailable) as e:
                 logger.warning("cannot load state from the store, retrying: %s", e)
                 await self._clock.sleep(0.5)

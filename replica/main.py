@@ -150,7 +150,9 @@ class Replica:
 
 async def run(settings: ReplicaSettings) -> int:
     replica = Replica(settings)
-    control = grpc.aio.server()
+    # No SO_REUSEPORT: a port another replica holds must fail the bind (exit 3),
+    # not be shared with it.
+    control = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaControl(replica), control)
     try:
         control.add_insecure_port(f"{settings.host}:{settings.control_port}")
@@ -225,4 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
         return 2
-    return asyncio.run(run(settings))
+    code = asyncio.run(run(settings))
+    logging.shutdown()
+    # Exit now: a user thread stuck in a constructor or a sync handler must not
+    # keep the process alive past its drain timeout.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -110,31 +110,43 @@ def test_startup_failures_back_off_then_stop_until_the_goal_changes() -> None:
     g = goal(2)
     failures = StartupFailures()
     now = 100.0
-    attempts = 0
+    failed_starts = 0
     while True:
         plan = plan_deployment(g, [], failures, now)
         if plan.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED:
             break
-        if plan.start_slots:
-            attempts += 1
+        for _ in plan.start_slots:  # every replica started fails
+            failed_starts += 1
             failures.record("ValueError: bad constructor", now)
+        if plan.start_slots:
             # Right after a failure, nothing starts until the backoff passes.
             assert plan_deployment(g, [], failures, now + 0.01).start_slots == []
         now += 1.0
         assert now < 1000
-    assert attempts == retry_cap(2) == 6
+    assert failed_starts == retry_cap(2) == 6
     assert "ValueError: bad constructor" in plan.message
     assert plan_deployment(g, [], failures, now + 1e6).start_slots == []  # stopped hammering
     fixed = goal(2, version="v2")
     assert plan_deployment(fixed, [], failures, now).start_slots == [0, 1]
 
 
-def test_backoff_grows() -> None:
+def test_backoff_grows_to_its_ceiling() -> None:
     failures = StartupFailures()
-    failures.record("x", 0.0)
-    first = failures.next_attempt_at
-    failures.record("x", 0.0)
-    assert failures.next_attempt_at > first
+    delays = []
+    for _ in range(10):
+        failures.record("x", 0.0)
+        delays.append(failures.next_attempt_at)
+    assert delays[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert max(delays) == 16.0
+
+
+def test_recovering_replicas_are_not_stopped_mid_rollout() -> None:
+    """After a failover every replica is RECOVERING: nothing may be stopped yet."""
+    views = [replica(f"o{i}", i, "v1", RS.REPLICA_STATE_RECOVERING) for i in range(3)]
+    views.append(replica("n0", 0, "v2", RS.REPLICA_STATE_RECOVERING))
+    plan = plan_deployment(goal(3, "v2"), views, StartupFailures(), 0.0)
+    assert plan.stop == []
+    assert plan.start_slots == []  # the recovering v2 replica fills the rollout budget
 
 
 def test_deleted_goal_stops_everything() -> None:

@@ -9,6 +9,7 @@ import pytest
 from servefleet.controller.planner import ReplicaView
 from servefleet.controller.reconciler import Reconciler
 from servefleet.controller.runtime import ReplicaLaunch
+from servefleet.controller.store import StoreUnavailable
 from servefleet.fakes import FakeClock, FakeControlPlane
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
@@ -107,9 +108,49 @@ async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(
     await reconciler.cancel_tasks()
 
     _, successor = await world.lead()
-    assert not stray.alive, "the orphan was not stopped"
     await settle(successor, world.clock)
+    assert not stray.alive, "the orphan was not stopped"
     alive = {r.handle for r in world.runtime.alive()}
     assert len(running_ids(successor, "A")) == 3
     assert handles - {dead.handle} <= alive, "adopted replicas were restarted"
     assert len(alive) == 3
+
+
+class FlakyStore:
+    """A real store whose next `failures` transactions raise StoreUnavailable."""
+
+    def __init__(self, inner, failures: int = 0) -> None:
+        self._inner, self.failures = inner, failures
+
+    async def txn(self, guards, ops):
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailable("injected")
+        return await self._inner.txn(guards, ops)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+async def test_start_whose_registry_write_fails_is_retried(world: FakeControlPlane) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 1))
+    flaky = FlakyStore(world.store, failures=1)
+    reconciler._ops._fenced._store = flaky  # the next registry write fails
+    await settle(reconciler, world.clock, ticks=20)
+    assert len(running_ids(reconciler, "A")) == 1
+    records = await world.store.list_prefix(world.keys.replicas)
+    assert len(records) == 1 and len(world.runtime.alive()) == 1
+    # Not the replica's fault: no startup failure was counted.
+    assert reconciler._failures[("default", "A")].count == 0
+
+
+async def test_stop_whose_write_fails_is_retried(world: FakeControlPlane) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 2))
+    await settle(reconciler, world.clock)
+    await table.deploy(spec("A", 1))
+    reconciler._ops._fenced._store = FlakyStore(world.store, failures=2)
+    await settle(reconciler, world.clock, ticks=20)
+    assert len(world.runtime.alive()) == 1
+    assert len(await world.store.list_prefix(world.keys.replicas)) == 1

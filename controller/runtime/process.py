@@ -53,6 +53,13 @@ def _start_time(pid: int) -> str | None:
     return fields[19]
 
 
+def _signal_group(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
 def _read_cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -113,10 +120,11 @@ class ProcessRuntime:
         pid_text, _, started = handle.partition(":")
         pid = int(pid_text)
         child = self._children.get(pid)
-        if child is not None and child.poll() is not None:
-            return False
+        if child is not None:
+            return child.poll() is None
+        # Not our child: only the start time tells it from a process that reused the pid.
         current = _start_time(pid)
-        return current is not None and (not started or current == started)
+        return current is not None and bool(started) and current == started
 
     async def stop(self, handle: str, timeout_s: float) -> None:
         if not handle:
@@ -125,16 +133,16 @@ class ProcessRuntime:
         if not self._alive(handle):
             self._forget(pid)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        # The replica leads its own process group (its own session): signal the
+        # group, so processes the user's code started go too.
+        _signal_group(pid, signal.SIGTERM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self._alive(handle) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         if self._alive(handle):
             logger.warning("replica pid %d did not exit within %.1fs: killing it", pid, timeout_s)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            _signal_group(pid, signal.SIGKILL)
             while self._alive(handle):
                 await asyncio.sleep(0.02)
         self._forget(pid)
