@@ -172,3 +172,43 @@ class ControllerProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class ProxyProcess:
+    """`servefleet proxy` as a child process on a free loopback port."""
+
+    def __init__(self, controllers: list[str], *, log_dir: str | Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.controllers = controllers
+        self.extra_args = extra_args or []
+        directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-proxy-"))
+        self.log_path = directory / f"proxy-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProxyProcess:
+        cmd = [sys.executable, "-m", "servefleet", "proxy", "--controller",
+               ",".join(self.controllers), "--listen", f"127.0.0.1:{self.port}",
+               *self.extra_args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _wait_tcp(self.port, 30, self.proc, "proxy")
+        return self
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -62,6 +62,23 @@ def cmd_controller(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from servefleet.proxy.main import serve
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
+    if args.request_timeout_s is not None and not args.request_timeout_s > 0:
+        raise UsageError("--request-timeout-s: must be a positive number of seconds")
+    controllers = args.controller or os.environ.get(ENV_CONTROLLER) or "127.0.0.1:7373"
+    try:
+        asyncio.run(serve(controllers, args.listen, args.request_timeout_s))
+    except OSError as e:
+        print(f"servefleet proxy: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         reply = client.status()
@@ -112,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
                      help="process runtime: replica settings and logs (default %(default)s)")
     ctl.set_defaults(run=cmd_controller)
+
+    proxy = commands.add_parser("proxy", help="run an HTTP proxy")
+    proxy.add_argument("--controller", metavar="ADDR[,ADDR...]", default=None,
+                       help=f"controller addresses (default: ${ENV_CONTROLLER}, "
+                            "else 127.0.0.1:7373)")
+    proxy.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")
+    proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
+                       help="answer 504 when a request takes longer (default: no limit)")
+    proxy.set_defaults(run=cmd_proxy)
 
     status = commands.add_parser("status", help="applications, deployments and proxies")
     _add_controller_flag(status)

@@ -63,3 +63,13 @@ async def slow(request):
 
     await asyncio.sleep(float(request.query_params.get("s", "1")))
     return "slept"
+
+
+class Slow:
+    """Answers after ?s= seconds; for queueing, overload and timeout tests."""
+
+    async def __call__(self, request):
+        import asyncio
+
+        await asyncio.sleep(float(request.query_params.get("s", "0.5")))
+        return {"pid": os.getpid(), "request_id": request.headers.get("x-request-id")}

@@ -1,0 +1,172 @@
+"""The proxy's ASGI app: route, pick a replica, forward, stream the answer back.
+
+Per request:
+
+1. `/-/healthz` and `/-/routes` are answered by the proxy itself; a path no
+   route prefix matches gets 404 naming the known prefixes.
+2. The body is read once (it may have to be sent to a second replica).
+3. A replica is chosen by its deployment's pool (balancer.py); when all are
+   full the request queues, and past max_queued_requests it gets 503.
+4. The request goes to the replica over a pooled HTTP/1.1 connection, with
+   `x-request-id` kept or created. A request the replica never received (the
+   connection was refused, or it answered 503 `x-servefleet-rejected`) is
+   tried on another replica; up to MAX_ATTEMPTS. One that failed after it was
+   sent is answered 502 and not retried, since the replica may have acted on it.
+5. The response streams back chunk by chunk.
+
+`request_timeout_s` bounds the whole exchange: 504 when it runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Callable
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from .balancer import Overloaded, ReplicaPool
+from .routes import RouteTable
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+REJECTED_HEADER = "x-servefleet-rejected"
+HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
+              b"te", b"trailers", b"transfer-encoding", b"upgrade"}
+# Recomputed for the request forwarded (httpx sets host and the length of the body).
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length"}
+
+
+async def _reply(send: Send, status: int, text: str, request_id: str = "",
+                 content_type: bytes = b"text/plain; charset=utf-8") -> None:
+    body = text.encode()
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if request_id:
+        headers.append((b"x-request-id", request_id.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionResetError("client went away")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+class NotDelivered(Exception):
+    """The replica did not take the request: another may."""
+
+
+class ProxyApp:
+    def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
+                 routes: Callable[[], RouteTable], client: httpx.AsyncClient,
+                 request_timeout_s: float | None = None) -> None:
+        self._pools = pools
+        self._routes = routes
+        self._client = client
+        self._timeout = request_timeout_s
+        self.draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        request_id = next((v.decode("latin-1") for k, v in scope["headers"]
+                           if k == b"x-request-id" and v), "") or uuid.uuid4().hex
+        if path == "/-/healthz":
+            await _reply(send, 503 if self.draining else 200,
+                         "draining" if self.draining else "ok")
+            return
+        if path == "/-/routes":
+            await _reply(send, 200, json.dumps(self._routes().as_json()),
+                         content_type=b"application/json")
+            return
+        target = self._routes().match(path)
+        if target is None:
+            known = ", ".join(sorted(self._routes().as_json())) or "none yet"
+            await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
+                         request_id)
+            return
+        pool = self._pools(target.application, target.deployment)
+        if pool is None:
+            await _reply(send, 503, f"{target.application}/{target.deployment} has no "
+                         "replicas known yet", request_id)
+            return
+        try:
+            await asyncio.wait_for(self._forward(scope, receive, send, pool, request_id),
+                                   self._timeout)
+        except TimeoutError:
+            logger.warning("request %s timed out after %ss", request_id, self._timeout)
+            await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
+        except Overloaded as e:
+            await _reply(send, 503, f"{target.deployment} is overloaded: {e}", request_id)
+        except ConnectionResetError:
+            pass  # the client left; nothing to answer
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, pool: ReplicaPool,
+                       request_id: str) -> None:
+        body = await _read_body(receive)
+        headers = [(k, v) for k, v in scope["headers"] if k not in NOT_FORWARDED
+                   and k != b"x-request-id"] + [(b"x-request-id", request_id.encode())]
+        query = scope.get("query_string", b"")
+        url_path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        tried: set[str] = set()
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            replica = await pool.acquire(exclude=tried)
+            try:
+                await self._exchange(replica.address, scope["method"], url_path, headers, body,
+                                     send, request_id)
+                return
+            except NotDelivered as e:
+                tried.add(replica.replica_id)
+                logger.info("request %s not taken by %s (%s); attempt %d", request_id,
+                            replica.replica_id, e, attempt)
+                if "refused" in str(e):
+                    pool.mark_down(replica)
+            finally:
+                pool.release(replica)
+        await _reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} attempts",
+                     request_id)
+
+    async def _exchange(self, address: str, method: str, path: str,
+                        headers: list[tuple[bytes, bytes]], body: bytes, send: Send,
+                        request_id: str) -> None:
+        request = self._client.build_request(method, f"http://{address}{path}",
+                                             headers=headers, content=body)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.ConnectError as e:
+            raise NotDelivered(f"connection refused: {e}") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+            # Closed before any byte of an answer: for idempotent methods the
+            # replica did not act on it (it closed an idle keep-alive connection).
+            if method in ("GET", "HEAD", "OPTIONS", "PUT", "DELETE"):
+                raise NotDelivered(f"connection closed before the answer: {e}") from None
+            await _reply(send, 502, f"replica failed: {e}", request_id)
+            return
+        try:
+            if response.status_code == 503 and REJECTED_HEADER in response.headers:
+                raise NotDelivered(response.headers[REJECTED_HEADER])
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k, v) for k, v in response.headers.raw
+                                    if k.lower() not in HOP_BY_HOP]})
+            try:
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as e:
+                # Mid-response: the status line is out; all we can do is cut it short.
+                logger.warning("request %s: replica failed mid-response: %s", request_id, e)
+                raise ConnectionResetError from None
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+

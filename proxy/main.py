@@ -1,0 +1,105 @@
+"""The proxy process: `servefleet proxy --controller ADDR[,ADDR...] --listen HOST:PORT`.
+
+It watches the route table and every replica set from the leader (one
+WatchClient, announcing itself as a proxy with its address) and serves HTTP
+with uvicorn. With no controller reachable it keeps serving the last routes
+and replicas it was sent. On SIGTERM/SIGINT it drains: /-/healthz turns 503,
+the listener closes, in-flight requests finish (up to --drain-timeout-s),
+and it exits; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import uuid
+
+import httpx
+import uvicorn
+
+from servefleet.v1 import watch_pb2
+from servefleet.watch_client import WatchClient
+
+from .app import ProxyApp
+from .balancer import ReplicaPool
+from .routes import RouteTable
+
+logger = logging.getLogger("servefleet.proxy")
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+
+
+class ProxyState:
+    """Routes and replica pools, as the Watch stream last described them."""
+
+    def __init__(self) -> None:
+        self.routes = RouteTable()
+        self.pools: dict[tuple[str, str], ReplicaPool] = {}
+
+    def apply(self, snapshot: watch_pb2.Snapshot) -> None:
+        kind, _, rest = snapshot.key.partition("/")
+        if snapshot.key == "routes":
+            self.routes = RouteTable.from_snapshot(snapshot.routes)
+            logger.info("routes: %s", self.routes.as_json())
+        elif kind == "replicas":
+            app, _, name = rest.partition("/")
+            if snapshot.deleted:
+                self.pools.pop((app, name), None)
+                return
+            replicas = snapshot.replicas
+            pool = self.pools.setdefault((app, name), ReplicaPool())
+            pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
+                        replicas.max_ongoing_requests, replicas.max_queued_requests)
+            logger.info("%s/%s: %d replicas", app, name, len(replicas.endpoints))
+
+
+async def serve(controllers: str, listen: str, request_timeout_s: float | None,
+                drain_timeout_s: float = 30.0, advertise: str | None = None) -> None:
+    host, _, port = listen.rpartition(":")
+    state = ProxyState()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None)) as client:
+        app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, client,
+                       request_timeout_s)
+        # The replica's date and server headers are passed through; the proxy adds none.
+        config = uvicorn.Config(app, host=host, port=int(port), lifespan="off",
+                                log_level="warning", access_log=False, date_header=False,
+                                server_header=False,
+                                timeout_graceful_shutdown=int(drain_timeout_s))
+        server = uvicorn.Server(config)
+        config.load()
+        server.lifespan = config.lifespan_class(config)
+        try:
+            await server.startup()
+        except SystemExit:  # uvicorn exits when it cannot bind
+            raise OSError(f"cannot listen on {listen}") from None
+        address = advertise or (listen if host not in ("0.0.0.0", "::", "")
+                                else f"{socket.gethostname()}:{port}")
+        watcher = WatchClient(controllers, ["routes", "replicas/"], on_snapshot=state.apply,
+                              kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
+                              watcher_id=f"proxy-{uuid.uuid4().hex[:8]}")
+        watcher.start()
+        logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
+                    controllers)
+        stop = asyncio.Event()
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:
+                os._exit(1)
+            stop.set()
+
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal)
+        await stop.wait()
+        logger.info("draining")
+        app.draining = True
+        await server.shutdown()
+        await watcher.close()
+    logger.info("proxy stopped")
+

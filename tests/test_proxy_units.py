@@ -1,0 +1,72 @@
+"""Proxy routing and replica choice, pure (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from servefleet.proxy.balancer import Overloaded, ReplicaPool
+from servefleet.proxy.routes import RouteTable, Target
+
+
+def table(*prefixes: str) -> RouteTable:
+    return RouteTable([Target(p, "app", p.strip("/") or "root") for p in prefixes])
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/", "root"), ("/other", "root"), ("/api", "api"), ("/api/", "api"),
+    ("/api/v1/x", "api/v1"), ("/api/v1", "api/v1"), ("/apix", "root"), ("/api/v10", "api"),
+])
+def test_longest_prefix_wins(path: str, expected: str) -> None:
+    match = table("/", "/api", "/api/v1").match(path)
+    assert match is not None and match.deployment == expected
+
+
+def test_no_route() -> None:
+    assert table("/api").match("/other") is None
+    assert table().match("/") is None
+
+
+async def test_power_of_two_choices_respects_the_limit() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1"), ("b", "h:2"), ("c", "h:3")], max_ongoing=2, max_queued=-1)
+    held = [await pool.acquire() for _ in range(6)]
+    assert sorted(r.in_flight for r in pool.replicas.values()) == [2, 2, 2]
+    waiter = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    assert not waiter.done() and pool.queued == 1
+    pool.release(held[0])
+    replica = await asyncio.wait_for(waiter, 1)
+    assert replica is held[0]
+    assert max(r.in_flight for r in pool.replicas.values()) == 2
+
+
+async def test_queue_limit_gives_overloaded() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1")], max_ongoing=1, max_queued=1)
+    await pool.acquire()
+    queued = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    with pytest.raises(Overloaded):
+        await pool.acquire()
+    queued.cancel()
+
+
+async def test_requests_wait_for_the_first_replicas() -> None:
+    pool = ReplicaPool()
+    waiter = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    pool.update([("a", "h:1")], max_ongoing=5, max_queued=-1)
+    assert (await asyncio.wait_for(waiter, 1)).replica_id == "a"
+
+
+async def test_a_replica_marked_down_is_skipped_until_the_next_snapshot() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1"), ("b", "h:2")], max_ongoing=5, max_queued=-1)
+    pool.mark_down(pool.replicas["a"])
+    assert {(await pool.acquire()).replica_id for _ in range(5)} == {"b"}
+    pool.update([("a", "h:1"), ("b", "h:2")], max_ongoing=5, max_queued=-1)
+    picked = {(await pool.acquire()).replica_id for _ in range(4)}
+    assert "a" in picked
