@@ -106,6 +106,10 @@ class StartupFailures:
         self.last_error = error
         self.next_attempt_at = now + min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (self.count - 1))
 
+    def delay(self, now: float, seconds: float = 1.0) -> None:
+        """Hold off the next start without counting a failure (e.g. a port collision)."""
+        self.next_attempt_at = max(self.next_attempt_at, now + seconds)
+
     def record_success(self) -> None:
         self.count, self.next_attempt_at = 0, 0.0
 

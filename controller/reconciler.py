@@ -274,6 +274,10 @@ class Reconciler:
             return  # a stop was decided meanwhile: its word is final
         if result.failure:
             self._fail(view, result.failure, count=not result.bind_failure)
+        elif view.state == RECOVERING and result.loading:
+            view.state = STARTING  # it was still starting when the old leader died
+            self._on_change(record.application, record.deployment)
+            await self._clock.sleep(0.1)
         elif result.ready:
             recovered = view.state == RECOVERING
             view.state = RUNNING
@@ -319,6 +323,8 @@ class Reconciler:
         if view.state == STARTING and count and is_current:
             failures.record(reason.splitlines()[0] if reason else reason,
                             self._clock.monotonic())
+        elif view.state == STARTING:
+            failures.delay(self._clock.monotonic())  # not counted, but no hammering
         elif view.state == RUNNING:
             failures.incident = f"replica {view.replica_id} was replaced: {reason}"
         logger.warning("replica %s of %s/%s failed: %s", view.replica_id, *key, reason)
@@ -436,10 +442,12 @@ class Reconciler:
 
     def running_records(self, application: str,
                         deployment: str) -> list[replica_pb2.ReplicaRecord]:
-        """Registry records of the RUNNING, healthy replicas: what may take traffic."""
+        """Registry records of the replicas that may take traffic: RUNNING ones, and
+        RECOVERING ones (found after a failover, serving until a probe says not),
+        so proxies keep their replica sets across a failover."""
         return [self.records[v.replica_id]
                 for v in self.views.get((application, deployment), {}).values()
-                if v.state == RUNNING and not v.failure]
+                if v.state in (RUNNING, RECOVERING) and not v.failure]
 
     def replica_counts(self, key: DKey) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -22,12 +22,14 @@ class ReplicaCallError(Exception):
 class ReplicaClient(Protocol):
     async def metadata(self, address: str, timeout: float) -> rpb.GetMetadataResponse: ...
 
-    async def check_health(self, address: str, timeout: float) -> None: ...
+    async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None: ...
 
     async def reconfigure(self, address: str, user_config_json: str,
-                          max_ongoing_requests: int, timeout: float) -> None: ...
+                          max_ongoing_requests: int, timeout: float,
+                          replica_id: str = "") -> None: ...
 
-    async def drain(self, address: str, wait_loop_s: float, timeout_s: float) -> None: ...
+    async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
+                    replica_id: str = "") -> None: ...
 
     async def forget(self, address: str) -> None: ...
 
@@ -65,18 +67,21 @@ class GrpcReplicaClient:
         assert isinstance(reply, rpb.GetMetadataResponse)
         return reply
 
-    async def check_health(self, address: str, timeout: float) -> None:
-        await self._call(address, "CheckHealth", rpb.CheckHealthRequest(), timeout)
+    async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
+        await self._call(address, "CheckHealth", rpb.CheckHealthRequest(replica_id=replica_id),
+                         timeout)
 
     async def reconfigure(self, address: str, user_config_json: str,
-                          max_ongoing_requests: int, timeout: float) -> None:
+                          max_ongoing_requests: int, timeout: float,
+                          replica_id: str = "") -> None:
         await self._call(address, "Reconfigure", rpb.ReconfigureRequest(
-            user_config_json=user_config_json, max_ongoing_requests=max_ongoing_requests),
-            timeout)
+            user_config_json=user_config_json, max_ongoing_requests=max_ongoing_requests,
+            replica_id=replica_id), timeout)
 
-    async def drain(self, address: str, wait_loop_s: float, timeout_s: float) -> None:
-        await self._call(address, "Drain", rpb.DrainRequest(wait_loop_s=wait_loop_s,
-                                                             timeout_s=timeout_s), 2.0)
+    async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
+                    replica_id: str = "") -> None:
+        await self._call(address, "Drain", rpb.DrainRequest(
+            wait_loop_s=wait_loop_s, timeout_s=timeout_s, replica_id=replica_id), 2.0)
 
     async def forget(self, address: str) -> None:
         """Close the channel to a replica that is gone."""

@@ -49,6 +49,8 @@ class ProbeResult:
     failure: str = ""
     config_hash: str = ""
     bind_failure: bool = False
+    # Alive and answering, but its constructor is still running.
+    loading: bool = False
 
 
 @dataclass
@@ -125,7 +127,8 @@ class ReplicaOps:
         self.check_leading()
         if record.control_address:
             try:
-                await self.client.drain(record.control_address, wait_loop_s, timeout_s)
+                await self.client.drain(record.control_address, wait_loop_s, timeout_s,
+                                        replica_id=record.replica_id)
             except ReplicaCallError:
                 pass  # dead or not listening: the runtime's stop still ends it
         # A little beyond the replica's own deadline, so it can exit by itself.
@@ -170,13 +173,14 @@ class ReplicaOps:
         if meta.phase == PHASE.REPLICA_PHASE_READY:
             return ProbeResult(ready=True, config_hash=config_hash(
                 meta.user_config_json, meta.max_ongoing_requests))
-        return ProbeResult()
+        return ProbeResult(loading=meta.phase == PHASE.REPLICA_PHASE_LOADING)
 
     async def check_health(self, record: replica_pb2.ReplicaRecord,
                            timeout_s: float) -> str:
         """"" when healthy, else why not."""
         try:
-            await self.client.check_health(record.control_address, timeout_s)
+            await self.client.check_health(record.control_address, timeout_s,
+                                           replica_id=record.replica_id)
             return ""
         except ReplicaCallError as e:
             return f"health check failed: {e}"
@@ -187,7 +191,8 @@ class ReplicaOps:
         config = goal.spec.replica_config
         self.check_leading()
         await self.client.reconfigure(record.control_address, config.user_config_json,
-                                      config.max_ongoing_requests, timeout=30.0)
+                                      config.max_ongoing_requests, timeout=30.0,
+                                      replica_id=record.replica_id)
         logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
         return config_hash(config.user_config_json, config.max_ongoing_requests)

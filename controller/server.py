@@ -284,6 +284,7 @@ class ControllerServer:
         if self._stop_replicas and reconciler is not None and self.election.is_leader:
             await reconciler.wait_empty(SHUTDOWN_REPLICAS_TIMEOUT_S)
         self._leadership.serving = False
+        self._publisher.close()  # Watch streams end now, not at the grace deadline
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(self.config.shutdown_grace_s)

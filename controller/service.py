@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -39,9 +40,9 @@ LEADER_METADATA_KEY = "servefleet-leader"
 R = TypeVar("R")
 
 
-def _now() -> Timestamp:
+def _stamp(seconds: float) -> Timestamp:
     stamp = Timestamp()
-    stamp.GetCurrentTime()
+    stamp.FromNanoseconds(int(seconds * 1e9))
     return stamp
 
 
@@ -183,8 +184,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             return reconciler.replica_counts(key), reconciler.status(record)
 
         applications = cluster_status(self._deployments().live(), observe)
-        proxies = [status_pb2.ProxyStatus(id=w.watcher_id, address=w.address, healthy=True,
-                                          last_seen=_now())
+        now = time.time()
+        proxies = [status_pb2.ProxyStatus(id=w.watcher_id, address=w.address,
+                                          healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
                    for w in self._publisher().watchers.values()
                    if w.kind == watch_pb2.WATCHER_KIND_PROXY]
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,

@@ -34,6 +34,7 @@ from servefleet.v1 import records_pb2, replica_pb2, watch_pb2
 
 ROUTES_KEY = "routes"
 DEFAULT_HEARTBEAT_S = 5.0
+MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 0.1, 60.0
 MAX_WATCH_KEYS = 10_000
 
 
@@ -68,6 +69,12 @@ class Watcher:
     kind: int
     address: str
     connected_at: float
+    heartbeat_s: float
+    # Wall-clock time of the last message written to it.
+    last_sent: float = 0.0
+
+    def healthy(self, now: float) -> bool:
+        return now - self.last_sent < 3 * self.heartbeat_s
 
 
 class Publisher:
@@ -82,6 +89,8 @@ class Publisher:
         self._generation = 0
         self._changed = asyncio.Event()
         self.watchers: dict[int, Watcher] = {}
+        # Set when the term that owns this publisher ends: its streams stop.
+        self.closed = False
 
     @property
     def generation(self) -> int:
@@ -103,7 +112,8 @@ class Publisher:
         return list(self._snapshots)
 
     def close(self) -> None:
-        """Wake every stream, so each notices the term ended."""
+        """End the term's streams: each notices at once and finishes."""
+        self.closed = True
         self._bump()
 
     def remove(self, key: str) -> None:
@@ -212,18 +222,32 @@ async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
     """One Watch stream; ends (the caller aborts UNAVAILABLE) once leadership is lost."""
     known = dict(request.known)
     patterns = sorted(known)
-    heartbeat = request.heartbeat_s if request.heartbeat_s > 0 else DEFAULT_HEARTBEAT_S
+    heartbeat = min(MAX_HEARTBEAT_S, max(MIN_HEARTBEAT_S, request.heartbeat_s
+                                         or DEFAULT_HEARTBEAT_S))
     slot = id(known)
-    publisher.watchers[slot] = Watcher(request.watcher_id, request.kind, request.address,
-                                       time.time())
+    watcher = Watcher(request.watcher_id, request.kind, request.address, time.time(),
+                      heartbeat)
+    publisher.watchers[slot] = watcher
     try:
-        seen = -1
-        while still_leading():
+        first = True
+        while not publisher.closed and still_leading():
             seen = publisher.generation
+            sent = False
             for response in publisher.diff(patterns, known):
                 yield response
+                sent = True
+                if publisher.closed:
+                    return
+            if first and not sent:
+                # Nothing stale: say so at once, so the client knows it is live.
+                yield watch_pb2.WatchResponse(heartbeat=watch_pb2.Heartbeat())
+            first = False
+            watcher.last_sent = time.time()
             # Jitter keeps a thousand idle streams from beating in step.
             if not await publisher.wait_change(seen, heartbeat * random.uniform(0.8, 1.0)):
+                if publisher.closed:
+                    return
                 yield watch_pb2.WatchResponse(heartbeat=watch_pb2.Heartbeat())
+                watcher.last_sent = time.time()
     finally:
         publisher.watchers.pop(slot, None)

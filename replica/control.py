@@ -32,6 +32,13 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
     def __init__(self, replica: Replica) -> None:
         self._replica = replica
 
+    async def _check_identity(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        wanted = request.replica_id
+        if wanted and wanted != self._replica.settings.replica_id:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"this is replica {self._replica.settings.replica_id}, "
+                                f"not {wanted}")
+
     async def GetMetadata(self, request: rpb.GetMetadataRequest,
                           context: Any) -> rpb.GetMetadataResponse:
         r = self._replica
@@ -43,6 +50,7 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
 
     async def CheckHealth(self, request: rpb.CheckHealthRequest,
                           context: grpc.aio.ServicerContext) -> rpb.CheckHealthResponse:
+        await self._check_identity(request, context)
         r = self._replica
         if r.phase != PHASE.REPLICA_PHASE_READY:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -58,6 +66,7 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
 
     async def Reconfigure(self, request: rpb.ReconfigureRequest,
                           context: grpc.aio.ServicerContext) -> rpb.ReconfigureResponse:
+        await self._check_identity(request, context)
         r = self._replica
         if r.phase != PHASE.REPLICA_PHASE_READY:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "replica is not ready")
@@ -75,5 +84,6 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
         return rpb.ReconfigureResponse()
 
     async def Drain(self, request: rpb.DrainRequest, context: Any) -> rpb.DrainResponse:
+        await self._check_identity(request, context)
         self._replica.request_drain(request.wait_loop_s or None, request.timeout_s or None)
         return rpb.DrainResponse()

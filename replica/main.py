@@ -227,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
         return 2
-    code = asyncio.run(run(settings))
+    code = 1
+    try:
+        code = asyncio.run(run(settings))
+    except BaseException:
+        logger.exception("replica crashed")
     logging.shutdown()
     # Exit now: a user thread stuck in a constructor or a sync handler must not
     # keep the process alive past its drain timeout.

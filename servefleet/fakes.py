@@ -111,17 +111,19 @@ class FakeReplicaClient:
             user_config_json=launch.settings["user_config_json"],
             max_ongoing_requests=launch.settings["max_ongoing_requests"])
 
-    async def check_health(self, address: str, timeout: float) -> None:
+    async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
         self._find(address)
         if address in self.unhealthy:
             raise ReplicaCallError("check_health raised RuntimeError: sick")
 
     async def reconfigure(self, address: str, user_config_json: str,
-                          max_ongoing_requests: int, timeout: float) -> None:
+                          max_ongoing_requests: int, timeout: float,
+                          replica_id: str = "") -> None:
         self._find(address)
         self.reconfigured.append(address)
 
-    async def drain(self, address: str, wait_loop_s: float, timeout_s: float) -> None:
+    async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
+                    replica_id: str = "") -> None:
         self._find(address)
 
     async def forget(self, address: str) -> None:

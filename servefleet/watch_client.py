@@ -76,8 +76,12 @@ class WatchClient:
             try:
                 async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as ch:
                     stub = controller_pb2_grpc.ControllerServiceStub(ch)
-                    call = stub.Watch(self._request())
-                    async for response in call:
+                    responses = stub.Watch(self._request()).__aiter__()
+                    while True:
+                        # A live stream says something every heartbeat; silence for
+                        # three means a stopped or cut-off leader: reconnect.
+                        response = await asyncio.wait_for(responses.__anext__(),
+                                                          3 * self._heartbeat_s)
                         if not self.connected.is_set():
                             self.connected.set()
                             failures = 0
@@ -88,6 +92,13 @@ class WatchClient:
                     if key == LEADER_METADATA_KEY and value:
                         hint = str(value)
                 logger.debug("watch stream to %s ended: %s", address, e.details())
+            except (TimeoutError, StopAsyncIteration):
+                logger.info("watch stream to %s went quiet; reconnecting", address)
+            except asyncio.CancelledError:
+                self.connected.clear()
+                raise
+            except Exception:
+                logger.exception("watch stream to %s failed; reconnecting", address)
             self.connected.clear()
             self.reconnects += 1
             if hint and hint != address:
@@ -107,4 +118,7 @@ class WatchClient:
             self.snapshots.pop(snapshot.key, None)
         else:
             self.snapshots[snapshot.key] = snapshot
-        self._on_snapshot(snapshot)
+        try:
+            self._on_snapshot(snapshot)
+        except Exception:  # the caller's bug must not end the stream
+            logger.exception("on_snapshot failed for %s", snapshot.key)

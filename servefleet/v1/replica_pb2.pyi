@@ -100,32 +100,38 @@ class GetMetadataResponse(_message.Message):
     def __init__(self, phase: _Optional[_Union[ReplicaPhase, str]] = ..., replica_id: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., ongoing_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class CheckHealthRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("replica_id",)
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    def __init__(self, replica_id: _Optional[str] = ...) -> None: ...
 
 class CheckHealthResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ReconfigureRequest(_message.Message):
-    __slots__ = ("user_config_json", "max_ongoing_requests")
+    __slots__ = ("user_config_json", "max_ongoing_requests", "replica_id")
     USER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     user_config_json: str
     max_ongoing_requests: int
-    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class ReconfigureResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class DrainRequest(_message.Message):
-    __slots__ = ("wait_loop_s", "timeout_s")
+    __slots__ = ("wait_loop_s", "timeout_s", "replica_id")
     WAIT_LOOP_S_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     wait_loop_s: float
     timeout_s: float
-    def __init__(self, wait_loop_s: _Optional[float] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, wait_loop_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class DrainResponse(_message.Message):
     __slots__ = ()
