@@ -50,7 +50,7 @@ def main() -> None:
             time.sleep(0.2)
         else:
             sys.exit(f"demo/Sentiment not running after {args.timeout:g}s: {status.message}")
-        print("running; ask any replica:")
+        print("running; each replica can also be asked directly:")
         for info in client.replicas(application="demo", deployment="Sentiment"):
             if info.state == replica_pb2.REPLICA_STATE_RUNNING:
                 print(f"  curl 'http://{info.record.http_address}/?text=what+a+great+day'")

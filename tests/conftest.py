@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -13,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from servefleet.controller.runtime.process import ProcessRuntime
+from servefleet.controller.runtime.process import scan
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
@@ -35,8 +34,7 @@ _counter = itertools.count()
 
 def replica_pids(cluster: str) -> list[int]:
     """Replica processes of `cluster` running on this host."""
-    found = asyncio.run(ProcessRuntime("/nonexistent", cluster).list(cluster))
-    return [int(r.handle.split(":")[0]) for r in found]
+    return [int(r.handle.split(":")[0]) for r, _ in scan(cluster)]
 
 
 @pytest.fixture

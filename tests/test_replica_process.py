@@ -15,6 +15,8 @@ import httpx
 import pytest
 
 from servefleet.controller.replica_client import CHANNEL_OPTIONS
+from servefleet.controller.runtime import ReplicaLaunch
+from servefleet.controller.runtime.process import ProcessRuntime
 from servefleet.testing import free_port
 from servefleet.v1 import replica_pb2, replica_pb2_grpc
 
@@ -116,3 +118,17 @@ def test_drain_is_forced_after_the_timeout(replicas) -> None:
     replica.stub.Drain(replica_pb2.DrainRequest(wait_loop_s=0.1, timeout_s=1))
     replica.proc.wait(15)
     assert time.monotonic() - started < 10, "the replica waited past its drain timeout"
+
+
+async def test_runtimes_in_different_dirs_do_not_see_each_others_replicas(tmp_path) -> None:
+    mine = ProcessRuntime(tmp_path / "a", "shared-name")
+    theirs = ProcessRuntime(tmp_path / "b", "shared-name")
+    launched = await mine.start(ReplicaLaunch(
+        cluster="shared-name", application="a", deployment="d", replica_id="r1",
+        version="v", working_dir=APPS, settings={"import_path": "echo_app:hello"}))
+    try:
+        assert [r.replica_id for r in await mine.list("shared-name")] == ["r1"]
+        assert await theirs.list("shared-name") == []
+    finally:
+        await mine.stop(launched.handle, 5)
+    assert await mine.list("shared-name") == []

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.controller.runtime.process import ProcessRuntime
+from servefleet.controller.runtime.process import scan
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
 
@@ -73,10 +73,7 @@ def ask(address: str) -> dict:
 
 def replica_processes(cluster: str) -> dict[str, str]:
     """replica id -> handle, for every replica process of the cluster on this host."""
-    import asyncio
-
-    runtime = ProcessRuntime("/nonexistent", cluster)
-    return {r.replica_id: r.handle for r in asyncio.run(runtime.list(cluster))}
+    return {r.replica_id: r.handle for r, _ in scan(cluster)}
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@
 so it outlives the controller that started it (and a Ctrl-C aimed at the
 controller does not reach it). Its identity is on its command line
 (`python -m servefleet.replica --cluster C --replica-id R ...`), which is how
-`list` finds the replicas of a cluster by reading /proc, whoever started them.
+`list` finds the replicas of a cluster by reading /proc, whoever started them;
+the cluster's runtime directory (where each replica's settings file lives) is
+part of that identity, so controllers of one cluster must share it.
 
 The handle is "<pid>:<start time>", the start time (from /proc/<pid>/stat)
 guarding against a reused pid. Ports are picked free on 127.0.0.1 just before
@@ -32,7 +34,7 @@ from .base import ReplicaLaunch, RuntimeReplica
 logger = logging.getLogger(__name__)
 
 _IDENTITY_FLAGS = ("--cluster", "--application", "--deployment", "--replica-id", "--version",
-                   "--host", "--control-port", "--http-port")
+                   "--host", "--control-port", "--http-port", "--config-file")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -77,11 +79,34 @@ def _identity(argv: list[str]) -> dict[str, str] | None:
     return found if all(f.lstrip("-") in found for f in _IDENTITY_FLAGS) else None
 
 
+def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
+    """Every replica process of `cluster` on this host, with its settings file path."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        identity = _identity(_read_cmdline(pid))
+        if identity is None or identity["cluster"] != cluster:
+            continue
+        started = _start_time(pid)
+        if started is None:
+            continue
+        found.append((RuntimeReplica(
+            replica_id=identity["replica-id"], cluster=cluster,
+            application=identity["application"], deployment=identity["deployment"],
+            version=identity["version"], handle=f"{pid}:{started}",
+            control_address=f"{identity['host']}:{identity['control-port']}",
+            http_address=f"{identity['host']}:{identity['http-port']}"),
+            identity["config-file"]))
+    return found
+
+
 class ProcessRuntime:
     name = "process"
 
     def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1") -> None:
-        self._dir = Path(runtime_dir) / cluster
+        self._dir = Path(runtime_dir).resolve() / cluster
         self._host = host
         # Children this process started: polling them reaps their exit status.
         self._children: dict[int, subprocess.Popen] = {}
@@ -153,24 +178,10 @@ class ProcessRuntime:
             child.poll()
 
     async def list(self, cluster: str) -> list[RuntimeReplica]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            pid = int(entry)
-            identity = _identity(_read_cmdline(pid))
-            if identity is None or identity["cluster"] != cluster:
-                continue
-            started = _start_time(pid)
-            if started is None:
-                continue
-            found.append(RuntimeReplica(
-                replica_id=identity["replica-id"], cluster=cluster,
-                application=identity["application"], deployment=identity["deployment"],
-                version=identity["version"], handle=f"{pid}:{started}",
-                control_address=f"{identity['host']}:{identity['control-port']}",
-                http_address=f"{identity['host']}:{identity['http-port']}"))
-        return found
+        # The runtime directory scopes a cluster on this host: two independent
+        # setups that happen to share a cluster name (two stores, two runtime
+        # dirs) never see each other's replicas.
+        return [r for r, settings in scan(cluster) if Path(settings).parent == self._dir]
 
     async def inspect(self, handle: str) -> RuntimeReplica | None:
         """Liveness and, for children of this process, the exit code."""
