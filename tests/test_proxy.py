@@ -54,7 +54,7 @@ def routed(proxy: ProxyProcess, path: str) -> bool:
 
 
 @pytest.fixture
-def cluster(fleet, tmp_path):
+def served(fleet, tmp_path):
     fleet.start(1, runtime="process")
     fleet.leader()
     proxies: list[ProxyProcess] = []
@@ -72,8 +72,8 @@ def cluster(fleet, tmp_path):
         client.shutdown()
 
 
-def test_routing_streaming_and_request_ids(cluster) -> None:
-    client, start_proxy = cluster
+def test_routing_streaming_and_request_ids(served) -> None:
+    client, start_proxy = served
     client.deploy(app_spec("Hello", "echo_app:hello", "/hello"))
     client.deploy(app_spec("Numbers", "echo_app:numbers", "/hello/numbers"))
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow"))
@@ -99,8 +99,8 @@ def test_routing_streaming_and_request_ids(cluster) -> None:
     assert any(p.address.endswith(str(proxy.port)) for p in client.status().proxies)
 
 
-def test_overload_is_503_and_timeouts_are_504(cluster) -> None:
-    client, start_proxy = cluster
+def test_overload_is_503_and_timeouts_are_504(served) -> None:
+    client, start_proxy = served
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1, max_ongoing_requests=1,
                            max_queued_requests=1))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
@@ -119,8 +119,8 @@ def test_overload_is_503_and_timeouts_are_504(cluster) -> None:
     assert late.status_code == 504
 
 
-def test_replica_killed_under_load_and_controller_down(cluster, fleet) -> None:
-    client, start_proxy = cluster
+def test_replica_killed_under_load_and_controller_down(served, fleet) -> None:
+    client, start_proxy = served
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 2, max_ongoing_requests=4))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
     proxy = start_proxy()
@@ -159,3 +159,113 @@ def test_replica_killed_under_load_and_controller_down(cluster, fleet) -> None:
         assert httpx.get(proxy.url + "/slow", params={"s": "0"}, timeout=10).status_code == 200
     fleet.start(1, runtime="process")  # a controller again, to shut the replicas down
     fleet.leader()
+
+
+class SteadyLoad:
+    """Requests through the proxy back to back from a thread, counting non-2xx."""
+
+    def __init__(self, url: str, concurrency: int = 4) -> None:
+        self.url = url
+        self.concurrency = concurrency
+        self.ok = 0
+        self.bad: list[str] = []
+        self.labels: set[str] = set()
+        self._stop = False
+        self._thread = None
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=30) as http:
+            async def worker() -> None:
+                while not self._stop:
+                    try:
+                        reply = await http.get(self.url)
+                    except httpx.HTTPError as e:
+                        self.bad.append(f"{type(e).__name__}: {e}")
+                        continue
+                    if reply.status_code // 100 == 2:
+                        self.ok += 1
+                        self.labels.add(reply.json().get("label", ""))
+                    else:
+                        self.bad.append(f"{reply.status_code} {reply.text[:100]}")
+
+            await asyncio.gather(*[worker() for _ in range(self.concurrency)])
+
+    def __enter__(self) -> SteadyLoad:
+        import threading
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        self._thread.join(60)
+
+
+def echo(version: str, label: str) -> d.DeploymentSpec:
+    spec = app_spec("Echo", "echo_app:Echo", "/echo", 3)
+    spec.version = version
+    spec.init_kwargs_json = json.dumps({"label": label})
+    return spec
+
+
+def test_rolling_update_under_load_through_the_proxy(served) -> None:
+    client, start_proxy = served
+    client.deploy(echo("v1", "one"))
+    wait_for(lambda: all_healthy(client, 1), what="v1 healthy")
+    proxy = start_proxy()
+    wait_for(lambda: routed(proxy, "/echo"), 30, "route at the proxy")
+    with SteadyLoad(proxy.url + "/echo") as load:
+        wait_for(lambda: load.ok > 50, what="traffic before the rollout")
+        client.deploy(echo("v2", "two"))
+
+        def rolled() -> bool:
+            deps = [dep for app in client.status().applications for dep in app.deployments]
+            return bool(deps) and deps[0].version == "v2" and \
+                deps[0].status == status_pb2.DEPLOYMENT_STATUS_HEALTHY
+        wait_for(rolled, 90, "rollout to v2")
+        at_end = load.ok
+        wait_for(lambda: load.ok > at_end + 50, what="traffic after the rollout")
+    print(f"rolling update through the proxy: {load.ok} ok, {len(load.bad)} not 2xx")
+    assert load.bad == [], load.bad[:5]
+    assert load.labels == {"one", "two"}
+
+
+def test_proxy_drains_on_sigterm(served) -> None:
+    client, start_proxy = served
+    client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1))
+    wait_for(lambda: all_healthy(client, 1), what="healthy")
+    proxy = start_proxy()
+    wait_for(lambda: routed(proxy, "/slow?s=0"), 30, "route at the proxy")
+
+    async def in_flight_then_term() -> list[int]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            calls = [asyncio.create_task(http.get(proxy.url + "/slow", params={"s": "1.5"}))
+                     for _ in range(3)]
+            await asyncio.sleep(0.5)
+            assert proxy.proc is not None
+            proxy.proc.send_signal(signal.SIGTERM)
+            return [(await c).status_code for c in calls]
+
+    assert asyncio.run(in_flight_then_term()) == [200, 200, 200]
+    assert proxy.proc.wait(20) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(proxy.url + "/-/healthz", timeout=2)
+
+
+def test_proxy_follows_a_new_leader(etcd_fleet, tmp_path) -> None:
+    etcd_fleet.start(2, runtime="process", lease_ttl=2)
+    leader = etcd_fleet.leader()
+    proxy = ProxyProcess(etcd_fleet.addresses(), log_dir=tmp_path).start()
+    try:
+        with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
+            client.deploy(app_spec("Hello", "echo_app:hello", "/hello"))
+            wait_for(lambda: routed(proxy, "/hello"), 60, "first route")
+            leader.kill()
+            etcd_fleet.leader(timeout=30)
+            client.deploy(app_spec("Numbers", "echo_app:numbers", "/numbers"))
+            wait_for(lambda: routed(proxy, "/numbers"), 60, "a route from the new leader")
+            assert httpx.get(proxy.url + "/hello").text == "hello world"
+            client.shutdown()
+    finally:
+        proxy.stop()
