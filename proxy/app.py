@@ -7,8 +7,8 @@ Per request:
 2. The body is read once (it may have to be sent to a second replica).
 3. A replica is chosen by its deployment's pool (balancer.py); when all are
    full the request queues, and past max_queued_requests it gets 503.
-4. The request goes to the replica over a pooled HTTP/1.1 connection, with
-   `x-request-id` kept or created. A request the replica never received (the
+4. The request goes to the replica over a pooled HTTP/1.1 connection
+   (upstream.py), with `x-request-id` kept or created. A request the replica never received (the
    connection was refused, or it answered 503 `x-servefleet-rejected`) is
    tried on another replica; up to MAX_ATTEMPTS. One that failed after it was
    sent is answered 502 and not retried, since the replica may have acted on it.
@@ -25,11 +25,11 @@ import logging
 import uuid
 from collections.abc import Callable
 
-import httpx
 from starlette.types import Receive, Scope, Send
 
 from .balancer import Overloaded, ReplicaPool
 from .routes import RouteTable
+from .upstream import NotDelivered, UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +62,13 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-class NotDelivered(Exception):
-    """The replica did not take the request: another may."""
-
-
 class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
-                 routes: Callable[[], RouteTable], client: httpx.AsyncClient,
+                 routes: Callable[[], RouteTable], upstream: UpstreamPool,
                  request_timeout_s: float | None = None) -> None:
         self._pools = pools
         self._routes = routes
-        self._client = client
+        self._upstream = upstream
         self._timeout = request_timeout_s
         self.draining = False
 
@@ -140,33 +136,27 @@ class ProxyApp:
     async def _exchange(self, address: str, method: str, path: str,
                         headers: list[tuple[bytes, bytes]], body: bytes, send: Send,
                         request_id: str) -> None:
-        request = self._client.build_request(method, f"http://{address}{path}",
-                                             headers=headers, content=body)
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.ConnectError as e:
-            raise NotDelivered(f"connection refused: {e}") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
-            # Closed before any byte of an answer: for idempotent methods the
-            # replica did not act on it (it closed an idle keep-alive connection).
-            if method in ("GET", "HEAD", "OPTIONS", "PUT", "DELETE"):
-                raise NotDelivered(f"connection closed before the answer: {e}") from None
+            response = await self._upstream.request(address, method, path, headers, body)
+        except UpstreamError as e:
             await _reply(send, 502, f"replica failed: {e}", request_id)
             return
         try:
-            if response.status_code == 503 and REJECTED_HEADER in response.headers:
-                raise NotDelivered(response.headers[REJECTED_HEADER])
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k, v) for k, v in response.headers.raw
-                                    if k.lower() not in HOP_BY_HOP]})
+            if response.status == 503 and response.header(REJECTED_HEADER.encode()):
+                # Refused unread; drain the short body so the connection stays usable.
+                async for _ in response.chunks():
+                    pass
+                raise NotDelivered(response.header(REJECTED_HEADER.encode()).decode())
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": [(k, v) for k, v in response.headers
+                                    if k not in HOP_BY_HOP]})
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.chunks():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as e:
-                # Mid-response: the status line is out; all we can do is cut it short.
-                logger.warning("request %s: replica failed mid-response: %s", request_id, e)
+            except UpstreamError as e:
+                # The status line is out: all that is left is to cut the response short.
+                logger.warning("request %s: %s", request_id, e)
                 raise ConnectionResetError from None
             await send({"type": "http.response.body", "body": b""})
         finally:
-            await response.aclose()
-
+            response.release()

@@ -17,7 +17,6 @@ import signal
 import socket
 import uuid
 
-import httpx
 import uvicorn
 
 from servefleet.v1 import watch_pb2
@@ -26,9 +25,9 @@ from servefleet.watch_client import WatchClient
 from .app import ProxyApp
 from .balancer import ReplicaPool
 from .routes import RouteTable
+from .upstream import UpstreamPool
 
 logger = logging.getLogger("servefleet.proxy")
-logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
 
 class ProxyState:
@@ -59,9 +58,9 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                 drain_timeout_s: float = 30.0, advertise: str | None = None) -> None:
     host, _, port = listen.rpartition(":")
     state = ProxyState()
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None)) as client:
-        app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, client,
+    upstream = UpstreamPool()
+    try:
+        app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, upstream,
                        request_timeout_s)
         # The replica's date and server headers are passed through; the proxy adds none.
         config = uvicorn.Config(app, host=host, port=int(port), lifespan="off",
@@ -101,5 +100,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         app.draining = True
         await server.shutdown()
         await watcher.close()
+    finally:
+        upstream.close()
     logger.info("proxy stopped")
 

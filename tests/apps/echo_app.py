@@ -73,3 +73,8 @@ class Slow:
 
         await asyncio.sleep(float(request.query_params.get("s", "0.5")))
         return {"pid": os.getpid(), "request_id": request.headers.get("x-request-id")}
+
+
+def noop(request) -> str:
+    """The cheapest deployment: for data-plane benchmarks."""
+    return "ok"

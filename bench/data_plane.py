@@ -1,0 +1,110 @@
+"""Data-plane throughput and latency, with wrk, beside the raw app ceiling.
+
+    .venv/bin/python bench/data_plane.py [--duration 10]     (needs Debian's wrk)
+
+Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
+ceiling of this machine), and `servefleet proxy` in front of one no-op
+replica (controller on sqlite, process runtime). For 1, 16 and 64
+connections it prints requests/s, p50 and p99 for both, and the proxy's share
+of the ceiling. Goals (issue 4): >= 4,000 rps through one proxy to one replica
+at 16 connections, >= 0.25 of the raw app; p50 <= 1.5 ms at one connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet.v1 import deployment_pb2 as d
+
+HERE = Path(__file__).resolve().parent
+APPS = str(HERE.parent / "tests" / "apps")
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
+    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s",
+                          "--latency", url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    found = {}
+    for pct in ("50", "99"):
+        m = re.search(rf"^\s+{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        found[pct] = float(m.group(1)) * UNITS[m.group(2)]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "p50": found["50"], "p99": found["99"],
+            "non2xx": float(errors.group(1)) if errors else 0.0}
+
+
+def wait_ok(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(url)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=10)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk not found: apt-get install wrk")
+    work = tempfile.mkdtemp(prefix="servefleet-dataplane-")
+    port = free_port()
+    raw = subprocess.Popen([sys.executable, str(HERE / "hello_app.py"), str(port)])
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    proxy = None
+    try:
+        _wait_tcp(port, 30, raw, "hello app")
+        while not controller.is_leader():
+            time.sleep(0.05)
+        with ControllerClient(controller.address) as client:
+            client.deploy(d.DeploymentSpec(
+                name="Noop", import_path="echo_app:noop", route_prefix="/noop",
+                runtime=d.RuntimeOptions(working_dir=APPS),
+                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
+        proxy = ProxyProcess([controller.address], log_dir=work).start()
+        wait_ok(proxy.url + "/noop")
+        results = {}
+        for connections in (1, 16, 64):
+            results[connections] = (wrk(f"http://127.0.0.1:{port}/noop", connections,
+                                        args.duration),
+                                    wrk(proxy.url + "/noop", connections, args.duration))
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        with ControllerClient(controller.address, timeout=10) as client:
+            client.shutdown()
+        controller.stop()
+        raw.terminate()
+        raw.wait()
+    print("servefleet data plane (wrk, 1 thread, "
+          f"{args.duration}s per run; goals: >= 4,000 rps and >= 0.25 of raw at 16 "
+          "connections, p50 <= 1.5 ms at 1)")
+    print(f"  {'connections':<12}{'raw rps':>10}{'raw p50':>10}{'raw p99':>10}"
+          f"{'proxy rps':>11}{'proxy p50':>11}{'proxy p99':>11}{'ratio':>8}{'errors':>8}")
+    for connections, (raw_r, proxy_r) in results.items():
+        print(f"  {connections:<12}{raw_r['rps']:>10.0f}{raw_r['p50']:>8.2f}ms"
+              f"{raw_r['p99']:>8.2f}ms{proxy_r['rps']:>11.0f}{proxy_r['p50']:>9.2f}ms"
+              f"{proxy_r['p99']:>9.2f}ms{proxy_r['rps'] / raw_r['rps']:>8.2f}"
+              f"{proxy_r['non2xx']:>8.0f}")
+    print(json.dumps({c: {"raw": r, "proxy": p} for c, (r, p) in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
