@@ -27,6 +27,7 @@ from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb
 from .deployments import DeploymentTable
 from .election import LeaderElection
 from .errors import ApiError, NotLeader
+from .load import LoadReports
 from .reconciler import Reconciler
 from .status import Observed, cluster_status
 from .watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
@@ -131,13 +132,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                  deployments: Callable[[], DeploymentTable],
                  reconciler: Callable[[], Reconciler | None],
                  publisher: Callable[[], Publisher],
-                 on_shutdown: Callable[[], None]) -> None:
+                 on_shutdown: Callable[[], None], load: LoadReports | None = None) -> None:
         self._cluster = cluster
         self._leadership = leadership
         # A callable: the table is replaced at each leader term.
         self._deployments = deployments
         self._reconciler = reconciler
         self._publisher = publisher
+        self._load = load or LoadReports()
         self._on_shutdown = on_shutdown
 
     @api_method
@@ -184,6 +186,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             return reconciler.replica_counts(key), reconciler.status(record)
 
         applications = cluster_status(self._deployments().live(), observe)
+        for app in applications:
+            for dep in app.deployments:
+                dep.queued_requests = self._load.queued(app.name, dep.name)
         now = time.time()
         proxies = [status_pb2.ProxyStatus(id=w.watcher_id, address=w.address,
                                           healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
@@ -192,6 +197,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
                                      leader=self._leadership.identity,
                                      proxies=sorted(proxies, key=lambda p: p.id))
+
+    @api_method
+    async def ReportLoad(self, request: api.ReportLoadRequest,
+                         context: Any) -> api.ReportLoadResponse:
+        self._load.record(request.reporter_id, request.queued)
+        return api.ReportLoadResponse()
 
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:

@@ -17,9 +17,10 @@ import signal
 import socket
 import uuid
 
+import grpc
 import uvicorn
 
-from servefleet.v1 import watch_pb2
+from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 
 from .app import ProxyApp
@@ -28,6 +29,7 @@ from .routes import RouteTable
 from .upstream import UpstreamPool
 
 logger = logging.getLogger("servefleet.proxy")
+REPORT_PERIOD_S = 1.0
 
 
 class ProxyState:
@@ -80,6 +82,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                               kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
                               watcher_id=f"proxy-{uuid.uuid4().hex[:8]}")
         watcher.start()
+        reporting = asyncio.create_task(_report_load(watcher, state))
         logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
                     controllers)
         stop = asyncio.Event()
@@ -99,8 +102,29 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         logger.info("draining")
         app.draining = True
         await server.shutdown()
+        reporting.cancel()
         await watcher.close()
     finally:
         upstream.close()
     logger.info("proxy stopped")
 
+
+
+async def _report_load(watcher: WatchClient, state: ProxyState,
+                       period_s: float = REPORT_PERIOD_S) -> None:
+    """Every period, tell the leader how many requests wait per deployment."""
+    last: dict[str, int] = {}
+    while True:
+        await asyncio.sleep(period_s)
+        queued = {f"{a}/{n}": pool.queued for (a, n), pool in state.pools.items()}
+        report = {k: v for k, v in queued.items() if v or last.get(k)}
+        last = queued
+        if not report or not watcher.connected.is_set():
+            continue
+        try:
+            async with grpc.aio.insecure_channel(watcher.leader_address()) as channel:
+                await controller_pb2_grpc.ControllerServiceStub(channel).ReportLoad(
+                    controller_pb2.ReportLoadRequest(reporter_id=watcher.watcher_id,
+                                                     queued=report), timeout=2)
+        except grpc.aio.AioRpcError as e:
+            logger.debug("load report not taken: %s", e.details())

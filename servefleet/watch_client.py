@@ -50,6 +50,10 @@ class WatchClient:
         self._current = 0
         self._task: asyncio.Task[None] | None = None
 
+    def leader_address(self) -> str:
+        """The controller the stream is (or was last) connected to."""
+        return self.addresses[self._current]
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="watch-client")

@@ -269,3 +269,27 @@ def test_proxy_follows_a_new_leader(etcd_fleet, tmp_path) -> None:
             client.shutdown()
     finally:
         proxy.stop()
+
+
+def test_proxies_report_queued_requests(served) -> None:
+    client, start_proxy = served
+    client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1, max_ongoing_requests=1))
+    wait_for(lambda: all_healthy(client, 1), what="healthy")
+    proxy = start_proxy()
+    wait_for(lambda: routed(proxy, "/slow?s=0"), 30, "route at the proxy")
+
+    def queued() -> int:
+        return next(dep.queued_requests for app in client.status().applications
+                    for dep in app.deployments)
+
+    async def pile_up() -> int:
+        async with httpx.AsyncClient(timeout=60) as http:
+            calls = [asyncio.create_task(http.get(proxy.url + "/slow", params={"s": "1"}))
+                     for _ in range(6)]
+            seen = await asyncio.to_thread(wait_for, lambda: (n := queued()) >= 3 and n, 20,
+                                           "queued requests in the status")
+            await asyncio.gather(*calls)
+            return seen
+
+    assert asyncio.run(pile_up()) >= 3
+    wait_for(lambda: queued() == 0, 20, "the queue to be reported empty")

@@ -70,3 +70,24 @@ async def test_a_replica_marked_down_is_skipped_until_the_next_snapshot() -> Non
     pool.update([("a", "h:1"), ("b", "h:2")], max_ongoing=5, max_queued=-1)
     picked = {(await pool.acquire()).replica_id for _ in range(4)}
     assert "a" in picked
+
+
+def test_load_reports_sum_fresh_reports_and_refuse_bad_ones() -> None:
+    from servefleet.controller.errors import InvalidArgument
+    from servefleet.controller.load import STALE_S, LoadReports
+    from servefleet.fakes import FakeClock
+
+    clock = FakeClock()
+    load = LoadReports(clock)
+    load.record("p1", {"app/A": 3})
+    load.record("p2", {"app/A": 2, "app/B": 1})
+    assert load.queued("app", "A") == 5 and load.queued("app", "B") == 1
+    load.record("p1", {"app/A": 0})  # a newer report replaces the older
+    assert load.queued("app", "A") == 2
+    clock.advance(STALE_S + 1)
+    assert load.queued("app", "A") == 0
+    for bad in ({"noslash": 1}, {"app/bad name": 1}):
+        with pytest.raises(InvalidArgument):
+            load.record("p3", bad)
+    with pytest.raises(InvalidArgument):
+        load.record("", {})

@@ -29,7 +29,7 @@ from servefleet.v1 import status_pb2 as servefleet_dot_v1_dot_status__pb2
 from servefleet.v1 import watch_pb2 as servefleet_dot_v1_dot_watch__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\x9d\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse2\xbc\x05\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\x9d\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\"\x95\x01\n\x11ReportLoadRequest\x12\x13\n\x0breporter_id\x18\x01 \x01(\t\x12<\n\x06queued\x18\x02 \x03(\x0b\x32,.servefleet.v1.ReportLoadRequest.QueuedEntry\x1a-\n\x0bQueuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x14\n\x12ReportLoadResponse\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse2\x8f\x06\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12Q\n\nReportLoad\x12 .servefleet.v1.ReportLoadRequest\x1a!.servefleet.v1.ReportLoadResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'servefleet.v1.controller_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\017ControllerProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._loaded_options = None
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_options = b'8\001'
   _globals['_DEPLOYREQUEST']._serialized_start=194
   _globals['_DEPLOYREQUEST']._serialized_end=254
   _globals['_DEPLOYRESPONSE']._serialized_start=256
@@ -61,10 +63,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSTATUSREQUEST']._serialized_end=861
   _globals['_GETSTATUSRESPONSE']._serialized_start=864
   _globals['_GETSTATUSRESPONSE']._serialized_end=1021
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1023
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1040
-  _globals['_SHUTDOWNRESPONSE']._serialized_start=1042
-  _globals['_SHUTDOWNRESPONSE']._serialized_end=1060
-  _globals['_CONTROLLERSERVICE']._serialized_start=1063
-  _globals['_CONTROLLERSERVICE']._serialized_end=1763
+  _globals['_REPORTLOADREQUEST']._serialized_start=1024
+  _globals['_REPORTLOADREQUEST']._serialized_end=1173
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_start=1128
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_end=1173
+  _globals['_REPORTLOADRESPONSE']._serialized_start=1175
+  _globals['_REPORTLOADRESPONSE']._serialized_end=1195
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1197
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1214
+  _globals['_SHUTDOWNRESPONSE']._serialized_start=1216
+  _globals['_SHUTDOWNRESPONSE']._serialized_end=1234
+  _globals['_CONTROLLERSERVICE']._serialized_start=1237
+  _globals['_CONTROLLERSERVICE']._serialized_end=2020
 # @@protoc_insertion_point(module_scope)

@@ -66,6 +66,11 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.ReportLoad = channel.unary_unary(
+                '/servefleet.v1.ControllerService/ReportLoad',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.ReportLoadRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.ReportLoadResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/servefleet.v1.ControllerService/Watch',
                 request_serializer=servefleet_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
@@ -126,6 +131,14 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportLoad(self, request, context):
+        """ReportLoad tells the controller how many requests a proxy holds queued
+        per deployment (the autoscaler's input); GetStatus shows the sums.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Watch streams config snapshots (routes, replica sets, deployment config)
         as they change; see watch.proto.
@@ -175,6 +188,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'ReportLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportLoad,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.ReportLoadRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.ReportLoadResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -350,6 +368,33 @@ class ControllerService:
             '/servefleet.v1.ControllerService/GetStatus',
             servefleet_dot_v1_dot_controller__pb2.GetStatusRequest.SerializeToString,
             servefleet_dot_v1_dot_controller__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/ReportLoad',
+            servefleet_dot_v1_dot_controller__pb2.ReportLoadRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.ReportLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,7 +45,7 @@ APPLICATION_STATUS_UNHEALTHY: ApplicationStatus
 APPLICATION_STATUS_DELETING: ApplicationStatus
 
 class DeploymentStatusInfo(_message.Message):
-    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version")
+    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version", "queued_requests")
     class ReplicaStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,13 +59,15 @@ class DeploymentStatusInfo(_message.Message):
     REPLICA_STATES_FIELD_NUMBER: _ClassVar[int]
     TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     status: DeploymentStatus
     message: str
     replica_states: _containers.ScalarMap[str, int]
     target_replicas: int
     version: str
-    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+    queued_requests: int
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ...) -> None: ...
 
 class ApplicationStatusInfo(_message.Message):
     __slots__ = ("name", "status", "message", "deployments")
