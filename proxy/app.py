@@ -62,6 +62,11 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
@@ -98,8 +103,8 @@ class ProxyApp:
                          "replicas known yet", request_id)
             return
         try:
-            await asyncio.wait_for(self._forward(scope, receive, send, pool, request_id),
-                                   self._timeout)
+            await asyncio.wait_for(self._forward_until_disconnect(scope, receive, send, pool,
+                                                                  request_id), self._timeout)
         except TimeoutError:
             logger.warning("request %s timed out after %ss", request_id, self._timeout)
             await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
@@ -108,9 +113,25 @@ class ProxyApp:
         except ConnectionResetError:
             pass  # the client left; nothing to answer
 
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, pool: ReplicaPool,
-                       request_id: str) -> None:
+    async def _forward_until_disconnect(self, scope: Scope, receive: Receive, send: Send,
+                                        pool: ReplicaPool, request_id: str) -> None:
+        """Forward; if the client leaves first, cancel, which closes the connection to
+        the replica, and the replica cancels the request in turn."""
         body = await _read_body(receive)
+        work = asyncio.ensure_future(self._forward(scope, body, send, pool, request_id))
+        gone = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+                logger.info("request %s: the client went away; cancelled", request_id)
+        if work.done() and not work.cancelled():
+            work.result()
+
+    async def _forward(self, scope: Scope, body: bytes, send: Send, pool: ReplicaPool,
+                       request_id: str) -> None:
         headers = [(k, v) for k, v in scope["headers"] if k not in NOT_FORWARDED
                    and k != b"x-request-id"] + [(b"x-request-id", request_id.encode())]
         query = scope.get("query_string", b"")

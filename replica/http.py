@@ -51,6 +51,14 @@ async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) 
     return result
 
 
+_DISCONNECTED = object()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def to_response(result: Any) -> Response:
     if isinstance(result, Response):
         return result
@@ -140,13 +148,36 @@ class ReplicaApp:
                 response: Response = PlainTextResponse(
                     "this deployment has no __call__: reach it through a handle", 404)
             else:
-                result = await call_user(deployment.target, self.executor,
-                                         Request(scope, receive))
+                request = Request(scope, receive)
+                await request.body()  # cached for the user; receive() now only signals a disconnect
+                result = await self._call_until_disconnect(deployment.target, request, receive,
+                                                           request_id)
+                if result is _DISCONNECTED:
+                    return
                 response = to_response(result)
         except Exception as e:
             logger.exception("request %s failed in user code", request_id)
             response = PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)
         await response(scope, receive, send_with_id)
+
+    async def _call_until_disconnect(self, target: Any, request: Request, receive: Receive,
+                                     request_id: str) -> Any:
+        """Run user code; cancel it if the caller goes away first.
+
+        Async user code is cancelled at its next await; sync code in the thread
+        pool cannot be stopped, but its result is dropped.
+        """
+        work = asyncio.ensure_future(call_user(target, self.executor, request))
+        gone = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not work.done():
+            work.cancel()
+            logger.info("request %s: the caller went away; cancelled", request_id)
+            return _DISCONNECTED
+        return work.result()
 
     @staticmethod
     async def _lifespan(receive: Receive, send: Send) -> None:

@@ -293,3 +293,23 @@ def test_proxies_report_queued_requests(served) -> None:
 
     assert asyncio.run(pile_up()) >= 3
     wait_for(lambda: queued() == 0, 20, "the queue to be reported empty")
+
+
+def test_client_disconnect_and_timeout_cancel_at_the_replica(served, tmp_path) -> None:
+    client, start_proxy = served
+    spec = app_spec("Sleeper", "echo_app:Sleeper", "/sleep", 1)
+    spec.init_kwargs_json = json.dumps({"marks": str(tmp_path)})
+    client.deploy(spec)
+    wait_for(lambda: all_healthy(client, 1), what="healthy")
+    proxy = start_proxy("--request-timeout-s", "1")
+    wait_for(lambda: routed(proxy, "/sleep?s=0"), 30, "route at the proxy")
+
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects
+        httpx.get(proxy.url + "/sleep", params={"s": "30"}, timeout=0.3,
+                  headers={"x-request-id": "left"})
+    wait_for(lambda: (tmp_path / "left").exists(), 10, "the replica to cancel")
+
+    timed_out = httpx.get(proxy.url + "/sleep", params={"s": "30"}, timeout=10,
+                          headers={"x-request-id": "late"})
+    assert timed_out.status_code == 504
+    wait_for(lambda: (tmp_path / "late").exists(), 10, "the replica to cancel on timeout")

@@ -78,3 +78,21 @@ class Slow:
 def noop(request) -> str:
     """The cheapest deployment: for data-plane benchmarks."""
     return "ok"
+
+
+class Sleeper:
+    """Sleeps ?s= seconds; if cancelled first, leaves a file named after the request id."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    async def __call__(self, request):
+        import asyncio
+
+        try:
+            await asyncio.sleep(float(request.query_params.get("s", "5")))
+        except asyncio.CancelledError:
+            with open(os.path.join(self.marks, request.headers["x-request-id"]), "w"):
+                pass
+            raise
+        return "slept"
