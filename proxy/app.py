@@ -20,6 +20,7 @@ Per request:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -38,7 +39,7 @@ REJECTED_HEADER = "x-servefleet-rejected"
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 # Recomputed for the request forwarded (httpx sets host and the length of the body).
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length"}
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 
 
 async def _reply(send: Send, status: int, text: str, request_id: str = "",
@@ -67,6 +68,12 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
+class Started:
+    """Whether a request's response has begun: a timeout can then only cut it short."""
+
+    value = False
+
+
 class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
@@ -76,6 +83,7 @@ class ProxyApp:
         self._upstream = upstream
         self._timeout = request_timeout_s
         self.draining = False
+
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,23 +110,28 @@ class ProxyApp:
             await _reply(send, 503, f"{target.application}/{target.deployment} has no "
                          "replicas known yet", request_id)
             return
+        started = Started()
         try:
             await asyncio.wait_for(self._forward_until_disconnect(scope, receive, send, pool,
-                                                                  request_id), self._timeout)
+                                                                  request_id, started),
+                                   self._timeout)
         except TimeoutError:
             logger.warning("request %s timed out after %ss", request_id, self._timeout)
-            await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
+            if not started.value:  # else the answer can only be cut short
+                await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
         except Overloaded as e:
             await _reply(send, 503, f"{target.deployment} is overloaded: {e}", request_id)
         except ConnectionResetError:
             pass  # the client left; nothing to answer
 
     async def _forward_until_disconnect(self, scope: Scope, receive: Receive, send: Send,
-                                        pool: ReplicaPool, request_id: str) -> None:
+                                        pool: ReplicaPool, request_id: str,
+                                        started: Started) -> None:
         """Forward; if the client leaves first, cancel, which closes the connection to
         the replica, and the replica cancels the request in turn."""
         body = await _read_body(receive)
-        work = asyncio.ensure_future(self._forward(scope, body, send, pool, request_id))
+        work = asyncio.ensure_future(self._forward(scope, body, send, pool, request_id,
+                                                   started))
         gone = asyncio.ensure_future(_wait_disconnect(receive))
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -131,17 +144,20 @@ class ProxyApp:
             work.result()
 
     async def _forward(self, scope: Scope, body: bytes, send: Send, pool: ReplicaPool,
-                       request_id: str) -> None:
+                       request_id: str, started: Started) -> None:
         headers = [(k, v) for k, v in scope["headers"] if k not in NOT_FORWARDED
                    and k != b"x-request-id"] + [(b"x-request-id", request_id.encode())]
+        # The raw target, as the client sent it: the decoded path could carry
+        # line breaks into the request line, or change meaning (%2F, %3F).
         query = scope.get("query_string", b"")
-        url_path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        url_path = (scope.get("raw_path") or scope["path"].encode()) + (
+            b"?" + query if query else b"")
         tried: set[str] = set()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             replica = await pool.acquire(exclude=tried)
             try:
                 await self._exchange(replica.address, scope["method"], url_path, headers, body,
-                                     send, request_id)
+                                     send, request_id, started)
                 return
             except NotDelivered as e:
                 tried.add(replica.replica_id)
@@ -154,9 +170,9 @@ class ProxyApp:
         await _reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} attempts",
                      request_id)
 
-    async def _exchange(self, address: str, method: str, path: str,
+    async def _exchange(self, address: str, method: str, path: bytes,
                         headers: list[tuple[bytes, bytes]], body: bytes, send: Send,
-                        request_id: str) -> None:
+                        request_id: str, started: Started) -> None:
         try:
             response = await self._upstream.request(address, method, path, headers, body)
         except UpstreamError as e:
@@ -165,9 +181,11 @@ class ProxyApp:
         try:
             if response.status == 503 and response.header(REJECTED_HEADER.encode()):
                 # Refused unread; drain the short body so the connection stays usable.
-                async for _ in response.chunks():
-                    pass
+                with contextlib.suppress(UpstreamError):
+                    async for _ in response.chunks():
+                        pass
                 raise NotDelivered(response.header(REJECTED_HEADER.encode()).decode())
+            started.value = True
             await send({"type": "http.response.start", "status": response.status,
                         "headers": [(k, v) for k, v in response.headers
                                     if k not in HOP_BY_HOP]})

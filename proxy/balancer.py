@@ -34,7 +34,8 @@ class ReplicaPool:
     max_queued: int = -1
     replicas: dict[str, Replica] = field(default_factory=dict)
     _down: set[str] = field(default_factory=set)
-    _waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    # Queued requests, oldest first; each is handed its replica when one frees up.
+    _waiters: deque[asyncio.Future[Replica]] = field(default_factory=deque)
 
     @property
     def queued(self) -> int:
@@ -60,7 +61,9 @@ class ReplicaPool:
                 and r.replica_id not in exclude]
 
     def _pick(self, exclude: set[str]) -> Replica | None:
-        candidates = self._candidates(exclude)
+        # Excluded replicas (tried already) only when nothing else has room: a
+        # retry on the same replica beats waiting for one that may never free up.
+        candidates = self._candidates(exclude) or self._candidates(set())
         if not candidates:
             return None
         if len(candidates) == 1:
@@ -69,33 +72,41 @@ class ReplicaPool:
         return a if a.in_flight <= b.in_flight else b
 
     async def acquire(self, exclude: set[str] | None = None) -> Replica:
-        """A replica with room for one more request; waits in the queue if none."""
-        exclude = exclude or set()
-        while True:
-            replica = self._pick(exclude)
+        """A replica with room for one more request; waits in the queue if none.
+
+        First come, first served: while others wait, a newcomer queues behind
+        them, and a freed slot is handed to the oldest waiter directly.
+        """
+        if not self._waiters:
+            replica = self._pick(exclude or set())
             if replica is not None:
                 replica.in_flight += 1
                 return replica
-            if 0 <= self.max_queued <= len(self._waiters):
-                raise Overloaded(f"{len(self._waiters)} requests already queued")
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            exclude = set()  # the pool changed: everything is worth another look
+        if 0 <= self.max_queued <= len(self._waiters):
+            raise Overloaded(f"{len(self._waiters)} requests already queued")
+        waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())  # handed a slot as we left: pass it on
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def release(self, replica: Replica) -> None:
         replica.in_flight -= 1
         self._wake()
 
     def _wake(self) -> None:
-        """Wake as many queued requests as there are free slots, oldest first."""
-        free = sum(self.max_ongoing - r.in_flight for r in self._candidates(set()))
-        while self._waiters and free > 0:
+        """Hand free slots to queued requests, oldest first."""
+        while self._waiters:
+            replica = self._pick(set())
+            if replica is None:
+                return
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                free -= 1
+                replica.in_flight += 1
+                waiter.set_result(replica)

@@ -35,9 +35,10 @@ REPORT_PERIOD_S = 1.0
 class ProxyState:
     """Routes and replica pools, as the Watch stream last described them."""
 
-    def __init__(self) -> None:
+    def __init__(self, upstream: UpstreamPool) -> None:
         self.routes = RouteTable()
         self.pools: dict[tuple[str, str], ReplicaPool] = {}
+        self._upstream = upstream
 
     def apply(self, snapshot: watch_pb2.Snapshot) -> None:
         kind, _, rest = snapshot.key.partition("/")
@@ -46,21 +47,29 @@ class ProxyState:
             logger.info("routes: %s", self.routes.as_json())
         elif kind == "replicas":
             app, _, name = rest.partition("/")
+            pool = self.pools.get((app, name))
+            before = {r.address for r in pool.replicas.values()} if pool else set()
             if snapshot.deleted:
                 self.pools.pop((app, name), None)
+                after: set[str] = set()
+            else:
+                replicas = snapshot.replicas
+                pool = self.pools.setdefault((app, name), ReplicaPool())
+                pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
+                            replicas.max_ongoing_requests, replicas.max_queued_requests)
+                after = {e.http_address for e in replicas.endpoints}
+            for address in before - after:
+                self._upstream.forget(address)  # gone: drop its idle connections
+            if snapshot.deleted:
                 return
-            replicas = snapshot.replicas
-            pool = self.pools.setdefault((app, name), ReplicaPool())
-            pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
-                        replicas.max_ongoing_requests, replicas.max_queued_requests)
             logger.info("%s/%s: %d replicas", app, name, len(replicas.endpoints))
 
 
 async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                 drain_timeout_s: float = 30.0, advertise: str | None = None) -> None:
     host, _, port = listen.rpartition(":")
-    state = ProxyState()
     upstream = UpstreamPool()
+    state = ProxyState(upstream)
     try:
         app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, upstream,
                        request_timeout_s)

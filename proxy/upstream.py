@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
 IDEMPOTENT = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}
 MAX_HEAD_BYTES = 64 * 1024
+MAX_IDLE_S = 4.0
+CONNECT_TIMEOUT_S = 5.0
 READ_CHUNK = 64 * 1024
 
 
@@ -37,6 +40,7 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.reused = False
+        self.idle_since = 0.0
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -45,7 +49,7 @@ class Connection:
 
 class Response:
     def __init__(self, pool: UpstreamPool, address: str, conn: Connection, status: int,
-                 headers: list[tuple[bytes, bytes]]) -> None:
+                 headers: list[tuple[bytes, bytes]], method: str = "GET") -> None:
         self._pool, self._address, self._conn = pool, address, conn
         self.status = status
         self.headers = headers
@@ -55,6 +59,8 @@ class Response:
         self._length = int(lengths[0]) if lengths else None
         self._chunked = any(k == b"transfer-encoding" and b"chunked" in v.lower()
                             for k, v in headers)
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            self._length, self._chunked = 0, False  # no body, whatever the headers say
         if any(k == b"connection" and v.lower() == b"close" for k, v in headers) or (
                 self._length is None and not self._chunked):
             self._keep_alive = False
@@ -71,10 +77,16 @@ class Response:
                     size_line = await reader.readuntil(b"\r\n")
                     size = int(size_line.split(b";")[0].strip(), 16)
                     if size == 0:
-                        await reader.readuntil(b"\r\n")  # end of (no) trailers
+                        while await reader.readuntil(b"\r\n") != b"\r\n":
+                            pass  # trailers, up to the empty line
                         break
-                    yield await reader.readexactly(size)
-                    await reader.readexactly(2)
+                    left = size
+                    while left:
+                        piece = await reader.readexactly(min(left, READ_CHUNK))
+                        left -= len(piece)
+                        yield piece
+                    if await reader.readexactly(2) != b"\r\n":
+                        raise ValueError("chunk not followed by CRLF")
             elif self._length is not None:
                 left = self._length
                 while left:
@@ -100,6 +112,20 @@ class Response:
             self._conn.close()
 
 
+def _parse_head(raw: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
+    lines = raw.split(b"\r\n")
+    try:
+        status = int(lines[0].split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        raise UpstreamError(f"bad status line {lines[0][:80]!r}") from None
+    headers = []
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(b":")
+            headers.append((name.strip().lower(), value.strip()))
+    return status, headers
+
+
 class UpstreamPool:
     def __init__(self, max_idle_per_replica: int = 256) -> None:
         self._idle: dict[str, list[Connection]] = defaultdict(list)
@@ -109,53 +135,64 @@ class UpstreamPool:
         idle = self._idle[address]
         if len(idle) < self._max_idle and not conn.writer.is_closing():
             conn.reused = True
+            conn.idle_since = time.monotonic()
             idle.append(conn)
         else:
             conn.close()
 
+    def forget(self, address: str) -> None:
+        """Close the idle connections to a replica that is gone."""
+        for conn in self._idle.pop(address, []):
+            conn.close()
+
     async def _connect(self, address: str) -> Connection:
         idle = self._idle.get(address)
+        now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.writer.is_closing() and not conn.reader.at_eof():
+            # Replicas (uvicorn) close idle connections after 5 s: older ones
+            # are not worth the race. Unread bytes mean a broken exchange.
+            if (now - conn.idle_since < MAX_IDLE_S and not conn.writer.is_closing()
+                    and not conn.reader.at_eof() and not conn.reader._buffer):
                 return conn
             conn.close()
         host, _, port = address.rpartition(":")
         try:
-            reader, writer = await asyncio.open_connection(host, int(port),
-                                                           limit=MAX_HEAD_BYTES)
-        except OSError as e:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port), limit=MAX_HEAD_BYTES),
+                CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:
             raise NotDelivered(f"connection refused: {e}") from None
         return Connection(reader, writer)
 
-    async def request(self, address: str, method: str, target: str,
+    async def request(self, address: str, method: str, target: bytes,
                       headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
+        """Send one request; `target` is the raw path and query, as the client sent it."""
+        if b"\r" in target or b"\n" in target or b" " in target:
+            raise UpstreamError("refusing a request target with spaces or line breaks")
         conn = await self._connect(address)
-        head = [f"{method} {target} HTTP/1.1\r\nhost: {address}\r\n".encode()]
+        head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
+                + address.encode() + b"\r\n"]
         head.extend(k + b": " + v + b"\r\n" for k, v in headers)
-        head.append(f"content-length: {len(body)}\r\n\r\n".encode())
+        head.append(b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
         try:
             conn.writer.write(b"".join(head) + body)
             await conn.writer.drain()
-            raw = await conn.reader.readuntil(b"\r\n\r\n")
+            while True:
+                raw = await conn.reader.readuntil(b"\r\n\r\n")
+                status, parsed = _parse_head(raw)
+                if not 100 <= status < 200 or status == 101:
+                    break  # 1xx interim answers (100 Continue) come before the real one
+            return Response(self, address, conn, status, parsed, method)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
             conn.close()
             received = isinstance(e, asyncio.IncompleteReadError) and bool(e.partial)
             if conn.reused and not received and method in IDEMPOTENT:
                 raise NotDelivered(f"kept-alive connection closed: {e!r}") from None
             raise UpstreamError(f"replica failed before answering: {e!r}") from None
-        lines = raw.split(b"\r\n")
-        try:
-            status = int(lines[0].split(b" ", 2)[1])
-        except (IndexError, ValueError):
+        except BaseException:  # cancelled, or a malformed answer: never reuse it
             conn.close()
-            raise UpstreamError(f"bad status line {lines[0][:80]!r}") from None
-        parsed = []
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(b":")
-                parsed.append((name.strip().lower(), value.strip()))
-        return Response(self, address, conn, status, parsed)
+            raise
 
     def close(self) -> None:
         for idle in self._idle.values():

@@ -173,6 +173,8 @@ class ReplicaApp:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                work.cancel()  # we are being cancelled (shutdown): so is the user's call
         if not work.done():
             work.cancel()
             logger.info("request %s: the caller went away; cancelled", request_id)

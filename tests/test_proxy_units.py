@@ -91,3 +91,45 @@ def test_load_reports_sum_fresh_reports_and_refuse_bad_ones() -> None:
             load.record("p3", bad)
     with pytest.raises(InvalidArgument):
         load.record("", {})
+
+
+async def test_a_slot_handed_to_a_leaving_waiter_goes_to_the_next() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1")], max_ongoing=1, max_queued=-1)
+    held = await pool.acquire()
+    leaving = asyncio.create_task(pool.acquire())
+    staying = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    pool.release(held)  # handed to `leaving`...
+    leaving.cancel()  # ...which goes away before it runs
+    await asyncio.sleep(0)
+    assert (await asyncio.wait_for(staying, 1)).replica_id == "a"
+    assert pool.replicas["a"].in_flight == 1
+
+
+async def test_queue_is_first_come_first_served() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1")], max_ongoing=1, max_queued=-1)
+    held = await pool.acquire()
+    first = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    pool.release(held)
+    newcomer = asyncio.create_task(pool.acquire())  # arrives as the slot frees up
+    await asyncio.sleep(0.01)
+    assert first.done() and not newcomer.done()
+    pool.release(first.result())
+    assert (await asyncio.wait_for(newcomer, 1)).replica_id == "a"
+
+
+async def test_retry_may_go_back_to_the_only_replica() -> None:
+    pool = ReplicaPool()
+    pool.update([("a", "h:1")], max_ongoing=5, max_queued=-1)
+    replica = await asyncio.wait_for(pool.acquire(exclude={"a"}), 1)
+    assert replica.replica_id == "a"
+
+
+async def test_request_targets_with_line_breaks_are_refused() -> None:
+    from servefleet.proxy.upstream import UpstreamError, UpstreamPool
+
+    with pytest.raises(UpstreamError):
+        await UpstreamPool().request("127.0.0.1:1", "GET", b"/x HTTP/1.1\r\nx-evil: 1", [], b"")

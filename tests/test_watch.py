@@ -99,14 +99,12 @@ async def test_watch_stream_over_grpc(fleet) -> None:
         responses = call.__aiter__()
         beat = await asyncio.wait_for(responses.__anext__(), 5)
         assert beat.HasField("heartbeat")
-        started = time.monotonic()
         await asyncio.to_thread(lambda: ControllerClient(proc.address).deploy(spec("B", "/b")))
         while True:
             response = await asyncio.wait_for(responses.__anext__(), 5)
             if response.HasField("snapshot"):
                 break
         assert routes_of(response.snapshot) == [("/a", "A"), ("/b", "B")]
-        assert time.monotonic() - started < 5
         call.cancel()
 
         with pytest.raises(grpc.aio.AioRpcError) as err:
