@@ -63,9 +63,21 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+def _cancel_on_disconnect(receive: Receive) -> asyncio.Task[None]:
+    """A watcher that cancels the calling task when the client disconnects.
+
+    One extra task per request (not two): the work stays in the caller's task.
+    The returned task is done, not cancelled, when it was the client that left.
+    """
+    caller = asyncio.current_task()
+    assert caller is not None
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        caller.cancel()
+
+    return asyncio.ensure_future(watch())
 
 
 class Started:
@@ -130,18 +142,15 @@ class ProxyApp:
         """Forward; if the client leaves first, cancel, which closes the connection to
         the replica, and the replica cancels the request in turn."""
         body = await _read_body(receive)
-        work = asyncio.ensure_future(self._forward(scope, body, send, pool, request_id,
-                                                   started))
-        gone = asyncio.ensure_future(_wait_disconnect(receive))
+        gone = _cancel_on_disconnect(receive)
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await self._forward(scope, body, send, pool, request_id, started)
+        except asyncio.CancelledError:
+            if not gone.done() or gone.cancelled():
+                raise  # cancelled from outside (the request timeout, shutdown)
+            logger.info("request %s: the client went away; cancelled", request_id)
         finally:
             gone.cancel()
-            if not work.done():
-                work.cancel()
-                logger.info("request %s: the client went away; cancelled", request_id)
-        if work.done() and not work.cancelled():
-            work.result()
 
     async def _forward(self, scope: Scope, body: bytes, send: Send, pool: ReplicaPool,
                        request_id: str, started: Started) -> None:

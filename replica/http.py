@@ -167,19 +167,26 @@ class ReplicaApp:
         Async user code is cancelled at its next await; sync code in the thread
         pool cannot be stopped, but its result is dropped.
         """
-        work = asyncio.ensure_future(call_user(target, self.executor, request))
-        gone = asyncio.ensure_future(_wait_disconnect(receive))
+        caller = asyncio.current_task()
+        assert caller is not None
+        left = False
+
+        async def watch() -> None:
+            nonlocal left
+            await _wait_disconnect(receive)
+            left = True
+            caller.cancel()
+
+        gone = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                work.cancel()  # we are being cancelled (shutdown): so is the user's call
-        if not work.done():
-            work.cancel()
+            return await call_user(target, self.executor, request)
+        except asyncio.CancelledError:
+            if not left:
+                raise  # cancelled from outside (shutdown)
             logger.info("request %s: the caller went away; cancelled", request_id)
             return _DISCONNECTED
-        return work.result()
+        finally:
+            gone.cancel()
 
     @staticmethod
     async def _lifespan(receive: Receive, send: Send) -> None:
