@@ -21,6 +21,10 @@ class Overloaded(Exception):
     """Every replica is busy and the queue is full."""
 
 
+class PoolClosed(Overloaded):
+    """The deployment left the route table while requests waited for it."""
+
+
 @dataclass
 class Replica:
     replica_id: str
@@ -95,6 +99,13 @@ class ReplicaPool:
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+
+    def close(self) -> None:
+        """Fail every queued request: the deployment is no longer served."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(PoolClosed("the deployment is no longer served"))
 
     def release(self, replica: Replica) -> None:
         replica.in_flight -= 1

@@ -50,6 +50,8 @@ class ProxyState:
             pool = self.pools.get((app, name))
             before = {r.address for r in pool.replicas.values()} if pool else set()
             if snapshot.deleted:
+                if pool is not None:
+                    pool.close()
                 self.pools.pop((app, name), None)
                 after: set[str] = set()
             else:

@@ -133,3 +133,14 @@ async def test_request_targets_with_line_breaks_are_refused() -> None:
 
     with pytest.raises(UpstreamError):
         await UpstreamPool().request("127.0.0.1:1", "GET", b"/x HTTP/1.1\r\nx-evil: 1", [], b"")
+
+
+async def test_closing_a_pool_fails_its_queued_requests() -> None:
+    from servefleet.proxy.balancer import PoolClosed
+
+    pool = ReplicaPool()
+    waiter = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.01)
+    pool.close()
+    with pytest.raises(PoolClosed):
+        await asyncio.wait_for(waiter, 1)
