@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from servefleet.lifecycle import on_stop_signals
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
 from .clock import Clock
@@ -301,20 +301,7 @@ class ControllerServer:
 async def serve(config: ControllerConfig) -> None:
     """Run a controller until SIGTERM/SIGINT or the Shutdown RPC."""
     server = ControllerServer(config)
-    loop = asyncio.get_running_loop()
-    signals = 0
-
-    def on_signal(signum: int) -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:
-            logger.warning("second signal: exiting at once")
-            os._exit(1)
-        logger.info("received %s", signal.Signals(signum).name)
-        server.request_stop()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+    on_stop_signals(server.request_stop)
     await server.start()
     try:
         await server.wait_stop_requested()

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import socket
 import uuid
 
 import grpc
-import uvicorn
 
+from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 
@@ -76,17 +74,9 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, upstream,
                        request_timeout_s)
         # The replica's date and server headers are passed through; the proxy adds none.
-        config = uvicorn.Config(app, host=host, port=int(port), lifespan="off",
-                                log_level="warning", access_log=False, date_header=False,
-                                server_header=False,
-                                timeout_graceful_shutdown=int(drain_timeout_s))
-        server = uvicorn.Server(config)
-        config.load()
-        server.lifespan = config.lifespan_class(config)
-        try:
-            await server.startup()
-        except SystemExit:  # uvicorn exits when it cannot bind
-            raise OSError(f"cannot listen on {listen}") from None
+        server = await start_http_server(app, host, int(port), date_header=False,
+                                         server_header=False,
+                                         timeout_graceful_shutdown=int(drain_timeout_s))
         address = advertise or (listen if host not in ("0.0.0.0", "::", "")
                                 else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(controllers, ["routes", "replicas/"], on_snapshot=state.apply,
@@ -97,18 +87,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
                     controllers)
         stop = asyncio.Event()
-        signals = 0
-
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            if signals > 1:
-                os._exit(1)
-            stop.set()
-
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal)
+        on_stop_signals(stop.set)
         await stop.wait()
         logger.info("draining")
         app.draining = True

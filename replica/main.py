@@ -27,15 +27,14 @@ import concurrent.futures
 import json
 import logging
 import os
-import signal
 import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import uvicorn
 
+from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
 
@@ -160,39 +159,20 @@ async def run(settings: ReplicaSettings) -> int:
         print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
         return 3
     await control.start()
-    config = uvicorn.Config(replica.app, host=settings.host, port=settings.http_port,
-                            lifespan="off", log_level="warning", access_log=False)
-    http = uvicorn.Server(config)
-    # Server.serve() would install its own signal handlers; the replica drains
-    # on signals itself, so it runs startup/shutdown the way _serve() does.
-    config.load()
-    http.lifespan = config.lifespan_class(config)
     try:
-        await http.startup()
-    except SystemExit:
+        # The date header is set once at start, not refreshed.
+        http = await start_http_server(replica.app, settings.host, settings.http_port)
+    except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
         return 3
-    await http.on_tick(0)  # sets the default headers; the date header is not refreshed
-
-    loop = asyncio.get_running_loop()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:
-            os._exit(1)
-        replica.request_drain()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal)
+    on_stop_signals(replica.request_drain)
 
     loading = asyncio.create_task(replica.load())
     await replica.wait_and_drain()
     loading.cancel()
     http.force_exit = replica.admission.ongoing > 0
-    config.timeout_graceful_shutdown = 1
+    http.config.timeout_graceful_shutdown = 1
     await http.shutdown()
     await control.stop(0.5)
     replica.executor.shutdown(wait=False, cancel_futures=True)

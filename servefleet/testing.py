@@ -30,6 +30,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for(predicate, timeout: float = 60, what: str = ""):
+    """Poll `predicate` every 0.1 s until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
 def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

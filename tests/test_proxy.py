@@ -6,14 +6,13 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess
+from servefleet.testing import ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
 
@@ -28,16 +27,6 @@ def app_spec(name: str, import_path: str, route: str, replicas: int = 1,
                             replica_config=d.ReplicaConfig(
                                 num_replicas=replicas, graceful_shutdown_wait_loop_s=0.1,
                                 graceful_shutdown_timeout_s=5, **config))
-
-
-def wait_for(predicate, timeout: float = 60, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def all_healthy(client: ControllerClient, count: int) -> bool:

@@ -7,7 +7,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
+from servefleet.testing import wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
 
@@ -35,16 +35,6 @@ def echo_spec(replicas: int = 3, *, version: str = "v1", user_config: object = N
             user_config_json=json.dumps(user_config) if user_config is not None else "",
             health_check_period_s=0.3, health_check_timeout_s=2,
             graceful_shutdown_wait_loop_s=0.1, graceful_shutdown_timeout_s=5))
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 def deployment_status(client: ControllerClient) -> status_pb2.DeploymentStatusInfo | None:
