@@ -1,6 +1,7 @@
 """The layout of a cluster's hard state in the store (DESIGN.md, "Hard state").
 
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
+    /servefleet/<cluster>/controllers/<member id>     lease-bound, a live controller's address
     /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
     /servefleet/<cluster>/replicas/<app>/<name>/<id>  ReplicaRecord (protobuf bytes)
 
@@ -15,6 +16,7 @@ class ClusterKeys:
     def __init__(self, cluster: str) -> None:
         self.root = f"/servefleet/{cluster}/"
         self.leader = self.root + "leader"
+        self.controllers = self.root + "controllers/"
         self.deployments = self.root + "deployments/"
         self.replicas = self.root + "replicas/"
 

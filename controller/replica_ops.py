@@ -12,9 +12,11 @@ change the registry themselves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -40,6 +42,10 @@ def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
 
 # replica/main.py exits with 3 when its port was taken: not the user's fault.
 EXIT_BIND_FAILURE = 3
+# How long a replica with a Watch stream gets to apply a new config from it
+# before the controller sends Reconfigure itself, and how often it looks.
+CONFIG_WATCH_GRACE_S = 2.0
+CONFIG_POLL_S = 0.05
 
 
 @dataclass
@@ -61,12 +67,18 @@ class ExitReason:
 
 class ReplicaOps:
     def __init__(self, cluster: str, keys: ClusterKeys, fenced: FencedStore, runtime: Runtime,
-                 client: ReplicaClient) -> None:
+                 client: ReplicaClient,
+                 controllers: Callable[[], list[str]] | None = None,
+                 watching: Callable[[str], bool] | None = None) -> None:
         self.cluster = cluster
         self._keys = keys
         self._fenced = fenced
         self.runtime = runtime
         self.client = client
+        # The live controllers' addresses, leader first; handed to new replicas.
+        self.controllers = controllers or (lambda: [])
+        # Whether a replica (by id) has a Watch stream open to this leader.
+        self.watching = watching or (lambda replica_id: False)
 
     def leading(self) -> bool:
         return self._fenced.still_valid()
@@ -102,6 +114,9 @@ class ReplicaOps:
             working_dir=spec.runtime.working_dir, env=dict(spec.runtime.env),
             settings={
                 "import_path": spec.import_path,
+                "code_hash": record.code_hash,
+                # Where its Watch stream finds the leader, now or after a failover.
+                "controllers": self.controllers(),
                 "init_args_json": spec.init_args_json,
                 "init_kwargs_json": spec.init_kwargs_json,
                 "user_config_json": config.user_config_json,
@@ -187,13 +202,37 @@ class ReplicaOps:
 
     async def reconfigure(self, record: replica_pb2.ReplicaRecord,
                           goal: records_pb2.DeploymentRecord) -> str:
-        """Apply the goal's lightweight config; returns the new config hash."""
+        """Apply the goal's lightweight config; returns the new config hash.
+
+        A replica with a live Watch stream gets the config from it: wait up to
+        CONFIG_WATCH_GRACE_S for it to report the new config, then (or at once
+        for a replica without a stream) send Reconfigure, which is idempotent
+        and returns the user's reconfigure error if there is one.
+        """
         config = goal.spec.replica_config
+        wanted = config_hash(config.user_config_json, config.max_ongoing_requests)
+        if self.watching(record.replica_id) and await self._config_arrives(record, wanted):
+            logger.info("replica %s of %s/%s applied its new config from the watch stream",
+                        record.replica_id, record.application, record.deployment)
+            return wanted
         self.check_leading()
         await self.client.reconfigure(record.control_address, config.user_config_json,
                                       config.max_ongoing_requests, timeout=30.0,
                                       replica_id=record.replica_id)
         logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
-        return config_hash(config.user_config_json, config.max_ongoing_requests)
+        return wanted
+
+    async def _config_arrives(self, record: replica_pb2.ReplicaRecord, wanted: str) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONFIG_WATCH_GRACE_S
+        while loop.time() < deadline:
+            try:
+                meta = await self.client.metadata(record.control_address, timeout=1.0)
+            except ReplicaCallError:
+                return False
+            if config_hash(meta.user_config_json, meta.max_ongoing_requests) == wanted:
+                return True
+            await asyncio.sleep(CONFIG_POLL_S)
+        return False
 

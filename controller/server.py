@@ -38,6 +38,7 @@ from .deployments import DeploymentTable
 from .election import FencedStore, LeaderElection
 from .errors import InvalidArgument, NotLeader, Unavailable
 from .keys import ClusterKeys
+from .members import Membership
 from .reconciler import Reconciler
 from .replica_client import GrpcReplicaClient
 from .replica_ops import ReplicaOps
@@ -121,6 +122,9 @@ class ControllerServer:
         self.election = LeaderElection(self._store, self._keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
         self._leadership = Leadership(self.election)
+        self.membership = Membership(self._store, self._keys.controllers, config.advertised(),
+                                     config.lease_ttl, self._clock)
+        self._members: asyncio.Task[None] | None = None
         # Replaced at each term; before the first one every write is refused.
         self._table = DeploymentTable(self._keys, self._fenced_for(0), self._store, self._clock)
         self._runtime = self._make_runtime()
@@ -158,7 +162,8 @@ class ControllerServer:
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
                                lambda: self._reconciler, lambda: self._publisher,
-                               lambda: self.request_stop(stop_replicas=True)), server)
+                               lambda: self.request_stop(stop_replicas=True),
+                               members=lambda: self.membership.addresses), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -180,6 +185,7 @@ class ControllerServer:
                     self.config.listen, self.election.identity, self.config.cluster,
                     self.config.store_url)
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
+        self._members = asyncio.create_task(self.membership.run(), name="membership")
 
     # -- 2. leader terms ----------------------------------------------------------
 
@@ -214,7 +220,7 @@ class ControllerServer:
                     state.refresh(app, name)
 
             table = DeploymentTable(self._keys, fenced, self._store, self._clock, changed)
-            reconciler = self._new_reconciler(table, fenced, changed)
+            reconciler = self._new_reconciler(table, fenced, changed, publisher)
             if (await self._retry_while_leading(table.load, holding)
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
@@ -242,11 +248,13 @@ class ControllerServer:
                 await holding
 
     def _new_reconciler(self, table: DeploymentTable, fenced: FencedStore,
-                        changed: Callable[[str, str], None]) -> Reconciler | None:
+                        changed: Callable[[str, str], None],
+                        publisher: Publisher) -> Reconciler | None:
         if self._runtime is None:
             return None
         ops = ReplicaOps(self.config.cluster, self._keys, fenced, self._runtime,
-                         self._replica_client)
+                         self._replica_client, lambda: self.membership.addresses,
+                         publisher.watching)
         return Reconciler(self._keys, ops, lambda: table.list(include_deleted=True),
                           self._clock, on_change=changed)
 
@@ -293,6 +301,11 @@ class ControllerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._terms
         await self.election.resign()
+        if self._members is not None:
+            self._members.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._members
+        await self.membership.leave()
         await self._replica_client.close()
         await self._store.close()
         logger.info("controller stopped")

@@ -132,8 +132,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                  deployments: Callable[[], DeploymentTable],
                  reconciler: Callable[[], Reconciler | None],
                  publisher: Callable[[], Publisher],
-                 on_shutdown: Callable[[], None], load: LoadReports | None = None) -> None:
+                 on_shutdown: Callable[[], None], load: LoadReports | None = None,
+                 members: Callable[[], list[str]] | None = None) -> None:
         self._cluster = cluster
+        # Advertised addresses of the live controllers (members.py).
+        self._members = members or (lambda: [])
         self._leadership = leadership
         # A callable: the table is replaced at each leader term.
         self._deployments = deployments
@@ -196,7 +199,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                    if w.kind == watch_pb2.WATCHER_KIND_PROXY]
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
                                      leader=self._leadership.identity,
-                                     proxies=sorted(proxies, key=lambda p: p.id))
+                                     proxies=sorted(proxies, key=lambda p: p.id),
+                                     controllers=sorted(self._members()))
 
     @api_method
     async def ReportLoad(self, request: api.ReportLoadRequest,

@@ -108,6 +108,10 @@ class Publisher:
         self._responses[key] = watch_pb2.WatchResponse(snapshot=snapshot)
         self._bump()
 
+    def watching(self, watcher_id: str) -> bool:
+        """Whether a watcher with this id has a stream open."""
+        return any(w.watcher_id == watcher_id for w in self.watchers.values())
+
     def keys(self) -> list[str]:
         return list(self._snapshots)
 
@@ -217,7 +221,8 @@ class StatePublisher:
             max_queued_requests=config.max_queued_requests))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
             user_config_json=config.user_config_json,
-            max_ongoing_requests=config.max_ongoing_requests))
+            max_ongoing_requests=config.max_ongoing_requests,
+            version=record.version, code_hash=record.code_hash))
 
 
 async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,

@@ -70,15 +70,14 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
         r = self._replica
         if r.phase != PHASE.REPLICA_PHASE_READY:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "replica is not ready")
-        if request.max_ongoing_requests:
-            r.admission.max_ongoing = request.max_ongoing_requests
-        if request.user_config_json != r.user_config_json:
-            try:
-                await r.apply_user_config(request.user_config_json)
-            except Exception as e:
-                logger.exception("reconfigure failed")
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"reconfigure raised {type(e).__name__}: {e}")
+        try:
+            changed = await r.apply_config(request.user_config_json,
+                                           request.max_ongoing_requests)
+        except Exception as e:
+            logger.exception("reconfigure failed")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"reconfigure raised {type(e).__name__}: {e}")
+        if changed:
             logger.info("reconfigured with user_config %s",
                         json.dumps(request.user_config_json)[:200])
         return rpb.ReconfigureResponse()

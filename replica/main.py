@@ -9,7 +9,13 @@ Lifecycle:
    requests are admitted. Failure: phase FAILED with the exception and its
    traceback for the controller to read (GetMetadata), kept until the
    controller drains the replica or FAILED_LINGER_S passes;
-3. drain, on the Drain RPC or SIGTERM/SIGINT: refuse new requests, wait for
+3. follow config: the replica watches `config/<app>/<deployment>` on the
+   controllers it was given (the shared WatchClient follows the leader) and
+   applies each new user_config and max_ongoing_requests meant for its
+   version and code. The controller's Reconfigure RPC applies the same
+   config when no stream delivered it; applying is idempotent, so whichever
+   comes second does nothing;
+4. drain, on the Drain RPC or SIGTERM/SIGINT: refuse new requests, wait for
    in-flight ones, checking every graceful_shutdown_wait_loop_s, for at most
    graceful_shutdown_timeout_s; then exit. A second signal exits at once.
 
@@ -29,14 +35,15 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.v1 import replica_pb2 as rpb
-from servefleet.v1 import replica_pb2_grpc
+from servefleet.v1 import replica_pb2_grpc, watch_pb2
+from servefleet.watch_client import WatchClient
 
 from . import loader
 from .control import ReplicaControl
@@ -65,6 +72,11 @@ class ReplicaSettings:
     max_ongoing_requests: int = 5
     graceful_shutdown_timeout_s: float = 20.0
     graceful_shutdown_wait_loop_s: float = 2.0
+    # The deployment's code hash this replica runs (with `version`, which
+    # config snapshots are meant for it).
+    code_hash: str = ""
+    # Controller addresses for the config Watch stream; none: no stream.
+    controllers: list[str] = field(default_factory=list)
 
 
 class Replica:
@@ -80,6 +92,10 @@ class Replica:
             max_workers=max(8, settings.max_ongoing_requests), thread_name_prefix="user")
         self.app = ReplicaApp(self.admission, self.executor, settings.replica_id)
         self._drain = asyncio.Event()
+        self._config_lock = asyncio.Lock()
+        # The newest config from the Watch stream not yet applied.
+        self._pending_config: watch_pb2.DeploymentConfig | None = None
+        self._following: asyncio.Task[None] | None = None
         self._wait_loop_s = settings.graceful_shutdown_wait_loop_s
         self._timeout_s = settings.graceful_shutdown_timeout_s
 
@@ -109,6 +125,7 @@ class Replica:
         self.admission.ready = True
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)
+        self._follow_config()
 
     async def apply_user_config(self, user_config_json: str) -> None:
         reconfigure = self.deployment.reconfigure if self.deployment else None
@@ -117,7 +134,51 @@ class Replica:
             await call_user(reconfigure, self.executor, config)
         self.user_config_json = user_config_json
 
-    # -- 3. drain ---------------------------------------------------------------
+    # -- 3. follow config ---------------------------------------------------------
+
+    async def apply_config(self, user_config_json: str, max_ongoing_requests: int) -> bool:
+        """Apply a lightweight config once loaded; True if user_config changed.
+
+        Serialized and idempotent: the Watch stream and the Reconfigure RPC
+        may both deliver the same config. Raises what the user's reconfigure
+        raises, leaving the previous user_config in force.
+        """
+        async with self._config_lock:
+            if max_ongoing_requests:
+                self.admission.max_ongoing = max_ongoing_requests
+            if user_config_json == self.user_config_json:
+                return False
+            await self.apply_user_config(user_config_json)
+            return True
+
+    def on_config_snapshot(self, snapshot: watch_pb2.Snapshot) -> None:
+        """WatchClient callback: queue the config if it is meant for this replica."""
+        config = snapshot.config
+        if snapshot.deleted or (config.version, config.code_hash) != (
+                self.settings.version, self.settings.code_hash):
+            return  # a newer version's config: replicas that run it apply it
+        self._pending_config = config
+        self._follow_config()
+
+    def _follow_config(self) -> None:
+        if (self._pending_config is not None and self.phase == PHASE.REPLICA_PHASE_READY
+                and (self._following is None or self._following.done())):
+            self._following = asyncio.create_task(self._apply_pending())
+
+    async def _apply_pending(self) -> None:
+        while self._pending_config is not None and self.phase == PHASE.REPLICA_PHASE_READY:
+            config, self._pending_config = self._pending_config, None
+            try:
+                if await self.apply_config(config.user_config_json,
+                                           config.max_ongoing_requests):
+                    logger.info("applied user_config %s from the watch stream",
+                                config.user_config_json[:200])
+            except Exception:
+                # The controller sees the old config in GetMetadata and sends
+                # Reconfigure, whose error it reports; nothing to do here.
+                logger.exception("reconfigure from the watch stream failed")
+
+    # -- 4. drain ---------------------------------------------------------------
 
     def request_drain(self, wait_loop_s: float | None = None,
                       timeout_s: float | None = None) -> None:
@@ -168,9 +229,21 @@ async def run(settings: ReplicaSettings) -> int:
         return 3
     on_stop_signals(replica.request_drain)
 
+    watch = None
+    if settings.controllers:
+        # The key format is public (watch.proto).
+        key = f"config/{settings.application}/{settings.deployment}"
+        watch = WatchClient(settings.controllers, [key],
+                            on_snapshot=replica.on_config_snapshot,
+                            kind=watch_pb2.WATCHER_KIND_REPLICA,
+                            address=f"{settings.host}:{settings.http_port}",
+                            watcher_id=settings.replica_id)
+        watch.start()
     loading = asyncio.create_task(replica.load())
     await replica.wait_and_drain()
     loading.cancel()
+    if watch is not None:
+        await watch.close()
     http.force_exit = replica.admission.ongoing > 0
     http.config.timeout_graceful_shutdown = 1
     await http.shutdown()

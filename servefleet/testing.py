@@ -1,14 +1,16 @@
 """Real components on loopback, for tests and benchmarks.
 
 `EtcdServer` runs Debian's etcd binary on free loopback ports with its data in
-a temporary directory; `ControllerProcess` runs `servefleet controller` as a
-child process. Both stop what they started, and both only ever bind
-127.0.0.1.
+a temporary directory; `ControllerProcess` runs `servefleet controller`,
+`ProxyProcess` `servefleet proxy` and `ReplicaProcess` one replica (without
+a controller's runtime) as child processes. Each stops what it started, and
+all only ever bind 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -223,3 +225,51 @@ class ProxyProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class ReplicaProcess:
+    """`python -m servefleet.replica` started directly, with its gRPC control stub."""
+
+    def __init__(self, tmp_path: Path, import_path: str, *, cluster: str = "t",
+                 application: str = "a", deployment: str = "d", replica_id: str = "r1",
+                 version: str = "v1", **settings: object) -> None:
+        from servefleet.controller.replica_client import CHANNEL_OPTIONS
+        from servefleet.v1 import replica_pb2_grpc
+
+        config = Path(tmp_path) / f"settings-{replica_id}.json"
+        config.write_text(json.dumps({"import_path": import_path, **settings}))
+        self.control, self.http = free_port(), free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "servefleet.replica", "--cluster", cluster,
+             "--application", application, "--deployment", deployment,
+             "--replica-id", replica_id, "--version", version,
+             "--control-port", str(self.control), "--http-port", str(self.http),
+             "--config-file", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}",
+                                             options=CHANNEL_OPTIONS)
+        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
+
+    def metadata(self, timeout: float = 1.0):
+        from servefleet.v1 import replica_pb2
+
+        return self.stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=timeout)
+
+    def wait_phase(self, *phases: int, timeout: float = 20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                meta = self.metadata()
+                if meta.phase in phases:
+                    return meta
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"replica never reached {phases}")
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()

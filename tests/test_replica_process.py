@@ -2,69 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
-from servefleet.controller.replica_client import CHANNEL_OPTIONS
 from servefleet.controller.runtime import ReplicaLaunch
 from servefleet.controller.runtime.process import ProcessRuntime
-from servefleet.testing import free_port
-from servefleet.v1 import replica_pb2, replica_pb2_grpc
+from servefleet.testing import ReplicaProcess
+from servefleet.v1 import replica_pb2
 
 APPS = str(Path(__file__).parent / "apps")
 PHASE = replica_pb2.ReplicaPhase
 
 
-class Replica:
-    def __init__(self, tmp_path: Path, import_path: str, **settings) -> None:
-        config = tmp_path / "settings.json"
-        config.write_text(json.dumps({"import_path": import_path, "working_dir": APPS,
-                                      **settings}))
-        self.control, self.http = free_port(), free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servefleet.replica", "--cluster", "t", "--application",
-             "a", "--deployment", "d", "--replica-id", "r1", "--version", "v1",
-             "--control-port", str(self.control), "--http-port", str(self.http),
-             "--config-file", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}", options=CHANNEL_OPTIONS)
-        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
-
-    def wait_phase(self, *phases: int, timeout: float = 20) -> replica_pb2.GetMetadataResponse:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                meta = self.stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=1)
-                if meta.phase in phases:
-                    return meta
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"replica never reached {phases}")
-
-    def close(self) -> None:
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.proc.stdout.close()
-
-
 @pytest.fixture
 def replicas(tmp_path):
-    started: list[Replica] = []
+    started: list[ReplicaProcess] = []
 
-    def start(import_path: str, **settings) -> Replica:
-        replica = Replica(tmp_path, import_path, **settings)
+    def start(import_path: str, **settings) -> ReplicaProcess:
+        replica = ReplicaProcess(tmp_path, import_path, working_dir=APPS, **settings)
         started.append(replica)
         return replica
 

@@ -292,3 +292,19 @@ def test_leader_killed_mid_rollout_standby_finishes_it(etcd_fleet) -> None:
         assert not v1_pids & set(replica_processes(etcd_fleet.cluster).values())
         client.shutdown()
     wait_for(lambda: not replica_processes(etcd_fleet.cluster), 30, "replicas to stop")
+
+
+def test_a_config_the_user_code_rejects_fails_the_replica_with_its_error(cluster_client) -> None:
+    client = cluster_client
+    client.deploy(echo_spec(1, user_config={"threshold": 1}))
+    wait_for(healthy(client))
+    # The replica gets the config on its Watch stream, rejects it and keeps the
+    # old one; the controller's Reconfigure then brings back the error.
+    client.deploy(echo_spec(1, user_config={"reject": True}))
+
+    def reported():
+        dep = deployment_status(client)
+        return dep if dep is not None and "config rejected on purpose" in dep.message else None
+
+    dep = wait_for(reported, 60, "the reconfigure error in the status message")
+    assert dep.status != DS.DEPLOYMENT_STATUS_HEALTHY

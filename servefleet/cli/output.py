@@ -28,7 +28,9 @@ def _enum_word(enum: object, value: int, prefix: str) -> str:
 
 
 def status_text(reply: controller_pb2.GetStatusResponse) -> str:
-    lines = [f"cluster {reply.cluster}, leader {reply.leader}"]
+    standbys = [c for c in reply.controllers if c != reply.leader]
+    lines = [f"cluster {reply.cluster}, leader {reply.leader}"
+             + (f", standbys {', '.join(standbys)}" if standbys else "")]
     if not reply.applications:
         lines.append("no applications")
     for app in reply.applications:

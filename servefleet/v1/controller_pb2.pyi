@@ -86,16 +86,18 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("applications", "proxies", "cluster", "leader")
+    __slots__ = ("applications", "proxies", "cluster", "leader", "controllers")
     APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
     PROXIES_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
     applications: _containers.RepeatedCompositeFieldContainer[_status_pb2.ApplicationStatusInfo]
     proxies: _containers.RepeatedCompositeFieldContainer[_status_pb2.ProxyStatus]
     cluster: str
     leader: str
-    def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ...) -> None: ...
+    controllers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
     __slots__ = ("reporter_id", "queued")

@@ -106,9 +106,13 @@ class ReplicaEndpoint(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ...) -> None: ...
 
 class DeploymentConfig(_message.Message):
-    __slots__ = ("user_config_json", "max_ongoing_requests")
+    __slots__ = ("user_config_json", "max_ongoing_requests", "version", "code_hash")
     USER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CODE_HASH_FIELD_NUMBER: _ClassVar[int]
     user_config_json: str
     max_ongoing_requests: int
-    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ...) -> None: ...
+    version: str
+    code_hash: str
+    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ...) -> None: ...

@@ -15,6 +15,8 @@ class Echo:
         self.unhealthy_dir = unhealthy_dir
 
     def reconfigure(self, config: object) -> None:
+        if isinstance(config, dict) and config.get("reject"):
+            raise ValueError("config rejected on purpose")
         self.config = config
 
     def check_health(self) -> None:
