@@ -42,6 +42,15 @@ HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-autho
 NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 
 
+def _and_named_by_connection(headers: list[tuple[bytes, bytes]],
+                             base: set[bytes]) -> set[bytes]:
+    """`base` plus the headers a Connection header names: they are hop-by-hop
+    too and must not be forwarded (RFC 9110, section 7.6.1)."""
+    named = {token.strip().lower() for k, v in headers if k == b"connection"
+             for token in v.split(b",")}
+    return base | named if named else base
+
+
 async def _reply(send: Send, status: int, text: str, request_id: str = "",
                  content_type: bytes = b"text/plain; charset=utf-8") -> None:
     body = text.encode()
@@ -154,7 +163,8 @@ class ProxyApp:
 
     async def _forward(self, scope: Scope, body: bytes, send: Send, pool: ReplicaPool,
                        request_id: str, started: Started) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k not in NOT_FORWARDED
+        dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
+        headers = [(k, v) for k, v in scope["headers"] if k not in dropped
                    and k != b"x-request-id"] + [(b"x-request-id", request_id.encode())]
         # The raw target, as the client sent it: the decoded path could carry
         # line breaks into the request line, or change meaning (%2F, %3F).
@@ -195,9 +205,10 @@ class ProxyApp:
                         pass
                 raise NotDelivered(response.header(REJECTED_HEADER.encode()).decode())
             started.value = True
+            dropped = _and_named_by_connection(response.headers, HOP_BY_HOP)
             await send({"type": "http.response.start", "status": response.status,
                         "headers": [(k, v) for k, v in response.headers
-                                    if k not in HOP_BY_HOP]})
+                                    if k not in dropped]})
             try:
                 async for chunk in response.chunks():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

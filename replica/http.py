@@ -164,12 +164,15 @@ class ReplicaApp:
                                      request_id: str) -> Any:
         """Run user code; cancel it if the caller goes away first.
 
-        Async user code is cancelled at its next await; sync code in the thread
-        pool cannot be stopped, but its result is dropped.
+        Async user code is cancelled at its next await. Sync code in the thread
+        pool cannot be stopped: its result is dropped, but the request keeps
+        its admission slot until the thread is done, so the replica never runs
+        more than max_ongoing_requests calls at once.
         """
         caller = asyncio.current_task()
         assert caller is not None
         left = False
+        thread: asyncio.Future[Any] | None = None
 
         async def watch() -> None:
             nonlocal left
@@ -179,11 +182,17 @@ class ReplicaApp:
 
         gone = asyncio.ensure_future(watch())
         try:
-            return await call_user(target, self.executor, request)
+            if is_async_callable(target):
+                return await target(request)
+            thread = asyncio.get_running_loop().run_in_executor(self.executor, target, request)
+            result = await asyncio.shield(thread)
+            return (await result) if inspect.isawaitable(result) else result
         except asyncio.CancelledError:
             if not left:
                 raise  # cancelled from outside (shutdown)
             logger.info("request %s: the caller went away; cancelled", request_id)
+            if thread is not None and not thread.done():
+                await asyncio.wait({thread})
             return _DISCONNECTED
         finally:
             gone.cancel()

@@ -85,6 +85,10 @@ def test_routing_streaming_and_request_ids(served) -> None:
     assert kept.headers["x-request-id"] == "rid-1" and kept.json()["request_id"] == "rid-1"
     made = httpx.get(proxy.url + "/slow", params={"s": "0"})
     assert made.json()["request_id"] == made.headers["x-request-id"]
+    # Hop-by-hop headers, including those the Connection header names, stay behind.
+    hop = httpx.get(proxy.url + "/slow", params={"s": "0"}, headers={
+        "connection": "keep-alive, x-hop", "x-hop": "1", "x-end-to-end": "1"}).json()["headers"]
+    assert "x-end-to-end" in hop and "x-hop" not in hop and "connection" not in hop
     assert any(p.address.endswith(str(proxy.port)) for p in client.status().proxies)
 
 

@@ -137,3 +137,37 @@ def test_loader_errors() -> None:
         loader.build(Thing, [], {}, has_user_config=True)
     with pytest.raises(loader.LoadError, match="not a class"):
         loader.build(loader.import_attr("echo_app:hello", APPS), [1], {}, False)
+
+
+async def test_sync_code_keeps_its_slot_until_its_thread_ends_after_a_disconnect() -> None:
+    release = threading.Event()
+
+    def blocking(request):
+        release.wait(10)
+        return "late"
+
+    app, admission = app_for(blocking, max_ongoing=1)
+    left = asyncio.Event()
+    sent: list[dict] = []
+    bodies = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive():
+        if bodies:
+            return bodies.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/",
+             "query_string": b"", "headers": [], "http_version": "1.1"}
+    call = asyncio.create_task(app(scope, receive, send))
+    while admission.ongoing < 1:
+        await asyncio.sleep(0.01)
+    left.set()
+    await asyncio.sleep(0.1)  # the disconnect is seen and the call cancelled
+    assert not call.done() and admission.ongoing == 1, "slot released while the thread runs"
+    release.set()
+    await asyncio.wait_for(call, 10)
+    assert admission.ongoing == 0 and sent == []

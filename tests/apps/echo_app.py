@@ -74,7 +74,8 @@ class Slow:
         import asyncio
 
         await asyncio.sleep(float(request.query_params.get("s", "0.5")))
-        return {"pid": os.getpid(), "request_id": request.headers.get("x-request-id")}
+        return {"pid": os.getpid(), "request_id": request.headers.get("x-request-id"),
+                "headers": sorted(request.headers.keys())}
 
 
 def noop(request) -> str:
