@@ -105,8 +105,10 @@ class DeploymentTable:
     # -- writes ---------------------------------------------------------------
 
     async def _commit(self, ops: list[Op],
-                      updated: dict[Key, records_pb2.DeploymentRecord]) -> None:
-        """Write, then mirror in memory; shielded so a cancelled caller cannot split them."""
+                      updated: dict[Key, records_pb2.DeploymentRecord],
+                      after: Callable[[], None] | None = None) -> None:
+        """Write, then mirror in memory (and run `after`); shielded so a cancelled
+        caller cannot split them."""
         async def write() -> None:
             try:
                 await self._fenced.commit(ops)
@@ -114,6 +116,8 @@ class DeploymentTable:
                 self._stale = True
                 raise
             self._records.update(updated)
+            if after is not None:
+                after()
             for key in updated:
                 self._on_change(*key)
 
@@ -168,15 +172,70 @@ class DeploymentTable:
                 f"prev_version {prev_version!r} does not match the stored version "
                 f"{live.version!r} of deployment {key[0]}/{key[1]}")
 
-    def _check_route_free(self, goal: deployment_pb2.DeploymentSpec, key: Key) -> None:
+    def _check_route_free(self, goal: deployment_pb2.DeploymentSpec, key: Key,
+                          replacing: str | None = None) -> None:
+        """ALREADY_EXISTS if another live deployment (outside application
+        `replacing`, whose deployments are being replaced) serves the route."""
         if not goal.HasField("route_prefix"):
             return
         for other_key, other in self._records.items():
             if (other_key != key and not other.deleted and other.spec.HasField("route_prefix")
+                    and other_key[0] != replacing
                     and other.spec.route_prefix == goal.route_prefix):
                 raise AlreadyExists(
                     f"route_prefix {goal.route_prefix!r} is already used by deployment "
                     f"{other_key[0]}/{other_key[1]}")
+
+    def route_owner(self, route_prefix: str, outside: set[str]) -> Key | None:
+        """The live deployment serving `route_prefix`, ignoring applications in `outside`."""
+        for key, record in self._records.items():
+            if (not record.deleted and key[0] not in outside
+                    and record.spec.HasField("route_prefix")
+                    and record.spec.route_prefix == route_prefix):
+                return key
+        return None
+
+    async def apply_application(self, application: str,
+                                specs: list[deployment_pb2.DeploymentSpec],
+                                also: list[Op], after: Callable[[], None]) -> None:
+        """Make `specs` the application's live deployments, in one transaction
+        together with `also` (`after` mirrors those in memory once written):
+        deployments of the application that `specs` does not name are deleted,
+        unchanged ones are left alone."""
+        goals = [normalize_spec(spec) for spec in specs]
+        async with self._lock:
+            await self._refresh_if_stale()
+            now = _timestamp(self._clock.time())
+            updated: dict[Key, records_pb2.DeploymentRecord] = {}
+            for goal in goals:
+                key = (application, goal.name)
+                self._check_route_free(goal, key, replacing=application)
+                current = self._records.get(key)
+                live = current if current is not None and not current.deleted else None
+                if live is not None and live.spec == goal:
+                    continue
+                updated[key] = records_pb2.DeploymentRecord(
+                    spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
+                    start_time=live.start_time if live is not None else now, update_time=now)
+            wanted = {goal.name for goal in goals}
+            for key, record in self._records.items():
+                if key[0] == application and not record.deleted and key[1] not in wanted:
+                    gone = records_pb2.DeploymentRecord()
+                    gone.CopyFrom(record)
+                    gone.deleted = True
+                    gone.end_time.CopyFrom(now)
+                    gone.update_time.CopyFrom(now)
+                    updated[key] = gone
+            ops: list[Op] = [Put(self._keys.deployment(*key), record.SerializeToString())
+                             for key, record in updated.items()]
+            if len(ops) + len(also) > MAX_OPS_PER_TXN:
+                raise InvalidArgument("deployments", f"applying application {application} "
+                                      f"takes {len(ops) + len(also)} writes; at most "
+                                      f"{MAX_OPS_PER_TXN} fit in one transaction")
+            await self._commit([*ops, *also], updated, after)
+        for (app, name), record in sorted(updated.items()):
+            logger.info("application %s: %s %s", app,
+                        "deleted" if record.deleted else "deployed", name)
 
     async def delete(self, application: str, names: Iterable[str]) -> list[str]:
         """Delete the named live deployments; unknown names are skipped."""

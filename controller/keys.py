@@ -3,6 +3,8 @@
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
     /servefleet/<cluster>/controllers/<member id>     lease-bound, a live controller's address
     /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
+    /servefleet/<cluster>/applications/<app>          ApplicationRecord (protobuf bytes)
+    /servefleet/<cluster>/http_options                HttpOptions (protobuf bytes)
     /servefleet/<cluster>/replicas/<app>/<name>/<id>  ReplicaRecord (protobuf bytes)
 
 Application and deployment names cannot contain "/" (see validation.py), so
@@ -19,6 +21,11 @@ class ClusterKeys:
         self.controllers = self.root + "controllers/"
         self.deployments = self.root + "deployments/"
         self.replicas = self.root + "replicas/"
+        self.applications = self.root + "applications/"
+        self.http_options = self.root + "http_options"
+
+    def application(self, name: str) -> str:
+        return self.applications + name
 
     def deployment(self, application: str, name: str) -> str:
         return f"{self.deployments}{application}/{name}"

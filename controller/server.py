@@ -33,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 from servefleet.lifecycle import on_stop_signals
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
+from .applications import ApplicationTable
 from .clock import Clock
 from .deployments import DeploymentTable
 from .election import FencedStore, LeaderElection
@@ -127,6 +128,8 @@ class ControllerServer:
         self._members: asyncio.Task[None] | None = None
         # Replaced at each term; before the first one every write is refused.
         self._table = DeploymentTable(self._keys, self._fenced_for(0), self._store, self._clock)
+        self._apps = ApplicationTable(self._keys, self._fenced_for(0), self._store, self._table,
+                                      self._clock)
         self._runtime = self._make_runtime()
         self._replica_client = GrpcReplicaClient()
         self._reconciler: Reconciler | None = None
@@ -163,7 +166,8 @@ class ControllerServer:
             ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
                                lambda: self._reconciler, lambda: self._publisher,
                                lambda: self.request_stop(stop_replicas=True),
-                               members=lambda: self.membership.addresses), server)
+                               members=lambda: self.membership.addresses,
+                               applications=lambda: self._apps), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -210,6 +214,7 @@ class ControllerServer:
         token = await self.election.campaign()
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
         reconciling: asyncio.Task[None] | None = None
+        apps: ApplicationTable | None = None
         try:
             fenced = self._fenced_for(token)
             publisher = Publisher()
@@ -219,15 +224,24 @@ class ControllerServer:
                 if state is not None:
                     state.refresh(app, name)
 
+            def traffic_changed(app: str) -> None:
+                if state is not None:
+                    state.refresh_routes()
+
             table = DeploymentTable(self._keys, fenced, self._store, self._clock, changed)
+            apps = ApplicationTable(self._keys, fenced, self._store, table, self._clock,
+                                    on_traffic=traffic_changed)
             reconciler = self._new_reconciler(table, fenced, changed, publisher)
             if (await self._retry_while_leading(table.load, holding)
+                    and await self._retry_while_leading(apps.load, holding)
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
                 running = reconciler.running_records if reconciler else (lambda a, n: [])
                 state = StatePublisher(publisher, table.live, running)
                 state.refresh_all()
                 self._table, self._reconciler, self._publisher = table, reconciler, publisher
+                self._apps = apps
+                apps.recover()
                 if reconciler is not None:
                     reconciling = asyncio.create_task(reconciler.run(), name="reconcile")
                 self._leadership.serving = True
@@ -241,6 +255,8 @@ class ControllerServer:
                     await reconciling
             if reconciler is not None:  # work recovery started, even if the loop never ran
                 await reconciler.cancel_tasks()
+            if apps is not None:
+                await apps.cancel_builds()
             self._publisher.close()  # Watch streams notice and end
             await self._health.set(SERVICE_NAME, NOT_SERVING)
             if not holding.done():  # cancelled by stop(): hand over at once

@@ -24,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb2
 
+from .applications import ApplicationTable
 from .deployments import DeploymentTable
 from .election import LeaderElection
 from .errors import ApiError, NotLeader
@@ -133,8 +134,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                  reconciler: Callable[[], Reconciler | None],
                  publisher: Callable[[], Publisher],
                  on_shutdown: Callable[[], None], load: LoadReports | None = None,
-                 members: Callable[[], list[str]] | None = None) -> None:
+                 members: Callable[[], list[str]] | None = None,
+                 applications: Callable[[], ApplicationTable] | None = None) -> None:
         self._cluster = cluster
+        self._applications = applications
         # Advertised addresses of the live controllers (members.py).
         self._members = members or (lambda: [])
         self._leadership = leadership
@@ -188,7 +191,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             key = (record.spec.application, record.spec.name)
             return reconciler.replica_counts(key), reconciler.status(record)
 
-        applications = cluster_status(self._deployments().live(), observe)
+        apps = self._apps()
+        applications = cluster_status(self._deployments().live(), observe, apps.records(),
+                                      apps.building)
         for app in applications:
             for dep in app.deployments:
                 dep.queued_requests = self._load.queued(app.name, dep.name)
@@ -201,6 +206,35 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                                      leader=self._leadership.identity,
                                      proxies=sorted(proxies, key=lambda p: p.id),
                                      controllers=sorted(self._members()))
+
+    def _apps(self) -> ApplicationTable:
+        assert self._applications is not None, "the servicer was built without applications"
+        return self._applications()
+
+    @api_method
+    async def DeployApplications(self, request: api.DeployApplicationsRequest,
+                                 context: Any) -> api.DeployApplicationsResponse:
+        changed, deleted = await self._apps().deploy(request)
+        return api.DeployApplicationsResponse(changed=changed, deleted=deleted)
+
+    @api_method
+    async def ListApplications(self, request: api.ListApplicationsRequest,
+                               context: Any) -> api.ListApplicationsResponse:
+        apps = self._apps()
+        return api.ListApplicationsResponse(applications=apps.live(),
+                                            http_options=apps.http_options)
+
+    @api_method
+    async def DeleteApplications(self, request: api.DeleteApplicationsRequest,
+                                 context: Any) -> api.DeleteApplicationsResponse:
+        return api.DeleteApplicationsResponse(deleted=await self._apps().delete(
+            list(request.names)))
+
+    @api_method
+    async def SetTraffic(self, request: api.SetTrafficRequest,
+                         context: Any) -> api.SetTrafficResponse:
+        await self._apps().set_traffic(request.application, request.traffic)
+        return api.SetTrafficResponse()
 
     @api_method
     async def ReportLoad(self, request: api.ReportLoadRequest,
@@ -226,6 +260,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     @api_method
     async def Shutdown(self, request: api.ShutdownRequest, context: Any) -> api.ShutdownResponse:
+        await self._apps().clear()
         count = await self._deployments().delete_all()
         logger.info("shutdown requested: deleted %d deployments; stopping their replicas, "
                     "then exiting", count)

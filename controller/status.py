@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 
-from servefleet.v1 import records_pb2, status_pb2
+from servefleet.v1 import application_pb2, records_pb2, status_pb2
 
 DS = status_pb2.DeploymentStatus
 AS = status_pb2.ApplicationStatus
@@ -68,10 +68,37 @@ def application_status(name: str, deployments: Sequence[status_pb2.DeploymentSta
 
 
 def cluster_status(live: Sequence[records_pb2.DeploymentRecord],
-                   observe: Observer) -> list[status_pb2.ApplicationStatusInfo]:
-    """One entry per application, in name order, from its live deployments."""
+                   observe: Observer,
+                   applications: Sequence[application_pb2.ApplicationRecord] = (),
+                   building: Callable[[str], bool] = lambda name: False,
+                   ) -> list[status_pb2.ApplicationStatusInfo]:
+    """One entry per application, in name order: those deployed as applications
+    (their records) and those that are only deployments (Deploy)."""
     ordered = sorted(live, key=lambda r: (r.spec.application, r.spec.name))
-    return [
-        application_status(app, [deployment_status(r, observe(r)) for r in records])
-        for app, records in groupby(ordered, key=lambda r: r.spec.application)
-    ]
+    by_app = {app: [deployment_status(r, observe(r)) for r in records]
+              for app, records in groupby(ordered, key=lambda r: r.spec.application)}
+    out = {app: application_status(app, infos) for app, infos in by_app.items()}
+    for record in applications:
+        name = record.spec.name
+        out[name] = application_record_status(record, by_app.get(name, []), building(name))
+    return [out[name] for name in sorted(out)]
+
+
+def application_record_status(record: application_pb2.ApplicationRecord,
+                              deployments: Sequence[status_pb2.DeploymentStatusInfo],
+                              building: bool) -> status_pb2.ApplicationStatusInfo:
+    """An application's status from its build state, then from its deployments."""
+    def info(status: int, message: str) -> status_pb2.ApplicationStatusInfo:
+        return status_pb2.ApplicationStatusInfo(name=record.spec.name, status=status,
+                                                message=message, deployments=deployments)
+
+    if record.deleted:
+        return info(AS.APPLICATION_STATUS_DELETING, "deleting its deployments")
+    if record.failed_generation == record.generation:
+        return info(AS.APPLICATION_STATUS_DEPLOY_FAILED, record.build_error)
+    if record.applied_generation != record.generation:
+        if building:
+            return info(AS.APPLICATION_STATUS_DEPLOYING,
+                        f"building {record.spec.import_path}")
+        return info(AS.APPLICATION_STATUS_NOT_STARTED, "waiting for the leader to build it")
+    return application_status(record.spec.name, deployments)

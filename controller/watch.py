@@ -190,6 +190,10 @@ class StatePublisher:
             if kind in ("replicas", "config") and tuple(rest.split("/", 1)) not in wanted:
                 self._publisher.remove(key)
 
+    def refresh_routes(self) -> None:
+        """Republish the route table (an application's traffic policy changed)."""
+        self._publish_routes(self._goals())
+
     def refresh(self, application: str, name: str) -> None:
         """Republish one deployment (and the routes) after it changed."""
         live = self._goals()

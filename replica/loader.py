@@ -71,6 +71,10 @@ def import_attr(import_path: str, working_dir: str = "") -> Any:
 
 def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:
     """Construct the deployment `obj` names (this runs the user's constructor)."""
+    from servefleet.api import Deployment
+
+    if isinstance(obj, Deployment):  # an @deployment-decorated class or function
+        obj = obj.func_or_class
     if inspect.isclass(obj):
         instance = obj(*args, **kwargs)
         reconfigure = getattr(instance, "reconfigure", None)

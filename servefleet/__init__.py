@@ -7,3 +7,7 @@ the repository's top-level controller/, proxy/ and replica/ folders.
 """
 
 __version__ = "0.1.0"
+
+from servefleet.api import Application, Deployment, deployment
+
+__all__ = ["Application", "Deployment", "deployment"]

@@ -23,8 +23,8 @@ from typing import Any
 
 import grpc
 
+from servefleet.v1 import application_pb2, controller_pb2_grpc, deployment_pb2, records_pb2
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, deployment_pb2, records_pb2
 
 DEFAULT_CONTROLLER = "127.0.0.1:7373"
 ENV_CONTROLLER = "SERVEFLEET_CONTROLLER"
@@ -174,6 +174,30 @@ class ControllerClient:
 
     def status(self) -> api.GetStatusResponse:
         return self.call("GetStatus", api.GetStatusRequest())
+
+    def deploy_applications(self, applications: Sequence[application_pb2.ApplicationSpec], *,
+                            partial: bool = False,
+                            http_options: application_pb2.HttpOptions | None = None
+                            ) -> api.DeployApplicationsResponse:
+        """Declare applications; unless `partial`, unlisted ones are deleted."""
+        request = api.DeployApplicationsRequest(applications=applications, partial=partial)
+        if http_options is not None:
+            request.http_options.CopyFrom(http_options)
+        return self.call("DeployApplications", request)
+
+    def applications(self) -> api.ListApplicationsResponse:
+        return self.call("ListApplications", api.ListApplicationsRequest())
+
+    def delete_applications(self, names: Sequence[str]) -> list[str]:
+        reply = self.call("DeleteApplications", api.DeleteApplicationsRequest(names=names))
+        return list(reply.deleted)
+
+    def set_traffic(self, application: str, traffic: application_pb2.TrafficPolicy) -> None:
+        self.call("SetTraffic", api.SetTrafficRequest(application=application, traffic=traffic))
+
+    def application_status(self, name: str):
+        """The ApplicationStatusInfo of `name` in GetStatus, or None."""
+        return next((a for a in self.status().applications if a.name == name), None)
 
     def shutdown(self) -> None:
         # Not retried once it may have arrived: a retry reaching the next leader

@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from servefleet.v1 import application_pb2 as servefleet_dot_v1_dot_application__pb2
 from servefleet.v1 import deployment_pb2 as servefleet_dot_v1_dot_deployment__pb2
 from servefleet.v1 import records_pb2 as servefleet_dot_v1_dot_records__pb2
 from servefleet.v1 import replica_pb2 as servefleet_dot_v1_dot_replica__pb2
@@ -29,7 +30,7 @@ from servefleet.v1 import status_pb2 as servefleet_dot_v1_dot_status__pb2
 from servefleet.v1 import watch_pb2 as servefleet_dot_v1_dot_watch__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\xb2\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x13\n\x0b\x63ontrollers\x18\x05 \x03(\t\"\x95\x01\n\x11ReportLoadRequest\x12\x13\n\x0breporter_id\x18\x01 \x01(\t\x12<\n\x06queued\x18\x02 \x03(\x0b\x32,.servefleet.v1.ReportLoadRequest.QueuedEntry\x1a-\n\x0bQueuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x14\n\x12ReportLoadResponse\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse2\x8f\x06\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12Q\n\nReportLoad\x12 .servefleet.v1.ReportLoadRequest\x1a!.servefleet.v1.ReportLoadResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1fservefleet/v1/application.proto\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\xb2\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x13\n\x0b\x63ontrollers\x18\x05 \x03(\t\"\x95\x01\n\x11ReportLoadRequest\x12\x13\n\x0breporter_id\x18\x01 \x01(\t\x12<\n\x06queued\x18\x02 \x03(\x0b\x32,.servefleet.v1.ReportLoadRequest.QueuedEntry\x1a-\n\x0bQueuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x14\n\x12ReportLoadResponse\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse\"\x94\x01\n\x19\x44\x65ployApplicationsRequest\x12\x34\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32\x1e.servefleet.v1.ApplicationSpec\x12\x0f\n\x07partial\x18\x02 \x01(\x08\x12\x30\n\x0chttp_options\x18\x03 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\">\n\x1a\x44\x65ployApplicationsResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x03(\t\"\x19\n\x17ListApplicationsRequest\"\x84\x01\n\x18ListApplicationsResponse\x12\x36\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32 .servefleet.v1.ApplicationRecord\x12\x30\n\x0chttp_options\x18\x02 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\"*\n\x19\x44\x65leteApplicationsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"-\n\x1a\x44\x65leteApplicationsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"W\n\x11SetTrafficRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12-\n\x07traffic\x18\x02 \x01(\x0b\x32\x1c.servefleet.v1.TrafficPolicy\"\x14\n\x12SetTrafficResponse2\x9d\t\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12Q\n\nReportLoad\x12 .servefleet.v1.ReportLoadRequest\x1a!.servefleet.v1.ReportLoadResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12i\n\x12\x44\x65ployApplications\x12(.servefleet.v1.DeployApplicationsRequest\x1a).servefleet.v1.DeployApplicationsResponse\x12\x63\n\x10ListApplications\x12&.servefleet.v1.ListApplicationsRequest\x1a\'.servefleet.v1.ListApplicationsResponse\x12i\n\x12\x44\x65leteApplications\x12(.servefleet.v1.DeleteApplicationsRequest\x1a).servefleet.v1.DeleteApplicationsResponse\x12Q\n\nSetTraffic\x12 .servefleet.v1.SetTrafficRequest\x1a!.servefleet.v1.SetTrafficResponse\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,40 +40,56 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\017ControllerProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._loaded_options = None
   _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_options = b'8\001'
-  _globals['_DEPLOYREQUEST']._serialized_start=194
-  _globals['_DEPLOYREQUEST']._serialized_end=254
-  _globals['_DEPLOYRESPONSE']._serialized_start=256
-  _globals['_DEPLOYRESPONSE']._serialized_end=307
-  _globals['_DELETEDEPLOYMENTSREQUEST']._serialized_start=309
-  _globals['_DELETEDEPLOYMENTSREQUEST']._serialized_end=371
-  _globals['_DELETEDEPLOYMENTSRESPONSE']._serialized_start=373
-  _globals['_DELETEDEPLOYMENTSRESPONSE']._serialized_end=417
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=419
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=476
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=478
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=554
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=556
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=626
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=628
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=707
-  _globals['_LISTREPLICASREQUEST']._serialized_start=709
-  _globals['_LISTREPLICASREQUEST']._serialized_end=771
-  _globals['_LISTREPLICASRESPONSE']._serialized_start=773
-  _globals['_LISTREPLICASRESPONSE']._serialized_end=841
-  _globals['_GETSTATUSREQUEST']._serialized_start=843
-  _globals['_GETSTATUSREQUEST']._serialized_end=861
-  _globals['_GETSTATUSRESPONSE']._serialized_start=864
-  _globals['_GETSTATUSRESPONSE']._serialized_end=1042
-  _globals['_REPORTLOADREQUEST']._serialized_start=1045
-  _globals['_REPORTLOADREQUEST']._serialized_end=1194
-  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_start=1149
-  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_end=1194
-  _globals['_REPORTLOADRESPONSE']._serialized_start=1196
-  _globals['_REPORTLOADRESPONSE']._serialized_end=1216
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1218
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1235
-  _globals['_SHUTDOWNRESPONSE']._serialized_start=1237
-  _globals['_SHUTDOWNRESPONSE']._serialized_end=1255
-  _globals['_CONTROLLERSERVICE']._serialized_start=1258
-  _globals['_CONTROLLERSERVICE']._serialized_end=2041
+  _globals['_DEPLOYREQUEST']._serialized_start=227
+  _globals['_DEPLOYREQUEST']._serialized_end=287
+  _globals['_DEPLOYRESPONSE']._serialized_start=289
+  _globals['_DEPLOYRESPONSE']._serialized_end=340
+  _globals['_DELETEDEPLOYMENTSREQUEST']._serialized_start=342
+  _globals['_DELETEDEPLOYMENTSREQUEST']._serialized_end=404
+  _globals['_DELETEDEPLOYMENTSRESPONSE']._serialized_start=406
+  _globals['_DELETEDEPLOYMENTSRESPONSE']._serialized_end=450
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=452
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=509
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=511
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=587
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=589
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=659
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=661
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=740
+  _globals['_LISTREPLICASREQUEST']._serialized_start=742
+  _globals['_LISTREPLICASREQUEST']._serialized_end=804
+  _globals['_LISTREPLICASRESPONSE']._serialized_start=806
+  _globals['_LISTREPLICASRESPONSE']._serialized_end=874
+  _globals['_GETSTATUSREQUEST']._serialized_start=876
+  _globals['_GETSTATUSREQUEST']._serialized_end=894
+  _globals['_GETSTATUSRESPONSE']._serialized_start=897
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1075
+  _globals['_REPORTLOADREQUEST']._serialized_start=1078
+  _globals['_REPORTLOADREQUEST']._serialized_end=1227
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_start=1182
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_end=1227
+  _globals['_REPORTLOADRESPONSE']._serialized_start=1229
+  _globals['_REPORTLOADRESPONSE']._serialized_end=1249
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1251
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1268
+  _globals['_SHUTDOWNRESPONSE']._serialized_start=1270
+  _globals['_SHUTDOWNRESPONSE']._serialized_end=1288
+  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_start=1291
+  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_end=1439
+  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_start=1441
+  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_end=1503
+  _globals['_LISTAPPLICATIONSREQUEST']._serialized_start=1505
+  _globals['_LISTAPPLICATIONSREQUEST']._serialized_end=1530
+  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_start=1533
+  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_end=1665
+  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_start=1667
+  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_end=1709
+  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_start=1711
+  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_end=1756
+  _globals['_SETTRAFFICREQUEST']._serialized_start=1758
+  _globals['_SETTRAFFICREQUEST']._serialized_end=1845
+  _globals['_SETTRAFFICRESPONSE']._serialized_start=1847
+  _globals['_SETTRAFFICRESPONSE']._serialized_end=1867
+  _globals['_CONTROLLERSERVICE']._serialized_start=1870
+  _globals['_CONTROLLERSERVICE']._serialized_end=3051
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from servefleet.v1 import application_pb2 as _application_pb2
 from servefleet.v1 import deployment_pb2 as _deployment_pb2
 from servefleet.v1 import records_pb2 as _records_pb2
 from servefleet.v1 import replica_pb2 as _replica_pb2
@@ -123,5 +124,59 @@ class ShutdownRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ShutdownResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeployApplicationsRequest(_message.Message):
+    __slots__ = ("applications", "partial", "http_options")
+    APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    HTTP_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    applications: _containers.RepeatedCompositeFieldContainer[_application_pb2.ApplicationSpec]
+    partial: bool
+    http_options: _application_pb2.HttpOptions
+    def __init__(self, applications: _Optional[_Iterable[_Union[_application_pb2.ApplicationSpec, _Mapping]]] = ..., partial: _Optional[bool] = ..., http_options: _Optional[_Union[_application_pb2.HttpOptions, _Mapping]] = ...) -> None: ...
+
+class DeployApplicationsResponse(_message.Message):
+    __slots__ = ("changed", "deleted")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    changed: _containers.RepeatedScalarFieldContainer[str]
+    deleted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, changed: _Optional[_Iterable[str]] = ..., deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListApplicationsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListApplicationsResponse(_message.Message):
+    __slots__ = ("applications", "http_options")
+    APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    applications: _containers.RepeatedCompositeFieldContainer[_application_pb2.ApplicationRecord]
+    http_options: _application_pb2.HttpOptions
+    def __init__(self, applications: _Optional[_Iterable[_Union[_application_pb2.ApplicationRecord, _Mapping]]] = ..., http_options: _Optional[_Union[_application_pb2.HttpOptions, _Mapping]] = ...) -> None: ...
+
+class DeleteApplicationsRequest(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteApplicationsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetTrafficRequest(_message.Message):
+    __slots__ = ("application", "traffic")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    traffic: _application_pb2.TrafficPolicy
+    def __init__(self, application: _Optional[str] = ..., traffic: _Optional[_Union[_application_pb2.TrafficPolicy, _Mapping]] = ...) -> None: ...
+
+class SetTrafficResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

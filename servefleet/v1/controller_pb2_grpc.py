@@ -76,6 +76,26 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_watch__pb2.WatchResponse.FromString,
                 _registered_method=True)
+        self.DeployApplications = channel.unary_unary(
+                '/servefleet.v1.ControllerService/DeployApplications',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.DeployApplicationsRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.DeployApplicationsResponse.FromString,
+                _registered_method=True)
+        self.ListApplications = channel.unary_unary(
+                '/servefleet.v1.ControllerService/ListApplications',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.ListApplicationsRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.ListApplicationsResponse.FromString,
+                _registered_method=True)
+        self.DeleteApplications = channel.unary_unary(
+                '/servefleet.v1.ControllerService/DeleteApplications',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsResponse.FromString,
+                _registered_method=True)
+        self.SetTraffic = channel.unary_unary(
+                '/servefleet.v1.ControllerService/SetTraffic',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.SetTrafficRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.SetTrafficResponse.FromString,
+                _registered_method=True)
         self.Shutdown = channel.unary_unary(
                 '/servefleet.v1.ControllerService/Shutdown',
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.ShutdownRequest.SerializeToString,
@@ -147,6 +167,43 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeployApplications(self, request, context):
+        """DeployApplications declares applications (a config file's content). It
+        stores each changed application with a new generation and returns; the
+        leader then builds it (imports the code in a short-lived process of the
+        application's runtime, which reports the deployment graph) and applies
+        all its deployments in one transaction, deleting those the graph no
+        longer has. A newer deploy of an application cancels a build still
+        running. Unless `partial`, applications not listed are deleted, as with
+        Ray Serve's `serve deploy`. Progress and build errors: GetStatus.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApplications(self, request, context):
+        """ListApplications returns what was last deployed: the application records
+        and the cluster's HTTP options.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteApplications(self, request, context):
+        """DeleteApplications deletes applications and all their deployments.
+        Unknown names are skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTraffic(self, request, context):
+        """SetTraffic replaces an application's traffic policy (split and shadow).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Shutdown(self, request, context):
         """Shutdown deletes every deployment, waits (up to a minute) for their
         replicas to drain and stop, then the controller that received it exits,
@@ -198,6 +255,26 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=servefleet_dot_v1_dot_watch__pb2.WatchRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_watch__pb2.WatchResponse.SerializeToString,
+            ),
+            'DeployApplications': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeployApplications,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.DeployApplicationsRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.DeployApplicationsResponse.SerializeToString,
+            ),
+            'ListApplications': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApplications,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.ListApplicationsRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.ListApplicationsResponse.SerializeToString,
+            ),
+            'DeleteApplications': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteApplications,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsResponse.SerializeToString,
+            ),
+            'SetTraffic': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTraffic,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.SetTrafficRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.SetTrafficResponse.SerializeToString,
             ),
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
@@ -422,6 +499,114 @@ class ControllerService:
             '/servefleet.v1.ControllerService/Watch',
             servefleet_dot_v1_dot_watch__pb2.WatchRequest.SerializeToString,
             servefleet_dot_v1_dot_watch__pb2.WatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeployApplications(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/DeployApplications',
+            servefleet_dot_v1_dot_controller__pb2.DeployApplicationsRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.DeployApplicationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApplications(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/ListApplications',
+            servefleet_dot_v1_dot_controller__pb2.ListApplicationsRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.ListApplicationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteApplications(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/DeleteApplications',
+            servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.DeleteApplicationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTraffic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/SetTraffic',
+            servefleet_dot_v1_dot_controller__pb2.SetTrafficRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.SetTrafficResponse.FromString,
             options,
             channel_credentials,
             insecure,

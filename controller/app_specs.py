@@ -1,0 +1,136 @@
+"""Applications: validating their specs, and turning a built graph into deployments.
+
+Pure functions. `normalize_application` checks an ApplicationSpec the way
+spec.py checks a DeploymentSpec: the first broken rule raises
+InvalidArgument with the field path (`applications[1].import_path: ...`).
+
+`deployment_specs` combines the graph the build step reported (the
+deployments and their options in code) with the spec's overrides, in Ray
+Serve's order of precedence: config file > code > defaults. Layering uses
+protobuf's MergeFrom, so a field set in a later layer wins and an unset one
+leaves the earlier value. Runtime options layer the same way: application,
+then the deployment's own in code, then the file's override of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from servefleet.options import OptionError, to_override
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import deployment_pb2 as dpb
+
+from .errors import InvalidArgument
+from .spec import IMPORT_PATH_RE, canonical_json, check_name, normalize_spec
+
+DEFAULT_ROUTE_PREFIX = "/"
+# One application is applied in one etcd transaction (at most 128 operations).
+MAX_DEPLOYMENTS_PER_APPLICATION = 100
+
+
+def route_of(spec: apb.ApplicationSpec) -> str | None:
+    if spec.no_route:
+        return None
+    return spec.route_prefix if spec.HasField("route_prefix") else DEFAULT_ROUTE_PREFIX
+
+
+def normalize_application(spec: apb.ApplicationSpec, field: str) -> apb.ApplicationSpec:
+    """The validated form of `spec` (a new message), with canonical JSON."""
+    out = apb.ApplicationSpec()
+    out.CopyFrom(spec)
+    check_name(f"{field}.name", out.name)
+    if not IMPORT_PATH_RE.fullmatch(out.import_path):
+        raise InvalidArgument(f"{field}.import_path",
+                              f"must look like 'package.module:attribute', got {out.import_path!r}")
+    out.args_json = canonical_json(f"{field}.args_json", out.args_json, dict)
+    if out.no_route and out.HasField("route_prefix"):
+        raise InvalidArgument(f"{field}.route_prefix", "must be unset when no_route is true")
+    # Route and runtime rules are the deployment's: check them on a stand-in.
+    probe = dpb.DeploymentSpec(name="probe", import_path="m:a", runtime=out.runtime)
+    route = route_of(out)
+    if route is not None:
+        probe.route_prefix = route
+    try:
+        normalize_spec(probe)
+    except InvalidArgument as e:
+        raise InvalidArgument(field + e.field.removeprefix("spec"), e.rule) from None
+    seen: set[str] = set()
+    for i, override in enumerate(out.deployments):
+        check_name(f"{field}.deployments[{i}].name", override.name)
+        if override.name in seen:
+            raise InvalidArgument(f"{field}.deployments[{i}].name",
+                                  f"{override.name!r} is listed twice")
+        seen.add(override.name)
+    check_traffic(f"{field}.traffic", out.traffic)
+    return out
+
+
+def check_traffic(field: str, traffic: apb.TrafficPolicy) -> None:
+    for i, target in enumerate(traffic.split):
+        check_name(f"{field}.split[{i}].deployment", target.deployment)
+        if not math.isfinite(target.weight) or target.weight < 0:
+            raise InvalidArgument(f"{field}.split[{i}].weight",
+                                  f"must be a number >= 0, got {target.weight!r}")
+    if traffic.split and sum(t.weight for t in traffic.split) <= 0:
+        raise InvalidArgument(f"{field}.split", "the weights must not all be 0")
+    if traffic.HasField("shadow"):
+        check_name(f"{field}.shadow.deployment", traffic.shadow.deployment)
+        if not 0 <= traffic.shadow.fraction <= 1:
+            raise InvalidArgument(f"{field}.shadow.fraction",
+                                  f"must be between 0 and 1, got {traffic.shadow.fraction!r}")
+
+
+def check_traffic_targets(spec: apb.ApplicationSpec, names: list[str]) -> None:
+    """Every deployment the traffic policy names is one the application has."""
+    known = set(names)
+    targets = [t.deployment for t in spec.traffic.split]
+    if spec.traffic.HasField("shadow"):
+        targets.append(spec.traffic.shadow.deployment)
+    for name in targets:
+        if name not in known:
+            raise InvalidArgument("traffic", f"application {spec.name} has no deployment "
+                                             f"{name!r} (it has {', '.join(names)})")
+
+
+def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
+                     ) -> list[dpb.DeploymentSpec]:
+    """The application's deployments, ingress first; InvalidArgument if they cannot be."""
+    nodes = graph.get("deployments") or []
+    if len(nodes) > MAX_DEPLOYMENTS_PER_APPLICATION:
+        raise InvalidArgument("deployments", f"an application has at most "
+                              f"{MAX_DEPLOYMENTS_PER_APPLICATION} deployments, got {len(nodes)}")
+    names = [node["name"] for node in nodes]
+    overrides = {o.name: o for o in spec.deployments}
+    for name in overrides:
+        if name not in names:
+            raise InvalidArgument("deployments", f"the config overrides deployment {name!r}, "
+                                  f"but the application has only {', '.join(names)}")
+    check_traffic_targets(spec, names)
+    out = []
+    for node in nodes:
+        name = node["name"]
+        try:
+            code = to_override(f"deployment {name} (in code)", node.get("options") or {}, name)
+        except OptionError as e:
+            raise InvalidArgument("deployments", str(e)) from None
+        layers = [code] + ([overrides[name]] if name in overrides else [])
+        deployment = dpb.DeploymentSpec(
+            name=name, application=spec.name, import_path=node["import_path"],
+            init_args_json=json.dumps(node.get("init_args") or []),
+            init_kwargs_json=json.dumps(node.get("init_kwargs") or {}))
+        deployment.runtime.CopyFrom(spec.runtime)
+        for layer in layers:
+            deployment.replica_config.MergeFrom(layer.replica_config)
+            deployment.runtime.MergeFrom(layer.runtime)
+            if layer.HasField("version"):
+                deployment.version = layer.version
+        if name == graph.get("ingress") and route_of(spec) is not None:
+            deployment.route_prefix = route_of(spec)
+        try:
+            out.append(normalize_spec(deployment))
+        except InvalidArgument as e:
+            raise InvalidArgument(f"deployments[{name}]" + e.field.removeprefix("spec"),
+                                  e.rule) from None
+    return out

@@ -1,0 +1,408 @@
+"""Applications: their goals in the store, and the builds that make them deployments.
+
+One change of an application goes through three steps:
+
+1. `deploy` (the DeployApplications RPC) validates every spec, then writes
+   the changed records, each with its generation bumped, and the records of
+   the applications to delete, in one fenced transaction, and returns.
+2. `_settle` builds the newest generation: the build step imports the code in
+   a process of its own (builder.py) and reports the deployment graph.
+3. `_apply` turns the graph into deployment specs (app_specs.py) and writes
+   them, the deletion of deployments the graph no longer has, and the record
+   marked applied, in one transaction (DeploymentTable.apply_application).
+
+A build or apply failure is recorded (build_error, failed_generation) and
+shown as DEPLOY_FAILED until the next change. A newer generation cancels the
+build of an older one, and every write re-checks, under the table's lock,
+that its generation is still the newest. A new leader settles every record
+whose applied generation is behind (`recover`), so a change acknowledged
+before a failover is still carried out.
+
+A change of the traffic policy alone is not rebuilt: it is written and
+applied at once (the proxies get it with the route table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import deployment_pb2 as dpb
+
+from .app_specs import (
+    check_traffic,
+    check_traffic_targets,
+    deployment_specs,
+    normalize_application,
+    route_of,
+)
+from .builder import BuildResult, run_build
+from .clock import Clock
+from .deployments import MAX_OPS_PER_TXN, DeploymentTable
+from .election import FencedStore
+from .errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
+from .keys import ClusterKeys
+from .spec import check_name
+from .store import Delete, Op, Put, Store, StoreUnavailable
+
+logger = logging.getLogger(__name__)
+
+Builder = Callable[[apb.ApplicationSpec], Awaitable[BuildResult]]
+
+
+def _without_traffic(spec: apb.ApplicationSpec) -> apb.ApplicationSpec:
+    out = apb.ApplicationSpec()
+    out.CopyFrom(spec)
+    out.ClearField("traffic")
+    return out
+
+
+def pending(record: apb.ApplicationRecord) -> bool:
+    """The newest generation is neither applied nor failed."""
+    return record.generation not in (record.applied_generation, record.failed_generation)
+
+
+def check_http_options(options: apb.HttpOptions) -> None:
+    if options.port > 65535:
+        raise InvalidArgument("http_options.port", f"must be at most 65535, got {options.port}")
+    if not math.isfinite(options.request_timeout_s) or options.request_timeout_s < 0:
+        raise InvalidArgument("http_options.request_timeout_s",
+                              f"must be >= 0 seconds, got {options.request_timeout_s!r}")
+
+
+class ApplicationTable:
+    def __init__(self, keys: ClusterKeys, fenced: FencedStore, store: Store,
+                 deployments: DeploymentTable, clock: Clock | None = None,
+                 build: Builder = run_build,
+                 on_traffic: Callable[[str], None] | None = None) -> None:
+        self._keys = keys
+        self._fenced = fenced
+        self._store = store
+        self._deployments = deployments
+        self._clock = clock or Clock()
+        self._build = build
+        # Told an application's name when its traffic policy changed.
+        self._on_traffic = on_traffic or (lambda name: None)
+        self._records: dict[str, apb.ApplicationRecord] = {}
+        self.http_options = apb.HttpOptions()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self._stale = False
+
+    # -- loading and reads -------------------------------------------------------
+
+    async def load(self, store: Store) -> None:
+        records = {}
+        for kv in await store.list_prefix(self._keys.applications):
+            record = apb.ApplicationRecord()
+            try:
+                record.ParseFromString(kv.value)
+            except Exception:
+                logger.error("skipping unreadable application record at %s", kv.key)
+                continue
+            records[record.spec.name] = record
+        options = apb.HttpOptions()
+        stored = await store.get(self._keys.http_options)
+        if stored is not None:
+            options.ParseFromString(stored.value)
+        self._records, self.http_options = records, options
+
+    def records(self) -> list[apb.ApplicationRecord]:
+        """Every application record, deleted ones still being cleaned up included."""
+        return [r for _, r in sorted(self._records.items())]
+
+    def live(self) -> list[apb.ApplicationRecord]:
+        return [r for r in self.records() if not r.deleted]
+
+    def traffic(self, name: str) -> apb.TrafficPolicy | None:
+        record = self._records.get(name)
+        return record.spec.traffic if record is not None and not record.deleted else None
+
+    def building(self, name: str) -> bool:
+        task = self._tasks.get(name)
+        return task is not None and not task.done()
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def _commit(self, ops: list[Op], updated: dict[str, apb.ApplicationRecord | None]
+                      ) -> None:
+        async def write() -> None:
+            try:
+                await self._fenced.commit(ops)
+            except Unavailable:
+                self._stale = True
+                raise
+            self._mirror(updated)
+
+        await asyncio.shield(write())
+
+    def _mirror(self, updated: dict[str, apb.ApplicationRecord | None]) -> None:
+        for name, record in updated.items():
+            if record is None:
+                self._records.pop(name, None)
+            else:
+                self._records[name] = record
+
+    async def _refresh_if_stale(self) -> None:
+        if self._stale:
+            try:
+                await self.load(self._store)
+            except StoreUnavailable as e:
+                raise Unavailable(f"the store is unavailable: {e}") from e
+            self._stale = False
+
+    def _stamp(self) -> Timestamp:
+        stamp = Timestamp()
+        stamp.FromNanoseconds(int(self._clock.time() * 1e9))
+        return stamp
+
+    def _put(self, record: apb.ApplicationRecord) -> Op:
+        return Put(self._keys.application(record.spec.name), record.SerializeToString())
+
+    async def deploy(self, request: api.DeployApplicationsRequest) -> tuple[list[str], list[str]]:
+        """Store the applications asked for; returns (changed, deleted) names."""
+        specs = [normalize_application(s, f"applications[{i}]")
+                 for i, s in enumerate(request.applications)]
+        self._check_unique(specs)
+        if request.HasField("http_options"):
+            check_http_options(request.http_options)
+        async with self._lock:
+            await self._refresh_if_stale()
+            listed = {s.name for s in specs}
+            remove = [] if request.partial else [
+                n for n, r in self._records.items() if not r.deleted and n not in listed]
+            for i, spec in enumerate(specs):
+                route = route_of(spec)
+                owner = self._deployments.route_owner(route, listed | set(remove)) \
+                    if route is not None else None
+                if owner is not None:
+                    raise AlreadyExists(f"applications[{i}].route_prefix: {route!r} is already "
+                                        f"served by deployment {owner[0]}/{owner[1]}")
+            updated: dict[str, apb.ApplicationRecord | None] = {}
+            rebuild: list[str] = []
+            for spec in specs:
+                record = self._changed(spec)
+                if record is not None:
+                    updated[spec.name] = record
+                    if pending(record):
+                        rebuild.append(spec.name)
+            for name in remove:
+                record = self._next(self._records[name], self._records[name].spec)
+                record.deleted = True
+                updated[name] = record
+                rebuild.append(name)
+            ops = [self._put(r) for r in updated.values() if r is not None]
+            if request.HasField("http_options") and request.http_options != self.http_options:
+                ops.append(Put(self._keys.http_options, request.http_options.SerializeToString()))
+            if len(ops) > MAX_OPS_PER_TXN:
+                raise InvalidArgument("applications", f"at most {MAX_OPS_PER_TXN} applications "
+                                      "change in one request")
+            if ops:
+                await self._commit(ops, updated)
+                if request.HasField("http_options"):
+                    self.http_options.CopyFrom(request.http_options)
+        for name in rebuild:
+            self.kick(name)
+        for name, record in updated.items():
+            if record is not None and not record.deleted:
+                self._on_traffic(name)
+        changed = sorted(n for n in updated if n in listed)
+        return changed, sorted(remove)
+
+    @staticmethod
+    def _check_unique(specs: list[apb.ApplicationSpec]) -> None:
+        names: dict[str, int] = {}
+        routes: dict[str, str] = {}
+        for i, spec in enumerate(specs):
+            if spec.name in names:
+                raise InvalidArgument(f"applications[{i}].name",
+                                      f"{spec.name!r} is also applications[{names[spec.name]}]")
+            names[spec.name] = i
+            route = route_of(spec)
+            if route is not None and route in routes:
+                raise InvalidArgument(f"applications[{i}].route_prefix",
+                                      f"{route!r} is also the route of application "
+                                      f"{routes[route]}")
+            if route is not None:
+                routes[route] = spec.name
+
+    def _next(self, current: apb.ApplicationRecord, spec: apb.ApplicationSpec
+              ) -> apb.ApplicationRecord:
+        record = apb.ApplicationRecord()
+        record.CopyFrom(current)
+        record.spec.CopyFrom(spec)
+        record.generation += 1
+        record.update_time.CopyFrom(self._stamp())
+        return record
+
+    def _changed(self, spec: apb.ApplicationSpec) -> apb.ApplicationRecord | None:
+        """The record `spec` makes, or None when it is what is stored."""
+        current = self._records.get(spec.name)
+        if current is None:
+            return apb.ApplicationRecord(spec=spec, generation=1, update_time=self._stamp())
+        if current.spec == spec and not current.deleted:
+            return None
+        if (not current.deleted and not pending(current)
+                and _without_traffic(current.spec) == _without_traffic(spec)
+                and current.failed_generation != current.generation):
+            # Only the traffic policy changed: no rebuild, if the targets exist.
+            try:
+                check_traffic_targets(spec, list(current.deployment_names))
+            except InvalidArgument as e:
+                raise InvalidArgument(f"applications[{spec.name}].{e.field}", e.rule) from None
+            record = apb.ApplicationRecord()
+            record.CopyFrom(current)
+            record.spec.CopyFrom(spec)
+            record.update_time.CopyFrom(self._stamp())
+            return record
+        record = self._next(current, spec)
+        record.deleted = False
+        return record
+
+    async def delete(self, names: list[str]) -> list[str]:
+        for i, name in enumerate(names):
+            check_name(f"names[{i}]", name)
+        async with self._lock:
+            await self._refresh_if_stale()
+            targets = [n for n in dict.fromkeys(names)
+                       if n in self._records and not self._records[n].deleted]
+            updated: dict[str, apb.ApplicationRecord | None] = {}
+            for name in targets:
+                record = self._next(self._records[name], self._records[name].spec)
+                record.deleted = True
+                updated[name] = record
+            if updated:
+                await self._commit([self._put(r) for r in updated.values() if r], updated)
+        for name in targets:
+            self.kick(name)
+        return targets
+
+    async def set_traffic(self, name: str, traffic: apb.TrafficPolicy) -> None:
+        check_name("application", name)
+        check_traffic("traffic", traffic)
+        async with self._lock:
+            await self._refresh_if_stale()
+            current = self._records.get(name)
+            if current is None or current.deleted:
+                raise NotFound(f"application {name} not found")
+            check_traffic_targets(apb.ApplicationSpec(name=name, traffic=traffic),
+                                  list(current.deployment_names))
+            record = apb.ApplicationRecord()
+            record.CopyFrom(current)
+            record.spec.traffic.CopyFrom(traffic)
+            record.update_time.CopyFrom(self._stamp())
+            await self._commit([self._put(record)], {name: record})
+        self._on_traffic(name)
+
+    async def clear(self) -> None:
+        """Forget every application record (Shutdown deletes the deployments itself)."""
+        await self.cancel_builds()
+        async with self._lock:
+            names = sorted(self._records)
+            for start in range(0, len(names), MAX_OPS_PER_TXN):
+                chunk = names[start:start + MAX_OPS_PER_TXN]
+                await self._commit([Delete(self._keys.application(n)) for n in chunk],
+                                   dict.fromkeys(chunk))
+
+    # -- builds -----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """A new term: settle every application whose newest generation is not applied."""
+        for record in self.records():
+            if pending(record):
+                self.kick(record.spec.name)
+
+    def kick(self, name: str) -> None:
+        """Settle `name`'s newest generation, cancelling a build of an older one."""
+        old = self._tasks.get(name)
+        if old is not None and not old.done():
+            old.cancel()
+        self._tasks[name] = asyncio.create_task(self._settle(name), name=f"build-{name}")
+
+    async def cancel_builds(self) -> None:
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _settle(self, name: str) -> None:
+        delay = 0.5
+        while True:
+            record = self._records.get(name)
+            if record is None or not pending(record):
+                return
+            try:
+                await self._settle_once(record)
+                return
+            except NotLeader:
+                return
+            except Unavailable as e:
+                logger.warning("application %s: the store is unavailable, retrying: %s",
+                               name, e)
+            except Exception:
+                logger.exception("application %s: settling failed; retrying", name)
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    async def _settle_once(self, record: apb.ApplicationRecord) -> None:
+        name, generation = record.spec.name, record.generation
+        if record.deleted:
+            logger.info("application %s: deleting its deployments", name)
+            await self._apply(name, generation, [])
+            return
+        logger.info("application %s: building generation %d from %s", name, generation,
+                    record.spec.import_path)
+        result = await self._build(record.spec)
+        if result.graph is None:
+            logger.warning("application %s: the build failed: %s", name,
+                           result.error.splitlines()[0] if result.error else "")
+            await self._fail(name, generation, result.error)
+            return
+        try:
+            specs = deployment_specs(record.spec, result.graph)
+            await self._apply(name, generation, specs)
+        except (InvalidArgument, AlreadyExists) as e:
+            await self._fail(name, generation, e.message)
+
+    async def _apply(self, name: str, generation: int, specs: list[dpb.DeploymentSpec]) -> None:
+        async with self._lock:
+            current = self._records.get(name)
+            if current is None or current.generation != generation:
+                return  # superseded while building
+            if current.deleted:
+                ops: list[Op] = [Delete(self._keys.application(name))]
+                updated: dict[str, apb.ApplicationRecord | None] = {name: None}
+            else:
+                record = apb.ApplicationRecord()
+                record.CopyFrom(current)
+                record.applied_generation = generation
+                record.build_error, record.failed_generation = "", 0
+                del record.deployment_names[:]
+                record.deployment_names.extend(s.name for s in specs)
+                ops, updated = [self._put(record)], {name: record}
+            await self._deployments.apply_application(name, specs, ops,
+                                                      lambda: self._mirror(updated))
+        logger.info("application %s: generation %d applied (%d deployments)", name,
+                    generation, len(specs))
+        self._on_traffic(name)
+
+    async def _fail(self, name: str, generation: int, error: str) -> None:
+        async with self._lock:
+            current = self._records.get(name)
+            if current is None or current.generation != generation:
+                return
+            record = apb.ApplicationRecord()
+            record.CopyFrom(current)
+            record.build_error = error[:64 * 1024]
+            record.failed_generation = generation
+            await self._commit([self._put(record)], {name: record})

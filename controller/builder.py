@@ -1,0 +1,67 @@
+"""Running an application's build step (servefleet/build.py) as a child process.
+
+The build imports user code, which may hang, crash or print; so it runs in
+a process of its own, in the application's working directory and with its
+environment, like the replicas that will run the code. The process gets its
+own session so that cancelling a build (a newer deploy of the application
+arrived, or the term ended) kills everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from servefleet.v1 import application_pb2
+
+BUILD_TIMEOUT_S = 120.0
+OUTPUT_TAIL_CHARS = 2000
+
+
+@dataclass
+class BuildResult:
+    graph: dict[str, Any] | None
+    # The import error and its traceback, or why the build process failed.
+    error: str = ""
+
+
+async def run_build(spec: application_pb2.ApplicationSpec,
+                    timeout_s: float = BUILD_TIMEOUT_S) -> BuildResult:
+    """Build `spec`; cancellation kills the build process."""
+    working_dir = spec.runtime.working_dir
+    with tempfile.TemporaryDirectory(prefix="servefleet-build-") as tmp:
+        output = os.path.join(tmp, "graph.json")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "servefleet.build", spec.import_path, "--output", output,
+            "--working-dir", working_dir, "--args", spec.args_json or "{}",
+            cwd=working_dir or None, env={**os.environ, **spec.runtime.env},
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            printed, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return BuildResult(None, f"the build of {spec.import_path} did not finish "
+                                     f"within {timeout_s:g} s")
+        try:
+            with open(output) as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            tail = printed.decode(errors="replace")[-OUTPUT_TAIL_CHARS:].strip()
+            return BuildResult(None, f"the build process exited with code {proc.returncode}"
+                                     + (f"; last output:\n{tail}" if tail else ""))
+    if result.get("ok"):
+        return BuildResult(result["graph"])
+    return BuildResult(None, f"{result.get('error', 'build failed')}\n"
+                             f"{result.get('traceback', '').strip()}")

@@ -1,0 +1,70 @@
+"""The build step: import an application's code and report its deployment graph.
+
+    python -m servefleet.build IMPORT_PATH --output FILE [--working-dir D] [--args JSON]
+
+The controller runs this in the application's runtime (its working
+directory and environment), once per change of the application, and reads
+FILE: `{"ok": true, "graph": {...}}` (api.graph_of) or `{"ok": false,
+"error": "...", "traceback": "..."}`. The result goes to a file, not stdout,
+because user code may print while it is imported.
+
+IMPORT_PATH may name a bound application, a deployment (bound with no
+arguments), or a builder function: called with the args object, it returns
+a bound application (Ray Serve's application builders). Args for anything
+but a builder are an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import traceback
+from typing import Any
+
+from servefleet.api import Application, Deployment, graph_of
+from servefleet.replica.loader import import_attr
+
+
+def resolve(obj: Any, args: dict[str, Any]) -> Application:
+    if isinstance(obj, Application | Deployment):
+        if args:
+            raise TypeError("args are given, but the import path names an application, "
+                            "not a builder function")
+        return obj if isinstance(obj, Application) else obj.bind()
+    if inspect.isfunction(obj):
+        built = obj(args) if inspect.signature(obj).parameters else obj()
+        if isinstance(built, Application | Deployment):
+            return resolve(built, {})
+        raise TypeError(f"the builder {obj.__name__} returned {type(built).__name__}, "
+                        "not a bound deployment")
+    raise TypeError(f"the import path names {type(obj).__name__} {obj!r}: expected a bound "
+                    "application (Deployment.bind(...)), a deployment or a builder function")
+
+
+def build(import_path: str, working_dir: str, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        app = resolve(import_attr(import_path, working_dir), args)
+        return {"ok": True, "graph": graph_of(app)}
+    except BaseException as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="servefleet-build")
+    parser.add_argument("import_path")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--working-dir", default="")
+    parser.add_argument("--args", default="{}")
+    ns = parser.parse_args(argv)
+    result = build(ns.import_path, ns.working_dir, json.loads(ns.args))
+    with open(ns.output, "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The Python API's graph, option checking, and application specs (pure code)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from servefleet import deployment
+from servefleet.api import HANDLE_MARKER, graph_of
+from servefleet.build import build
+from servefleet.controller.app_specs import deployment_specs, normalize_application
+from servefleet.controller.errors import InvalidArgument
+from servefleet.options import OptionError
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import deployment_pb2 as dpb
+
+APPS = str(Path(__file__).parent / "apps")
+sys.path.insert(0, APPS)
+
+
+@deployment(num_replicas=2, version="code-v")
+class Leaf:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+@deployment
+class Root:
+    def __init__(self, *leaves, extra=None) -> None:
+        self.leaves = leaves
+
+
+def test_bound_deployments_become_handle_markers_and_get_unique_names() -> None:
+    shared = Leaf.bind(0)
+    graph = graph_of(Root.bind(shared, shared, Leaf.bind(1), extra={"x": [Leaf.bind(2)]}))
+    names = [d["name"] for d in graph["deployments"]]
+    assert graph["ingress"] == "Root" and names == ["Root", "Leaf", "Leaf_1", "Leaf_2"]
+    root = graph["deployments"][0]
+    assert root["init_args"] == [{HANDLE_MARKER: {"deployment": "Leaf"}},
+                                 {HANDLE_MARKER: {"deployment": "Leaf"}},
+                                 {HANDLE_MARKER: {"deployment": "Leaf_1"}}]
+    assert root["init_kwargs"] == {"extra": {"x": [{HANDLE_MARKER: {"deployment": "Leaf_2"}}]}}
+    assert graph["deployments"][1]["import_path"].endswith(":Leaf")
+    assert graph["deployments"][1]["options"] == {"num_replicas": 2, "version": "code-v"}
+
+
+def test_options_are_checked_in_code() -> None:
+    with pytest.raises(OptionError, match=r"deployment Leaf\.num_replica: unknown key"):
+        Leaf.options(num_replica=3)
+    with pytest.raises(OptionError, match=r"max_ongoing_requests: expected an integer, got 'x'"):
+        deployment(max_ongoing_requests="x")(lambda request: "")
+    with pytest.raises(OptionError, match="cannot travel as JSON"):
+        graph_of(Root.bind(object()))
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        Leaf(1)
+    assert Leaf.options(name="Other", num_replicas=5).bind(1).deployment.name == "Other"
+
+
+def test_the_build_step_resolves_apps_deployments_and_builders() -> None:
+    assert build("graph_app:app", APPS, {})["graph"]["ingress"] == "Front"
+    assert build("graph_app:hello", APPS, {})["graph"]["deployments"][0]["name"] == "hello"
+    built = build("graph_app:builder", APPS, {"increment": 5, "label": "L"})["graph"]
+    assert built["deployments"][0]["init_kwargs"] == {"label": "L"}
+    assert built["deployments"][1]["init_args"] == [5]
+    failed = build("graph_app:app", APPS, {"unexpected": 1})
+    assert not failed["ok"] and "args are given" in failed["error"]
+    assert "ModuleNotFoundError" in build("no_such_module:app", APPS, {})["error"]
+    assert "expected a bound application" in build("graph_app:not_an_app", APPS, {})["error"]
+
+
+def app_spec(**fields) -> apb.ApplicationSpec:
+    fields.setdefault("name", "calc")
+    fields.setdefault("import_path", "graph_app:app")
+    return apb.ApplicationSpec(**fields)
+
+
+def test_file_overrides_win_over_code_which_wins_over_defaults() -> None:
+    graph = build("graph_app:app", APPS, {})["graph"]
+    spec = normalize_application(app_spec(
+        route_prefix="/calc", runtime=dpb.RuntimeOptions(working_dir=APPS, env={"A": "app"}),
+        deployments=[apb.DeploymentOverride(
+            name="Adder", version="file-v",
+            replica_config=dpb.ReplicaConfig(num_replicas=4, user_config_json='{"scale": 3}'),
+            runtime=dpb.RuntimeOptions(env={"A": "adder", "B": "b"}))]), "app")
+    front, adder = deployment_specs(spec, graph)
+    assert (front.name, front.route_prefix, front.application) == ("Front", "/calc", "calc")
+    assert front.replica_config.max_ongoing_requests == 20  # code
+    assert front.replica_config.num_replicas == 1  # default
+    assert not adder.HasField("route_prefix")
+    assert adder.replica_config.num_replicas == 4 and adder.version == "file-v"  # file
+    assert adder.replica_config.user_config_json == '{"scale":3}'
+    assert dict(adder.runtime.env) == {"A": "adder", "B": "b"}
+    assert adder.runtime.working_dir == APPS and dict(front.runtime.env) == {"A": "app"}
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    (app_spec(name="bad name"), "app.name"),
+    (app_spec(import_path="graph_app"), "app.import_path"),
+    (app_spec(route_prefix="no-slash"), "app.route_prefix"),
+    (app_spec(args_json="[1]"), "app.args_json"),
+    (app_spec(runtime=dpb.RuntimeOptions(working_dir="relative")), "app.runtime.working_dir"),
+    (app_spec(deployments=[apb.DeploymentOverride(name="A"), apb.DeploymentOverride(name="A")]),
+     "app.deployments[1].name"),
+    (app_spec(traffic=apb.TrafficPolicy(split=[apb.WeightedDeployment(deployment="A",
+                                                                      weight=-1)])),
+     "app.traffic.split[0].weight"),
+    (app_spec(traffic=apb.TrafficPolicy(shadow=apb.ShadowTarget(deployment="A",
+                                                                fraction=1.5))),
+     "app.traffic.shadow.fraction"),
+])
+def test_bad_application_specs_name_the_field(spec, field) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        normalize_application(spec, "app")
+    assert e.value.field == field
+
+
+def test_overrides_and_traffic_must_name_deployments_of_the_graph() -> None:
+    graph = build("graph_app:app", APPS, {})["graph"]
+    with pytest.raises(InvalidArgument, match="overrides deployment 'Missing'"):
+        deployment_specs(app_spec(deployments=[apb.DeploymentOverride(name="Missing")]), graph)
+    with pytest.raises(InvalidArgument, match="has no deployment 'Canary'"):
+        deployment_specs(app_spec(traffic=apb.TrafficPolicy(split=[
+            apb.WeightedDeployment(deployment="Canary", weight=1)])), graph)
+    with pytest.raises(InvalidArgument, match=r"deployments\[Adder\].replica_config.num_replicas"):
+        deployment_specs(app_spec(deployments=[apb.DeploymentOverride(
+            name="Adder", replica_config=dpb.ReplicaConfig(num_replicas=10**6))]), graph)
