@@ -39,7 +39,8 @@ REJECTED_HEADER = "x-servefleet-rejected"
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 # Recomputed for the request forwarded (httpx sets host and the length of the body).
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+# x-servefleet-method marks a handle call (servefleet/handle.py): never from a client.
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-servefleet-method"}
 
 
 def _and_named_by_connection(headers: list[tuple[bytes, bytes]],

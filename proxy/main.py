@@ -22,47 +22,11 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 
 from .app import ProxyApp
-from .balancer import ReplicaPool
-from .routes import RouteTable
+from .state import ProxyState
 from .upstream import UpstreamPool
 
 logger = logging.getLogger("servefleet.proxy")
 REPORT_PERIOD_S = 1.0
-
-
-class ProxyState:
-    """Routes and replica pools, as the Watch stream last described them."""
-
-    def __init__(self, upstream: UpstreamPool) -> None:
-        self.routes = RouteTable()
-        self.pools: dict[tuple[str, str], ReplicaPool] = {}
-        self._upstream = upstream
-
-    def apply(self, snapshot: watch_pb2.Snapshot) -> None:
-        kind, _, rest = snapshot.key.partition("/")
-        if snapshot.key == "routes":
-            self.routes = RouteTable.from_snapshot(snapshot.routes)
-            logger.info("routes: %s", self.routes.as_json())
-        elif kind == "replicas":
-            app, _, name = rest.partition("/")
-            pool = self.pools.get((app, name))
-            before = {r.address for r in pool.replicas.values()} if pool else set()
-            if snapshot.deleted:
-                if pool is not None:
-                    pool.close()
-                self.pools.pop((app, name), None)
-                after: set[str] = set()
-            else:
-                replicas = snapshot.replicas
-                pool = self.pools.setdefault((app, name), ReplicaPool())
-                pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
-                            replicas.max_ongoing_requests, replicas.max_queued_requests)
-                after = {e.http_address for e in replicas.endpoints}
-            for address in before - after:
-                self._upstream.forget(address)  # gone: drop its idle connections
-            if snapshot.deleted:
-                return
-            logger.info("%s/%s: %d replicas", app, name, len(replicas.endpoints))
 
 
 async def serve(controllers: str, listen: str, request_timeout_s: float | None,

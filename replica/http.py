@@ -13,6 +13,12 @@ is logged with its traceback and answered 500 naming the exception.
 
 `x-request-id` is taken from the request or made up, echoed on the response
 and put in the log lines.
+
+A request with the header `x-servefleet-method` is a handle call
+(servefleet/handle.py), not an HTTP request for the user's code: its JSON
+body holds the arguments of the named method, and the answer is the JSON of
+its result (`{"result": ...}`) or `{"error": ...}` with 4xx/5xx. It passes
+the same admission. Proxies strip the header from their clients' requests.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -34,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 REJECTED_HEADER = "x-servefleet-rejected"
 REQUEST_ID_HEADER = "x-request-id"
+METHOD_HEADER = b"x-servefleet-method"
 
 
 def is_async_callable(fn: Any) -> bool:
@@ -52,6 +61,22 @@ async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) 
 
 
 _DISCONNECTED = object()
+
+
+def _method_of(deployment: UserDeployment, method: str) -> Any:
+    """What a handle call of `method` runs, or None (private names are not callable)."""
+    if deployment.is_asgi:
+        return None
+    if method == "__call__":
+        return deployment.target
+    if method.startswith("_") or not method.isidentifier():
+        return None
+    found = getattr(deployment.instance, method, None)
+    return found if callable(found) and not inspect.isclass(deployment.instance) else None
+
+
+def _unbound(app: Any) -> str:
+    raise TypeError("a bound deployment cannot be returned; return its handle")
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -99,6 +124,8 @@ class ReplicaApp:
         self.executor = executor
         self.replica_id = replica_id
         self.deployment: UserDeployment | None = None
+        # Turns handle markers in a handle call's arguments into handles.
+        self.decode_args: Callable[[Any], Any] = lambda value: value
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -140,6 +167,13 @@ class ReplicaApp:
                                                   (b"x-request-id", request_id.encode())]}
             await send(message)
 
+        method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)
+        if method is not None:
+            answer = await self._handle_call(deployment, method.decode("latin-1"), scope,
+                                             receive, request_id)
+            if answer is not None:
+                await answer(scope, receive, send_with_id)
+            return
         try:
             if deployment.is_asgi:
                 await deployment.target(scope, receive, send_with_id)
@@ -150,8 +184,8 @@ class ReplicaApp:
             else:
                 request = Request(scope, receive)
                 await request.body()  # cached for the user; receive() now only signals a disconnect
-                result = await self._call_until_disconnect(deployment.target, request, receive,
-                                                           request_id)
+                result = await self._call_until_disconnect(deployment.target, (request,), {},
+                                                           receive, request_id)
                 if result is _DISCONNECTED:
                     return
                 response = to_response(result)
@@ -160,8 +194,34 @@ class ReplicaApp:
             response = PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)
         await response(scope, receive, send_with_id)
 
-    async def _call_until_disconnect(self, target: Any, request: Request, receive: Receive,
-                                     request_id: str) -> Any:
+    async def _handle_call(self, deployment: UserDeployment, method: str, scope: Scope,
+                           receive: Receive, request_id: str) -> Response | None:
+        """Run a handle call; None when the caller left before the answer."""
+        fn = _method_of(deployment, method)
+        if fn is None:
+            return JSONResponse({"error": f"the deployment has no method {method!r} to call"},
+                                404)
+        try:
+            payload = json.loads(await Request(scope, receive).body() or b"{}")
+            args = self.decode_args(list(payload.get("args", [])))
+            kwargs = self.decode_args(dict(payload.get("kwargs", {})))
+        except (ValueError, TypeError, AttributeError) as e:
+            return JSONResponse({"error": f"bad handle call body: {e}"}, 400)
+        from servefleet.api import encode
+
+        try:
+            result = await self._call_until_disconnect(fn, args, kwargs, receive, request_id)
+            if result is _DISCONNECTED:
+                return None
+            if inspect.isgenerator(result) or inspect.isasyncgen(result):
+                raise TypeError("handle calls cannot return generators (yet)")
+            return JSONResponse({"result": encode(result, _unbound, "the result")})
+        except Exception as e:
+            logger.exception("request %s: handle call %s failed", request_id, method)
+            return JSONResponse({"error": f"{type(e).__name__}: {e}"}, 500)
+
+    async def _call_until_disconnect(self, target: Any, args: Any, kwargs: dict[str, Any],
+                                     receive: Receive, request_id: str) -> Any:
         """Run user code; cancel it if the caller goes away first.
 
         Async user code is cancelled at its next await. Sync code in the thread
@@ -183,8 +243,9 @@ class ReplicaApp:
         gone = asyncio.ensure_future(watch())
         try:
             if is_async_callable(target):
-                return await target(request)
-            thread = asyncio.get_running_loop().run_in_executor(self.executor, target, request)
+                return await target(*args, **kwargs)
+            thread = asyncio.get_running_loop().run_in_executor(
+                self.executor, lambda: target(*args, **kwargs))
             result = await asyncio.shield(thread)
             return (await result) if inspect.isawaitable(result) else result
         except asyncio.CancelledError:

@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from servefleet import handle
 from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc, watch_pb2
@@ -91,6 +92,7 @@ class Replica:
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(8, settings.max_ongoing_requests), thread_name_prefix="user")
         self.app = ReplicaApp(self.admission, self.executor, settings.replica_id)
+        self.app.decode_args = self.decode
         self._drain = asyncio.Event()
         self._config_lock = asyncio.Lock()
         # The newest config from the Watch stream not yet applied.
@@ -99,13 +101,18 @@ class Replica:
         self._wait_loop_s = settings.graceful_shutdown_wait_loop_s
         self._timeout_s = settings.graceful_shutdown_timeout_s
 
+    def decode(self, value: Any) -> Any:
+        """JSON data with handle markers made handles to this application's deployments."""
+        return handle.decode(value, self.settings.application, self.settings.controllers)
+
     # -- 2. load ----------------------------------------------------------------
 
     async def load(self) -> None:
         s = self.settings
         try:
-            args = json.loads(s.init_args_json) if s.init_args_json else []
-            kwargs = json.loads(s.init_kwargs_json) if s.init_kwargs_json else {}
+            # Bound deployments among the init args arrive as handles.
+            args = self.decode(json.loads(s.init_args_json) if s.init_args_json else [])
+            kwargs = self.decode(json.loads(s.init_kwargs_json) if s.init_kwargs_json else {})
             loop = asyncio.get_running_loop()
             obj = await loop.run_in_executor(self.executor, loader.import_attr, s.import_path,
                                              s.working_dir)
@@ -228,6 +235,7 @@ async def run(settings: ReplicaSettings) -> int:
         await control.stop(0)
         return 3
     on_stop_signals(replica.request_drain)
+    handle.use_loop(asyncio.get_running_loop())  # for handle calls from sync user code
 
     watch = None
     if settings.controllers:

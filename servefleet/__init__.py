@@ -9,5 +9,12 @@ the repository's top-level controller/, proxy/ and replica/ folders.
 __version__ = "0.1.0"
 
 from servefleet.api import Application, Deployment, deployment
+from servefleet.handle import (
+           DeploymentHandle,
+           DeploymentResponse,
+           HandleError,
+           get_deployment_handle,
+)
 
-__all__ = ["Application", "Deployment", "deployment"]
+__all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse", "HandleError",
+           "deployment", "get_deployment_handle"]

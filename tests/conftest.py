@@ -143,6 +143,13 @@ def etcd_fleet(etcd_url: str, cluster: str, tmp_path, request) -> Iterator[Contr
     yield from _fleet(etcd_url, cluster, tmp_path, request)
 
 
+@pytest.fixture
+def sqlite_fleet(cluster: str, tmp_path, request) -> Iterator[ControllerFleet]:
+    """Controllers on a fresh sqlite store (the embedded default), for tests of
+    the data plane that need not run on both stores."""
+    yield from _fleet(f"sqlite://{tmp_path}/state.db", cluster, tmp_path, request)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     report = yield

@@ -1,0 +1,246 @@
+"""Deployment handles: calling another deployment's methods from Python.
+
+    result = await handle.remote(1, x=2)          # its __call__
+    result = await handle.add.remote(1)           # a named method
+    response = handle.remote(1); ...; await response   # calls run concurrently
+
+In a replica, every bound deployment among the init args arrives as a
+handle (servefleet/api.py marks them). Outside, `get_deployment_handle`
+makes one. A handle call is an HTTP POST to one of the target's replicas,
+with header `x-servefleet-method` and a JSON body `{"args": [...],
+"kwargs": {...}}`; the replica answers `{"result": ...}` or an error with
+its message. Arguments and results are JSON values, or handles (sent as
+markers and rebuilt on the other side); nothing is pickled.
+
+Routing is the proxy's: a `HandleRouter` per application and event loop
+keeps the replica sets from the controller's Watch stream (the shared
+WatchClient) and picks replicas with the same power-of-two-choices pools,
+queue and `max_queued_requests` backpressure; a call a replica never
+received is retried on another one, up to MAX_ATTEMPTS.
+
+Sync code (a deployment's plain `def` method, run in a thread) can call
+`handle.remote(...).result()`: the call runs on the replica's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from servefleet.api import HANDLE_MARKER, encode
+from servefleet.client import resolve_addresses
+from servefleet.proxy.balancer import Overloaded
+from servefleet.proxy.state import ProxyState
+from servefleet.proxy.upstream import NotDelivered, UpstreamError, UpstreamPool
+from servefleet.v1 import watch_pb2
+from servefleet.watch_client import WatchClient
+
+logger = logging.getLogger(__name__)
+
+METHOD_HEADER = b"x-servefleet-method"
+REJECTED_HEADER = b"x-servefleet-rejected"
+MAX_ATTEMPTS = 3
+# How long a first call waits for the target's replica set to be known.
+DISCOVERY_TIMEOUT_S = 30.0
+
+
+class HandleError(Exception):
+    """A handle call failed: the target raised, or no replica could take it."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HandleRouter:
+    """Replica sets of one application's deployments, kept by a Watch stream."""
+
+    def __init__(self, application: str, controllers: Sequence[str]) -> None:
+        self.application = application
+        self.upstream = UpstreamPool()
+        self.state = ProxyState(self.upstream)
+        self._changed = asyncio.Event()
+        self._watch = WatchClient(list(controllers), [f"replicas/{application}/"],
+                                  on_snapshot=self._apply,
+                                  kind=watch_pb2.WATCHER_KIND_HANDLE,
+                                  watcher_id=f"handle-{uuid.uuid4().hex[:8]}")
+        self._watch.start()
+
+    def _apply(self, snapshot: watch_pb2.Snapshot) -> None:
+        self.state.apply(snapshot)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def pool(self, deployment: str):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DISCOVERY_TIMEOUT_S
+        while (pool := self.state.pools.get((self.application, deployment))) is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise HandleError(f"deployment {self.application}/{deployment} is unknown "
+                                  f"to the controller (or has no replicas yet) after "
+                                  f"{DISCOVERY_TIMEOUT_S:g} s")
+            waiting = self._changed
+            try:
+                await asyncio.wait_for(waiting.wait(), remaining)
+            except TimeoutError:
+                pass
+        return pool
+
+    async def call(self, deployment: str, method: str, args: tuple, kwargs: dict) -> Any:
+        body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
+                           "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
+        headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
+                   (b"x-request-id", uuid.uuid4().hex.encode())]
+        pool = await self.pool(deployment)
+        tried: set[str] = set()
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                replica = await pool.acquire(exclude=tried)
+            except Overloaded as e:
+                raise HandleError(f"{deployment} is overloaded: {e}", 503) from None
+            try:
+                status, payload = await self._exchange(replica.address, headers, body)
+            except NotDelivered as e:
+                tried.add(replica.replica_id)
+                if "refused" in str(e):
+                    pool.mark_down(replica)
+                continue
+            finally:
+                pool.release(replica)
+            if status == 200:
+                return decode(payload.get("result"), self.application,
+                              self._watch.addresses)
+            raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
+        raise HandleError(f"no replica of {deployment} took the call after {MAX_ATTEMPTS} "
+                          "attempts", 503)
+
+    async def _exchange(self, address: str, headers: list[tuple[bytes, bytes]],
+                        body: bytes) -> tuple[int, dict]:
+        try:
+            response = await self.upstream.request(address, "POST", b"/", headers, body)
+            try:
+                chunks = [chunk async for chunk in response.chunks()]
+            finally:
+                response.release()
+        except UpstreamError as e:
+            raise HandleError(f"the replica at {address} failed: {e}", 502) from None
+        if response.status == 503 and response.header(REJECTED_HEADER):
+            raise NotDelivered(response.header(REJECTED_HEADER).decode())
+        try:
+            payload = json.loads(b"".join(chunks) or b"{}")
+        except ValueError:
+            payload = {"error": b"".join(chunks)[:500].decode(errors="replace")}
+        return response.status, payload if isinstance(payload, dict) else {}
+
+    async def close(self) -> None:
+        await self._watch.close()
+        self.upstream.close()
+
+
+def _no_bound(app: Any) -> str:
+    raise TypeError("a bound deployment cannot be passed in a handle call; pass its handle")
+
+
+# Routers per (event loop, application); a replica has one loop.
+_routers: dict[tuple[int, str], HandleRouter] = {}
+_replica_loop: asyncio.AbstractEventLoop | None = None
+
+
+def use_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop that sync code's handle calls run on (the replica's)."""
+    global _replica_loop
+    _replica_loop = loop
+
+
+def _router(application: str, controllers: Sequence[str]) -> HandleRouter:
+    key = (id(asyncio.get_running_loop()), application)
+    router = _routers.get(key)
+    if router is None:
+        router = _routers[key] = HandleRouter(application, controllers)
+    return router
+
+
+class DeploymentResponse:
+    """The pending result of `remote()`: await it, or `.result()` from sync code."""
+
+    def __init__(self, future: asyncio.Future | concurrent.futures.Future) -> None:
+        self._future = future
+
+    def __await__(self):
+        future = self._future
+        if isinstance(future, concurrent.futures.Future):
+            future = asyncio.wrap_future(future)
+        return future.__await__()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if isinstance(self._future, concurrent.futures.Future):
+            return self._future.result(timeout)
+        raise RuntimeError("result() would block the event loop: use `await` in async code")
+
+
+class DeploymentHandle:
+    def __init__(self, deployment: str, application: str = "default",
+                 controllers: str | Sequence[str] | None = None,
+                 method: str = "__call__") -> None:
+        self.deployment = deployment
+        self.application = application
+        self.controllers = resolve_addresses(controllers)
+        self.method = method
+
+    def options(self, *, method_name: str | None = None) -> DeploymentHandle:
+        return DeploymentHandle(self.deployment, self.application, self.controllers,
+                                method_name or self.method)
+
+    def __getattr__(self, name: str) -> DeploymentHandle:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.options(method_name=name)
+
+    def remote(self, *args: Any, **kwargs: Any) -> DeploymentResponse:
+        async def call() -> Any:
+            router = _router(self.application, self.controllers)
+            return await router.call(self.deployment, self.method, args, kwargs)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            return DeploymentResponse(loop.create_task(call()))
+        if _replica_loop is None or _replica_loop.is_closed():
+            raise RuntimeError("handle calls need an event loop: call them from async code, "
+                               "or from a deployment's code in a replica")
+        return DeploymentResponse(asyncio.run_coroutine_threadsafe(call(), _replica_loop))
+
+    def _servefleet_marker(self) -> dict[str, Any]:
+        return {HANDLE_MARKER: {"deployment": self.deployment,
+                                "application": self.application}}
+
+    def __repr__(self) -> str:
+        return f"DeploymentHandle({self.application}/{self.deployment}.{self.method})"
+
+
+def decode(value: Any, application: str, controllers: Sequence[str]) -> Any:
+    """JSON data with handle markers turned into handles."""
+    if isinstance(value, list):
+        return [decode(v, application, controllers) for v in value]
+    if isinstance(value, dict):
+        marker = value.get(HANDLE_MARKER)
+        if len(value) == 1 and isinstance(marker, dict) and "deployment" in marker:
+            return DeploymentHandle(marker["deployment"], marker.get("application", application),
+                                    controllers)
+        return {k: decode(v, application, controllers) for k, v in value.items()}
+    return value
+
+
+def get_deployment_handle(deployment: str, application: str = "default",
+                          controllers: str | Sequence[str] | None = None) -> DeploymentHandle:
+    """A handle to a running deployment, from any asyncio program (the controllers
+    default to $SERVEFLEET_CONTROLLER or 127.0.0.1:7373)."""
+    return DeploymentHandle(deployment, application, controllers)
