@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from servefleet.v1 import records_pb2, replica_pb2, watch_pb2
+from servefleet.v1 import application_pb2, records_pb2, replica_pb2, watch_pb2
 
 ROUTES_KEY = "routes"
 DEFAULT_HEARTBEAT_S = 5.0
@@ -173,10 +173,14 @@ class StatePublisher:
 
     def __init__(self, publisher: Publisher,
                  goals: Callable[[], list[records_pb2.DeploymentRecord]],
-                 running: Callable[[str, str], list[replica_pb2.ReplicaRecord]]) -> None:
+                 running: Callable[[str, str], list[replica_pb2.ReplicaRecord]],
+                 traffic: Callable[[str], application_pb2.TrafficPolicy | None] | None = None,
+                 ) -> None:
         self._publisher = publisher
         self._goals = goals
         self._running = running
+        # An application's traffic policy, for the route of its ingress.
+        self._traffic = traffic or (lambda application: None)
 
     def refresh_all(self) -> None:
         live = self._goals()
@@ -209,9 +213,15 @@ class StatePublisher:
     def _publish_routes(self, live: list[records_pb2.DeploymentRecord]) -> None:
         routes = sorted((r.spec.route_prefix, r.spec.application, r.spec.name)
                         for r in live if r.spec.HasField("route_prefix"))
-        self._publisher.publish(ROUTES_KEY, routes=watch_pb2.RouteTable(routes=[
-            watch_pb2.Route(route_prefix=p, application=a, deployment=n)
-            for p, a, n in routes]))
+        table = watch_pb2.RouteTable()
+        for prefix, app, name in routes:
+            route = table.routes.add(route_prefix=prefix, application=app, deployment=name)
+            traffic = self._traffic(app)
+            if traffic is not None:
+                route.split.extend(traffic.split)
+                if traffic.HasField("shadow"):
+                    route.shadow.CopyFrom(traffic.shadow)
+        self._publisher.publish(ROUTES_KEY, routes=table)
 
     def _publish_deployment(self, record: records_pb2.DeploymentRecord) -> None:
         app, name = record.spec.application, record.spec.name

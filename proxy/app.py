@@ -14,6 +14,14 @@ Per request:
    sent is answered 502 and not retried, since the replica may have acted on it.
 5. The response streams back chunk by chunk.
 
+With a traffic policy on the route, step 3 first picks the deployment by
+weight, and a fraction of requests is also copied to the shadow deployment
+once the body is read: that copy runs on its own, its answer is read and
+dropped, and its failures are only logged.
+
+The replica learns which route prefix matched from `x-servefleet-route-prefix`
+(ASGI apps are served under it as their root_path).
+
 `request_timeout_s` bounds the whole exchange: 504 when it runs out.
 """
 
@@ -39,8 +47,12 @@ REJECTED_HEADER = "x-servefleet-rejected"
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 # Recomputed for the request forwarded (httpx sets host and the length of the body).
-# x-servefleet-method marks a handle call (servefleet/handle.py): never from a client.
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-servefleet-method"}
+ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
+SHADOW_TIMEOUT_S = 30.0
+# x-servefleet-method marks a handle call (servefleet/handle.py), and the route
+# prefix is the proxy's to say: neither comes from a client.
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-servefleet-method",
+                              ROUTE_PREFIX_HEADER}
 
 
 def _and_named_by_connection(headers: list[tuple[bytes, bytes]],
@@ -60,6 +72,21 @@ async def _reply(send: Send, status: int, text: str, request_id: str = "",
         headers.append((b"x-request-id", request_id.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _upstream_headers(scope: Scope, request_id: str,
+                      route_prefix: str) -> list[tuple[bytes, bytes]]:
+    dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
+    return [(k, v) for k, v in scope["headers"] if k not in dropped and k != b"x-request-id"
+            ] + [(b"x-request-id", request_id.encode()),
+                 (ROUTE_PREFIX_HEADER, route_prefix.encode())]
+
+
+def _raw_target(scope: Scope) -> bytes:
+    """The raw target, as the client sent it: the decoded path could carry line
+    breaks into the request line, or change meaning (%2F, %3F)."""
+    query = scope.get("query_string", b"")
+    return (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -105,6 +132,8 @@ class ProxyApp:
         self._upstream = upstream
         self._timeout = request_timeout_s
         self.draining = False
+        # Shadow copies under way (held so they are not garbage-collected).
+        self._shadows: set[asyncio.Task[None]] = set()
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -127,34 +156,44 @@ class ProxyApp:
             await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
             return
-        pool = self._pools(target.application, target.deployment)
+        deployment = target.pick()
+        pool = self._pools(target.application, deployment)
         if pool is None:
-            await _reply(send, 503, f"{target.application}/{target.deployment} has no "
+            await _reply(send, 503, f"{target.application}/{deployment} has no "
                          "replicas known yet", request_id)
             return
+        shadow = target.shadow()
+        shadow_pool = self._pools(target.application, shadow) if shadow else None
+        headers = _upstream_headers(scope, request_id, target.route_prefix)
         started = Started()
         try:
-            await asyncio.wait_for(self._forward_until_disconnect(scope, receive, send, pool,
-                                                                  request_id, started),
-                                   self._timeout)
+            await asyncio.wait_for(self._forward_until_disconnect(
+                scope, receive, send, pool, headers, request_id, started, shadow_pool),
+                self._timeout)
         except TimeoutError:
             logger.warning("request %s timed out after %ss", request_id, self._timeout)
             if not started.value:  # else the answer can only be cut short
                 await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
         except Overloaded as e:
-            await _reply(send, 503, f"{target.deployment} is overloaded: {e}", request_id)
+            await _reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
         except ConnectionResetError:
             pass  # the client left; nothing to answer
 
     async def _forward_until_disconnect(self, scope: Scope, receive: Receive, send: Send,
-                                        pool: ReplicaPool, request_id: str,
-                                        started: Started) -> None:
+                                        pool: ReplicaPool, headers: list[tuple[bytes, bytes]],
+                                        request_id: str, started: Started,
+                                        shadow_pool: ReplicaPool | None) -> None:
         """Forward; if the client leaves first, cancel, which closes the connection to
         the replica, and the replica cancels the request in turn."""
         body = await _read_body(receive)
+        if shadow_pool is not None:
+            task = asyncio.create_task(self._mirror(scope, body, headers, shadow_pool,
+                                                    request_id))
+            self._shadows.add(task)
+            task.add_done_callback(self._shadows.discard)
         gone = _cancel_on_disconnect(receive)
         try:
-            await self._forward(scope, body, send, pool, request_id, started)
+            await self._forward(scope, body, headers, send, pool, request_id, started)
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
                 raise  # cancelled from outside (the request timeout, shutdown)
@@ -162,16 +201,29 @@ class ProxyApp:
         finally:
             gone.cancel()
 
-    async def _forward(self, scope: Scope, body: bytes, send: Send, pool: ReplicaPool,
-                       request_id: str, started: Started) -> None:
-        dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
-        headers = [(k, v) for k, v in scope["headers"] if k not in dropped
-                   and k != b"x-request-id"] + [(b"x-request-id", request_id.encode())]
-        # The raw target, as the client sent it: the decoded path could carry
-        # line breaks into the request line, or change meaning (%2F, %3F).
-        query = scope.get("query_string", b"")
-        url_path = (scope.get("raw_path") or scope["path"].encode()) + (
-            b"?" + query if query else b"")
+    async def _mirror(self, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]],
+                      pool: ReplicaPool, request_id: str) -> None:
+        """Send a copy to the shadow deployment; read its answer and drop it."""
+        try:
+            async with asyncio.timeout(self._timeout or SHADOW_TIMEOUT_S):
+                replica = await pool.acquire()
+                try:
+                    response = await self._upstream.request(
+                        replica.address, scope["method"], _raw_target(scope), headers, body)
+                    try:
+                        async for _ in response.chunks():
+                            pass
+                    finally:
+                        response.release()
+                finally:
+                    pool.release(replica)
+        except (Overloaded, NotDelivered, UpstreamError, TimeoutError) as e:
+            logger.debug("request %s: shadow copy dropped: %s", request_id, e)
+
+    async def _forward(self, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]],
+                       send: Send, pool: ReplicaPool, request_id: str,
+                       started: Started) -> None:
+        url_path = _raw_target(scope)
         tried: set[str] = set()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             replica = await pool.acquire(exclude=tried)

@@ -3,10 +3,15 @@
 A route prefix matches a path equal to it or continuing it after a "/":
 "/api" matches "/api", "/api/" and "/api/v1", not "/apix". "/" matches
 everything, so it is the fallback when nothing longer does.
+
+A route may carry its application's traffic policy: `pick()` chooses the
+deployment by weight (the ingress when there is no split), and `shadow()`
+says, for a fraction of requests, which deployment gets a copy.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from servefleet.v1 import watch_pb2
@@ -17,6 +22,23 @@ class Target:
     route_prefix: str
     application: str
     deployment: str
+    # (deployment, weight) pairs; empty: all to `deployment`.
+    split: tuple[tuple[str, float], ...] = ()
+    # (deployment, fraction of requests copied to it), or None.
+    shadow_of: tuple[str, float] | None = None
+
+    def pick(self, rng: random.Random | None = None) -> str:
+        """The deployment this request goes to."""
+        if not self.split:
+            return self.deployment
+        names, weights = zip(*self.split, strict=True)
+        return (rng or random).choices(names, weights)[0]
+
+    def shadow(self, rng: random.Random | None = None) -> str | None:
+        """The deployment that gets a copy of this request, if any."""
+        if self.shadow_of is None or (rng or random).random() >= self.shadow_of[1]:
+            return None
+        return self.shadow_of[0]
 
 
 class RouteTable:
@@ -26,7 +48,11 @@ class RouteTable:
 
     @classmethod
     def from_snapshot(cls, table: watch_pb2.RouteTable) -> RouteTable:
-        return cls([Target(r.route_prefix, r.application, r.deployment) for r in table.routes])
+        return cls([Target(r.route_prefix, r.application, r.deployment,
+                           tuple((t.deployment, t.weight) for t in r.split if t.weight > 0),
+                           (r.shadow.deployment, r.shadow.fraction)
+                           if r.HasField("shadow") and r.shadow.fraction > 0 else None)
+                    for r in table.routes])
 
     def match(self, path: str) -> Target | None:
         for target in self.routes:

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 REJECTED_HEADER = "x-servefleet-rejected"
 REQUEST_ID_HEADER = "x-request-id"
 METHOD_HEADER = b"x-servefleet-method"
+ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
 
 
 def is_async_callable(fn: Any) -> bool:
@@ -73,6 +74,21 @@ def _method_of(deployment: UserDeployment, method: str) -> Any:
         return None
     found = getattr(deployment.instance, method, None)
     return found if callable(found) and not inspect.isclass(deployment.instance) else None
+
+
+def _under_route_prefix(scope: Scope) -> Scope:
+    """Serve an ASGI app under the route prefix the proxy matched: as its
+    root_path, the way ASGI servers mount an app (Starlette and FastAPI then
+    route on the rest of the path and build URLs with the prefix)."""
+    prefix = next((v.decode("latin-1") for k, v in scope["headers"]
+                   if k == ROUTE_PREFIX_HEADER), "")
+    if not prefix or prefix == "/":
+        return scope
+    scope = {**scope, "root_path": scope.get("root_path", "") + prefix}
+    if scope["path"] == prefix:  # "/api" is the app's "/"
+        scope["path"] = prefix + "/"
+        scope["raw_path"] = scope["path"].encode()
+    return scope
 
 
 def _unbound(app: Any) -> str:
@@ -176,7 +192,7 @@ class ReplicaApp:
             return
         try:
             if deployment.is_asgi:
-                await deployment.target(scope, receive, send_with_id)
+                await deployment.target(_under_route_prefix(scope), receive, send_with_id)
                 return
             if deployment.target is None:
                 response: Response = PlainTextResponse(

@@ -62,7 +62,7 @@ def test_list_and_delete(controller) -> None:
     assert set(names) == {"Model", "Old"} and names["Old"]["deleted"]
     assert "end_time" in names["Old"]
 
-    deleted = servefleet("delete", "Model", "Ghost", "--app", "shop",
+    deleted = servefleet("delete", "--deployments", "Model", "Ghost", "--app", "shop",
                          "--controller", controller.address)
     assert deleted.returncode == 0
     assert deleted.stdout.splitlines() == ["deleted Model", "Ghost: not found, nothing to delete"]

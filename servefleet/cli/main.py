@@ -1,8 +1,11 @@
 """The `servefleet` command.
 
-Subcommands: `controller` runs a controller process; `status`, `list`,
-`replicas` and `delete` talk to a running cluster. Every error prints one line on stderr
-and exits non-zero (1 for a failed call, 2 for bad usage); no traceback.
+Subcommands: `up` runs a whole servefleet in the foreground; `controller`
+and `proxy` run one service each; `deploy`, `status`, `config`, `list`,
+`replicas`, `delete` and `shutdown` talk to a running cluster (default: the
+controller `up` starts, 127.0.0.1:7373). Every error prints one line on
+stderr (a config error names the file and the path in it) and exits
+non-zero (1 for a failed call, 2 for bad usage); no traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from collections.abc import Callable, Sequence
 
 from servefleet.client import ENV_CONTROLLER, ControllerClient, ControllerError
 
-from . import output
+from . import apps, output, up
+from .apps import CommandFailed
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -100,14 +104,6 @@ def cmd_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_delete(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        deleted = set(client.delete(args.names, application=args.app or ""))
-    for name in args.names:
-        print(f"deleted {name}" if name in deleted else f"{name}: not found, nothing to delete")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="INFO",
@@ -158,11 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     replicas.add_argument("--json", action="store_true")
     replicas.set_defaults(run=cmd_replicas)
 
-    delete = commands.add_parser("delete", help="delete deployments by name")
-    _add_controller_flag(delete)
-    delete.add_argument("names", nargs="+", metavar="NAME")
-    delete.add_argument("--app", default=None, help="application (default: default)")
-    delete.set_defaults(run=cmd_delete)
+    apps.add_commands(commands, _add_controller_flag, _client)
+    up.add_command(commands)
     return parser
 
 
@@ -177,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"servefleet {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except CommandFailed as e:
+        print(f"servefleet {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except ControllerError as e:
         print(f"servefleet {args.command}: {e.code.name}: {e.details}", file=sys.stderr)
         return EXIT_FAILED

@@ -1,3 +1,4 @@
+from servefleet.v1 import application_pb2 as _application_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -74,14 +75,18 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ...) -> None: ...
 
 class Route(_message.Message):
-    __slots__ = ("route_prefix", "application", "deployment")
+    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow")
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     route_prefix: str
     application: str
     deployment: str
-    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ...) -> None: ...
+    split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
+    shadow: _application_pb2.ShadowTarget
+    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
     __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests")

@@ -1,0 +1,128 @@
+"""`servefleet deploy`, `config`, `delete` and `shutdown`: applications from config files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+from servefleet.client import ControllerClient
+from servefleet.config_file import ConfigError, dump_config, load_config
+from servefleet.v1 import status_pb2
+
+AS = status_pb2.ApplicationStatus
+WAIT_POLL_S = 0.5
+
+ClientFactory = Callable[[argparse.Namespace], ControllerClient]
+
+
+class CommandFailed(Exception):
+    """The command ran but its goal was not reached: printed as one line, exit 1."""
+
+
+def _word(status: int) -> str:
+    return AS.Name(status).removeprefix("APPLICATION_STATUS_")
+
+
+def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
+    try:
+        request = load_config(args.config)
+    except ConfigError as e:
+        raise CommandFailed(str(e)) from None
+    names = [a.name for a in request.applications]
+    with client_for(args) as client:
+        reply = client.call("DeployApplications", request)
+        for name in names:
+            print(f"{name}: {'deploying' if name in reply.changed else 'unchanged'}")
+        for name in reply.deleted:
+            print(f"{name}: deleted (not in {args.config})")
+        if args.wait:
+            wait_running(client, names, args.wait_timeout, print)
+    return 0
+
+
+def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
+                 say: Callable[[str], None]) -> None:
+    """Report each change of the applications' statuses until all are RUNNING;
+    CommandFailed when one fails to deploy or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, tuple[int, str]] = {}
+    while True:
+        apps = {a.name: a for a in client.status().applications}
+        for name in names:
+            app = apps.get(name)
+            now = (app.status, app.message) if app else (AS.APPLICATION_STATUS_NOT_STARTED, "")
+            if last.get(name) != now:
+                last[name] = now
+                say(f"{name}: {_word(now[0])}" + (f" ({now[1].splitlines()[0]})"
+                                                   if now[1] else ""))
+        failed = [n for n in names if last[n][0] == AS.APPLICATION_STATUS_DEPLOY_FAILED]
+        if failed:
+            details = "\n".join(f"{n}: {last[n][1]}" for n in failed)
+            raise CommandFailed(f"{', '.join(failed)} failed to deploy:\n{details}")
+        if all(last[n][0] == AS.APPLICATION_STATUS_RUNNING for n in names):
+            return
+        if time.monotonic() > deadline:
+            waiting = [n for n in names if last[n][0] != AS.APPLICATION_STATUS_RUNNING]
+            raise CommandFailed(f"{', '.join(waiting)} not RUNNING after {timeout_s:g} s")
+        time.sleep(WAIT_POLL_S)
+
+
+def cmd_config(args: argparse.Namespace, client_for: ClientFactory) -> int:
+    with client_for(args) as client:
+        reply = client.applications()
+    if args.json:
+        from google.protobuf.json_format import MessageToDict
+        print(json.dumps(MessageToDict(reply), indent=2))
+    else:
+        print(dump_config(reply), end="")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, client_for: ClientFactory) -> int:
+    with client_for(args) as client:
+        if args.deployments:
+            deleted = set(client.delete(args.names, application=args.app or ""))
+        else:
+            deleted = set(client.delete_applications(args.names))
+    for name in args.names:
+        print(f"deleted {name}" if name in deleted else f"{name}: not found, nothing to delete")
+    return 0
+
+
+def cmd_shutdown(args: argparse.Namespace, client_for: ClientFactory) -> int:
+    with client_for(args) as client:
+        client.shutdown()
+    print("shutdown: every application deleted; the controller exits once its replicas "
+          "have stopped")
+    return 0
+
+
+def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParser], None],
+                 client_for: ClientFactory) -> None:
+    def bind(parser: argparse.ArgumentParser, fn) -> None:
+        add_controller_flag(parser)
+        parser.set_defaults(run=lambda args: fn(args, client_for))
+
+    deploy = commands.add_parser("deploy", help="deploy the applications of a config file")
+    deploy.add_argument("config", metavar="CONFIG", help="YAML config file")
+    deploy.add_argument("--wait", action="store_true",
+                        help="show progress until every application is RUNNING or fails")
+    deploy.add_argument("--wait-timeout", type=float, default=300.0, metavar="S")
+    bind(deploy, cmd_deploy)
+
+    config = commands.add_parser("config", help="what was last deployed, as a config file")
+    config.add_argument("--json", action="store_true")
+    bind(config, cmd_config)
+
+    delete = commands.add_parser("delete", help="delete applications (or deployments)")
+    delete.add_argument("names", nargs="+", metavar="NAME")
+    delete.add_argument("--deployments", action="store_true",
+                        help="the names are deployments of --app, not applications")
+    delete.add_argument("--app", default=None, help="with --deployments: the application "
+                                                    "(default: default)")
+    bind(delete, cmd_delete)
+
+    shutdown = commands.add_parser("shutdown", help="delete everything and stop the controller")
+    bind(shutdown, cmd_shutdown)

@@ -1,0 +1,260 @@
+"""Config files: the YAML a user deploys, shaped like Ray Serve's `serve deploy` config.
+
+    http_options:
+      host: 127.0.0.1
+      port: 8000
+      request_timeout_s: 30
+    applications:
+      - name: sentiment
+        route_prefix: /sentiment      # null: no HTTP route; unset: "/"
+        import_path: sentiment:app
+        args: {}                      # for a builder function
+        runtime:
+          working_dir: .              # relative to this file
+          env: {MODEL_SIZE: small}
+        traffic:
+          split: {Model: 90, Canary: 10}
+          shadow: {deployment: Shadow, fraction: 0.1}
+        deployments:
+          - name: Model
+            num_replicas: 2
+            user_config: {threshold: 0.5}
+
+`load_config` returns the request for DeployApplications. Every unknown key
+and wrong type is a ConfigError naming the file and the path in it
+(`app.yaml: applications[0].deployments[1].num_replicas: expected an integer,
+got 'two'`); nothing is sent before the whole file is valid. `dump_config`
+writes what was deployed back as the same YAML (`servefleet config`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import yaml
+
+from servefleet.options import (
+    DEPLOYMENT_OPTIONS,
+    OptionError,
+    check_float,
+    check_int,
+    check_keys,
+    check_mapping,
+    check_str,
+    to_json,
+    to_override,
+    to_runtime,
+)
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import controller_pb2 as api
+
+TOP_KEYS = ("http_options", "applications")
+HTTP_KEYS = ("host", "port", "request_timeout_s")
+APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic")
+TRAFFIC_KEYS = ("split", "shadow")
+SHADOW_KEYS = ("deployment", "fraction")
+# Keys a Ray Serve config has, with what to write here instead.
+HINTS = {"runtime_env": "use runtime: {working_dir, env}",
+         "env_vars": "use env",
+         "ray_actor_options": "servefleet has no Ray actors; resources come with the runtime",
+         "proxy_location": "proxies are started on their own (servefleet proxy)"}
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or breaks a rule; the message names where."""
+
+
+def _keys(path: str, value: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in value:
+        if key in HINTS and key not in allowed:
+            raise OptionError(f"{path}.{key}: unknown key ({HINTS[key]})")
+    check_keys(path, value, allowed)
+
+
+def load_config(path: str) -> api.DeployApplicationsRequest:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    try:
+        return parse_config(data, os.path.dirname(os.path.abspath(path)))
+    except OptionError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def parse_config(data: Any, base_dir: str) -> api.DeployApplicationsRequest:
+    """The request a config describes; relative working dirs resolve from `base_dir`."""
+    if data is None:
+        data = {}
+    data = check_mapping("(top level)", data)
+    _keys("(top level)", data, TOP_KEYS)
+    request = api.DeployApplicationsRequest()
+    if data.get("http_options") is not None:
+        request.http_options.CopyFrom(_http_options(data["http_options"]))
+    apps = data.get("applications")
+    if apps is None:
+        raise OptionError("applications: required (a list of applications)")
+    if not isinstance(apps, list):
+        raise OptionError(f"applications: expected a list, got {type(apps).__name__}")
+    for i, app in enumerate(apps):
+        request.applications.append(_application(f"applications[{i}]", app, base_dir))
+    return request
+
+
+def _http_options(value: Any) -> apb.HttpOptions:
+    value = check_mapping("http_options", value)
+    _keys("http_options", value, HTTP_KEYS)
+    out = apb.HttpOptions()
+    if "host" in value:
+        out.host = check_str("http_options.host", value["host"])
+    if "port" in value:
+        port = check_int("http_options.port", value["port"])
+        if not 0 < port < 65536:
+            raise OptionError(f"http_options.port: must be between 1 and 65535, got {port}")
+        out.port = port
+    if "request_timeout_s" in value:
+        out.request_timeout_s = check_float("http_options.request_timeout_s",
+                                            value["request_timeout_s"])
+    return out
+
+
+def _application(path: str, value: Any, base_dir: str) -> apb.ApplicationSpec:
+    value = check_mapping(path, value)
+    _keys(path, value, APP_KEYS)
+    for required in ("name", "import_path"):
+        if required not in value:
+            raise OptionError(f"{path}.{required}: required")
+    spec = apb.ApplicationSpec(name=check_str(f"{path}.name", value["name"]),
+                               import_path=check_str(f"{path}.import_path",
+                                                     value["import_path"]))
+    if "route_prefix" in value:
+        if value["route_prefix"] is None:
+            spec.no_route = True
+        else:
+            spec.route_prefix = check_str(f"{path}.route_prefix", value["route_prefix"])
+    if value.get("args") is not None:
+        spec.args_json = to_json(f"{path}.args", check_mapping(f"{path}.args", value["args"]))
+    if value.get("runtime") is not None:
+        spec.runtime.CopyFrom(_runtime(f"{path}.runtime", value["runtime"], base_dir))
+    deployments = value.get("deployments") or []
+    if not isinstance(deployments, list):
+        raise OptionError(f"{path}.deployments: expected a list, got "
+                          f"{type(deployments).__name__}")
+    for j, entry in enumerate(deployments):
+        dpath = f"{path}.deployments[{j}]"
+        entry = dict(check_mapping(dpath, entry))
+        if "name" not in entry:
+            raise OptionError(f"{dpath}.name: required")
+        name = check_str(f"{dpath}.name", entry.pop("name"))
+        _keys(dpath, entry, DEPLOYMENT_OPTIONS)
+        if entry.get("runtime") is not None:
+            entry["runtime"] = _relative_runtime(f"{dpath}.runtime", entry["runtime"], base_dir)
+        spec.deployments.append(to_override(dpath, entry, name))
+    if value.get("traffic") is not None:
+        spec.traffic.CopyFrom(parse_traffic(f"{path}.traffic", value["traffic"]))
+    return spec
+
+
+def _relative_runtime(path: str, value: Any, base_dir: str) -> dict[str, Any]:
+    value = dict(check_mapping(path, value))
+    if isinstance(value.get("working_dir"), str):
+        value["working_dir"] = os.path.normpath(os.path.join(base_dir, value["working_dir"]))
+    return value
+
+
+def _runtime(path: str, value: Any, base_dir: str):
+    return to_runtime(path, _relative_runtime(path, value, base_dir))
+
+
+def parse_traffic(path: str, value: Any) -> apb.TrafficPolicy:
+    """`split` as {deployment: weight} (or a list of {deployment, weight}), and `shadow`."""
+    value = check_mapping(path, value)
+    _keys(path, value, TRAFFIC_KEYS)
+    out = apb.TrafficPolicy()
+    split = value.get("split")
+    if isinstance(split, dict):
+        for name, weight in split.items():
+            out.split.append(apb.WeightedDeployment(
+                deployment=str(name), weight=check_float(f"{path}.split.{name}", weight)))
+    elif isinstance(split, list):
+        for i, entry in enumerate(split):
+            entry = check_mapping(f"{path}.split[{i}]", entry)
+            _keys(f"{path}.split[{i}]", entry, ("deployment", "weight"))
+            out.split.append(apb.WeightedDeployment(
+                deployment=check_str(f"{path}.split[{i}].deployment", entry.get("deployment")),
+                weight=check_float(f"{path}.split[{i}].weight", entry.get("weight"))))
+    elif split is not None:
+        raise OptionError(f"{path}.split: expected a mapping of deployment to weight")
+    if value.get("shadow") is not None:
+        shadow = check_mapping(f"{path}.shadow", value["shadow"])
+        _keys(f"{path}.shadow", shadow, SHADOW_KEYS)
+        out.shadow.deployment = check_str(f"{path}.shadow.deployment", shadow.get("deployment"))
+        out.shadow.fraction = check_float(f"{path}.shadow.fraction", shadow.get("fraction"))
+    return out
+
+
+def dump_config(reply: api.ListApplicationsResponse) -> str:
+    """What was last deployed, as a config file."""
+    data: dict[str, Any] = {}
+    http = reply.http_options
+    if http.ByteSize():
+        data["http_options"] = {k: v for k, v in (("host", http.host), ("port", http.port),
+                                                  ("request_timeout_s", http.request_timeout_s))
+                                if v}
+    data["applications"] = [_app_data(r.spec) for r in reply.applications]
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _app_data(spec: apb.ApplicationSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": spec.name}
+    if spec.no_route:
+        out["route_prefix"] = None
+    elif spec.HasField("route_prefix"):
+        out["route_prefix"] = spec.route_prefix
+    out["import_path"] = spec.import_path
+    if spec.args_json:
+        out["args"] = json.loads(spec.args_json)
+    if spec.runtime.ByteSize():
+        out["runtime"] = _runtime_data(spec.runtime)
+    if spec.deployments:
+        out["deployments"] = [_override_data(o) for o in spec.deployments]
+    if spec.traffic.ByteSize():
+        traffic: dict[str, Any] = {}
+        if spec.traffic.split:
+            traffic["split"] = {t.deployment: t.weight for t in spec.traffic.split}
+        if spec.traffic.HasField("shadow"):
+            traffic["shadow"] = {"deployment": spec.traffic.shadow.deployment,
+                                 "fraction": spec.traffic.shadow.fraction}
+        out["traffic"] = traffic
+    return out
+
+
+def _runtime_data(runtime) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if runtime.working_dir:
+        out["working_dir"] = runtime.working_dir
+    if runtime.env:
+        out["env"] = dict(runtime.env)
+    return out
+
+
+def _override_data(override: apb.DeploymentOverride) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": override.name}
+    config = override.replica_config
+    for field, value in config.ListFields():
+        if field.name == "user_config_json":
+            out["user_config"] = json.loads(value)
+        elif field.name == "autoscaling_config":
+            out["autoscaling_config"] = {f.name: v for f, v in value.ListFields()}
+        elif field.name != "resources":
+            out[field.name] = value
+    if override.HasField("version"):
+        out["version"] = override.version
+    if override.runtime.ByteSize():
+        out["runtime"] = _runtime_data(override.runtime)
+    return out
