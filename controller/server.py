@@ -174,10 +174,14 @@ class ControllerServer:
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ], server)
-        try:
-            self.bound_port = server.add_insecure_port(self.config.listen)
-        except RuntimeError:
+        # Checked first: gRPC's own failure to bind also prints a C-core error line.
+        if not _can_bind(self.config.listen):
             self.bound_port = 0
+        else:
+            try:
+                self.bound_port = server.add_insecure_port(self.config.listen)
+            except RuntimeError:
+                self.bound_port = 0
         if not self.bound_port:
             raise OSError(f"cannot listen on {self.config.listen}: "
                           "the address is in use or not available here")
@@ -325,6 +329,24 @@ class ControllerServer:
         await self._replica_client.close()
         await self._store.close()
         logger.info("controller stopped")
+
+
+def _can_bind(listen: str) -> bool:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (OSError, ValueError):
+        return True  # let gRPC say what is wrong with it
+    for family, kind, proto, _, address in infos[:1]:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError:
+                return False
+    return True
 
 
 async def serve(config: ControllerConfig) -> None:

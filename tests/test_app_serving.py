@@ -1,0 +1,154 @@
+"""Applications served for real: FastAPI under a prefix, traffic split and shadow,
+and `servefleet deploy --wait` / `status` / `config` / `delete` (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ProxyProcess, wait_for
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import deployment_pb2 as dpb
+from servefleet.v1 import status_pb2
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+APPS = str(ROOT / "tests" / "apps")
+EXAMPLES = str(ROOT / "examples")
+
+
+def running(client: ControllerClient, name: str) -> bool:
+    info = client.application_status(name)
+    return info is not None and info.status == status_pb2.APPLICATION_STATUS_RUNNING
+
+
+@pytest.fixture
+def served_apps(sqlite_fleet, tmp_path):
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        yield client, proxy, sqlite_fleet.addresses()[0]
+        proxy.stop()
+        client.shutdown()
+
+
+def test_fastapi_routes_under_the_application_prefix(served_apps) -> None:
+    client, proxy, _ = served_apps
+    client.deploy_applications([apb.ApplicationSpec(
+        name="api", route_prefix="/api", import_path="fastapi_app:app",
+        runtime=dpb.RuntimeOptions(working_dir=EXAMPLES))])
+    wait_for(lambda: running(client, "api"), 60, "api RUNNING")
+    base = proxy.url + "/api"
+    wait_for(lambda: httpx.get(base + "/").status_code == 200, 30, "the route at the proxy")
+    assert httpx.get(base + "/").json() == {"hello": "from FastAPI", "root_path": "/api"}
+    assert httpx.get(base).json()["root_path"] == "/api"  # the prefix itself is the app's /
+    assert httpx.get(base + "/items/3", params={"q": "x"}).json() == {"item_id": 3, "q": "x"}
+    assert httpx.post(base + "/echo", json={"a": 1}).json() == {"received": {"a": 1}}
+    assert httpx.get(base + "/items/notanint").status_code == 422  # FastAPI's own validation
+    assert httpx.get(base + "/nowhere").status_code == 404
+
+
+def test_traffic_split_by_weight_and_a_shadow_that_only_gets_copies(served_apps, tmp_path) -> None:
+    client, proxy, _ = served_apps
+    marks = tmp_path / "shadow-marks"
+    marks.mkdir()
+    spec = apb.ApplicationSpec(name="ab", route_prefix="/ab", import_path="traffic_app:build",
+                               args_json=json.dumps({"marks_dir": str(marks)}),
+                               runtime=dpb.RuntimeOptions(working_dir=APPS))
+    client.deploy_applications([spec])
+    wait_for(lambda: running(client, "ab"), 60, "ab RUNNING")
+    url = proxy.url + "/ab"
+    wait_for(lambda: httpx.get(url).status_code == 200, 30, "the route at the proxy")
+
+    client.set_traffic("ab", apb.TrafficPolicy(
+        split=[apb.WeightedDeployment(deployment="Primary", weight=70),
+               apb.WeightedDeployment(deployment="Canary", weight=30)],
+        shadow=apb.ShadowTarget(deployment="Shadow", fraction=0.2)))
+    wait_for(lambda: any(httpx.get(url).json()["label"] == "canary" for _ in range(20)), 30,
+             "the split at the proxy")
+    for mark in marks.iterdir():
+        mark.unlink()
+
+    total = 2000
+    with httpx.Client() as http, ThreadPoolExecutor(8) as pool:
+        labels = Counter(pool.map(lambda _: http.get(url).json()["label"], range(total)))
+    print(f"split over {total} requests: {dict(labels)}")
+    assert set(labels) == {"primary", "canary"}, "the shadow's answers must never be seen"
+    assert abs(labels["canary"] / total - 0.30) <= 0.05
+    copies = wait_for(lambda: _settled(marks), 30, "shadow copies to finish")
+    print(f"shadow copies: {copies} of {total}")
+    assert abs(copies / total - 0.20) <= 0.05
+
+    # A policy naming a deployment the application lacks is refused.
+    from servefleet.client import ControllerError
+    with pytest.raises(ControllerError, match="has no deployment 'Nope'"):
+        client.set_traffic("ab", apb.TrafficPolicy(split=[
+            apb.WeightedDeployment(deployment="Nope", weight=1)]))
+
+
+_last: dict[str, int] = {}
+
+
+def _settled(marks: Path) -> int | None:
+    count = len(os.listdir(marks))
+    previous, _last[str(marks)] = _last.get(str(marks)), count
+    return count if previous == count else None
+
+
+def servefleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servefleet", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_cli_deploys_shows_and_deletes_a_config(served_apps, tmp_path) -> None:
+    client, proxy, address = served_apps
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"""
+applications:
+  - name: calc
+    route_prefix: /calc
+    import_path: graph_app:app
+    runtime: {{working_dir: {APPS}}}
+    deployments:
+      - {{name: Adder, num_replicas: 1, user_config: {{scale: 2}}}}
+""")
+    deployed = servefleet("deploy", str(config), "--wait", "--controller", address)
+    assert deployed.returncode == 0, deployed.stderr
+    assert "calc: deploying" in deployed.stdout and "calc: RUNNING" in deployed.stdout
+    wait_for(lambda: httpx.get(proxy.url + "/calc", params={"x": 1}).status_code == 200, 30)
+    assert httpx.get(proxy.url + "/calc", params={"x": 1}).json()["call"] == 22
+
+    status = json.loads(servefleet("status", "--json", "--controller", address).stdout)
+    (calc,) = [a for a in status["applications"] if a["name"] == "calc"]
+    assert calc["status"] == "APPLICATION_STATUS_RUNNING"
+    assert {d["name"] for d in calc["deployments"]} == {"Adder", "Front"}
+    shown = servefleet("config", "--controller", address)
+    assert "name: calc" in shown.stdout and "scale: 2" in shown.stdout
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("applications: [{name: calc, import_path: graph_app:app, replicas: 2}]\n")
+    refused = servefleet("deploy", str(bad), "--controller", address)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"{bad}: applications[0].replicas: unknown key" in refused.stderr
+    assert running(client, "calc")  # nothing changed
+
+    failing = tmp_path / "failing.yaml"
+    failing.write_text("applications: [{name: broken, route_prefix: /b, "
+                       "import_path: no_such_module:app}]\n")
+    failed = servefleet("deploy", str(failing), "--wait", "--controller", address)
+    assert failed.returncode == 1 and "No module named 'no_such_module'" in failed.stderr
+    assert "calc: deleted" in failed.stdout  # not in that file
+
+    gone = servefleet("delete", "broken", "ghost", "--controller", address)
+    assert gone.stdout.splitlines() == ["deleted broken", "ghost: not found, nothing to delete"]
+    wait_for(lambda: not client.applications().applications, 30, "no applications left")
