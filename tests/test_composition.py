@@ -35,8 +35,8 @@ def calc(scale: int | None = None, **fields) -> apb.ApplicationSpec:
                                deployments=overrides, **fields)
 
 
-def running(client: ControllerClient) -> bool:
-    info = client.application_status("calc")
+def running(client: ControllerClient, name: str = "calc") -> bool:
+    info = client.application_status(name)
     return info is not None and info.status == status_pb2.APPLICATION_STATUS_RUNNING
 
 
@@ -46,8 +46,10 @@ def served(sqlite_fleet, tmp_path):
     sqlite_fleet.leader()
     proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path)
     with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
-        client.deploy_applications([calc()])
-        wait_for(lambda: running(client), 60, "calc RUNNING")
+        client.deploy_applications([calc(), apb.ApplicationSpec(
+            name="sync", import_path="graph_app:sync_app", route_prefix="/sync",
+            runtime=dpb.RuntimeOptions(working_dir=APPS))])
+        wait_for(lambda: running(client) and running(client, "sync"), 60, "calc and sync RUNNING")
         proxy.start()
         yield client, proxy, sqlite_fleet.addresses()
         proxy.stop()
@@ -77,6 +79,13 @@ def test_a_front_calls_its_adder_through_handles_under_concurrent_load(served) -
     client.deploy_applications([calc(scale=3)])
     wait_for(lambda: httpx.get(url, params={"x": 1}).json()["call"] == 33, 30,
              "the new scale through the handle")
+
+
+def test_sync_code_calls_a_handle_with_result(served) -> None:
+    _, proxy, _ = served
+    url = proxy.url + "/sync"
+    wait_for(lambda: httpx.get(url, params={"x": 1}, timeout=5).status_code == 200, 30)
+    assert httpx.get(url, params={"x": 1}).json() == {"call": 101}
 
 
 def test_a_handle_from_outside_and_its_errors(served) -> None:

@@ -48,3 +48,18 @@ def builder(args: dict):
 
 
 not_an_app = 42
+
+
+@deployment
+class SyncFront:
+    """Plain (sync) code calling a handle: runs in a thread, blocks on .result()."""
+
+    def __init__(self, adder) -> None:
+        self.adder = adder
+
+    def __call__(self, request) -> dict:
+        x = int(request.query_params.get("x", "0"))
+        return {"call": self.adder.remote(x).result(timeout=30)}
+
+
+sync_app = SyncFront.bind(Adder.bind(100))
