@@ -204,12 +204,16 @@ class ApplicationTable:
             if len(ops) > MAX_OPS_PER_TXN:
                 raise InvalidArgument("applications", f"at most {MAX_OPS_PER_TXN} applications "
                                       "change in one request")
+            http_changed = (request.HasField("http_options")
+                            and request.http_options != self.http_options)
             if ops:
                 await self._commit(ops, updated)
-                if request.HasField("http_options"):
+                if http_changed:
                     self.http_options.CopyFrom(request.http_options)
         for name in rebuild:
             self.kick(name)
+        if http_changed:
+            self._on_traffic("")  # the route table carries request_timeout_s
         for name, record in updated.items():
             if record is not None and not record.deleted:
                 self._on_traffic(name)

@@ -241,7 +241,8 @@ class ControllerServer:
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
                 running = reconciler.running_records if reconciler else (lambda a, n: [])
-                state = StatePublisher(publisher, table.live, running, apps.traffic)
+                state = StatePublisher(publisher, table.live, running, apps.traffic,
+                                       lambda: apps.http_options)
                 state.refresh_all()
                 self._table, self._reconciler, self._publisher = table, reconciler, publisher
                 self._apps = apps

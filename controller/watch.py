@@ -175,12 +175,14 @@ class StatePublisher:
                  goals: Callable[[], list[records_pb2.DeploymentRecord]],
                  running: Callable[[str, str], list[replica_pb2.ReplicaRecord]],
                  traffic: Callable[[str], application_pb2.TrafficPolicy | None] | None = None,
+                 http_options: Callable[[], application_pb2.HttpOptions] | None = None,
                  ) -> None:
         self._publisher = publisher
         self._goals = goals
         self._running = running
         # An application's traffic policy, for the route of its ingress.
         self._traffic = traffic or (lambda application: None)
+        self._http_options = http_options or application_pb2.HttpOptions
 
     def refresh_all(self) -> None:
         live = self._goals()
@@ -195,7 +197,7 @@ class StatePublisher:
                 self._publisher.remove(key)
 
     def refresh_routes(self) -> None:
-        """Republish the route table (an application's traffic policy changed)."""
+        """Republish the route table (a traffic policy or the HTTP options changed)."""
         self._publish_routes(self._goals())
 
     def refresh(self, application: str, name: str) -> None:
@@ -213,7 +215,7 @@ class StatePublisher:
     def _publish_routes(self, live: list[records_pb2.DeploymentRecord]) -> None:
         routes = sorted((r.spec.route_prefix, r.spec.application, r.spec.name)
                         for r in live if r.spec.HasField("route_prefix"))
-        table = watch_pb2.RouteTable()
+        table = watch_pb2.RouteTable(request_timeout_s=self._http_options().request_timeout_s)
         for prefix, app, name in routes:
             route = table.routes.add(route_prefix=prefix, application=app, deployment=name)
             traffic = self._traffic(app)

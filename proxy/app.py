@@ -166,14 +166,16 @@ class ProxyApp:
         shadow_pool = self._pools(target.application, shadow) if shadow else None
         headers = _upstream_headers(scope, request_id, target.route_prefix)
         started = Started()
+        # The proxy's own --request-timeout-s, else the cluster's http_options.
+        timeout = self._timeout or self._routes().request_timeout_s or None
         try:
             await asyncio.wait_for(self._forward_until_disconnect(
                 scope, receive, send, pool, headers, request_id, started, shadow_pool),
-                self._timeout)
+                timeout)
         except TimeoutError:
-            logger.warning("request %s timed out after %ss", request_id, self._timeout)
+            logger.warning("request %s timed out after %ss", request_id, timeout)
             if not started.value:  # else the answer can only be cut short
-                await _reply(send, 504, f"no answer within {self._timeout}s", request_id)
+                await _reply(send, 504, f"no answer within {timeout}s", request_id)
         except Overloaded as e:
             await _reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
         except ConnectionResetError:

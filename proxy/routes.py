@@ -42,7 +42,10 @@ class Target:
 
 
 class RouteTable:
-    def __init__(self, routes: list[Target] | None = None) -> None:
+    def __init__(self, routes: list[Target] | None = None,
+                 request_timeout_s: float = 0.0) -> None:
+        # The cluster's default request timeout; 0: none.
+        self.request_timeout_s = request_timeout_s
         # Longest first, so the first match is the longest.
         self.routes = sorted(routes or [], key=lambda t: len(t.route_prefix), reverse=True)
 
@@ -52,7 +55,7 @@ class RouteTable:
                            tuple((t.deployment, t.weight) for t in r.split if t.weight > 0),
                            (r.shadow.deployment, r.shadow.fraction)
                            if r.HasField("shadow") and r.shadow.fraction > 0 else None)
-                    for r in table.routes])
+                    for r in table.routes], table.request_timeout_s)
 
     def match(self, path: str) -> Target | None:
         for target in self.routes:

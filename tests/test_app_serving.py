@@ -58,6 +58,21 @@ def test_fastapi_routes_under_the_application_prefix(served_apps) -> None:
     assert httpx.get(base + "/nowhere").status_code == 404
 
 
+def test_the_cluster_request_timeout_reaches_the_proxy(served_apps) -> None:
+    client, proxy, _ = served_apps
+    client.deploy_applications(
+        [apb.ApplicationSpec(name="sleepy", route_prefix="/sleepy",
+                             import_path="graph_app:sleepy",
+                             runtime=dpb.RuntimeOptions(working_dir=APPS))],
+        http_options=apb.HttpOptions(request_timeout_s=1.0))
+    wait_for(lambda: running(client, "sleepy"), 60, "sleepy RUNNING")
+    url = proxy.url + "/sleepy"
+    wait_for(lambda: httpx.get(url).status_code == 200, 30, "the route at the proxy")
+    slow = httpx.get(url, params={"s": "5"}, timeout=10)
+    assert slow.status_code == 504 and "within 1.0s" in slow.text
+    assert client.applications().http_options.request_timeout_s == 1.0
+
+
 def test_traffic_split_by_weight_and_a_shadow_that_only_gets_copies(served_apps, tmp_path) -> None:
     client, proxy, _ = served_apps
     marks = tmp_path / "shadow-marks"

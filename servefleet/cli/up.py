@@ -39,18 +39,17 @@ def _pump(name: str, stream, out: Callable[[str], None]) -> None:
 class Cluster:
     """The child processes of one `up`."""
 
-    def __init__(self, store: str, listen: str, http: str, runtime_dir: str,
-                 request_timeout_s: float) -> None:
+    def __init__(self, store: str, listen: str, http: str, runtime_dir: str) -> None:
         self.listen, self.http, self.runtime_dir = listen, http, runtime_dir
         self._lock = threading.Lock()
         python = [sys.executable, "-m", "servefleet"]
         self.controller = self._spawn("controller", [
             *python, "controller", "--store", store, "--listen", listen,
             "--runtime-dir", runtime_dir])
-        proxy_args = [*python, "proxy", "--controller", listen, "--listen", http]
-        if request_timeout_s:
-            proxy_args += ["--request-timeout-s", str(request_timeout_s)]
-        self.proxy = self._spawn("proxy", proxy_args)
+        # The request timeout comes from the config's http_options, through the
+        # route table, so a later deploy can change it.
+        self.proxy = self._spawn("proxy", [*python, "proxy", "--controller", listen,
+                                           "--listen", http])
 
     def say(self, line: str) -> None:
         with self._lock:
@@ -114,7 +113,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     if http is None and request is not None and request.http_options.port:
         http = f"{request.http_options.host or '127.0.0.1'}:{request.http_options.port}"
     http = http or DEFAULT_HTTP
-    timeout = request.http_options.request_timeout_s if request is not None else 0.0
     state_dir = os.path.expanduser(args.state_dir)
     os.makedirs(state_dir, exist_ok=True)
     store = args.store or f"sqlite://{os.path.join(state_dir, 'state.db')}"
@@ -122,7 +120,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"), timeout)
+    cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"))
     try:
         if not _start(cluster, request, args, stop):
             return 1

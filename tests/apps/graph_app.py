@@ -39,6 +39,14 @@ def hello(request) -> str:
     return "hello"
 
 
+@deployment
+async def sleepy(request) -> str:
+    import asyncio
+
+    await asyncio.sleep(float(request.query_params.get("s", "0")))
+    return "awake"
+
+
 app = Front.bind(Adder.bind(10))
 two_adders = Front.bind({"a": Adder.bind(1), "b": Adder.bind(2)})
 
