@@ -56,6 +56,7 @@ DKey = tuple[str, str]
 LIVENESS_SWEEP_S = 0.5
 ORPHAN_GRACE_S = 5.0
 HEALTH_FAILURE_THRESHOLD = 3
+MAX_REASON_CHARS = 2000
 
 
 def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
@@ -321,8 +322,9 @@ class Reconciler:
         cached = self._goal_cache.get(key)
         is_current = cached is not None and view.is_current(cached[1])
         if view.state == STARTING and count and is_current:
-            failures.record(reason.splitlines()[0] if reason else reason,
-                            self._clock.monotonic())
+            # The whole reason (a traceback, an exit code with the last output),
+            # capped: it ends up in the deployment's status message.
+            failures.record(reason.strip()[-MAX_REASON_CHARS:], self._clock.monotonic())
         elif view.state == STARTING:
             failures.delay(self._clock.monotonic())  # not counted, but no hammering
         elif view.state == RUNNING:

@@ -112,6 +112,10 @@ class ReplicaOps:
             cluster=self.cluster, application=record.application, deployment=record.deployment,
             replica_id=record.replica_id, version=record.version,
             working_dir=spec.runtime.working_dir, env=dict(spec.runtime.env),
+            image=spec.runtime.image,
+            resources={"num_cpus": config.resources.num_cpus,
+                       "num_gpus": config.resources.num_gpus,
+                       "memory_bytes": float(config.resources.memory_bytes)},
             settings={
                 "import_path": spec.import_path,
                 "code_hash": record.code_hash,

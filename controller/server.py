@@ -53,7 +53,7 @@ from .watch import Publisher, StatePublisher
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 7373
-RUNTIMES = ("process", "none")
+RUNTIMES = ("process", "docker", "none")
 # How long the Shutdown RPC waits for replicas to drain before the controller exits.
 SHUTDOWN_REPLICAS_TIMEOUT_S = 60.0
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -86,6 +86,10 @@ class ControllerConfig:
     runtime: str = "process"
     # Where the process runtime keeps replica settings and logs.
     runtime_dir: str = "~/.servefleet/runtime"
+    # Docker runtime: the image of deployments that name none, and the network
+    # replica containers join ("host": they bind loopback ports like processes).
+    docker_image: str = "servefleet:latest"
+    docker_network: str = "host"
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""
@@ -148,6 +152,11 @@ class ControllerServer:
     def _make_runtime(self) -> Runtime | None:
         if self.config.runtime == "none":
             return None
+        if self.config.runtime == "docker":
+            from .runtime.docker import DockerRuntime
+
+            return DockerRuntime(self.config.cluster, self.config.docker_image,
+                                 self.config.docker_network)
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
         return ProcessRuntime(runtime_dir, self.config.cluster)
 

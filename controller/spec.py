@@ -36,6 +36,9 @@ VERSION_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 ROUTE_SEGMENT = r"[A-Za-z0-9._~!$&'()*+,;=:@%-]+"
 ROUTE_PREFIX_RE = re.compile(rf"^/({ROUTE_SEGMENT}(/{ROUTE_SEGMENT})*)?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A Docker image reference: [registry[:port]/]name[:tag][@digest], lower-case name.
+IMAGE_RE = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?(:[0-9]+/[a-z0-9._/-]+)?"
+                      r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
 MAX_JSON_BYTES = 256 * 1024
 MAX_SPEC_BYTES = 1024 * 1024  # etcd refuses requests over 1.5 MiB by default
@@ -182,6 +185,10 @@ def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
                                 or len(runtime.working_dir) > 4096 or "\0" in runtime.working_dir):
         raise InvalidArgument(f"{field}.working_dir",
                               "must be an absolute path of at most 4096 characters")
+    if runtime.image and (len(runtime.image) > 255 or not IMAGE_RE.fullmatch(runtime.image)):
+        raise InvalidArgument(f"{field}.image", "must be a Docker image reference such as "
+                              f"'servefleet:latest' or 'registry:5000/team/model:v2', "
+                              f"got {runtime.image!r}")
     if len(runtime.env) > MAX_ENV_VARS:
         raise InvalidArgument(f"{field}.env", f"at most {MAX_ENV_VARS} variables")
     for key, value in runtime.env.items():
@@ -233,6 +240,8 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         "working_dir": spec.runtime.working_dir,
         "env": dict(sorted(spec.runtime.env.items())),
     }
+    if spec.runtime.image:  # only when set, so hashes from before images existed hold
+        code["image"] = spec.runtime.image
     blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -238,6 +238,8 @@ def _runtime_data(runtime) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if runtime.working_dir:
         out["working_dir"] = runtime.working_dir
+    if runtime.image:
+        out["image"] = runtime.image
     if runtime.env:
         out["env"] = dict(runtime.env)
     return out

@@ -31,7 +31,7 @@ AUTOSCALING_INT = ("min_replicas", "max_replicas", "initial_replicas")
 AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
                      "metrics_interval_s", "look_back_period_s", "upscaling_factor",
                      "downscaling_factor")
-RUNTIME_OPTIONS = ("working_dir", "env")
+RUNTIME_OPTIONS = ("working_dir", "env", "image")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
                       "version", "runtime")
 
@@ -87,6 +87,8 @@ def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
     out = deployment_pb2.RuntimeOptions()
     if "working_dir" in value:
         out.working_dir = check_str(f"{path}.working_dir", value["working_dir"])
+    if "image" in value:
+        out.image = check_str(f"{path}.image", value["image"])
     if "env" in value:
         for name, env_value in check_mapping(f"{path}.env", value["env"]).items():
             out.env[name] = check_str(f"{path}.env.{name}", env_value)

@@ -25,6 +25,10 @@ class ReplicaLaunch:
     settings: dict[str, Any]
     env: dict[str, str] = field(default_factory=dict)
     working_dir: str = ""
+    # Docker runtime: the image ("" for the runtime's default) and limits
+    # (num_cpus, num_gpus, memory_bytes; 0 means none).
+    image: str = ""
+    resources: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -54,7 +54,9 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
     config = ControllerConfig(store_url=args.store, listen=args.listen, advertise=args.advertise,
                               cluster=args.cluster, lease_ttl=args.lease_ttl,
-                              runtime=args.runtime, runtime_dir=args.runtime_dir)
+                              runtime=args.runtime, runtime_dir=args.runtime_dir,
+                              docker_image=args.docker_image,
+                              docker_network=args.docker_network)
     try:
         config.validate()
         asyncio.run(serve(config))
@@ -119,11 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--cluster", default="default", metavar="NAME")
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
-    ctl.add_argument("--runtime", default="process", choices=["process", "none"],
-                     help="where replicas run: local processes (default), or none: store "
-                          "and serve goals without running replicas")
+    ctl.add_argument("--runtime", default="process", choices=["process", "docker", "none"],
+                     help="where replicas run: local processes (default), Docker "
+                          "containers, or none: store and serve goals without running "
+                          "replicas")
     ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
                      help="process runtime: replica settings and logs (default %(default)s)")
+    ctl.add_argument("--docker-image", default="servefleet:latest", metavar="IMAGE",
+                     help="docker runtime: the image of deployments that name none "
+                          "(default %(default)s; build it from deploy/Dockerfile)")
+    ctl.add_argument("--docker-network", default="host", metavar="NETWORK",
+                     help="docker runtime: the network replica containers join "
+                          "(default %(default)s)")
     ctl.set_defaults(run=cmd_controller)
 
     proxy = commands.add_parser("proxy", help="run an HTTP proxy")

@@ -98,7 +98,7 @@ class Resources(_message.Message):
     def __init__(self, num_cpus: _Optional[float] = ..., num_gpus: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., custom: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RuntimeOptions(_message.Message):
-    __slots__ = ("working_dir", "env")
+    __slots__ = ("working_dir", "env", "image")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,8 @@ class RuntimeOptions(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     working_dir: str
     env: _containers.ScalarMap[str, str]
-    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    image: str
+    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., image: _Optional[str] = ...) -> None: ...

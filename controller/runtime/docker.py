@@ -1,0 +1,234 @@
+"""The Docker runtime: each replica is a container made through the Docker Engine API.
+
+A replica container runs `python -m servefleet.replica` from an image that
+holds servefleet (deploy/Dockerfile), with:
+
+- labels carrying its identity (cluster, application, deployment, replica
+  id, version) and its addresses, which is how `list` finds a cluster's
+  replicas after a failover, whoever started them;
+- host networking by default, so that, as with the process runtime, the
+  controller picks free loopback ports just before the start and the
+  replica binds them; on any other network the replica listens on all
+  interfaces of its container and is reached at the container's address;
+- the deployment's working directory bind-mounted read-only at the same
+  path (user code is found where the spec says), its env vars, and its
+  resource limits (num_cpus → NanoCpus, memory_bytes → Memory, num_gpus →
+  a GPU device request);
+- Docker's restart policy off: the controller decides what to restart.
+
+The replica's settings file is copied into the container before it starts
+(settings can exceed what fits in an argument or env var). Stopping sends
+SIGTERM, waits, kills, and removes the container. The Docker SDK is
+blocking, so every call runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import tarfile
+import time
+from typing import Any
+
+from .base import ReplicaLaunch, RuntimeReplica
+from .process import free_port
+
+logger = logging.getLogger(__name__)
+
+LABEL = "io.servefleet."
+SETTINGS_PATH = "/run/servefleet/settings.json"
+DEFAULT_IMAGE = "servefleet:latest"
+
+
+class RuntimeStartError(Exception):
+    """The runtime could not start the replica (a clear reason, no Docker jargon dump)."""
+
+
+def _settings_tar(settings: dict[str, Any]) -> bytes:
+    data = json.dumps(settings).encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(SETTINGS_PATH.lstrip("/"))
+        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, cluster: str, image: str = DEFAULT_IMAGE, network: str = "host",
+                 client: Any = None, host: str = "127.0.0.1") -> None:
+        self._cluster = cluster
+        self._image = image
+        self._network = network
+        self._host = host
+        self._client = client
+
+    def _docker(self) -> Any:
+        if self._client is None:
+            import docker  # the SDK follows DOCKER_HOST, then the CLI context
+
+            self._client = docker.from_env()
+        return self._client
+
+    @staticmethod
+    def _name(cluster: str, replica_id: str) -> str:
+        return f"servefleet-{cluster}-{replica_id}"
+
+    # -- start ---------------------------------------------------------------------
+
+    async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
+        return await asyncio.to_thread(self._start, launch)
+
+    def _start(self, launch: ReplicaLaunch) -> RuntimeReplica:
+        import docker.errors
+        from docker.types import DeviceRequest
+
+        image = launch.image or self._image
+        host_network = self._network == "host"
+        bind = self._host if host_network else "0.0.0.0"
+        control_port = free_port(self._host) if host_network else 7400
+        http_port = free_port(self._host) if host_network else 7401
+        labels = {LABEL + k: v for k, v in {
+            "cluster": launch.cluster, "application": launch.application,
+            "deployment": launch.deployment, "replica-id": launch.replica_id,
+            "version": launch.version}.items()}
+        command = ["python3", "-m", "servefleet.replica", "--cluster", launch.cluster,
+                   "--application", launch.application, "--deployment", launch.deployment,
+                   "--replica-id", launch.replica_id, "--version", launch.version,
+                   "--host", bind, "--control-port", str(control_port),
+                   "--http-port", str(http_port), "--config-file", SETTINGS_PATH]
+        resources = launch.resources
+        options: dict[str, Any] = {
+            "name": self._name(launch.cluster, launch.replica_id),
+            "labels": labels, "command": command, "detach": True,
+            "environment": {"PYTHONUNBUFFERED": "1", **launch.env},
+            "network_mode": self._network, "restart_policy": {"Name": "no"},
+            "stop_signal": "SIGTERM",
+        }
+        if launch.working_dir:
+            options["volumes"] = {launch.working_dir: {"bind": launch.working_dir,
+                                                       "mode": "ro"}}
+            options["working_dir"] = launch.working_dir
+        if resources.get("num_cpus"):
+            options["nano_cpus"] = int(resources["num_cpus"] * 1e9)
+        if resources.get("memory_bytes"):
+            options["mem_limit"] = int(resources["memory_bytes"])
+        if resources.get("num_gpus"):
+            options["device_requests"] = [DeviceRequest(count=int(resources["num_gpus"]),
+                                                        capabilities=[["gpu"]])]
+        client = self._docker()
+        try:
+            container = client.containers.create(image, **options)
+        except docker.errors.ImageNotFound:
+            raise RuntimeStartError(f"image {image!r} is not on this Docker host: build it "
+                                    "(deploy/Dockerfile) or pull it first") from None
+        except docker.errors.APIError as e:
+            raise RuntimeStartError(f"Docker refused to create the container: "
+                                    f"{e.explanation or e}") from None
+        try:
+            container.put_archive("/", _settings_tar(launch.settings))
+            container.start()
+        except docker.errors.APIError as e:
+            container.remove(force=True)
+            raise RuntimeStartError(f"Docker could not start the container: "
+                                    f"{e.explanation or e}") from None
+        address = self._host if host_network else self._container_ip(container)
+        logger.info("started replica %s as container %s (%s)", launch.replica_id,
+                    container.short_id, image)
+        return RuntimeReplica(
+            replica_id=launch.replica_id, cluster=launch.cluster,
+            application=launch.application, deployment=launch.deployment,
+            version=launch.version, handle=container.id,
+            control_address=f"{address}:{control_port}", http_address=f"{address}:{http_port}")
+
+    def _container_ip(self, container: Any) -> str:
+        container.reload()
+        networks = container.attrs["NetworkSettings"]["Networks"]
+        ip = networks.get(self._network, {}).get("IPAddress") or next(
+            (n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), "")
+        if not ip:
+            raise RuntimeStartError(f"the container has no address on network {self._network}")
+        return ip
+
+    # -- stop ------------------------------------------------------------------------
+
+    async def stop(self, handle: str, timeout_s: float) -> None:
+        if handle:
+            await asyncio.to_thread(self._stop, handle, timeout_s)
+
+    def _stop(self, handle: str, timeout_s: float) -> None:
+        import docker.errors
+
+        try:
+            container = self._docker().containers.get(handle)
+            # SIGTERM, then SIGKILL after the timeout; then the container goes.
+            container.stop(timeout=max(1, round(timeout_s)))
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    # -- observe ---------------------------------------------------------------------
+
+    def _replica(self, container: Any) -> RuntimeReplica:
+        labels = container.labels
+        state = container.attrs.get("State", {})
+        running = state.get("Running", container.status == "running")
+        argv = container.attrs.get("Config", {}).get("Cmd") or []
+        flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+        address = self._host if self._network == "host" else (
+            self._container_ip(container) if running else "")
+        return RuntimeReplica(
+            replica_id=labels.get(LABEL + "replica-id", ""),
+            cluster=labels.get(LABEL + "cluster", ""),
+            application=labels.get(LABEL + "application", ""),
+            deployment=labels.get(LABEL + "deployment", ""),
+            version=labels.get(LABEL + "version", ""), handle=container.id,
+            control_address=f"{address}:{flags.get('--control-port', '')}",
+            http_address=f"{address}:{flags.get('--http-port', '')}",
+            alive=bool(running),
+            exit_code=None if running else state.get("ExitCode"))
+
+    async def list(self, cluster: str) -> list[RuntimeReplica]:
+        def find() -> list[RuntimeReplica]:
+            containers = self._docker().containers.list(
+                filters={"label": f"{LABEL}cluster={cluster}", "status": "running"})
+            return [self._replica(c) for c in containers]
+
+        return await asyncio.to_thread(find)
+
+    async def inspect(self, handle: str) -> RuntimeReplica | None:
+        if not handle:
+            return None
+
+        def get() -> RuntimeReplica | None:
+            import docker.errors
+
+            try:
+                return self._replica(self._docker().containers.get(handle))
+            except docker.errors.NotFound:
+                return None
+
+        return await asyncio.to_thread(get)
+
+    def logs(self, replica_id: str, lines: int = 20) -> str:
+        import docker.errors
+
+        try:
+            container = self._docker().containers.get(self._name(self._cluster, replica_id))
+            return container.logs(tail=lines).decode(errors="replace")
+        except docker.errors.DockerException:
+            return ""
+
+    def cleanup(self, replica_id: str) -> None:
+        """Remove the container if it is still there (it exited by itself)."""
+        import docker.errors
+
+        try:
+            self._docker().containers.get(self._name(self._cluster, replica_id)).remove(
+                force=True)
+        except docker.errors.DockerException:
+            pass

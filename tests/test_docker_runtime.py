@@ -1,0 +1,180 @@
+"""The Docker runtime against a real Docker engine.
+
+Needs a running engine and the image built by scripts/docker-image
+(`servefleet:latest`). Without them the tests are skipped, unless
+SERVEFLEET_DOCKER_TESTS=required (as .ci/run sets), which makes that a failure.
+Containers use host networking, so all traffic stays on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ProxyProcess, wait_for
+from servefleet.v1 import deployment_pb2 as dpb
+from servefleet.v1 import replica_pb2, status_pb2
+
+pytestmark = pytest.mark.slow
+APPS = str(Path(__file__).parent / "apps")
+IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
+LABEL = "io.servefleet."
+DS = status_pb2.DeploymentStatus
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("SERVEFLEET_DOCKER_TESTS") == "required":
+        pytest.fail(f"Docker tests are required here, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as e:
+        _unavailable(f"no Docker engine answers ({type(e).__name__}: {e})")
+    try:
+        client.images.get(IMAGE)
+    except Exception:
+        _unavailable(f"the image {IMAGE} is missing: run scripts/docker-image")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def containers(docker_client, cluster):
+    """The cluster's containers (all states), and cleanup after the test."""
+    def find(running_only: bool = False) -> list:
+        filters = {"label": f"{LABEL}cluster={cluster}"}
+        if running_only:
+            filters["status"] = "running"
+        return docker_client.containers.list(all=not running_only, filters=filters)
+
+    yield find
+    for container in find():
+        container.remove(force=True)
+
+
+def echo_spec(replicas: int, **fields) -> dpb.DeploymentSpec:
+    return dpb.DeploymentSpec(
+        name="Echo", import_path="echo_app:Echo", route_prefix="/echo",
+        runtime=dpb.RuntimeOptions(working_dir=APPS, **fields.pop("runtime", {})),
+        replica_config=dpb.ReplicaConfig(
+            num_replicas=replicas, health_check_period_s=0.5,
+            graceful_shutdown_wait_loop_s=0.1, graceful_shutdown_timeout_s=3),
+        **fields)
+
+
+def deployment(client: ControllerClient, name: str = "Echo"):
+    for app in client.status().applications:
+        for dep in app.deployments:
+            if dep.name == name:
+                return dep
+    return None
+
+
+def healthy(client: ControllerClient, count: int):
+    def check() -> bool:
+        dep = deployment(client)
+        running = [r for r in client.replicas(deployment="Echo")
+                   if r.state == replica_pb2.REPLICA_STATE_RUNNING]
+        return (dep is not None and dep.status == DS.DEPLOYMENT_STATUS_HEALTHY
+                and len(running) == count)
+    return check
+
+
+def test_containers_serve_scale_get_replaced_and_are_removed(fleet, containers,
+                                                             tmp_path) -> None:
+    fleet.start(1, runtime="docker")
+    fleet.leader()
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        client.deploy(echo_spec(2))
+        wait_for(healthy(client, 2), 90, "2 container replicas RUNNING")
+        running = containers(running_only=True)
+        assert len(running) == 2
+        ids = {r.record.replica_id for r in client.replicas(deployment="Echo")}
+        assert {c.labels[LABEL + "replica-id"] for c in running} == ids
+        assert {c.labels[LABEL + "deployment"] for c in running} == {"Echo"}
+        assert all(c.attrs["HostConfig"]["RestartPolicy"]["Name"] in ("no", "")
+                   for c in running)
+        assert {r.record.handle for r in client.replicas(deployment="Echo")} == {
+            c.id for c in running}
+
+        proxy = ProxyProcess(fleet.addresses(), log_dir=tmp_path).start()
+        try:
+            wait_for(lambda: httpx.get(proxy.url + "/echo", timeout=5).status_code == 200, 30,
+                     "the route at the proxy")
+            assert httpx.get(proxy.url + "/echo").json()["label"] == "echo"
+        finally:
+            proxy.stop()
+
+        client.deploy(echo_spec(3))
+        wait_for(healthy(client, 3), 90, "scaled up to 3")
+        client.deploy(echo_spec(1))
+        wait_for(lambda: healthy(client, 1)() and len(containers()) == 1, 60,
+                 "scaled down to 1, the others removed")
+
+        (victim,) = containers(running_only=True)
+        victim.kill()
+        wait_for(lambda: healthy(client, 1)() and victim.id not in
+                 {c.id for c in containers(running_only=True)}, 60, "the killed one replaced")
+        wait_for(lambda: len(containers()) == 1, 30, "the dead container removed")
+
+        client.delete(["Echo"])
+        wait_for(lambda: not containers(), 60, "every container removed")
+
+
+def test_a_new_leader_adopts_the_running_containers(etcd_fleet, containers) -> None:
+    etcd_fleet.start(2, runtime="docker", lease_ttl=1.0)
+    first = etcd_fleet.leader()
+    with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
+        client.deploy(echo_spec(2))
+        wait_for(healthy(client, 2), 90, "2 container replicas RUNNING")
+        before = {c.id for c in containers()}
+        first.signal(signal.SIGKILL)
+        assert etcd_fleet.leader() is not first
+        wait_for(healthy(client, 2), 60, "healthy under the new leader")
+        assert {c.id for c in containers()} == before, "containers were replaced, not adopted"
+        assert {r.record.handle for r in client.replicas(deployment="Echo")} == before
+        client.delete(["Echo"])
+        wait_for(lambda: not containers(), 60, "every container removed")
+
+
+def test_a_bad_image_is_a_clear_status_without_a_crash_loop(fleet, containers) -> None:
+    fleet.start(1, runtime="docker")
+    fleet.leader()
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        client.deploy(echo_spec(1, runtime={"image": "servefleet-no-such-image:1"}))
+        dep = wait_for(lambda: (d := deployment(client)) is not None
+                       and d.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED and d, 120,
+                       "DEPLOY_FAILED")
+        assert "'servefleet-no-such-image:1' is not on this Docker host" in dep.message
+        assert not containers()
+        attempts = fleet.started[0].logs().count("image 'servefleet-no-such-image:1'")
+        assert 0 < attempts <= 3 * 4, f"{attempts} attempts: it should back off and stop"
+
+
+def test_an_exiting_replica_reports_its_exit_code_and_last_output(fleet, containers) -> None:
+    fleet.start(1, runtime="docker")
+    fleet.leader()
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        client.deploy(dpb.DeploymentSpec(
+            name="Echo", import_path="exits_app:App",
+            runtime=dpb.RuntimeOptions(working_dir=APPS),
+            replica_config=dpb.ReplicaConfig(num_replicas=1)))
+        dep = wait_for(lambda: (d := deployment(client)) is not None
+                       and d.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED and d, 120,
+                       "DEPLOY_FAILED")
+        assert "replica exited with code 7" in dep.message
+        assert "giving up on purpose" in dep.message  # its last output
+        assert json.dumps(dep.message)  # a plain string, not a Docker object dump
