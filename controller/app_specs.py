@@ -26,8 +26,9 @@ from .errors import InvalidArgument
 from .spec import IMPORT_PATH_RE, canonical_json, check_name, normalize_spec
 
 DEFAULT_ROUTE_PREFIX = "/"
-# One application is applied in one etcd transaction (at most 128 operations).
-MAX_DEPLOYMENTS_PER_APPLICATION = 100
+# One application is applied in one transaction: its deployments and its record
+# (deployments.MAX_OPS_PER_TXN, 100, under etcd's 128 operations).
+MAX_DEPLOYMENTS_PER_APPLICATION = 99
 
 
 def route_of(spec: apb.ApplicationSpec) -> str | None:
@@ -122,6 +123,12 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             init_kwargs_json=json.dumps(node.get("init_kwargs") or {}))
         deployment.runtime.CopyFrom(spec.runtime)
         for layer in layers:
+            # num_replicas and autoscaling_config exclude each other: the layer
+            # that sets one replaces the other from the layers below it.
+            if layer.replica_config.HasField("num_replicas"):
+                deployment.replica_config.ClearField("autoscaling_config")
+            if layer.replica_config.HasField("autoscaling_config"):
+                deployment.replica_config.ClearField("num_replicas")
             deployment.replica_config.MergeFrom(layer.replica_config)
             deployment.runtime.MergeFrom(layer.runtime)
             if layer.HasField("version"):

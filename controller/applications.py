@@ -95,6 +95,8 @@ class ApplicationTable:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._stale = False
+        # Set by Shutdown (clear): no more writes or builds in this term.
+        self.closed = False
 
     # -- loading and reads -------------------------------------------------------
 
@@ -131,8 +133,14 @@ class ApplicationTable:
 
     # -- writes ---------------------------------------------------------------------
 
-    async def _commit(self, ops: list[Op], updated: dict[str, apb.ApplicationRecord | None]
-                      ) -> None:
+    async def _commit(self, ops: list[Op], updated: dict[str, apb.ApplicationRecord | None],
+                      after: Callable[[], None] | None = None) -> None:
+        """Write, then mirror in memory and run `after` (kicks, notifications):
+        shielded, so a caller cancelled mid-write (a client deadline) cannot
+        leave a stored change that nothing acts on."""
+        if self.closed:
+            raise Unavailable("the controller is shutting down")
+
         async def write() -> None:
             try:
                 await self._fenced.commit(ops)
@@ -140,6 +148,8 @@ class ApplicationTable:
                 self._stale = True
                 raise
             self._mirror(updated)
+            if after is not None:
+                after()
 
         await asyncio.shield(write())
 
@@ -151,12 +161,17 @@ class ApplicationTable:
                 self._records[name] = record
 
     async def _refresh_if_stale(self) -> None:
+        """After a write of unknown outcome: reload, and act on what did land."""
         if self._stale:
             try:
                 await self.load(self._store)
             except StoreUnavailable as e:
                 raise Unavailable(f"the store is unavailable: {e}") from e
             self._stale = False
+            for record in self.records():
+                if pending(record) and not self.building(record.spec.name):
+                    self.kick(record.spec.name)
+            self._on_traffic("")
 
     def _stamp(self) -> Timestamp:
         stamp = Timestamp()
@@ -206,17 +221,17 @@ class ApplicationTable:
                                       "change in one request")
             http_changed = (request.HasField("http_options")
                             and request.http_options != self.http_options)
-            if ops:
-                await self._commit(ops, updated)
+
+            def after() -> None:
                 if http_changed:
                     self.http_options.CopyFrom(request.http_options)
-        for name in rebuild:
-            self.kick(name)
-        if http_changed:
-            self._on_traffic("")  # the route table carries request_timeout_s
-        for name, record in updated.items():
-            if record is not None and not record.deleted:
-                self._on_traffic(name)
+                for name in rebuild:
+                    self.kick(name)
+                # Traffic policies and request_timeout_s travel with the route table.
+                self._on_traffic("")
+
+            if ops:
+                await self._commit(ops, updated, after)
         changed = sorted(n for n in updated if n in listed)
         return changed, sorted(remove)
 
@@ -251,8 +266,9 @@ class ApplicationTable:
         current = self._records.get(spec.name)
         if current is None:
             return apb.ApplicationRecord(spec=spec, generation=1, update_time=self._stamp())
-        if current.spec == spec and not current.deleted:
-            return None
+        if current.spec == spec and not current.deleted and (
+                current.failed_generation != current.generation):
+            return None  # a failed one is built again: the failure may have passed
         if (not current.deleted and not pending(current)
                 and _without_traffic(current.spec) == _without_traffic(spec)
                 and current.failed_generation != current.generation):
@@ -283,9 +299,8 @@ class ApplicationTable:
                 record.deleted = True
                 updated[name] = record
             if updated:
-                await self._commit([self._put(r) for r in updated.values() if r], updated)
-        for name in targets:
-            self.kick(name)
+                await self._commit([self._put(r) for r in updated.values() if r], updated,
+                                   lambda: [self.kick(name) for name in targets])
         return targets
 
     async def set_traffic(self, name: str, traffic: apb.TrafficPolicy) -> None:
@@ -302,11 +317,12 @@ class ApplicationTable:
             record.CopyFrom(current)
             record.spec.traffic.CopyFrom(traffic)
             record.update_time.CopyFrom(self._stamp())
-            await self._commit([self._put(record)], {name: record})
-        self._on_traffic(name)
+            await self._commit([self._put(record)], {name: record},
+                               lambda: self._on_traffic(name))
 
     async def clear(self) -> None:
-        """Forget every application record (Shutdown deletes the deployments itself)."""
+        """Forget every application record (Shutdown deletes the deployments itself);
+        from then on, this term's table refuses writes and starts no builds."""
         await self.cancel_builds()
         async with self._lock:
             names = sorted(self._records)
@@ -314,6 +330,7 @@ class ApplicationTable:
                 chunk = names[start:start + MAX_OPS_PER_TXN]
                 await self._commit([Delete(self._keys.application(n)) for n in chunk],
                                    dict.fromkeys(chunk))
+            self.closed = True
 
     # -- builds -----------------------------------------------------------------------
 
@@ -325,6 +342,8 @@ class ApplicationTable:
 
     def kick(self, name: str) -> None:
         """Settle `name`'s newest generation, cancelling a build of an older one."""
+        if self.closed:
+            return
         old = self._tasks.get(name)
         if old is not None and not old.done():
             old.cancel()
@@ -383,6 +402,9 @@ class ApplicationTable:
             current = self._records.get(name)
             if current is None or current.generation != generation:
                 return  # superseded while building
+            if not current.deleted:
+                # SetTraffic may have changed the policy while this was building.
+                check_traffic_targets(current.spec, [s.name for s in specs])
             if current.deleted:
                 ops: list[Op] = [Delete(self._keys.application(name))]
                 updated: dict[str, apb.ApplicationRecord | None] = {name: None}
@@ -394,11 +416,16 @@ class ApplicationTable:
                 del record.deployment_names[:]
                 record.deployment_names.extend(s.name for s in specs)
                 ops, updated = [self._put(record)], {name: record}
-            await self._deployments.apply_application(name, specs, ops,
-                                                      lambda: self._mirror(updated))
+            if self.closed:
+                return
+
+            def after() -> None:
+                self._mirror(updated)
+                self._on_traffic(name)
+
+            await self._deployments.apply_application(name, specs, ops, after)
         logger.info("application %s: generation %d applied (%d deployments)", name,
                     generation, len(specs))
-        self._on_traffic(name)
 
     async def _fail(self, name: str, generation: int, error: str) -> None:
         async with self._lock:

@@ -38,12 +38,19 @@ async def run_build(spec: application_pb2.ApplicationSpec,
     working_dir = spec.runtime.working_dir
     with tempfile.TemporaryDirectory(prefix="servefleet-build-") as tmp:
         output = os.path.join(tmp, "graph.json")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "servefleet.build", spec.import_path, "--output", output,
-            "--working-dir", working_dir, "--args", spec.args_json or "{}",
-            cwd=working_dir or None, env={**os.environ, **spec.runtime.env},
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        args_file = os.path.join(tmp, "args.json")  # args may not fit in an argument
+        with open(args_file, "w") as f:
+            f.write(spec.args_json or "{}")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "servefleet.build", spec.import_path, "--output", output,
+                "--working-dir", working_dir, "--args-file", args_file,
+                cwd=working_dir or None, env={**os.environ, **spec.runtime.env},
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        except OSError as e:  # e.g. the working directory does not exist here
+            return BuildResult(None, f"cannot start the build of {spec.import_path}: "
+                                     f"{e.strerror or e}: {e.filename or working_dir}")
         try:
             printed, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
         except (TimeoutError, asyncio.CancelledError) as e:

@@ -40,6 +40,7 @@ Key = tuple[str, str]  # (application, name)
 # requests over 1.5 MiB (--max-request-bytes).
 MAX_OPS_PER_TXN = 100
 MAX_RECORD_BYTES = 1024 * 1024
+MAX_TXN_BYTES = 1_400_000
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -228,6 +229,11 @@ class DeploymentTable:
                     updated[key] = gone
             ops: list[Op] = [Put(self._keys.deployment(*key), record.SerializeToString())
                              for key, record in updated.items()]
+            size = sum(len(op.value) for op in [*ops, *also] if isinstance(op, Put))
+            if size > MAX_TXN_BYTES:
+                raise InvalidArgument("deployments", f"applying application {application} "
+                                      f"writes {size} bytes; at most {MAX_TXN_BYTES} fit in "
+                                      "one transaction (large init args?)")
             if len(ops) + len(also) > MAX_OPS_PER_TXN:
                 raise InvalidArgument("deployments", f"applying application {application} "
                                       f"takes {len(ops) + len(also)} writes; at most "

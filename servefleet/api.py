@@ -112,6 +112,9 @@ def graph_of(app: Application | Deployment) -> dict[str, Any]:
     if not isinstance(app, Application):
         raise TypeError(f"expected a bound deployment (Deployment.bind(...)), got {app!r}")
     names: dict[int, str] = {}
+    # Keeps every node visited alive, so that an id() in `names` is never reused
+    # by a temporary (an unbound Deployment passed as an argument is bound here).
+    visited: list[Application] = []
     taken: set[str] = set()
     nodes: list[dict[str, Any]] = []
 
@@ -125,6 +128,7 @@ def graph_of(app: Application | Deployment) -> dict[str, Any]:
             name = f"{base}_{n}"
         taken.add(name)
         names[id(node)] = name
+        visited.append(node)
         entry: dict[str, Any] = {"name": name, "import_path": node.deployment.import_path,
                                  "options": node.deployment.options_dict}
         nodes.append(entry)

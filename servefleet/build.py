@@ -1,6 +1,6 @@
 """The build step: import an application's code and report its deployment graph.
 
-    python -m servefleet.build IMPORT_PATH --output FILE [--working-dir D] [--args JSON]
+    python -m servefleet.build IMPORT_PATH --output FILE [--working-dir D] [--args-file F]
 
 The controller runs this in the application's runtime (its working
 directory and environment), once per change of the application, and reads
@@ -57,9 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("import_path")
     parser.add_argument("--output", required=True)
     parser.add_argument("--working-dir", default="")
-    parser.add_argument("--args", default="{}")
+    parser.add_argument("--args-file", default="", help="JSON object for a builder function")
     ns = parser.parse_args(argv)
-    result = build(ns.import_path, ns.working_dir, json.loads(ns.args))
+    args = {}
+    if ns.args_file:
+        with open(ns.args_file) as f:
+            args = json.load(f)
+    result = build(ns.import_path, ns.working_dir, args)
     with open(ns.output, "w") as f:
         json.dump(result, f)
     sys.stdout.flush()

@@ -29,6 +29,7 @@ import concurrent.futures
 import json
 import logging
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -147,8 +148,10 @@ def _no_bound(app: Any) -> str:
     raise TypeError("a bound deployment cannot be passed in a handle call; pass its handle")
 
 
-# Routers per (event loop, application); a replica has one loop.
-_routers: dict[tuple[int, str], HandleRouter] = {}
+# Routers per event loop and application (a replica has one loop); a loop
+# that is gone takes its routers with it.
+_routers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, HandleRouter]] = (
+    weakref.WeakKeyDictionary())
 _replica_loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -159,10 +162,10 @@ def use_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _router(application: str, controllers: Sequence[str]) -> HandleRouter:
-    key = (id(asyncio.get_running_loop()), application)
-    router = _routers.get(key)
+    routers = _routers.setdefault(asyncio.get_running_loop(), {})
+    router = routers.get(application)
     if router is None:
-        router = _routers[key] = HandleRouter(application, controllers)
+        router = routers[application] = HandleRouter(application, controllers)
     return router
 
 

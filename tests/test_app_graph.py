@@ -126,3 +126,19 @@ def test_overrides_and_traffic_must_name_deployments_of_the_graph() -> None:
     with pytest.raises(InvalidArgument, match=r"deployments\[Adder\].replica_config.num_replicas"):
         deployment_specs(app_spec(deployments=[apb.DeploymentOverride(
             name="Adder", replica_config=dpb.ReplicaConfig(num_replicas=10**6))]), graph)
+
+
+def test_unbound_deployments_as_arguments_stay_distinct() -> None:
+    first, second = Leaf.options(name="First"), Leaf.options(name="Second")
+    graph = graph_of(Root.bind(first, second, Leaf))
+    assert [d["name"] for d in graph["deployments"]] == ["Root", "First", "Second", "Leaf"]
+
+
+def test_a_file_autoscaling_config_replaces_the_code_num_replicas() -> None:
+    graph = build("graph_app:app", APPS, {})["graph"]  # Adder has num_replicas=2 in code
+    spec = app_spec(deployments=[apb.DeploymentOverride(
+        name="Adder", replica_config=dpb.ReplicaConfig(
+            autoscaling_config=dpb.AutoscalingConfig(min_replicas=1, max_replicas=3)))])
+    adder = deployment_specs(normalize_application(spec, "app"), graph)[1]
+    assert not adder.replica_config.HasField("num_replicas")
+    assert adder.replica_config.autoscaling_config.max_replicas == 3

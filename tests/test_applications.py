@@ -93,6 +93,10 @@ def test_a_bad_import_is_deploy_failed_and_a_fix_recovers(client) -> None:
     failed = wait_for(status_of(client, "calc", AS.APPLICATION_STATUS_DEPLOY_FAILED), 30)
     assert "ModuleNotFoundError: No module named 'no_such_module'" in failed.message
     assert names(client, "calc") == []
+    # The same config again is built again: the failure may have been passing.
+    assert list(client.deploy_applications([app(import_path="no_such_module:app")]).changed) \
+        == ["calc"]
+    wait_for(status_of(client, "calc", AS.APPLICATION_STATUS_DEPLOY_FAILED), 30)
     client.deploy_applications([app()])
     wait_for(applied(client, "calc"), 30, "the fixed application applied")
     assert names(client, "calc") == ["Adder", "Front"]
@@ -102,6 +106,14 @@ def test_a_graph_that_cannot_be_applied_is_deploy_failed(client) -> None:
     client.deploy_applications([app(deployments=[apb.DeploymentOverride(name="Missing")])])
     failed = wait_for(status_of(client, "calc", AS.APPLICATION_STATUS_DEPLOY_FAILED), 30)
     assert "overrides deployment 'Missing'" in failed.message
+
+
+def test_a_working_dir_missing_here_is_deploy_failed(client) -> None:
+    spec = apb.ApplicationSpec(name="calc", import_path="graph_app:app",
+                               runtime=dpb.RuntimeOptions(working_dir="/nonexistent/dir"))
+    client.deploy_applications([spec])
+    failed = wait_for(status_of(client, "calc", AS.APPLICATION_STATUS_DEPLOY_FAILED), 30)
+    assert "cannot start the build" in failed.message and "/nonexistent/dir" in failed.message
 
 
 def test_a_newer_deploy_cancels_a_build_still_running(client) -> None:

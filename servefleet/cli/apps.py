@@ -43,12 +43,16 @@ def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
 
 
 def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None],
+                 give_up: Callable[[], str | None] = lambda: None) -> None:
     """Report each change of the applications' statuses until all are RUNNING;
-    CommandFailed when one fails to deploy or time runs out."""
+    CommandFailed when one fails to deploy, time runs out, or `give_up` says why."""
     deadline = time.monotonic() + timeout_s
     last: dict[str, tuple[int, str]] = {}
     while True:
+        reason = give_up()
+        if reason:
+            raise CommandFailed(reason)
         apps = {a.name: a for a in client.status().applications}
         for name in names:
             app = apps.get(name)

@@ -89,8 +89,9 @@ class Cluster:
     def _leftover_replicas(self) -> list[int]:
         from servefleet.controller.runtime.process import scan
 
+        runtime_dir = os.path.realpath(self.runtime_dir)  # as the process runtime sees it
         return [int(replica.handle.split(":")[0]) for replica, settings in scan("default")
-                if settings.startswith(self.runtime_dir + os.sep)]
+                if os.path.realpath(settings).startswith(runtime_dir + os.sep)]
 
 
 def _wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
@@ -138,9 +139,15 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
     """Deploy the config once the controller leads; False if that failed."""
     with ControllerClient(cluster.listen, timeout=30) as client:
         try:
-            client.status()
+            leader = client.status().leader
         except ControllerError as e:
             cluster.say(f"up        | the controller did not come up: {e.details}")
+            return False
+        problem = cluster.died()
+        if problem or leader != cluster.listen:
+            # Another servefleet answers there (a port taken): never deploy to it.
+            cluster.say(f"up        | {problem or 'another controller leads at ' + leader}; "
+                        f"is another servefleet running on {cluster.listen}?")
             return False
         if request is None:
             cluster.say(f"up        | ready, nothing deployed: servefleet deploy CONFIG "
@@ -149,7 +156,8 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
         client.call("DeployApplications", request)
         try:
             wait_running(client, [a.name for a in request.applications], args.wait_timeout,
-                         lambda line: cluster.say(f"up        | {line}"))
+                         lambda line: cluster.say(f"up        | {line}"),
+                         lambda: "stopped" if stop.is_set() else cluster.died())
         except CommandFailed as e:
             cluster.say(f"up        | {e}")
             return False
