@@ -90,6 +90,9 @@ class ControllerConfig:
     # replica containers join ("host": they bind loopback ports like processes).
     docker_image: str = "servefleet:latest"
     docker_network: str = "host"
+    # Docker runtime: bind-mount each deployment's working dir from this host
+    # ("mount"), or take it as a path inside the image ("image").
+    docker_code: str = "mount"
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""
@@ -102,6 +105,8 @@ class ControllerConfig:
                 host, sep, port = value.rpartition(":")
                 if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                     raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
+        if self.docker_code not in ("mount", "image"):
+            raise ValueError(f"--docker-code {self.docker_code!r}: mount or image")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"--runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
         if not 0.5 <= self.lease_ttl <= 300:
@@ -156,7 +161,8 @@ class ControllerServer:
             from .runtime.docker import DockerRuntime
 
             return DockerRuntime(self.config.cluster, self.config.docker_image,
-                                 self.config.docker_network)
+                                 self.config.docker_network,
+                                 mount_working_dir=self.config.docker_code == "mount")
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
         return ProcessRuntime(runtime_dir, self.config.cluster)
 

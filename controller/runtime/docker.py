@@ -60,8 +60,13 @@ class DockerRuntime:
     name = "docker"
 
     def __init__(self, cluster: str, image: str = DEFAULT_IMAGE, network: str = "host",
-                 client: Any = None, host: str = "127.0.0.1") -> None:
+                 client: Any = None, host: str = "127.0.0.1",
+                 mount_working_dir: bool = True) -> None:
         self._cluster = cluster
+        # False when user code is baked into the image (the controller itself
+        # runs in a container and cannot name host paths): the working dir is
+        # then a path inside the image.
+        self._mount = mount_working_dir
         self._image = image
         self._network = network
         self._host = host
@@ -110,8 +115,9 @@ class DockerRuntime:
             "stop_signal": "SIGTERM",
         }
         if launch.working_dir:
-            options["volumes"] = {launch.working_dir: {"bind": launch.working_dir,
-                                                       "mode": "ro"}}
+            if self._mount:
+                options["volumes"] = {launch.working_dir: {"bind": launch.working_dir,
+                                                           "mode": "ro"}}
             options["working_dir"] = launch.working_dir
         if resources.get("num_cpus"):
             options["nano_cpus"] = int(resources["num_cpus"] * 1e9)

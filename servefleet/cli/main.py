@@ -56,7 +56,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               cluster=args.cluster, lease_ttl=args.lease_ttl,
                               runtime=args.runtime, runtime_dir=args.runtime_dir,
                               docker_image=args.docker_image,
-                              docker_network=args.docker_network)
+                              docker_network=args.docker_network,
+                              docker_code=args.docker_code)
     try:
         config.validate()
         asyncio.run(serve(config))
@@ -133,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--docker-network", default="host", metavar="NETWORK",
                      help="docker runtime: the network replica containers join "
                           "(default %(default)s)")
+    ctl.add_argument("--docker-code", default="mount", choices=["mount", "image"],
+                     help="docker runtime: bind-mount each deployment's working dir from "
+                          "this host (default), or find it inside the image (a controller "
+                          "that itself runs in a container)")
     ctl.set_defaults(run=cmd_controller)
 
     proxy = commands.add_parser("proxy", help="run an HTTP proxy")

@@ -1,0 +1,144 @@
+"""deploy/docker-compose.yml, brought up for real with the host-network override.
+
+etcd runs from an image made here from Debian's etcd binary (no registry);
+servefleet from the image scripts/docker-image builds. Skipped without a
+Docker engine, unless SERVEFLEET_DOCKER_TESTS=required.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import free_port, wait_for
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
+ETCD_IMAGE = "servefleet-etcd:test"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("SERVEFLEET_DOCKER_TESTS") == "required":
+        pytest.fail(f"Docker tests are required here, but {reason}")
+    pytest.skip(reason)
+
+
+def _compose_command() -> list[str]:
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    _unavailable("neither `docker compose` nor docker-compose is installed")
+    return []
+
+
+@pytest.fixture
+def compose(tmp_path):
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        _unavailable("no Docker engine answers")
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
+        _unavailable(f"the image {IMAGE} is missing: run scripts/docker-image")
+    _etcd_image(tmp_path)
+    ports = {name: free_port() for name in ("SF_ETCD_PORT", "SF_ETCD_PEER_PORT", "SF_C1_PORT",
+                                             "SF_C2_PORT", "SF_C3_PORT", "SF_P1_PORT",
+                                             "SF_P2_PORT")}
+    project = f"sf{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SF_CLUSTER": project,
+           "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE}
+    base = [*_compose_command(), "-p", project, "-f", str(ROOT / "deploy/docker-compose.yml"),
+            "-f", str(ROOT / "deploy/docker-compose.host.yml")]
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *args], env=env, capture_output=True, text=True,
+                              timeout=300, check=check)
+
+    try:
+        up = run("up", "-d", check=False)
+        assert up.returncode == 0, up.stderr[-3000:]
+        yield run, ports, project
+    finally:
+        logs = run("logs", "--no-color", check=False).stdout
+        run("down", "-v", "--timeout", "5", check=False)
+        subprocess.run(f"docker ps -aq --filter label=io.servefleet.cluster={project} "
+                       "| xargs -r docker rm -f", shell=True, capture_output=True)
+        print(logs[-6000:])
+
+
+def _etcd_image(tmp_path: Path) -> None:
+    if subprocess.run(["docker", "image", "inspect", ETCD_IMAGE],
+                      capture_output=True).returncode == 0:
+        return
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        _unavailable("Debian's etcd-server is not installed")
+    context = tmp_path / "etcd-image"
+    context.mkdir()
+    shutil.copy(etcd, context / "etcd")
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nCOPY etcd /usr/local/bin/etcd\nENTRYPOINT []\n")
+    subprocess.run(["docker", "build", "-q", "-t", ETCD_IMAGE, str(context)], check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+
+
+def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:
+    run, ports, _ = compose
+    controllers = [f"127.0.0.1:{ports[k]}" for k in ("SF_C1_PORT", "SF_C2_PORT", "SF_C3_PORT")]
+    proxies = [f"http://127.0.0.1:{ports[k]}/sentiment" for k in ("SF_P1_PORT", "SF_P2_PORT")]
+
+    def answers(url: str) -> bool:
+        try:
+            return httpx.get(url, params={"text": "a great day"}, timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(lambda: all(answers(url) for url in proxies), 180,
+             "the example through both proxies")
+    assert httpx.get(proxies[0], params={"text": "a great day"}).json()["label"] == "positive"
+
+    with ControllerClient(controllers, timeout=30) as client:
+        leader = client.status().leader
+    service = f"controller-{controllers.index(leader) + 1}"
+    container = run("ps", "-q", service).stdout.strip()
+    assert container, f"no container for {service}"
+
+    failures: list[str] = []
+    sent = 0
+    stop = threading.Event()
+
+    def traffic() -> None:
+        nonlocal sent
+        with httpx.Client(timeout=10) as http:
+            while not stop.is_set():
+                for url in proxies:
+                    sent += 1
+                    try:
+                        reply = http.get(url, params={"text": "good"})
+                        if reply.status_code != 200:
+                            failures.append(f"{reply.status_code} {reply.text[:100]}")
+                    except httpx.HTTPError as e:
+                        failures.append(repr(e))
+                time.sleep(0.01)
+
+    worker = threading.Thread(target=traffic)
+    worker.start()
+    try:
+        time.sleep(1)
+        subprocess.run(["docker", "kill", container], check=True, capture_output=True)
+        with ControllerClient([c for c in controllers if c != leader], timeout=60) as client:
+            wait_for(lambda: client.status().leader not in ("", leader), 60, "a new leader")
+        time.sleep(2)
+    finally:
+        stop.set()
+        worker.join(30)
+    print(f"{sent} requests while the leader was killed; {len(failures)} failed")
+    assert not failures, failures[:5]
