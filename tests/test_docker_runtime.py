@@ -61,17 +61,24 @@ def containers(docker_client, cluster):
         return docker_client.containers.list(all=not running_only, filters=filters)
 
     yield find
+    import docker.errors
+
     for container in find():
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:
+            pass  # gone already, or being removed by the controller
 
 
 def echo_spec(replicas: int, **fields) -> dpb.DeploymentSpec:
     return dpb.DeploymentSpec(
         name="Echo", import_path="echo_app:Echo", route_prefix="/echo",
-        runtime=dpb.RuntimeOptions(working_dir=APPS, **fields.pop("runtime", {})),
+        runtime=dpb.RuntimeOptions(working_dir=APPS, env={"ECHO_MODE": "docker"},
+                                   **fields.pop("runtime", {})),
         replica_config=dpb.ReplicaConfig(
             num_replicas=replicas, health_check_period_s=0.5,
-            graceful_shutdown_wait_loop_s=0.1, graceful_shutdown_timeout_s=3),
+            graceful_shutdown_wait_loop_s=0.1, graceful_shutdown_timeout_s=3,
+            resources=dpb.Resources(num_cpus=0.5, memory_bytes=256 * 2**20)),
         **fields)
 
 
@@ -109,6 +116,11 @@ def test_containers_serve_scale_get_replaced_and_are_removed(fleet, containers,
                    for c in running)
         assert {r.record.handle for r in client.replicas(deployment="Echo")} == {
             c.id for c in running}
+        host = running[0].attrs["HostConfig"]
+        assert (host["NanoCpus"], host["Memory"]) == (500_000_000, 256 * 2**20)
+        assert host["NetworkMode"] == "host"
+        assert "ECHO_MODE=docker" in running[0].attrs["Config"]["Env"]
+        assert running[0].attrs["Config"]["WorkingDir"] == APPS
 
         proxy = ProxyProcess(fleet.addresses(), log_dir=tmp_path).start()
         try:
