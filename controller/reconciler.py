@@ -127,7 +127,7 @@ class Reconciler:
         async def stop() -> None:
             self._ops.check_leading()
             await self._ops.runtime.stop(orphan.handle, 5.0)
-            self._ops.runtime.cleanup(orphan.replica_id)
+            await asyncio.to_thread(self._ops.runtime.cleanup, orphan.replica_id)
             self._orphans.pop(orphan.replica_id, None)
 
         self._spawn(f"orphan:{orphan.replica_id}", stop)

@@ -152,14 +152,16 @@ class ReplicaOps:
                 pass  # dead or not listening: the runtime's stop still ends it
         # A little beyond the replica's own deadline, so it can exit by itself.
         await self.runtime.stop(record.handle, timeout_s + 2.0)
-        self.runtime.cleanup(record.replica_id)
+        # In a thread: a runtime may block (the Docker SDK does).
+        await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         if record.control_address:
             await self.client.forget(record.control_address)
         await self._fenced.commit([Delete(self._key(record))])
 
     async def forget(self, record: replica_pb2.ReplicaRecord) -> None:
         """Drop the record of a replica that is gone."""
-        self.runtime.cleanup(record.replica_id)
+        # In a thread: a runtime may block (the Docker SDK does).
+        await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         await self._fenced.commit([Delete(self._key(record))])
 
     async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> ExitReason | None:
@@ -168,7 +170,7 @@ class ReplicaOps:
         if seen is not None and seen.alive:
             return None
         code = f" with code {seen.exit_code}" if seen and seen.exit_code is not None else ""
-        tail = self.runtime.logs(record.replica_id, 8).strip()
+        tail = (await asyncio.to_thread(self.runtime.logs, record.replica_id, 8)).strip()
         return ExitReason(f"replica exited{code}" + (f"; last output:\n{tail}" if tail else ""),
                           bind_failure=seen is not None and seen.exit_code == EXIT_BIND_FAILURE)
 

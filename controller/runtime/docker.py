@@ -14,26 +14,38 @@ holds servefleet (deploy/Dockerfile), with:
   path (user code is found where the spec says), its env vars, and its
   resource limits (num_cpus → NanoCpus, memory_bytes → Memory, num_gpus →
   a GPU device request);
-- Docker's restart policy off: the controller decides what to restart.
+- Docker's restart policy off: the controller decides what to restart;
+- an init process (tini) as PID 1, reaping what user code leaves behind.
 
 The replica's settings file is copied into the container before it starts
 (settings can exceed what fits in an argument or env var). Stopping sends
 SIGTERM, waits, kills, and removes the container. The Docker SDK is
-blocking, so every call runs in a worker thread.
+blocking, so every call runs in a thread pool of this runtime's own (a slow
+stop never delays a start or a liveness sweep). An engine that cannot be
+reached raises Unavailable: retried, and not counted against a deployment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import io
 import json
 import logging
+import math
 import tarfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
 from .process import free_port
+
+T = TypeVar("T")
+# Seconds one Engine API call may take before it counts as the engine being down.
+DOCKER_TIMEOUT_S = 30
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +83,28 @@ class DockerRuntime:
         self._network = network
         self._host = host
         self._client = client
+        self._pool = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="docker")
 
     def _docker(self) -> Any:
         if self._client is None:
             import docker  # the SDK follows DOCKER_HOST, then the CLI context
 
-            self._client = docker.from_env()
+            self._client = docker.from_env(timeout=DOCKER_TIMEOUT_S)
         return self._client
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking SDK call in the pool; an unreachable engine is Unavailable."""
+        import docker.errors
+        import requests.exceptions
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                docker.errors.DockerException) as e:
+            if isinstance(e, docker.errors.APIError | RuntimeStartError):
+                raise
+            raise Unavailable(f"the Docker engine is unreachable: {e}") from None
 
     @staticmethod
     def _name(cluster: str, replica_id: str) -> str:
@@ -86,7 +113,7 @@ class DockerRuntime:
     # -- start ---------------------------------------------------------------------
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
-        return await asyncio.to_thread(self._start, launch)
+        return await self._call(self._start, launch)
 
     def _start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         import docker.errors
@@ -112,7 +139,7 @@ class DockerRuntime:
             "labels": labels, "command": command, "detach": True,
             "environment": {"PYTHONUNBUFFERED": "1", **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
-            "stop_signal": "SIGTERM",
+            "stop_signal": "SIGTERM", "init": True,
         }
         if launch.working_dir:
             if self._mount:
@@ -124,8 +151,8 @@ class DockerRuntime:
         if resources.get("memory_bytes"):
             options["mem_limit"] = int(resources["memory_bytes"])
         if resources.get("num_gpus"):
-            options["device_requests"] = [DeviceRequest(count=int(resources["num_gpus"]),
-                                                        capabilities=[["gpu"]])]
+            options["device_requests"] = [DeviceRequest(
+                count=math.ceil(resources["num_gpus"]), capabilities=[["gpu"]])]
         client = self._docker()
         try:
             container = client.containers.create(image, **options)
@@ -164,7 +191,7 @@ class DockerRuntime:
 
     async def stop(self, handle: str, timeout_s: float) -> None:
         if handle:
-            await asyncio.to_thread(self._stop, handle, timeout_s)
+            await self._call(self._stop, handle, timeout_s)
 
     def _stop(self, handle: str, timeout_s: float) -> None:
         import docker.errors
@@ -201,10 +228,11 @@ class DockerRuntime:
     async def list(self, cluster: str) -> list[RuntimeReplica]:
         def find() -> list[RuntimeReplica]:
             containers = self._docker().containers.list(
-                filters={"label": f"{LABEL}cluster={cluster}", "status": "running"})
+                filters={"label": f"{LABEL}cluster={cluster}", "status": "running"},
+                ignore_removed=True)
             return [self._replica(c) for c in containers]
 
-        return await asyncio.to_thread(find)
+        return await self._call(find)
 
     async def inspect(self, handle: str) -> RuntimeReplica | None:
         if not handle:
@@ -218,7 +246,7 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return None
 
-        return await asyncio.to_thread(get)
+        return await self._call(get)
 
     def logs(self, replica_id: str, lines: int = 20) -> str:
         import docker.errors
