@@ -49,6 +49,9 @@ HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-autho
 # Recomputed for the request forwarded (httpx sets host and the length of the body).
 ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
 SHADOW_TIMEOUT_S = 30.0
+# Shadow copies in flight per proxy; past it (or while the shadow's own queue
+# is not empty) copies are dropped: a shadow must never cost the real traffic.
+MAX_SHADOWS = 64
 # x-servefleet-method marks a handle call (servefleet/handle.py), and the route
 # prefix is the proxy's to say: neither comes from a client.
 NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-servefleet-method",
@@ -188,7 +191,8 @@ class ProxyApp:
         """Forward; if the client leaves first, cancel, which closes the connection to
         the replica, and the replica cancels the request in turn."""
         body = await _read_body(receive)
-        if shadow_pool is not None:
+        if (shadow_pool is not None and len(self._shadows) < MAX_SHADOWS
+                and shadow_pool.queued == 0):
             task = asyncio.create_task(self._mirror(scope, body, headers, shadow_pool,
                                                     request_id))
             self._shadows.add(task)
@@ -207,7 +211,8 @@ class ProxyApp:
                       pool: ReplicaPool, request_id: str) -> None:
         """Send a copy to the shadow deployment; read its answer and drop it."""
         try:
-            async with asyncio.timeout(self._timeout or SHADOW_TIMEOUT_S):
+            async with asyncio.timeout(self._timeout or self._routes().request_timeout_s
+                                       or SHADOW_TIMEOUT_S):
                 replica = await pool.acquire()
                 try:
                     response = await self._upstream.request(
