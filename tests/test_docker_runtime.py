@@ -197,3 +197,18 @@ def test_an_exiting_replica_reports_its_exit_code_and_last_output(containers,
         assert "replica exited with code 7" in dep.message
         assert "giving up on purpose" in dep.message  # its last output
         assert json.dumps(dep.message)  # a plain string, not a Docker object dump
+
+
+def test_containers_no_goal_wants_are_removed(containers, fleet, docker_client,
+                                              cluster) -> None:
+    # A container labelled as this cluster's replica that no record names: say,
+    # one a deposed leader started after losing its lease.
+    stray = docker_client.containers.run(
+        IMAGE, ["sleep", "300"], detach=True, network_mode="host", init=True,
+        labels={LABEL + "cluster": cluster, LABEL + "application": "default",
+                LABEL + "deployment": "Ghost", LABEL + "replica-id": "Ghost-0000",
+                LABEL + "version": "v0"})
+    fleet.start(1, runtime="docker")
+    fleet.leader()
+    wait_for(lambda: stray.id not in {c.id for c in containers()}, 60,
+             "the stray container removed")
