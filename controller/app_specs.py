@@ -60,6 +60,17 @@ def normalize_application(spec: apb.ApplicationSpec, field: str) -> apb.Applicat
     seen: set[str] = set()
     for i, override in enumerate(out.deployments):
         check_name(f"{field}.deployments[{i}].name", override.name)
+        # Check the values now, on a stand-in: a bad one must not wait for the build.
+        probe = dpb.DeploymentSpec(name=override.name, import_path="m:a",
+                                   replica_config=override.replica_config,
+                                   runtime=override.runtime,
+                                   version=override.version if override.HasField("version")
+                                   else "")
+        try:
+            normalize_spec(probe)
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{field}.deployments[{i}]" + e.field.removeprefix("spec"),
+                                  e.rule) from None
         if override.name in seen:
             raise InvalidArgument(f"{field}.deployments[{i}].name",
                                   f"{override.name!r} is listed twice")

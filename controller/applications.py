@@ -127,6 +127,11 @@ class ApplicationTable:
         record = self._records.get(name)
         return record.spec.traffic if record is not None and not record.deleted else None
 
+    def owns(self, name: str) -> bool:
+        """Whether `name` is an application deployed through DeployApplications."""
+        record = self._records.get(name)
+        return record is not None and not record.deleted
+
     def building(self, name: str) -> bool:
         task = self._tasks.get(name)
         return task is not None and not task.done()

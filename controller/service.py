@@ -27,9 +27,10 @@ from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb
 from .applications import ApplicationTable
 from .deployments import DeploymentTable
 from .election import LeaderElection
-from .errors import ApiError, NotLeader
+from .errors import ApiError, FailedPrecondition, NotLeader
 from .load import LoadReports
 from .reconciler import Reconciler
+from .spec import DEFAULT_APPLICATION
 from .status import Observed, cluster_status
 from .watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
 
@@ -150,12 +151,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     @api_method
     async def Deploy(self, request: api.DeployRequest, context: Any) -> api.DeployResponse:
+        self._check_not_owned(request.spec.application or DEFAULT_APPLICATION)
         version, updating = await self._deployments().deploy(request.spec)
         return api.DeployResponse(version=version, updating=updating)
 
     @api_method
     async def DeleteDeployments(self, request: api.DeleteDeploymentsRequest,
                                 context: Any) -> api.DeleteDeploymentsResponse:
+        self._check_not_owned(request.application or DEFAULT_APPLICATION)
         deleted = await self._deployments().delete(request.application, request.names)
         return api.DeleteDeploymentsResponse(deleted=deleted)
 
@@ -206,6 +209,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                                      leader=self._leadership.identity,
                                      proxies=sorted(proxies, key=lambda p: p.id),
                                      controllers=sorted(self._members()))
+
+    def _check_not_owned(self, application: str) -> None:
+        """Deployments of an application deployed from a config change only through it:
+        the next build would silently undo a change made beside it."""
+        if self._applications is not None and self._apps().owns(application):
+            raise FailedPrecondition(
+                f"application {application} is managed by DeployApplications (a config "
+                "file): change its deployments there, or delete the application")
 
     def _apps(self) -> ApplicationTable:
         assert self._applications is not None, "the servicer was built without applications"

@@ -133,11 +133,28 @@ def _build_processes(marker: str) -> list[str]:
     return [line for line in out.splitlines() if marker in line]
 
 
+def test_an_applications_deployments_change_only_through_it(client) -> None:
+    client.deploy_applications([app()])
+    wait_for(applied(client, "calc"), 30, "calc applied")
+    for call in (lambda: client.deploy(dpb.DeploymentSpec(name="Adder", application="calc",
+                                                          import_path="graph_app:Adder")),
+                 lambda: client.delete(["Adder"], application="calc")):
+        with pytest.raises(ControllerError) as e:
+            call()
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "managed by DeployApplications" in e.value.details
+    assert names(client, "calc") == ["Adder", "Front"]
+
+
 @pytest.mark.parametrize(("applications", "code", "text"), [
     ([app(), app()], grpc.StatusCode.INVALID_ARGUMENT, "applications[1].name"),
     ([app(), app(name="b")], grpc.StatusCode.INVALID_ARGUMENT, "applications[1].route_prefix"),
     ([app(import_path="nope")], grpc.StatusCode.INVALID_ARGUMENT,
      "applications[0].import_path"),
+    ([app(deployments=[apb.DeploymentOverride(
+        name="Adder", replica_config=dpb.ReplicaConfig(max_ongoing_requests=0))])],
+     grpc.StatusCode.INVALID_ARGUMENT,
+     "applications[0].deployments[0].replica_config.max_ongoing_requests"),
 ])
 def test_bad_requests_are_refused_and_change_nothing(client, applications, code, text) -> None:
     with pytest.raises(ControllerError) as e:
