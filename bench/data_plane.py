@@ -1,10 +1,13 @@
 """Data-plane throughput and latency, with wrk, beside the raw app ceiling.
 
-    .venv/bin/python bench/data_plane.py [--duration 10]     (needs Debian's wrk)
+    .venv/bin/python bench/data_plane.py [--duration 10] [--handler async|sync]
+                                                         (needs Debian's wrk)
 
 Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
 ceiling of this machine), and `servefleet proxy` in front of one no-op
-replica (controller on sqlite, process runtime). For 1, 16 and 64
+replica (controller on sqlite, process runtime). The no-op is `async def`,
+the same handler as the raw app's; `--handler sync` measures a plain `def`,
+which the replica runs in its thread pool. For 1, 16 and 64
 connections it prints requests/s, p50 and p99 for both, and the proxy's share
 of the ceiling. Goals (issue 4): >= 4,000 rps through one proxy to one replica
 at 16 connections, >= 0.25 of the raw app; p50 <= 1.5 ms at one connection.
@@ -61,6 +64,9 @@ def wait_ok(url: str, timeout: float = 60) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--handler", choices=["async", "sync"], default="async",
+                        help="the replica's no-op: `async def` like the raw app's handler "
+                             "(default), or a plain def, which takes a thread-pool hop")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk not found: apt-get install wrk")
@@ -75,7 +81,8 @@ def main() -> None:
             time.sleep(0.05)
         with ControllerClient(controller.address) as client:
             client.deploy(d.DeploymentSpec(
-                name="Noop", import_path="echo_app:noop", route_prefix="/noop",
+                name="Noop", route_prefix="/noop",
+                import_path="echo_app:async_noop" if args.handler == "async" else "echo_app:noop",
                 runtime=d.RuntimeOptions(working_dir=APPS),
                 replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
         proxy = ProxyProcess([controller.address], log_dir=work).start()
@@ -93,7 +100,7 @@ def main() -> None:
         controller.stop()
         raw.terminate()
         raw.wait()
-    print("servefleet data plane (wrk, 1 thread, "
+    print(f"servefleet data plane, {args.handler} no-op replica (wrk, 1 thread, "
           f"{args.duration}s per run; goals: >= 4,000 rps and >= 0.25 of raw at 16 "
           "connections, p50 <= 1.5 ms at 1)")
     print(f"  {'connections':<12}{'raw rps':>10}{'raw p50':>10}{'raw p99':>10}"

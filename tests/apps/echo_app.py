@@ -79,7 +79,13 @@ class Slow:
 
 
 def noop(request) -> str:
-    """The cheapest deployment: for data-plane benchmarks."""
+    """A sync no-op: each request takes a thread-pool hop in the replica."""
+    return "ok"
+
+
+async def async_noop(request) -> str:
+    """The cheapest deployment, the same handler as the raw app's: for data-plane
+    benchmarks."""
     return "ok"
 
 
