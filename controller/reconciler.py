@@ -57,6 +57,7 @@ LIVENESS_SWEEP_S = 0.5
 ORPHAN_GRACE_S = 5.0
 HEALTH_FAILURE_THRESHOLD = 3
 MAX_REASON_CHARS = 2000
+LIST_TIMEOUT_S = 5.0
 
 
 def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
@@ -186,9 +187,13 @@ class Reconciler:
         ORPHAN_GRACE_S apart, so a start under way is never mistaken for one.
         """
         try:
-            listed = await self._ops.runtime.list(self._ops.cluster)
+            # Bounded: a slow runtime (a Docker engine under load) must not hold
+            # up the tick; the next sweep tries again.
+            listed = await asyncio.wait_for(self._ops.runtime.list(self._ops.cluster),
+                                            LIST_TIMEOUT_S)
         except Exception as e:
-            logger.warning("cannot list replicas from the runtime: %s", e)
+            logger.warning("cannot list replicas from the runtime: %s",
+                           e or "timed out")
             return
         alive = {r.replica_id for r in listed}
         now = self._clock.monotonic()
