@@ -58,6 +58,7 @@ ORPHAN_GRACE_S = 5.0
 HEALTH_FAILURE_THRESHOLD = 3
 MAX_REASON_CHARS = 2000
 LIST_TIMEOUT_S = 5.0
+PRUNE_EVERY_S = 30.0
 
 
 def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
@@ -95,6 +96,7 @@ class Reconciler:
         self._orphans: dict[str, float] = {}
         # goal_of() per deployment, recomputed only when its record object changes.
         self._goal_cache: dict[DKey, tuple[records_pb2.DeploymentRecord, Goal]] = {}
+        self._last_prune = 0.0
 
     # -- recovery after an election ----------------------------------------------
 
@@ -120,6 +122,20 @@ class Reconciler:
         for orphan in running.values():
             self._stop_orphan(orphan)
         logger.info("recovered %d replicas from the registry", adopted)
+        await self._prune()
+
+    async def _prune(self) -> None:
+        """Remove what dead replicas no record names left behind (exited containers)."""
+        self._last_prune = self._clock.monotonic()
+        try:
+            removed = await asyncio.wait_for(
+                self._ops.runtime.prune(self._ops.cluster, set(self.records)), LIST_TIMEOUT_S)
+        except Exception as e:
+            logger.warning("cannot prune dead replicas: %s", e or "timed out")
+            return
+        if removed:
+            logger.info("removed what %d dead replicas left behind: %s", len(removed),
+                        ", ".join(removed))
 
     def _stop_orphan(self, orphan: RuntimeReplica) -> None:
         logger.warning("stopping orphan replica %s (handle %s): no record wants it",
@@ -197,6 +213,8 @@ class Reconciler:
             return
         alive = {r.replica_id for r in listed}
         now = self._clock.monotonic()
+        if now - self._last_prune >= PRUNE_EVERY_S:
+            await self._prune()
         self._orphans = {k: v for k, v in self._orphans.items() if k in alive}
         for replica in listed:
             if replica.replica_id in self.records:

@@ -82,6 +82,9 @@ class FakeRuntime:
     def cleanup(self, replica_id: str) -> None:
         pass
 
+    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+        return []
+
     def alive(self) -> list[RuntimeReplica]:
         return [r for r in self.replicas.values() if r.alive]
 

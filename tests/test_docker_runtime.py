@@ -60,7 +60,8 @@ def containers(docker_client, cluster):
         filters = {"label": f"{LABEL}cluster={cluster}"}
         if running_only:
             filters["status"] = "running"
-        return docker_client.containers.list(all=not running_only, filters=filters)
+        return docker_client.containers.list(all=not running_only, filters=filters,
+                                             ignore_removed=True)
 
     yield find
     import docker.errors
@@ -208,7 +209,13 @@ def test_containers_no_goal_wants_are_removed(containers, fleet, docker_client,
         labels={LABEL + "cluster": cluster, LABEL + "application": "default",
                 LABEL + "deployment": "Ghost", LABEL + "replica-id": "Ghost-0000",
                 LABEL + "version": "v0"})
+    labels = {LABEL + "cluster": cluster, LABEL + "application": "default",
+              LABEL + "deployment": "Ghost", LABEL + "replica-id": "Ghost-dead",
+              LABEL + "version": "v0"}
+    dead = docker_client.containers.run(IMAGE, ["true"], detach=True, network_mode="host",
+                                        labels=labels)
+    dead.wait(timeout=30)
     fleet.start(1, runtime="docker")
     fleet.leader()
-    wait_for(lambda: stray.id not in {c.id for c in containers()}, 60,
-             "the stray container removed")
+    wait_for(lambda: not {stray.id, dead.id} & {c.id for c in containers()}, 60,
+             "the stray containers removed, the running one and the exited one")

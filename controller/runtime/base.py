@@ -74,3 +74,8 @@ class Runtime(Protocol):
     def cleanup(self, replica_id: str) -> None:
         """Forget what a stopped replica left behind (settings, logs)."""
         ...
+
+    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+        """Remove what dead replicas of `cluster` left behind (an exited container),
+        except those of the replica ids in `keep`; returns the ids removed."""
+        ...

@@ -248,6 +248,29 @@ class DockerRuntime:
 
         return await self._call(get)
 
+    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+        """Remove the cluster's containers that are not running (exited, created,
+        dead) and that no replica record in `keep` names."""
+        def remove() -> list[str]:
+            import docker.errors
+
+            removed = []
+            for status in ("exited", "created", "dead"):
+                for container in self._docker().containers.list(
+                        all=True, ignore_removed=True,
+                        filters={"label": f"{LABEL}cluster={cluster}", "status": status}):
+                    replica_id = container.labels.get(LABEL + "replica-id", "")
+                    if replica_id in keep:
+                        continue
+                    try:
+                        container.remove(force=True)
+                        removed.append(replica_id)
+                    except docker.errors.APIError:
+                        pass  # being removed already
+            return removed
+
+        return await self._call(remove)
+
     def logs(self, replica_id: str, lines: int = 20) -> str:
         import docker.errors
 

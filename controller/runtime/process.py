@@ -203,6 +203,10 @@ class ProcessRuntime:
         except OSError:
             return ""
 
+    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+        """Nothing to do: a dead process leaves only files, which cleanup() removes."""
+        return []
+
     def cleanup(self, replica_id: str) -> None:
         for path in self._paths(replica_id):
             with contextlib.suppress(OSError):
