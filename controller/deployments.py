@@ -30,7 +30,7 @@ from .election import FencedStore
 from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from .keys import ClusterKeys
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
-from .store import Op, Put, Store, StoreUnavailable
+from .store import Delete, Op, Put, Store, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ Key = tuple[str, str]  # (application, name)
 MAX_OPS_PER_TXN = 100
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_TXN_BYTES = 1_400_000
+# Deleted deployments kept for ListDeployments(include_deleted); older ones go
+# once none of their replicas is left.
+MAX_DELETED_HISTORY = 1000
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -52,8 +55,13 @@ def _timestamp(seconds: float) -> Timestamp:
 class DeploymentTable:
     def __init__(self, keys: ClusterKeys, fenced: FencedStore, store: Store,
                  clock: Clock | None = None,
-                 on_change: Callable[[str, str], None] | None = None) -> None:
+                 on_change: Callable[[str, str], None] | None = None,
+                 max_history: int = MAX_DELETED_HISTORY) -> None:
         self._keys = keys
+        self._max_history = max_history
+        # Whether a deleted deployment may be forgotten: set by the server to
+        # "the reconciler tracks none of its replicas".
+        self.can_purge: Callable[[Key], bool] = lambda key: True
         # Told (application, name) after each change to a deployment's goal.
         self._on_change = on_change or (lambda app, name: None)
         self._fenced = fenced
@@ -256,6 +264,7 @@ class DeploymentTable:
                        if (application, n) in self._records
                        and not self._records[(application, n)].deleted]
             await self._mark_deleted(targets)
+            await self._purge_history()
         return [name for _, name in targets]
 
     async def delete_all(self) -> int:
@@ -264,7 +273,26 @@ class DeploymentTable:
             await self._refresh_if_stale()
             targets = [k for k, r in sorted(self._records.items()) if not r.deleted]
             await self._mark_deleted(targets)
+            await self._purge_history()
         return len(targets)
+
+    async def _purge_history(self) -> None:
+        """Forget the oldest deleted deployments past MAX_DELETED_HISTORY."""
+        deleted = sorted((r.end_time.ToNanoseconds(), k) for k, r in self._records.items()
+                         if r.deleted)
+        excess = len(deleted) - self._max_history
+        victims = [k for _, k in deleted if self.can_purge(k)][:max(0, excess)]
+        for start in range(0, len(victims), MAX_OPS_PER_TXN):
+            chunk = victims[start:start + MAX_OPS_PER_TXN]
+
+            def forget(chunk: list[Key] = chunk) -> None:
+                for key in chunk:
+                    self._records.pop(key, None)
+
+            await self._commit([Delete(self._keys.deployment(*k)) for k in chunk], {}, forget)
+        if victims:
+            logger.info("forgot %d deleted deployments (history keeps %d)", len(victims),
+                        self._max_history)
 
     async def _mark_deleted(self, targets: list[Key]) -> None:
         now = _timestamp(self._clock.time())

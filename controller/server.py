@@ -251,6 +251,8 @@ class ControllerServer:
             apps = ApplicationTable(self._keys, fenced, self._store, table, self._clock,
                                     on_traffic=traffic_changed)
             reconciler = self._new_reconciler(table, fenced, changed, publisher)
+            if reconciler is not None:
+                table.can_purge = lambda key: not reconciler.views.get(key)
             if (await self._retry_while_leading(table.load, holding)
                     and await self._retry_while_leading(apps.load, holding)
                     and (reconciler is None

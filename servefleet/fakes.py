@@ -149,17 +149,19 @@ class FakeControlPlane:
         self.client = FakeReplicaClient(self.runtime)
         self.election: LeaderElection | None = None
 
-    async def lead(self) -> tuple[DeploymentTable, Reconciler]:
+    async def lead(self, max_history: int = 1000) -> tuple[DeploymentTable, Reconciler]:
         if self.election is not None:
             await self.election.resign()
         self.election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
         token = await self.election.campaign()
         fenced = FencedStore(self.store, self.election, self.keys.leader, token)
-        table = DeploymentTable(self.keys, fenced, self.store, self.clock)
+        table = DeploymentTable(self.keys, fenced, self.store, self.clock,
+                                max_history=max_history)
         await table.load(self.store)
         ops = ReplicaOps(self.cluster, self.keys, fenced, self.runtime, self.client)
         reconciler = Reconciler(self.keys, ops, lambda: table.list(include_deleted=True),
                                 self.clock)
+        table.can_purge = lambda key: not reconciler.views.get(key)
         await reconciler.recover(self.store)
         return table, reconciler
 

@@ -154,3 +154,24 @@ async def test_stop_whose_write_fails_is_retried(world: FakeControlPlane) -> Non
     await settle(reconciler, world.clock, ticks=20)
     assert len(world.runtime.alive()) == 1
     assert len(await world.store.list_prefix(world.keys.replicas)) == 1
+
+
+async def test_deleted_history_is_capped_but_keeps_deployments_still_stopping(
+        world: FakeControlPlane) -> None:
+    table, reconciler = await world.lead(max_history=2)
+    for name in ("A", "B", "C", "D"):
+        await table.deploy(spec(name, 1))
+    await settle(reconciler, world.clock)
+    # Past the cap, but their replicas are still running: all three stay.
+    await table.delete("", ["A", "B", "C"])
+    assert [r.spec.name for r in table.list(include_deleted=True) if r.deleted] == [
+        "A", "B", "C"]
+    await settle(reconciler, world.clock)  # their replicas stop
+    world.clock.advance(1)
+    await table.delete("", ["D"])
+    assert [r.spec.name for r in table.list(include_deleted=True)] == ["C", "D"]
+    stored = {kv.key.rsplit("/", 1)[1] for kv in
+              await world.store.list_prefix(world.keys.deployments)}
+    assert stored == {"C", "D"}, "the oldest deleted deployments are gone from the store too"
+    await settle(reconciler, world.clock)
+    assert not world.runtime.alive()
