@@ -58,6 +58,9 @@ ORPHAN_GRACE_S = 5.0
 HEALTH_FAILURE_THRESHOLD = 3
 MAX_REASON_CHARS = 2000
 LIST_TIMEOUT_S = 5.0
+# Backoff of a replica operation that keeps failing (a stop, a start's registry write).
+RETRY_BASE_S = 0.5
+RETRY_MAX_S = 5.0
 PRUNE_EVERY_S = 30.0
 
 
@@ -97,6 +100,9 @@ class Reconciler:
         # goal_of() per deployment, recomputed only when its record object changes.
         self._goal_cache: dict[DKey, tuple[records_pb2.DeploymentRecord, Goal]] = {}
         self._last_prune = 0.0
+        # Per replica: failed attempts in a row, and when the next may start.
+        self._failed_in_a_row: dict[str, int] = {}
+        self._retry_after: dict[str, float] = {}
 
     # -- recovery after an election ----------------------------------------------
 
@@ -362,6 +368,8 @@ class Reconciler:
         `work` is called inside the task, so a task cancelled before it ran
         leaves no coroutine behind.
         """
+        if self._clock.monotonic() < self._retry_after.get(replica_id, 0.0):
+            return  # backing off after failed attempts: a later tick spawns it again
         task = asyncio.create_task(self._guarded(replica_id, work), name=f"replica-{replica_id}")
         self._tasks[replica_id] = task
         task.add_done_callback(lambda t: self._tasks.pop(replica_id, None)
@@ -375,10 +383,26 @@ class Reconciler:
             raise
         except NotLeader:
             logger.warning("replica %s: leadership lost; stopping work", replica_id)
-        except Unavailable as e:
-            logger.warning("replica %s: %s; retrying next tick", replica_id, e)
-        except Exception:
-            logger.exception("replica %s: operation failed; retrying next tick", replica_id)
+        except Exception as e:
+            self._back_off(replica_id, e)
+        else:
+            self._failed_in_a_row.pop(replica_id, None)
+            self._retry_after.pop(replica_id, None)
+
+    def _back_off(self, replica_id: str, error: Exception) -> None:
+        """A replica operation failed (store down, runtime error, a bug): retry it
+        after RETRY_BASE_S, doubling up to RETRY_MAX_S while it keeps failing;
+        the traceback is logged once per streak, not on every tick."""
+        count = self._failed_in_a_row.get(replica_id, 0) + 1
+        self._failed_in_a_row[replica_id] = count
+        delay = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (count - 1))
+        self._retry_after[replica_id] = self._clock.monotonic() + delay
+        if count == 1 and not isinstance(error, Unavailable):
+            logger.exception("replica %s: operation failed; retrying in %.1fs", replica_id,
+                             delay)
+        else:
+            logger.warning("replica %s: %s (failed %d times in a row); retrying in %.1fs",
+                           replica_id, error, count, delay)
 
     def _start(self, key: DKey, slot: int, goal: records_pb2.DeploymentRecord) -> None:
         replica_id = f"{goal.spec.name}-{secrets.token_hex(4)}"
@@ -436,6 +460,8 @@ class Reconciler:
             views.pop(record.replica_id, None)
             self.records.pop(record.replica_id, None)
             self._next_health.pop(record.replica_id, None)
+            self._failed_in_a_row.pop(record.replica_id, None)
+            self._retry_after.pop(record.replica_id, None)
 
         self._spawn(record.replica_id, stop)
 

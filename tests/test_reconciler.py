@@ -175,3 +175,35 @@ async def test_deleted_history_is_capped_but_keeps_deployments_still_stopping(
     assert stored == {"C", "D"}, "the oldest deleted deployments are gone from the store too"
     await settle(reconciler, world.clock)
     assert not world.runtime.alive()
+
+
+async def test_a_stop_that_keeps_failing_backs_off(world: FakeControlPlane) -> None:
+    table, reconciler = await world.lead()
+    await table.deploy(spec("A", 1))
+    await settle(reconciler, world.clock)
+    attempts = 0
+    real_stop = world.runtime.stop
+
+    async def broken_stop(handle: str, timeout_s: float) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 6:
+            raise RuntimeError("the runtime refuses to stop it")
+        await real_stop(handle, timeout_s)
+
+    world.runtime.stop = broken_stop  # this fake instance only
+    await table.delete("", ["A"])
+    # 100 ticks of 0.1 s: without backoff, a try on nearly every tick.
+    await settle_fine(reconciler, world.clock, ticks=100, step_s=0.1)
+    assert 3 <= attempts <= 6, f"{attempts} attempts in 10 s"
+    await settle_fine(reconciler, world.clock, ticks=200, step_s=0.1)
+    assert attempts == 7 and not world.runtime.alive(), "it is stopped in the end"
+
+
+async def settle_fine(reconciler: Reconciler, clock: FakeClock, ticks: int,
+                      step_s: float) -> None:
+    for _ in range(ticks):
+        clock.advance(step_s)
+        await reconciler.tick()
+        await asyncio.sleep(0)
+        await reconciler.wait_tasks()
