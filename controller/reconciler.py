@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
-from servefleet.v1 import records_pb2, replica_pb2, status_pb2
+from servefleet.v1 import records_pb2, replica_pb2
 
 from .clock import Clock
 from .errors import NotLeader, Unavailable
@@ -50,7 +50,6 @@ from .status import target_replicas
 from .store import Store
 
 logger = logging.getLogger(__name__)
-RS = replica_pb2.ReplicaState
 DKey = tuple[str, str]
 
 LIVENESS_SWEEP_S = 0.5
@@ -490,46 +489,4 @@ class Reconciler:
         return not any(self.views.values())
 
     # -- reporting ------------------------------------------------------------------------
-
-    def running_records(self, application: str,
-                        deployment: str) -> list[replica_pb2.ReplicaRecord]:
-        """Registry records of the replicas that may take traffic: RUNNING ones, and
-        RECOVERING ones (found after a failover, serving until a probe says not),
-        so proxies keep their replica sets across a failover."""
-        return [self.records[v.replica_id]
-                for v in self.views.get((application, deployment), {}).values()
-                if v.state in (RUNNING, RECOVERING) and not v.failure]
-
-    def replica_counts(self, key: DKey) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for view in self.views.get(key, {}).values():
-            name = RS.Name(view.state).removeprefix("REPLICA_STATE_")
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
-    def status(self, record: records_pb2.DeploymentRecord) -> tuple[int, str] | None:
-        """(status, message) of the last plan, or None if none was made yet.
-
-        A plan made for an older goal says nothing about the new one: the
-        deployment is then updating until the next tick plans it.
-        """
-        planned = self.plans.get((record.spec.application, record.spec.name))
-        if planned is None:
-            return None
-        goal, plan = planned
-        if goal != goal_of(record):
-            return status_pb2.DEPLOYMENT_STATUS_UPDATING, "applying the new goal"
-        return plan.status, plan.message
-
-    def replica_infos(self, application: str = "",
-                      deployment: str = "") -> list[replica_pb2.ReplicaInfo]:
-        infos = []
-        for (app, name), views in sorted(self.views.items()):
-            if (application and app != application) or (deployment and name != deployment):
-                continue
-            for view in sorted(views.values(), key=lambda v: (v.slot, v.replica_id)):
-                infos.append(replica_pb2.ReplicaInfo(
-                    record=self.records[view.replica_id], state=view.state,
-                    message=view.failure or view.message))
-        return infos
 

@@ -25,6 +25,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,6 +44,7 @@ from .members import Membership
 from .reconciler import Reconciler
 from .replica_client import GrpcReplicaClient
 from .replica_ops import ReplicaOps
+from .replica_report import running_records
 from .runtime import Runtime
 from .runtime.process import ProcessRuntime
 from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
@@ -257,7 +259,8 @@ class ControllerServer:
                     and await self._retry_while_leading(apps.load, holding)
                     and (reconciler is None
                          or await self._retry_while_leading(reconciler.recover, holding))):
-                running = reconciler.running_records if reconciler else (lambda a, n: [])
+                running = (partial(running_records, reconciler) if reconciler
+                           else (lambda a, n: []))
                 state = StatePublisher(publisher, table.live, running, apps.traffic,
                                        lambda: apps.http_options)
                 state.refresh_all()

@@ -30,6 +30,7 @@ from .election import LeaderElection
 from .errors import ApiError, FailedPrecondition, NotLeader
 from .load import LoadReports
 from .reconciler import Reconciler
+from .replica_report import planned_status, replica_counts, replica_infos
 from .spec import DEFAULT_APPLICATION
 from .status import Observed, cluster_status
 from .watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
@@ -179,7 +180,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def ListReplicas(self, request: api.ListReplicasRequest,
                            context: Any) -> api.ListReplicasResponse:
         reconciler = self._reconciler()
-        infos = reconciler.replica_infos(request.application, request.deployment) \
+        infos = replica_infos(reconciler, request.application, request.deployment) \
             if reconciler is not None else []
         return api.ListReplicasResponse(replicas=infos)
 
@@ -192,7 +193,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             if reconciler is None:
                 return {}, None
             key = (record.spec.application, record.spec.name)
-            return reconciler.replica_counts(key), reconciler.status(record)
+            return replica_counts(reconciler, key), planned_status(reconciler, record)
 
         apps = self._apps()
         applications = cluster_status(self._deployments().live(), observe, apps.records(),

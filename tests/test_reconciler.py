@@ -8,6 +8,7 @@ import pytest
 
 from servefleet.controller.planner import ReplicaView
 from servefleet.controller.reconciler import Reconciler
+from servefleet.controller.replica_report import planned_status
 from servefleet.controller.runtime import ReplicaLaunch
 from servefleet.controller.store import StoreUnavailable
 from servefleet.fakes import FakeClock, FakeControlPlane
@@ -83,7 +84,7 @@ async def test_failed_startups_end_in_deploy_failed(world: FakeControlPlane) -> 
     world.runtime.broken["bad:C"] = "ValueError: no"
     await table.deploy(spec("A", 1, import_path="bad:C"))
     await settle(reconciler, world.clock, ticks=80)
-    status = reconciler.status(table.get("default", "A"))
+    status = planned_status(reconciler, table.get("default", "A"))
     assert status is not None and status[0] == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
     assert "ValueError: no" in status[1]
     started = len(world.runtime.replicas)
