@@ -50,7 +50,8 @@ from .election import FencedStore
 from .errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
 from .keys import ClusterKeys
 from .spec import check_name
-from .store import Delete, Op, Put, Store, StoreUnavailable
+from .store import Delete, Op, Put, Store
+from .store_mirror import StoreMirror
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,6 @@ class ApplicationTable:
                  build: Builder = run_build,
                  on_traffic: Callable[[str], None] | None = None) -> None:
         self._keys = keys
-        self._fenced = fenced
-        self._store = store
         self._deployments = deployments
         self._clock = clock or Clock()
         self._build = build
@@ -94,7 +93,7 @@ class ApplicationTable:
         self.http_options = apb.HttpOptions()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
-        self._stale = False
+        self._writes = StoreMirror(fenced, store, self.load)
         # Set by Shutdown (clear): no more writes or builds in this term.
         self.closed = False
 
@@ -140,23 +139,18 @@ class ApplicationTable:
 
     async def _commit(self, ops: list[Op], updated: dict[str, apb.ApplicationRecord | None],
                       after: Callable[[], None] | None = None) -> None:
-        """Write, then mirror in memory and run `after` (kicks, notifications):
-        shielded, so a caller cancelled mid-write (a client deadline) cannot
-        leave a stored change that nothing acts on."""
+        """Write (store_mirror.py), then mirror in memory and run `after` (kicks,
+        notifications) in the same shielded step, so a caller cancelled
+        mid-write cannot leave a stored change that nothing acts on."""
         if self.closed:
             raise Unavailable("the controller is shutting down")
 
-        async def write() -> None:
-            try:
-                await self._fenced.commit(ops)
-            except Unavailable:
-                self._stale = True
-                raise
+        def mirror() -> None:
             self._mirror(updated)
             if after is not None:
                 after()
 
-        await asyncio.shield(write())
+        await self._writes.write(ops, mirror)
 
     def _mirror(self, updated: dict[str, apb.ApplicationRecord | None]) -> None:
         for name, record in updated.items():
@@ -167,12 +161,7 @@ class ApplicationTable:
 
     async def _refresh_if_stale(self) -> None:
         """After a write of unknown outcome: reload, and act on what did land."""
-        if self._stale:
-            try:
-                await self.load(self._store)
-            except StoreUnavailable as e:
-                raise Unavailable(f"the store is unavailable: {e}") from e
-            self._stale = False
+        if await self._writes.refresh_if_stale():
             for record in self.records():
                 if pending(record) and not self.building(record.spec.name):
                     self.kick(record.spec.name)

@@ -8,11 +8,9 @@ A failed write therefore leaves both unchanged, and a lost leadership makes
 the write fail before anything is touched.
 
 Mutations are serialised by one lock, so checks such as prev_version and
-route-prefix uniqueness see the state they are applied to. A write is
-shielded from the caller's cancellation (a client deadline), so a write that
-reaches the store also reaches memory; a write whose outcome is unknown (the
-store became unreachable) marks the table stale, and the next mutation reloads
-it from the store before it checks anything.
+route-prefix uniqueness see the state they are applied to. Writes follow
+store_mirror.py: shielded from the caller's cancellation, and a write whose
+outcome is unknown makes the next mutation reload the table first.
 """
 
 from __future__ import annotations
@@ -27,10 +25,11 @@ from servefleet.v1 import deployment_pb2, records_pb2
 
 from .clock import Clock
 from .election import FencedStore
-from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from .keys import ClusterKeys
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
-from .store import Delete, Op, Put, Store, StoreUnavailable
+from .store import Delete, Op, Put, Store
+from .store_mirror import StoreMirror
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +63,7 @@ class DeploymentTable:
         self.can_purge: Callable[[Key], bool] = lambda key: True
         # Told (application, name) after each change to a deployment's goal.
         self._on_change = on_change or (lambda app, name: None)
-        self._fenced = fenced
-        self._store = store
-        self._stale = False
+        self._writes = StoreMirror(fenced, store, self.load)
         self._clock = clock or Clock()
         self._records: dict[Key, records_pb2.DeploymentRecord] = {}
         self._lock = asyncio.Lock()
@@ -116,29 +113,15 @@ class DeploymentTable:
     async def _commit(self, ops: list[Op],
                       updated: dict[Key, records_pb2.DeploymentRecord],
                       after: Callable[[], None] | None = None) -> None:
-        """Write, then mirror in memory (and run `after`); shielded so a cancelled
-        caller cannot split them."""
-        async def write() -> None:
-            try:
-                await self._fenced.commit(ops)
-            except Unavailable:
-                self._stale = True
-                raise
+        """Write (store_mirror.py), then mirror in memory and run `after`."""
+        def mirror() -> None:
             self._records.update(updated)
             if after is not None:
                 after()
             for key in updated:
                 self._on_change(*key)
 
-        await asyncio.shield(write())
-
-    async def _refresh_if_stale(self) -> None:
-        if self._stale:
-            try:
-                await self.load(self._store)
-            except StoreUnavailable as e:
-                raise Unavailable(f"the store is unavailable: {e}") from e
-            self._stale = False
+        await self._writes.write(ops, mirror)
 
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
         """Create or update a deployment; returns (stored version, updating)."""
@@ -148,7 +131,7 @@ class DeploymentTable:
             raise InvalidArgument("spec", f"must be at most {MAX_RECORD_BYTES} bytes once "
                                           "normalised")
         async with self._lock:
-            await self._refresh_if_stale()
+            await self._writes.refresh_if_stale()
             current = self._records.get(key)
             live = current if current is not None and not current.deleted else None
             # Equality comes before the prev_version check so that retrying an
@@ -213,7 +196,7 @@ class DeploymentTable:
         unchanged ones are left alone."""
         goals = [normalize_spec(spec) for spec in specs]
         async with self._lock:
-            await self._refresh_if_stale()
+            await self._writes.refresh_if_stale()
             now = _timestamp(self._clock.time())
             updated: dict[Key, records_pb2.DeploymentRecord] = {}
             for goal in goals:
@@ -259,7 +242,7 @@ class DeploymentTable:
         for i, name in enumerate(names):
             check_name(f"names[{i}]", name)
         async with self._lock:
-            await self._refresh_if_stale()
+            await self._writes.refresh_if_stale()
             targets = [(application, n) for n in dict.fromkeys(names)
                        if (application, n) in self._records
                        and not self._records[(application, n)].deleted]
@@ -270,7 +253,7 @@ class DeploymentTable:
     async def delete_all(self) -> int:
         """Delete every live deployment (Shutdown); returns how many."""
         async with self._lock:
-            await self._refresh_if_stale()
+            await self._writes.refresh_if_stale()
             targets = [k for k, r in sorted(self._records.items()) if not r.deleted]
             await self._mark_deleted(targets)
             await self._purge_history()
