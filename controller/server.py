@@ -31,7 +31,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from servefleet.lifecycle import on_stop_signals
+from servefleet.lifecycle import can_bind, notify_ready, on_stop_signals
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
 from .applications import ApplicationTable
@@ -192,7 +192,7 @@ class ControllerServer:
             reflection.SERVICE_NAME,
         ], server)
         # Checked first: gRPC's own failure to bind also prints a C-core error line.
-        if not _can_bind(self.config.listen):
+        if not can_bind(self.config.listen):
             self.bound_port = 0
         else:
             try:
@@ -200,8 +200,8 @@ class ControllerServer:
             except RuntimeError:
                 self.bound_port = 0
         if not self.bound_port:
-            raise OSError(f"cannot listen on {self.config.listen}: "
-                          "the address is in use or not available here")
+            raise OSError(f"cannot listen on {self.config.listen}: the address is in use "
+                          "or not available here (--listen chooses another)")
         await self._health.set("", SERVING)
         await self._health.set(SERVICE_NAME, NOT_SERVING)
         await server.start()
@@ -352,29 +352,12 @@ class ControllerServer:
         logger.info("controller stopped")
 
 
-def _can_bind(listen: str) -> bool:
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]")
-    try:
-        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except (OSError, ValueError):
-        return True  # let gRPC say what is wrong with it
-    for family, kind, proto, _, address in infos[:1]:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError:
-                return False
-    return True
-
-
 async def serve(config: ControllerConfig) -> None:
     """Run a controller until SIGTERM/SIGINT or the Shutdown RPC."""
     server = ControllerServer(config)
     on_stop_signals(server.request_stop)
     await server.start()
+    notify_ready(f"controller listening on {config.listen}")
     try:
         await server.wait_stop_requested()
     finally:

@@ -17,7 +17,7 @@ import uuid
 
 import grpc
 
-from servefleet.lifecycle import on_stop_signals, start_http_server
+from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 
@@ -50,6 +50,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         reporting = asyncio.create_task(_report_load(watcher, state))
         logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
                     controllers)
+        notify_ready(f"proxy listening on {listen}")
         stop = asyncio.Event()
         on_stop_signals(stop.set)
         await stop.wait()

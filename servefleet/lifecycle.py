@@ -4,6 +4,8 @@
 second exits at once (as uvicorn does). `start_http_server`: uvicorn started
 and stopped by its caller (`Server.serve()` would install uvicorn's own
 signal handlers, and our processes drain on signals themselves).
+`can_bind`: whether an address is free to listen on. `notify_ready`: tell
+the supervisor that the process listens (systemd's readiness protocol).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -55,3 +58,47 @@ async def start_http_server(app: Any, host: str, port: int, **options: Any) -> u
         raise OSError(f"cannot listen on {host}:{port}") from None
     await server.on_tick(0)  # sets the default headers
     return server
+
+
+def can_bind(address: str) -> bool:
+    """Whether a server could listen on HOST:PORT now (the port is free)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (OSError, ValueError):
+        return True  # let the server say what is wrong with it
+    for family, kind, proto, _, sockaddr in infos[:1]:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError:
+                return False
+    return True
+
+
+NOTIFY_ENV = "NOTIFY_SOCKET"
+
+
+def notify_ready(status: str) -> None:
+    """Tell the supervisor that this process now serves.
+
+    systemd's sd_notify protocol: a "READY=1" datagram to the Unix socket
+    named by $NOTIFY_SOCKET ("@name" is an abstract socket). `servefleet up`
+    starts its controller and proxy this way, so it knows that its own
+    children hold their ports; a systemd unit can use `Type=notify`. The
+    variable is removed, so processes started later (replicas) do not send
+    a readiness of their own. Without the variable this does nothing.
+    """
+    address = os.environ.pop(NOTIFY_ENV, "")
+    if not address:
+        return
+    target = "\0" + address[1:] if address.startswith("@") else address
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(target)
+            sock.sendall(f"READY=1\nSTATUS={status}".encode())
+    except OSError as e:
+        logger.warning("cannot notify %s that this process is ready: %s", address, e)

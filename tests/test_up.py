@@ -1,4 +1,6 @@
-"""`servefleet up`: started and stopped by a test, leaving no process behind."""
+"""`servefleet up`: started and stopped by a test, leaving no process behind;
+a second `up` on taken ports or the same state dir refuses to start and leaves
+the first alone; two with their own ports and state dirs run side by side."""
 
 from __future__ import annotations
 
@@ -12,16 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet.cli.up import Cluster, _start
+from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
 from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
-
-
-def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
-    config = tmp_path / "serve.yaml"
-    config.write_text(f"""
+ROOT = Path(__file__).resolve().parent.parent
+CALC = f"""
 applications:
   - name: calc
     route_prefix: /calc
@@ -30,7 +31,49 @@ applications:
     deployments:
       - {{name: Adder, num_replicas: 1, graceful_shutdown_wait_loop_s: 0.1}}
       - {{name: Front, graceful_shutdown_wait_loop_s: 0.1}}
-""")
+"""
+
+
+class Up:
+    """One `servefleet up` child process and the lines it printed."""
+
+    def __init__(self, config: Path | None, state: Path, http: str, listen: str,
+                 *extra: str) -> None:
+        self.http, self.listen, self.state = http, listen, state
+        argv = [sys.executable, "-m", "servefleet", "up", *([str(config)] if config else []),
+                "--state-dir", str(state), "--http", http, "--listen", listen, *extra]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+                                        daemon=True)
+        self._reader.start()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_ready(self) -> None:
+        wait_for(lambda: "ready" in self.output or self.proc.poll() is not None, 90,
+                 "up to be ready")
+        assert self.proc.poll() is None, self.output[-3000:]
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        code = self.wait_exit(120)
+        self.proc.stdout.close()
+        return code
+
+
+def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text(CALC)
     http, listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     state = tmp_path / "state"
     proc = subprocess.Popen([sys.executable, "-m", "servefleet", "up", str(config),
@@ -56,6 +99,63 @@ applications:
     assert not [pid for pid in children if _alive(pid)], "controller or proxy left running"
     assert not _replicas(state), "replicas left running"
     assert "Traceback" not in output
+
+
+def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text(CALC)
+    tries = tmp_path / "try.txt"
+    tries.write_text("# a comment\ncurl 'http://{http}/calc?x=1'\n")
+    first = Up(config, tmp_path / "a", f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+               "--try-file", str(tries))
+    try:
+        first.wait_ready()
+        assert f"curl 'http://{first.http}/calc?x=1'" in first.output
+        assert "a comment" not in first.output
+
+        def serves() -> None:
+            assert httpx.get(f"http://{first.http}/calc", params={"x": 2}).json()["call"] == 12
+
+        serves()
+        # The controller's port, the proxy's port, the state dir: each taken by the first.
+        clashes = [(first.listen, f"127.0.0.1:{free_port()}", tmp_path / "b", "--listen"),
+                   (f"127.0.0.1:{free_port()}", first.http, tmp_path / "c", "--http"),
+                   (f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", first.state,
+                    "--state-dir")]
+        for listen, http, state, flag in clashes:
+            second = Up(config, state, http, listen)
+            assert second.wait_exit() == 2, second.output
+            second.proc.stdout.close()
+            assert len(second.lines) == 1 and flag in second.output, second.output
+            assert "Traceback" not in second.output
+        serves()
+        with ControllerClient(first.listen, timeout=5) as client:
+            assert [a.name for a in client.status().applications] == ["calc"]
+
+        # A cluster whose controller cannot listen (the port was taken after the
+        # check) must not mistake the first's controller for its own.
+        cluster = Cluster(f"sqlite://{tmp_path / 'd.db'}", first.listen,
+                          f"127.0.0.1:{free_port()}", str(tmp_path / "d-runtime"))
+        try:
+            args = type("Args", (), {"wait_timeout": 30, "try_file": None})()
+            from servefleet.config_file import load_config
+            assert not _start(cluster, load_config(str(config)), args, threading.Event())
+        finally:
+            cluster.stop()
+        serves()
+
+        # With ports and a state dir of its own, a second up runs beside the first.
+        beside = Up(config, tmp_path / "e", f"127.0.0.1:{free_port()}",
+                    f"127.0.0.1:{free_port()}")
+        try:
+            beside.wait_ready()
+            assert httpx.get(f"http://{beside.http}/calc", params={"x": 1}).json()["call"] == 11
+            serves()
+        finally:
+            assert beside.stop() == 0, beside.output[-3000:]
+        serves()
+    finally:
+        assert first.stop() == 0, first.output[-3000:]
 
 
 def _children(pid: int) -> list[int]:

@@ -11,14 +11,12 @@ from servefleet.client import ControllerClient
 from servefleet.config_file import ConfigError, dump_config, load_config
 from servefleet.v1 import status_pb2
 
+from .errors import CommandFailed
+
 AS = status_pb2.ApplicationStatus
 WAIT_POLL_S = 0.5
 
 ClientFactory = Callable[[argparse.Namespace], ControllerClient]
-
-
-class CommandFailed(Exception):
-    """The command ran but its goal was not reached: printed as one line, exit 1."""
 
 
 def _word(status: int) -> str:

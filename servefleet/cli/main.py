@@ -21,14 +21,7 @@ from collections.abc import Callable, Sequence
 from servefleet.client import ENV_CONTROLLER, ControllerClient, ControllerError
 
 from . import apps, output, up
-from .apps import CommandFailed
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit 2."""
+from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
 
 
 def _add_controller_flag(parser: argparse.ArgumentParser) -> None:

@@ -1,11 +1,17 @@
 """`servefleet up [CONFIG]`: a whole servefleet on this machine, in the foreground.
 
-1. start a controller on the embedded store (sqlite, process runtime) and a
+1. claim the state directory (a lock: one `up` per directory) and check
+   that the controller's and the proxy's addresses are free; either failing
+   is one line naming the flag that changes it, exit 2;
+2. start a controller on the embedded store (sqlite, process runtime) and a
    proxy, each in its own session so that Ctrl-C reaches only this command,
-   and print their logs prefixed with their name;
-2. deploy CONFIG, if given, and report progress until it is RUNNING (or
-   failed), then say what to curl;
-3. on Ctrl-C or SIGTERM (or when a child dies): Shutdown, which deletes every
+   print their logs prefixed with their name, and wait until each says it
+   listens (lifecycle.notify_ready). Only then is the address known to be
+   this `up`'s own controller: nothing is ever deployed to, or shut down on,
+   a controller that another process started;
+3. deploy CONFIG, if given, and report progress until it is RUNNING (or
+   failed), then say what to try;
+4. on Ctrl-C or SIGTERM (or when a child dies): Shutdown, which deletes every
    application and waits for the replicas to stop, then the controller exits;
    stop the proxy; and, as a last resort, kill any replica still running from
    this runtime directory. Nothing is left behind.
@@ -15,19 +21,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+import uuid
+from collections.abc import Callable, Iterator
 
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.config_file import ConfigError, load_config
+from servefleet.lifecycle import NOTIFY_ENV, can_bind
 
-from .apps import CommandFailed, wait_running
+from .apps import wait_running
+from .errors import CommandFailed, UsageError
 
 CONTROLLER_EXIT_TIMEOUT_S = 90.0
+# How long the controller and the proxy may take to listen.
+START_TIMEOUT_S = 60.0
 DEFAULT_HTTP = "127.0.0.1:8000"
 
 
@@ -36,12 +51,41 @@ def _pump(name: str, stream, out: Callable[[str], None]) -> None:
         out(f"{name:<10}| {line.rstrip()}")
 
 
+@contextlib.contextmanager
+def claim_state_dir(state_dir: str) -> Iterator[None]:
+    """Hold the state directory's lock for as long as this `up` runs; UsageError
+    if another `up` holds it (both would share one store and one runtime dir)."""
+    path = os.path.join(state_dir, "up.lock")
+    with open(path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise UsageError(f"{state_dir} is in use by another servefleet up (pid {holder}); "
+                             "stop it, or choose another directory with --state-dir") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+def check_free(address: str, flag: str) -> None:
+    if not can_bind(address):
+        raise UsageError(f"{address} is in use (another servefleet up?); "
+                         f"choose another address with {flag}")
+
+
 class Cluster:
     """The child processes of one `up`."""
 
     def __init__(self, store: str, listen: str, http: str, runtime_dir: str) -> None:
         self.listen, self.http, self.runtime_dir = listen, http, runtime_dir
         self._lock = threading.Lock()
+        # Set once the child said it listens: from then on, `listen` is ours.
+        self.controller_ready = False
+        self._notify: dict[str, socket.socket] = {}
+        self._pumps: list[tuple[threading.Thread, subprocess.Popen]] = []
         python = [sys.executable, "-m", "servefleet"]
         self.controller = self._spawn("controller", [
             *python, "controller", "--store", store, "--listen", listen,
@@ -56,10 +100,37 @@ class Cluster:
             print(line, flush=True)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        # The child's readiness arrives on a socket of its own (an abstract one:
+        # no path to clean up, no length limit from a deep state dir).
+        address = f"servefleet-up-{os.getpid()}-{name}-{uuid.uuid4().hex[:8]}"
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind("\0" + address)
+        self._notify[name] = notify
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        threading.Thread(target=_pump, args=(name, proc.stdout, self.say), daemon=True).start()
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env={**os.environ, NOTIFY_ENV: "@" + address})
+        pump = threading.Thread(target=_pump, args=(name, proc.stdout, self.say), daemon=True)
+        pump.start()
+        self._pumps.append((pump, proc))
         return proc
+
+    def wait_listening(self, stop: threading.Event,
+                       timeout_s: float = START_TIMEOUT_S) -> str | None:
+        """Wait until the controller and the proxy both listen; why not, if they do not."""
+        waiting = dict(self._notify)
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            problem = self.died() or ("stopped" if stop.is_set() else None)
+            if problem:
+                return problem
+            if time.monotonic() > deadline:
+                return f"the {' and the '.join(waiting)} did not listen within {timeout_s:g} s"
+            readable, _, _ = select.select(list(waiting.values()), [], [], 0.2)
+            for name, notify in list(waiting.items()):
+                if notify in readable and b"READY=1" in notify.recv(4096).split(b"\n"):
+                    del waiting[name]
+                    self.controller_ready = self.controller_ready or name == "controller"
+        return None
 
     def died(self) -> str | None:
         for name, proc in (("controller", self.controller), ("proxy", self.proxy)):
@@ -70,7 +141,11 @@ class Cluster:
     def stop(self) -> None:
         self.say("up        | stopping: deleting every application, then stopping the "
                  "controller and the proxy")
-        if self.controller.poll() is None:
+        for notify in self._notify.values():
+            notify.close()
+        if self.controller.poll() is None and not self.controller_ready:
+            self.controller.terminate()  # not listening: whatever answers there is not ours
+        elif self.controller.poll() is None:
             try:
                 with ControllerClient(self.listen, timeout=5) as client:
                     client.shutdown()
@@ -81,6 +156,10 @@ class Cluster:
         if self.proxy.poll() is None:
             self.proxy.terminate()
         _wait_or_kill(self.proxy, 30)
+        for pump, proc in self._pumps:  # their last lines, then the pipes
+            pump.join(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
         for pid in self._leftover_replicas():
             self.say(f"up        | killing leftover replica process {pid}")
             with contextlib.suppress(ProcessLookupError):
@@ -105,6 +184,8 @@ def _wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     request = None
+    if args.try_file and not os.path.isfile(args.try_file):
+        raise UsageError(f"--try-file {args.try_file}: no such file")
     if args.config:
         try:
             request = load_config(args.config)
@@ -114,29 +195,36 @@ def cmd_up(args: argparse.Namespace) -> int:
     if http is None and request is not None and request.http_options.port:
         http = f"{request.http_options.host or '127.0.0.1'}:{request.http_options.port}"
     http = http or DEFAULT_HTTP
-    state_dir = os.path.expanduser(args.state_dir)
+    state_dir = os.path.abspath(os.path.expanduser(args.state_dir))
     os.makedirs(state_dir, exist_ok=True)
     store = args.store or f"sqlite://{os.path.join(state_dir, 'state.db')}"
 
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"))
-    try:
-        if not _start(cluster, request, args, stop):
-            return 1
-        while not stop.wait(0.5):
-            problem = cluster.died()
-            if problem:
-                cluster.say(f"up        | {problem}; stopping")
+    with claim_state_dir(state_dir):
+        check_free(args.listen, "--listen")
+        check_free(http, "--http" if args.http else "--http (or http_options.port in CONFIG)")
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"))
+        try:
+            if not _start(cluster, request, args, stop):
                 return 1
-        return 0
-    finally:
-        cluster.stop()
+            while not stop.wait(0.5):
+                problem = cluster.died()
+                if problem:
+                    cluster.say(f"up        | {problem}; stopping")
+                    return 1
+            return 0
+        finally:
+            cluster.stop()
 
 
 def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.Event) -> bool:
-    """Deploy the config once the controller leads; False if that failed."""
+    """Deploy the config once our own controller listens and leads; False if that failed."""
+    problem = cluster.wait_listening(stop)
+    if problem:
+        cluster.say(f"up        | {problem}")
+        return False
     with ControllerClient(cluster.listen, timeout=30) as client:
         try:
             leader = client.status().leader
@@ -162,12 +250,20 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
             cluster.say(f"up        | {e}")
             return False
     cluster.say("up        | ready. Try:")
-    for app in request.applications:
-        if not app.no_route:
-            route = app.route_prefix if app.HasField("route_prefix") else "/"
-            cluster.say(f"up        |   curl http://{cluster.http}{route}")
+    for line in _suggestions(request, cluster.http, args.try_file):
+        cluster.say(f"up        |   {line}")
     cluster.say("up        | Ctrl-C stops everything.")
     return True
+
+
+def _suggestions(request, http: str, try_file: str | None) -> list[str]:
+    """The commands to try: the --try-file's lines, else one curl per route."""
+    if try_file:
+        with open(try_file) as f:
+            return [line.rstrip().replace("{http}", http) for line in f
+                    if line.strip() and not line.startswith("#")]
+    return [f"curl http://{http}{app.route_prefix if app.HasField('route_prefix') else '/'}"
+            for app in request.applications if not app.no_route]
 
 
 def add_command(commands) -> None:
@@ -183,5 +279,9 @@ def add_command(commands) -> None:
                     help="where the controller listens (default %(default)s)")
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
-    up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S")
+    up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds CONFIG may take to be RUNNING (default %(default)s)")
+    up.add_argument("--try-file", default=None, metavar="FILE",
+                    help="once ready, print the commands in FILE (one a line, {http} is the "
+                         "proxy's address) instead of one curl per route")
     up.set_defaults(run=cmd_up)
