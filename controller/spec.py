@@ -21,6 +21,7 @@ import math
 import re
 from typing import Any
 
+from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
 
 from .errors import InvalidArgument
@@ -42,9 +43,6 @@ IMAGE_RE = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?(:[0-9]+/[a-z0-9._/-]+)
 
 MAX_JSON_BYTES = 256 * 1024
 MAX_SPEC_BYTES = 1024 * 1024  # etcd refuses requests over 1.5 MiB by default
-MAX_REPLICAS = 10_000
-MAX_ONGOING = 100_000
-MAX_QUEUED = 1_000_000
 MAX_SECONDS = 86_400.0
 MAX_ENV_VARS = 256
 MAX_CUSTOM_RESOURCES = 32

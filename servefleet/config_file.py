@@ -113,10 +113,7 @@ def _http_options(value: Any) -> apb.HttpOptions:
     if "host" in value:
         out.host = check_str("http_options.host", value["host"])
     if "port" in value:
-        port = check_int("http_options.port", value["port"])
-        if not 0 < port < 65536:
-            raise OptionError(f"http_options.port: must be between 1 and 65535, got {port}")
-        out.port = port
+        out.port = check_int("http_options.port", value["port"], (1, 65535))
     if "request_timeout_s" in value:
         out.request_timeout_s = check_float("http_options.request_timeout_s",
                                             value["request_timeout_s"])

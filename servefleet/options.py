@@ -9,7 +9,10 @@ field (config file > code > defaults).
 
 Errors are `OptionError` naming the path of the bad value, e.g.
 `applications[0].deployments[1].num_replicas: expected an integer, got 'two'`.
-Ranges are checked later, by the controller's validation of the full spec.
+Integer options are checked against their bounds here too (a value outside
+them would otherwise fail inside protobuf with a message naming nothing);
+the controller's validation of the full spec (controller/spec.py) checks
+the same bounds and everything else.
 """
 
 from __future__ import annotations
@@ -23,6 +26,19 @@ from servefleet.v1 import application_pb2, deployment_pb2
 class OptionError(ValueError):
     """A bad option; the message starts with the path of the value."""
 
+
+# Bounds of the integer options, shared with the controller's validation.
+MAX_REPLICAS = 10_000
+MAX_ONGOING = 100_000
+MAX_QUEUED = 1_000_000
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_replicas": (0, MAX_REPLICAS),
+    "max_ongoing_requests": (1, MAX_ONGOING),
+    "max_queued_requests": (-1, MAX_QUEUED),  # -1: no limit
+    "min_replicas": (0, MAX_REPLICAS),
+    "max_replicas": (1, MAX_REPLICAS),
+    "initial_replicas": (0, MAX_REPLICAS),
+}
 
 INT_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_requests")
 FLOAT_OPTIONS = ("health_check_period_s", "health_check_timeout_s",
@@ -40,9 +56,13 @@ def _type_name(value: Any) -> str:
     return f"{value!r}" if isinstance(value, str | int | float | bool) else type(value).__name__
 
 
-def check_int(path: str, value: Any) -> int:
+def check_int(path: str, value: Any, bounds: tuple[int, int] | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise OptionError(f"{path}: expected an integer, got {_type_name(value)}")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        note = " (-1: no limit)" if bounds[0] == -1 else ""
+        raise OptionError(f"{path}: must be between {bounds[0]} and {bounds[1]}{note}, "
+                          f"got {value}")
     return value
 
 
@@ -104,7 +124,7 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
     config = out.replica_config
     for key in INT_OPTIONS:
         if key in options:
-            setattr(config, key, check_int(f"{path}.{key}", options[key]))
+            setattr(config, key, check_int(f"{path}.{key}", options[key], INT_BOUNDS[key]))
     for key in FLOAT_OPTIONS:
         if key in options:
             setattr(config, key, check_float(f"{path}.{key}", options[key]))
@@ -117,7 +137,7 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
         for key in AUTOSCALING_INT:
             if key in autoscaling:
                 setattr(config.autoscaling_config, key,
-                        check_int(f"{apath}.{key}", autoscaling[key]))
+                        check_int(f"{apath}.{key}", autoscaling[key], INT_BOUNDS[key]))
         for key in AUTOSCALING_FLOAT:
             if key in autoscaling:
                 setattr(config.autoscaling_config, key,

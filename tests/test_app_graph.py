@@ -51,6 +51,10 @@ def test_options_are_checked_in_code() -> None:
         Leaf.options(num_replica=3)
     with pytest.raises(OptionError, match=r"max_ongoing_requests: expected an integer, got 'x'"):
         deployment(max_ongoing_requests="x")(lambda request: "")
+    with pytest.raises(OptionError, match=r"num_replicas: must be between 0 and 10000, got -1"):
+        deployment(num_replicas=-1)(lambda request: "")
+    with pytest.raises(OptionError, match=r"min_replicas: must be between 0 and 10000"):
+        Leaf.options(autoscaling_config={"min_replicas": 2**40})
     with pytest.raises(OptionError, match="cannot travel as JSON"):
         graph_of(Root.bind(object()))
     with pytest.raises(TypeError, match="cannot be called directly"):

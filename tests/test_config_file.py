@@ -88,6 +88,23 @@ def test_dump_writes_back_what_load_reads(tmp_path) -> None:
     ("applications: [{name: a, import_path: m:a, args: [1]}]",
      "applications[0].args: expected a mapping"),
     ("applications: [: bad", "not valid YAML"),
+    # Out of the options' bounds: named, with the range, not a protobuf ValueError.
+    ("applications: [{name: a, import_path: m:a, deployments: [{name: D, num_replicas: -1}]}]",
+     "applications[0].deployments[0].num_replicas: must be between 0 and 10000, got -1"),
+    ("applications: [{name: a, import_path: m:a, deployments: "
+     "[{name: D, num_replicas: 99999999999}]}]",
+     "applications[0].deployments[0].num_replicas: must be between 0 and 10000, "
+     "got 99999999999"),
+    ("applications: [{name: a, import_path: m:a, deployments: "
+     "[{name: D, max_ongoing_requests: -5}]}]",
+     "applications[0].deployments[0].max_ongoing_requests: must be between 1 and 100000, "
+     "got -5"),
+    ("applications: [{name: a, import_path: m:a, deployments: "
+     "[{name: D, max_queued_requests: -2}]}]",
+     "max_queued_requests: must be between -1 and 1000000 (-1: no limit), got -2"),
+    ("applications: [{name: a, import_path: m:a, deployments: "
+     "[{name: D, autoscaling_config: {max_replicas: 4294967296}}]}]",
+     "autoscaling_config.max_replicas: must be between 1 and 10000, got 4294967296"),
 ])
 def test_errors_name_the_file_and_the_path(tmp_path, text: str, message: str) -> None:
     path = write(tmp_path, text)
