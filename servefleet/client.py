@@ -10,7 +10,10 @@ whose outcome is unknown is safe. Callers never need to know who leads.
 
 Errors: `ControllerError` carries the gRPC code and the server's message
 (INVALID_ARGUMENT names the field); `ControllerUnreachable` (a subclass) means
-no controller answered as leader within the timeout.
+no controller answered as leader within the timeout. With `refused_after`
+set, a client whose every address refuses connections gives up after that
+many seconds instead, with `NoControllerRunning` (a subclass of that): a
+controller that answers but has no leader yet is still waited for.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ class ControllerUnreachable(ControllerError):
     """No controller answered as the leader before the timeout."""
 
 
+class NoControllerRunning(ControllerUnreachable):
+    """Every address refused connections for `refused_after` seconds."""
+
+
 def resolve_addresses(addresses: str | Sequence[str] | None = None) -> list[str]:
     """Addresses from the argument, else $SERVEFLEET_CONTROLLER, else the default.
 
@@ -65,6 +72,11 @@ def _not_delivered(details: str) -> bool:
     return "not the leader" in details or "failed to connect" in details.lower()
 
 
+def _refused(details: str) -> bool:
+    """True when nothing listens at the address (gRPC's connect error)."""
+    return "connection refused" in details.lower()
+
+
 def _leader_hint(error: grpc.RpcError) -> str | None:
     for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
         if key == LEADER_METADATA_KEY and value:
@@ -74,10 +86,14 @@ def _leader_hint(error: grpc.RpcError) -> str | None:
 
 class ControllerClient:
     def __init__(self, addresses: str | Sequence[str] | None = None, *,
-                 timeout: float = 30.0, rpc_timeout: float = 5.0) -> None:
+                 timeout: float = 30.0, rpc_timeout: float = 5.0,
+                 refused_after: float | None = None) -> None:
         self.addresses = resolve_addresses(addresses)
         self.timeout = timeout
         self.rpc_timeout = rpc_timeout
+        # Seconds of every address refusing connections before giving up
+        # (NoControllerRunning); None: keep trying until `timeout`.
+        self.refused_after = refused_after
         self._current = 0
         self._channels: dict[str, grpc.Channel] = {}
 
@@ -109,10 +125,12 @@ class ControllerClient:
         controller (a deadline, a dropped connection) is raised instead of
         retried; only refusals by a standby and refused connections are.
         """
-        deadline = time.monotonic() + self.timeout
+        start = time.monotonic()
+        deadline = start + self.timeout
         attempt = 0
         hints_followed = 0
         last_error = "no attempt made"
+        refusing: set[str] = set()  # addresses that refused since any other answer
         while True:
             address = self.addresses[self._current]
             remaining = deadline - time.monotonic()
@@ -126,6 +144,13 @@ class ControllerClient:
                     raise ControllerError(code, details) from None
                 last_error = f"{address}: {details}"
                 hint = _leader_hint(e)
+                refusing = refusing | {address} if _refused(details) else set()
+            if (self.refused_after is not None and refusing >= set(self.addresses)
+                    and time.monotonic() - start >= self.refused_after):
+                raise NoControllerRunning(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"no controller is running at {', '.join(self.addresses)} "
+                    "(connection refused)")
             if time.monotonic() >= deadline:
                 raise ControllerUnreachable(
                     grpc.StatusCode.UNAVAILABLE,

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.testing import free_port
+from servefleet.lifecycle import can_bind
+from servefleet.testing import free_port, wait_for
 from servefleet.v1 import deployment_pb2 as d
 
 
@@ -84,8 +85,29 @@ def test_output_into_a_closed_pipe_is_not_an_error(controller) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_unreachable_controller_is_one_line() -> None:
-    result = servefleet("status", "--controller", f"127.0.0.1:{free_port()}", "--timeout", "1")
+def test_no_controller_running_is_one_line_naming_the_addresses() -> None:
+    # Every address refuses: said at once (not after --timeout), with what to do.
+    addresses = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    result = servefleet("status", "--controller", addresses, timeout=12)
+    assert result.returncode == 1
+    line = one_clean_line(result.stderr)
+    assert f"no controller is running at {addresses.replace(',', ', ')}" in line
+    assert "servefleet up" in line
+
+
+def test_a_controller_without_a_leader_is_waited_for() -> None:
+    # It answers (its store is down, so nobody leads): the CLI keeps trying
+    # until --timeout, then says no leader was reachable.
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "servefleet", "controller", "--store",
+                             f"etcd://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{port}"],
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: not can_bind(f"127.0.0.1:{port}"), 30, "the controller to listen")
+        result = servefleet("status", "--controller", f"127.0.0.1:{port}", "--timeout", "3")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
     assert result.returncode == 1
     assert "no controller leader reachable" in one_clean_line(result.stderr)
 

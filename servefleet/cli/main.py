@@ -18,10 +18,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from servefleet.client import ENV_CONTROLLER, ControllerClient, ControllerError
+from servefleet.client import (
+    ENV_CONTROLLER,
+    ControllerClient,
+    ControllerError,
+    NoControllerRunning,
+)
 
 from . import apps, output, up
 from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
+
+# A command whose every controller address refuses connections gives up after
+# this long (a controller that answers without a leader yet is waited for).
+REFUSED_AFTER_S = 2.0
 
 
 def _add_controller_flag(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +45,8 @@ def _client(args: argparse.Namespace) -> ControllerClient:
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
     try:
-        return ControllerClient(args.controller, timeout=args.timeout)
+        return ControllerClient(args.controller, timeout=args.timeout,
+                                refused_after=min(REFUSED_AFTER_S, args.timeout))
     except ValueError as e:
         raise UsageError(f"--controller: {e}") from None
 
@@ -179,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except CommandFailed as e:
         print(f"servefleet {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except NoControllerRunning as e:
+        print(f"servefleet {args.command}: {e.details}; start one with `servefleet up`, or "
+              f"name a running one with --controller or ${ENV_CONTROLLER}", file=sys.stderr)
         return EXIT_FAILED
     except ControllerError as e:
         print(f"servefleet {args.command}: {e.code.name}: {e.details}", file=sys.stderr)
