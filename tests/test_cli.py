@@ -51,7 +51,15 @@ def test_status_text_and_json(controller) -> None:
     assert as_json.returncode == 0, as_json.stderr
     reply = json.loads(as_json.stdout)
     assert reply["leader"] == controller.address
-    assert reply["applications"][0]["deployments"][0]["name"] == "Model"
+    (app,) = reply["applications"]
+    (model,) = app["deployments"]
+    assert model["name"] == "Model"
+    # The same short status words as the text, and every field, zero or not.
+    assert (app["status"], model["status"]) == ("DEPLOYING", "UPDATING")
+    assert model["replica_states"] == {} and model["target_replicas"] == 1
+    listed = json.loads(servefleet("replicas", "--json", "--controller",
+                                   controller.address).stdout)
+    assert listed == []
 
 
 def test_list_and_delete(controller) -> None:

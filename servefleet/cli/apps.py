@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 
@@ -11,6 +10,7 @@ from servefleet.client import ControllerClient
 from servefleet.config_file import ConfigError, dump_config, load_config
 from servefleet.v1 import status_pb2
 
+from . import output
 from .errors import CommandFailed
 
 AS = status_pb2.ApplicationStatus
@@ -20,7 +20,7 @@ ClientFactory = Callable[[argparse.Namespace], ControllerClient]
 
 
 def _word(status: int) -> str:
-    return AS.Name(status).removeprefix("APPLICATION_STATUS_")
+    return output.enum_word(AS, status)
 
 
 def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
@@ -75,8 +75,7 @@ def cmd_config(args: argparse.Namespace, client_for: ClientFactory) -> int:
     with client_for(args) as client:
         reply = client.applications()
     if args.json:
-        from google.protobuf.json_format import MessageToDict
-        print(json.dumps(MessageToDict(reply), indent=2))
+        print(output.to_json(reply))
     else:
         print(dump_config(reply), end="")
     return 0

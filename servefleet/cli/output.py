@@ -1,10 +1,21 @@
-"""How the CLI prints replies: readable text, or JSON with proto field names."""
+"""How the CLI prints replies: readable text, or JSON.
+
+The JSON is the reply's protobuf message with its proto field names
+(`target_replicas`, not `targetReplicas`), every field present (zero values
+and empty lists too, so the shape does not change with the state), and enum
+values as the short words the text output uses (`HEALTHY`, `RUNNING`), not
+the proto's prefixed names (`DEPLOYMENT_STATUS_HEALTHY`). The README's "JSON
+output" section shows the shape.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from typing import Any
 
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
@@ -12,7 +23,45 @@ from servefleet.v1 import controller_pb2, records_pb2, replica_pb2, status_pb2
 
 
 def _dict(message: Message) -> dict:
-    return MessageToDict(message, preserving_proto_field_name=True)
+    data = MessageToDict(message, preserving_proto_field_name=True,
+                         always_print_fields_with_no_presence=True)
+    _shorten_enums(message.DESCRIPTOR, data)
+    return data
+
+
+def enum_prefix(enum: EnumDescriptor) -> str:
+    """"ApplicationStatus" -> "APPLICATION_STATUS_", the prefix buf lint makes
+    every value of an enum carry."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
+
+
+def _short(field: FieldDescriptor, value: Any) -> Any:
+    prefix = enum_prefix(field.enum_type)
+    if isinstance(value, list):
+        return [v.removeprefix(prefix) if isinstance(v, str) else v for v in value]
+    return value.removeprefix(prefix) if isinstance(value, str) else value
+
+
+def _shorten_enums(descriptor: Descriptor, data: dict[str, Any]) -> None:
+    """Replace, in place, the enum values of `data` (a MessageToDict of a
+    `descriptor` message) by their short names."""
+    for field in descriptor.fields:
+        if field.name not in data:
+            continue
+        value = data[field.name]
+        if field.enum_type is not None:
+            data[field.name] = _short(field, value)
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            inner = field.message_type.fields_by_name["value"]
+            for key, item in value.items():
+                if inner.enum_type is not None:
+                    value[key] = _short(inner, item)
+                elif inner.message_type is not None and isinstance(item, dict):
+                    _shorten_enums(inner.message_type, item)
+        elif field.message_type is not None:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, dict):  # well-known types are strings
+                    _shorten_enums(field.message_type, item)
 
 
 def to_json(message: Message) -> str:
@@ -23,8 +72,9 @@ def records_json(records: Sequence[Message]) -> str:
     return json.dumps([_dict(r) for r in records], indent=2, sort_keys=True)
 
 
-def _enum_word(enum: object, value: int, prefix: str) -> str:
-    return enum.Name(value).removeprefix(prefix)  # type: ignore[attr-defined]
+def enum_word(enum: Any, value: int) -> str:
+    """The short name of an enum value: DeploymentStatus 2 -> "HEALTHY"."""
+    return str(enum.Name(value)).removeprefix(enum_prefix(enum.DESCRIPTOR))
 
 
 def status_text(reply: controller_pb2.GetStatusResponse) -> str:
@@ -34,11 +84,11 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
     if not reply.applications:
         lines.append("no applications")
     for app in reply.applications:
-        word = _enum_word(status_pb2.ApplicationStatus, app.status, "APPLICATION_STATUS_")
+        word = enum_word(status_pb2.ApplicationStatus, app.status)
         lines.append(f"application {app.name}: {word}" + (f" ({app.message})" if app.message
                                                          else ""))
         for dep in app.deployments:
-            dword = _enum_word(status_pb2.DeploymentStatus, dep.status, "DEPLOYMENT_STATUS_")
+            dword = enum_word(status_pb2.DeploymentStatus, dep.status)
             states = ", ".join(f"{n} {state}" for state, n in sorted(dep.replica_states.items()))
             lines.append(f"  {dep.name}: {dword}, {dep.replica_states.get('RUNNING', 0)}/"
                          f"{dep.target_replicas} running, version {dep.version}"
@@ -64,7 +114,7 @@ def replicas_text(infos: Sequence[replica_pb2.ReplicaInfo]) -> str:
     for info in infos:
         r = info.record
         rows.append((r.replica_id, f"{r.application}/{r.deployment}",
-                     _enum_word(replica_pb2.ReplicaState, info.state, "REPLICA_STATE_"),
+                     enum_word(replica_pb2.ReplicaState, info.state),
                      r.version, str(r.slot), r.http_address or "-",
                      r.handle.partition(":")[0] or "-",
                      info.message.splitlines()[0] if info.message else ""))
