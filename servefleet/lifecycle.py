@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,15 +42,38 @@ def on_stop_signals(drain: Callable[[], None]) -> None:
         loop.add_signal_handler(signum, handle, signum)
 
 
-async def start_http_server(app: Any, host: str, port: int, **options: Any) -> uvicorn.Server:
+class HttpServer(uvicorn.Server):
+    """uvicorn's Server, started and stopped by its caller (`start_http_server`).
+
+    uvicorn's own main loop is not run, so this keeps what it did that still
+    matters: the Date header, renewed at each second (RFC 9110 wants the time
+    the response was made, not the time the server started).
+    """
+
+    _date_clock: asyncio.Task[None] | None = None
+
+    def keep_date_current(self) -> None:
+        self._date_clock = asyncio.create_task(self._renew_date(), name="http-date")
+
+    async def _renew_date(self) -> None:
+        while True:
+            await asyncio.sleep(1.0 - time.time() % 1.0 + 0.001)  # just past the second
+            await self.on_tick(0)  # counter 0: renews the default headers
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._date_clock is not None:
+            self._date_clock.cancel()
+        await super().shutdown(sockets)
+
+
+async def start_http_server(app: Any, host: str, port: int, **options: Any) -> HttpServer:
     """A listening uvicorn server; OSError if the address cannot be bound.
 
-    Stop it with `await server.shutdown()`. Its once-a-second housekeeping is
-    not run: callers set date_header=False or accept a date fixed at start.
+    Stop it with `await server.shutdown()`.
     """
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_level="warning",
                             access_log=False, **options)
-    server = uvicorn.Server(config)
+    server = HttpServer(config)
     config.load()
     server.lifespan = config.lifespan_class(config)
     try:
@@ -57,6 +81,8 @@ async def start_http_server(app: Any, host: str, port: int, **options: Any) -> u
     except SystemExit:  # uvicorn exits when it cannot bind
         raise OSError(f"cannot listen on {host}:{port}") from None
     await server.on_tick(0)  # sets the default headers
+    if config.date_header:
+        server.keep_date_current()
     return server
 
 

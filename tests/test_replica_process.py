@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import httpx
@@ -44,6 +45,17 @@ def test_load_failure_is_reported_then_the_replica_exits(replicas, import_path,
     assert expected in meta.error and "Traceback" in meta.traceback
     replica.stub.Drain(replica_pb2.DrainRequest(wait_loop_s=0.05, timeout_s=5))
     assert replica.proc.wait(15) == 1
+
+
+def test_the_date_header_is_the_time_of_the_response(replicas) -> None:
+    replica = replicas("echo_app:hello")
+    replica.wait_phase(PHASE.REPLICA_PHASE_READY)
+    started = time.time()
+    time.sleep(2.2)
+    reply = httpx.get(f"http://127.0.0.1:{replica.http}/")
+    assert reply.status_code == 200
+    # Second resolution: the date is at least the whole second two seconds on.
+    assert parsedate_to_datetime(reply.headers["date"]).timestamp() >= int(started) + 2
 
 
 def test_sigterm_waits_for_in_flight_requests(replicas) -> None:
