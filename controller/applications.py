@@ -2,9 +2,11 @@
 
 One change of an application goes through three steps:
 
-1. `deploy` (the DeployApplications RPC) validates every spec, then writes
+1. `deploy` (the DeployApplications RPC) validates every spec, stamps the
+   digest of each working_dir's files into it (code_digest.py), then writes
    the changed records, each with its generation bumped, and the records of
-   the applications to delete, in one fenced transaction, and returns.
+   the applications to delete, in one fenced transaction, and returns (or,
+   for a dry run, returns what it would write).
 2. `_settle` builds the newest generation: the build step imports the code in
    a process of its own (builder.py) and reports the deployment graph.
 3. `_apply` turns the graph into deployment specs (app_specs.py) and writes
@@ -45,6 +47,7 @@ from .app_specs import (
 )
 from .builder import BuildResult, run_build
 from .clock import Clock
+from .code_digest import WorkingDirDigests
 from .deployments import MAX_OPS_PER_TXN, DeploymentTable
 from .election import FencedStore
 from .errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
@@ -180,6 +183,14 @@ class ApplicationTable:
         specs = [normalize_application(s, f"applications[{i}]")
                  for i, s in enumerate(request.applications)]
         self._check_unique(specs)
+        # The files under each working_dir are part of the spec, so that an
+        # edited module is a change (and a rebuild) like an edited config.
+        digests = WorkingDirDigests()
+        for i, spec in enumerate(specs):
+            await digests.stamp(spec.runtime, f"applications[{i}].runtime")
+            for j, override in enumerate(spec.deployments):
+                await digests.stamp(override.runtime,
+                                    f"applications[{i}].deployments[{j}].runtime")
         if request.HasField("http_options"):
             check_http_options(request.http_options)
         async with self._lock:
@@ -224,7 +235,7 @@ class ApplicationTable:
                 # Traffic policies and request_timeout_s travel with the route table.
                 self._on_traffic("")
 
-            if ops:
+            if ops and not request.dry_run:
                 await self._commit(ops, updated, after)
         changed = sorted(n for n in updated if n in listed)
         return changed, sorted(remove)

@@ -24,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from servefleet.v1 import deployment_pb2, records_pb2
 
 from .clock import Clock
+from .code_digest import WorkingDirDigests
 from .election import FencedStore
 from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from .keys import ClusterKeys
@@ -126,6 +127,7 @@ class DeploymentTable:
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
+        await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:
             raise InvalidArgument("spec", f"must be at most {MAX_RECORD_BYTES} bytes once "
@@ -195,6 +197,9 @@ class DeploymentTable:
         deployments of the application that `specs` does not name are deleted,
         unchanged ones are left alone."""
         goals = [normalize_spec(spec) for spec in specs]
+        digests = WorkingDirDigests()  # the files as they are now, which replicas will run
+        for goal in goals:
+            await digests.stamp(goal.runtime, f"deployments[{goal.name}].runtime")
         async with self._lock:
             await self._writes.refresh_if_stale()
             now = _timestamp(self._clock.time())

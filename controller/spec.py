@@ -45,6 +45,7 @@ MAX_JSON_BYTES = 256 * 1024
 MAX_SPEC_BYTES = 1024 * 1024  # etcd refuses requests over 1.5 MiB by default
 MAX_SECONDS = 86_400.0
 MAX_ENV_VARS = 256
+MAX_EXCLUDES = 256
 MAX_CUSTOM_RESOURCES = 32
 
 _REPLICA_DEFAULTS: dict[str, float] = {
@@ -187,6 +188,13 @@ def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
         raise InvalidArgument(f"{field}.image", "must be a Docker image reference such as "
                               f"'servefleet:latest' or 'registry:5000/team/model:v2', "
                               f"got {runtime.image!r}")
+    if len(runtime.excludes) > MAX_EXCLUDES:
+        raise InvalidArgument(f"{field}.excludes", f"at most {MAX_EXCLUDES} patterns")
+    for i, pattern in enumerate(runtime.excludes):
+        if not 0 < len(pattern) <= 256 or "\0" in pattern or pattern.startswith("!"):
+            raise InvalidArgument(f"{field}.excludes[{i}]",
+                                  "must be 1-256 characters without NUL, and not a '!' "
+                                  f"negation, got {pattern!r}")
     if len(runtime.env) > MAX_ENV_VARS:
         raise InvalidArgument(f"{field}.env", f"at most {MAX_ENV_VARS} variables")
     for key, value in runtime.env.items():
@@ -238,8 +246,11 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         "working_dir": spec.runtime.working_dir,
         "env": dict(sorted(spec.runtime.env.items())),
     }
-    if spec.runtime.image:  # only when set, so hashes from before images existed hold
+    # Each only when set, so that hashes from before the field existed hold.
+    if spec.runtime.image:
         code["image"] = spec.runtime.image
+    if spec.runtime.working_dir_digest:  # the files under working_dir (code_digest.py)
+        code["working_dir_files"] = spec.runtime.working_dir_digest
     blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

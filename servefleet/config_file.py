@@ -56,7 +56,7 @@ APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deploymen
 TRAFFIC_KEYS = ("split", "shadow")
 SHADOW_KEYS = ("deployment", "fraction")
 # Keys a Ray Serve config has, with what to write here instead.
-HINTS = {"runtime_env": "use runtime: {working_dir, env}",
+HINTS = {"runtime_env": "use runtime: {working_dir, env, excludes}",
          "env_vars": "use env",
          "ray_actor_options": "servefleet has no Ray actors; resources come with the runtime",
          "proxy_location": "proxies are started on their own (servefleet proxy)"}
@@ -239,6 +239,8 @@ def _runtime_data(runtime) -> dict[str, Any]:
         out["image"] = runtime.image
     if runtime.env:
         out["env"] = dict(runtime.env)
+    if runtime.excludes:
+        out["excludes"] = list(runtime.excludes)
     return out
 
 

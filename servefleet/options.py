@@ -47,7 +47,7 @@ AUTOSCALING_INT = ("min_replicas", "max_replicas", "initial_replicas")
 AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
                      "metrics_interval_s", "look_back_period_s", "upscaling_factor",
                      "downscaling_factor")
-RUNTIME_OPTIONS = ("working_dir", "env", "image")
+RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
                       "version", "runtime")
 
@@ -112,6 +112,12 @@ def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
     if "env" in value:
         for name, env_value in check_mapping(f"{path}.env", value["env"]).items():
             out.env[name] = check_str(f"{path}.env.{name}", env_value)
+    if value.get("excludes") is not None:
+        if not isinstance(value["excludes"], list):
+            raise OptionError(f"{path}.excludes: expected a list of patterns, got "
+                              f"{_type_name(value['excludes'])}")
+        out.excludes.extend(check_str(f"{path}.excludes[{i}]", pattern)
+                            for i, pattern in enumerate(value["excludes"]))
     return out
 
 

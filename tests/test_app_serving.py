@@ -145,7 +145,7 @@ applications:
 
     status = json.loads(servefleet("status", "--json", "--controller", address).stdout)
     (calc,) = [a for a in status["applications"] if a["name"] == "calc"]
-    assert calc["status"] == "APPLICATION_STATUS_RUNNING"
+    assert calc["status"] == "RUNNING"
     assert {d["name"] for d in calc["deployments"]} == {"Adder", "Front"}
     shown = servefleet("config", "--controller", address)
     assert "name: calc" in shown.stdout and "scale: 2" in shown.stdout
@@ -160,10 +160,60 @@ applications:
     failing = tmp_path / "failing.yaml"
     failing.write_text("applications: [{name: broken, route_prefix: /b, "
                        "import_path: no_such_module:app}]\n")
+    planned = servefleet("deploy", str(failing), "--dry-run", "--controller", address)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.splitlines() == ["broken: would deploy",
+                                           f"calc: would be deleted (not in {failing})"]
+    assert running(client, "calc") and client.application_status("broken") is None
     failed = servefleet("deploy", str(failing), "--wait", "--controller", address)
     assert failed.returncode == 1 and "No module named 'no_such_module'" in failed.stderr
-    assert "calc: deleted" in failed.stdout  # not in that file
+    # The deletion is named before anything is deployed.
+    assert failed.stdout.splitlines()[:2] == [f"calc: deleting (not in {failing})",
+                                              "broken: deploying"]
 
     gone = servefleet("delete", "broken", "ghost", "--controller", address)
     assert gone.stdout.splitlines() == ["deleted broken", "ghost: not found, nothing to delete"]
     wait_for(lambda: not client.applications().applications, 30, "no applications left")
+
+
+HELLO = """
+from servefleet import deployment
+
+
+@deployment(graceful_shutdown_wait_loop_s=0.1)
+def Hello(request):
+    return "{word}"
+
+
+app = Hello.bind()
+"""
+
+
+def test_edited_code_rolls_out_and_an_unchanged_tree_is_unchanged(served_apps,
+                                                                   tmp_path) -> None:
+    _, proxy, address = served_apps
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hello_app.py").write_text(HELLO.format(word="one"))
+    config = tmp_path / "serve.yaml"
+    config.write_text("applications:\n"
+                      "  - {name: hello, route_prefix: /hello, import_path: hello_app:app,\n"
+                      "     runtime: {working_dir: code, excludes: [logs/]}}\n")
+
+    def deploy() -> list[str]:
+        done = servefleet("deploy", str(config), "--wait", "--controller", address)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    def answer() -> str:
+        return httpx.get(proxy.url + "/hello").text
+
+    assert deploy()[0] == "hello: deploying"
+    wait_for(lambda: answer() == "one", 30, "the first code to serve")
+    (code / "logs").mkdir()
+    (code / "logs" / "today.log").write_text("excluded\n")
+    assert deploy()[0] == "hello: unchanged"  # __pycache__ and logs/ are not code
+    (code / "hello_app.py").write_text(HELLO.format(word="two"))
+    assert deploy()[0] == "hello: deploying"
+    wait_for(lambda: answer() == "two", 30, "the edited code to serve")
+    assert deploy()[0] == "hello: unchanged"

@@ -79,7 +79,7 @@ def test_dump_writes_back_what_load_reads(tmp_path) -> None:
     ("applications: [{name: a, import_path: m:a, deployments: [{name: D, replicas: 1}]}]",
      "applications[0].deployments[0].replicas: unknown key"),
     ("applications: [{name: a, import_path: m:a, runtime_env: {}}]",
-     "applications[0].runtime_env: unknown key (use runtime: {working_dir, env})"),
+     "applications[0].runtime_env: unknown key (use runtime: {working_dir, env, excludes})"),
     ("applications: [{name: a, import_path: m:a, runtime: {env: {X: 1}}}]",
      "applications[0].runtime.env.X: expected a string, got 1"),
     ("http_options: {port: 99999}\napplications: []", "http_options.port: must be between"),

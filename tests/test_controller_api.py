@@ -88,6 +88,29 @@ def test_deploy_is_idempotent(client: ControllerClient, fleet) -> None:
     assert code_change.updating and code_change.version != first.version
 
 
+def test_the_files_of_the_working_dir_are_part_of_the_version(client: ControllerClient,
+                                                                  tmp_path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "model.py").write_text("class Model: pass\n")
+    runtime = d.RuntimeOptions(working_dir=str(code), excludes=["data/"],
+                               working_dir_digest="sent-by-a-client")
+    first = client.deploy(spec(runtime=runtime))
+    stored = client.get("Model").spec.runtime.working_dir_digest
+    assert first.updating and stored and stored != "sent-by-a-client"
+    # Bytecode, excluded data: the same code.
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\0")
+    (code / "data").mkdir()
+    (code / "data" / "weights.bin").write_bytes(b"\1" * 100)
+    same = client.deploy(spec(runtime=runtime))
+    assert not same.updating and same.version == first.version
+    # An edited module: a new version.
+    (code / "model.py").write_text("class Model:\n    edited = True\n")
+    edited = client.deploy(spec(runtime=runtime))
+    assert edited.updating and edited.version != first.version
+
+
 def test_prev_version_preconditions(client: ControllerClient) -> None:
     with pytest.raises(ControllerError) as err:
         client.deploy(spec(version="v2", prev_version="v1"))

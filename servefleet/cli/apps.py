@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from servefleet.client import ControllerClient
 from servefleet.config_file import ConfigError, dump_config, load_config
+from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import status_pb2
 
 from . import output
@@ -30,11 +31,26 @@ def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
         raise CommandFailed(str(e)) from None
     names = [a.name for a in request.applications]
     with client_for(args) as client:
+        # The controller's own answer to "what would this change": the same
+        # validation and comparison as the real call, nothing stored.
+        plan_request = api.DeployApplicationsRequest()
+        plan_request.CopyFrom(request)
+        plan_request.dry_run = True
+        plan = client.call("DeployApplications", plan_request)
+        if args.dry_run:
+            for name in names:
+                print(f"{name}: {'would deploy' if name in plan.changed else 'unchanged'}")
+            for name in plan.deleted:
+                print(f"{name}: would be deleted (not in {args.config})")
+            return 0
+        for name in plan.deleted:
+            print(f"{name}: deleting (not in {args.config})")
         reply = client.call("DeployApplications", request)
         for name in names:
             print(f"{name}: {'deploying' if name in reply.changed else 'unchanged'}")
         for name in reply.deleted:
-            print(f"{name}: deleted (not in {args.config})")
+            if name not in plan.deleted:
+                print(f"{name}: deleting (not in {args.config})")
         if args.wait:
             wait_running(client, names, args.wait_timeout, print)
     return 0
@@ -106,11 +122,21 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
         add_controller_flag(parser)
         parser.set_defaults(run=lambda args: fn(args, client_for))
 
-    deploy = commands.add_parser("deploy", help="deploy the applications of a config file")
+    deploy = commands.add_parser(
+        "deploy", help="deploy the applications of a config file (and delete the others)",
+        description="Make the applications of CONFIG the cluster's applications: new and "
+                    "changed ones are deployed (a changed file under an application's "
+                    "working_dir is a change), unchanged ones are left alone, and "
+                    "applications that are not in CONFIG are DELETED, each named before "
+                    "it goes. --dry-run shows that plan without applying it.")
     deploy.add_argument("config", metavar="CONFIG", help="YAML config file")
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="only show what would be deployed, left unchanged and deleted")
     deploy.add_argument("--wait", action="store_true",
                         help="show progress until every application is RUNNING or fails")
-    deploy.add_argument("--wait-timeout", type=float, default=300.0, metavar="S")
+    deploy.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",
+                        help="with --wait: seconds to wait for RUNNING before giving up "
+                             "(default %(default)s)")
     bind(deploy, cmd_deploy)
 
     config = commands.add_parser("config", help="what was last deployed, as a config file")

@@ -128,14 +128,16 @@ class ShutdownResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class DeployApplicationsRequest(_message.Message):
-    __slots__ = ("applications", "partial", "http_options")
+    __slots__ = ("applications", "partial", "http_options", "dry_run")
     APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FIELD_NUMBER: _ClassVar[int]
     HTTP_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     applications: _containers.RepeatedCompositeFieldContainer[_application_pb2.ApplicationSpec]
     partial: bool
     http_options: _application_pb2.HttpOptions
-    def __init__(self, applications: _Optional[_Iterable[_Union[_application_pb2.ApplicationSpec, _Mapping]]] = ..., partial: _Optional[bool] = ..., http_options: _Optional[_Union[_application_pb2.HttpOptions, _Mapping]] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, applications: _Optional[_Iterable[_Union[_application_pb2.ApplicationSpec, _Mapping]]] = ..., partial: _Optional[bool] = ..., http_options: _Optional[_Union[_application_pb2.HttpOptions, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class DeployApplicationsResponse(_message.Message):
     __slots__ = ("changed", "deleted")

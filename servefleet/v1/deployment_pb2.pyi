@@ -1,7 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -98,7 +98,7 @@ class Resources(_message.Message):
     def __init__(self, num_cpus: _Optional[float] = ..., num_gpus: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., custom: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RuntimeOptions(_message.Message):
-    __slots__ = ("working_dir", "env", "image")
+    __slots__ = ("working_dir", "env", "image", "excludes", "working_dir_digest")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -109,7 +109,11 @@ class RuntimeOptions(_message.Message):
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDES_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_DIGEST_FIELD_NUMBER: _ClassVar[int]
     working_dir: str
     env: _containers.ScalarMap[str, str]
     image: str
-    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., image: _Optional[str] = ...) -> None: ...
+    excludes: _containers.RepeatedScalarFieldContainer[str]
+    working_dir_digest: str
+    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., image: _Optional[str] = ..., excludes: _Optional[_Iterable[str]] = ..., working_dir_digest: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,159 @@
+"""The digest of a deployment's working_dir: changed files there are a new code version.
+
+Ray Serve hashes the working_dir package it uploads, so an edited module rolls
+out even when nothing else in the config changed. servefleet's replicas run
+the working_dir where it is (the process runtime imports from it; the Docker
+runtime bind-mounts it), so the controller hashes those same files when it
+stores a spec, and the digest goes into the spec's `runtime.working_dir_digest`
+and so into the code hash (spec.py).
+
+What is hashed: every regular file and symlink under working_dir, by relative
+path and contents (a symlink by its target; it is not followed), in sorted
+order. Sockets, FIFOs and devices are skipped. Left out are ALWAYS_EXCLUDED
+(VCS metadata, bytecode caches, virtualenvs) and the spec's
+`runtime.excludes`, gitignore-style patterns:
+
+- `name` (no slash) matches a file or directory of that name at any depth;
+- `dir/` (a trailing slash) matches directories only;
+- `a/b` or `/a` (a slash before the end) match from working_dir's root;
+- `*`, `?` and `[abc]` are wildcards, and `**` spans directories.
+
+An excluded directory is not read at all. A tree of more than MAX_FILES files
+or MAX_BYTES bytes is refused (InvalidArgument naming the field), since it
+most likely holds data that belongs in `excludes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass
+
+from servefleet.v1 import deployment_pb2 as dpb
+
+from .errors import InvalidArgument
+
+ALWAYS_EXCLUDED = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/",
+                   ".mypy_cache/", ".pytest_cache/", ".ruff_cache/")
+MAX_FILES = 50_000
+MAX_BYTES = 512 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+class TreeTooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    dir_only: bool
+    anchored: bool  # matched against the path from the root, not the name
+
+    @classmethod
+    def parse(cls, text: str) -> _Rule:
+        dir_only = text.endswith("/")
+        body = text.rstrip("/")
+        anchored = "/" in body
+        body = body.lstrip("/")
+        # fnmatch's "*" crosses "/", which gives "**" its gitignore meaning;
+        # for anchored patterns a lone "*" then also crosses, a small liberty.
+        return cls(re.compile(fnmatch.translate(body)), dir_only, anchored)
+
+    def matches(self, relative: str, name: str, is_dir: bool) -> bool:
+        if self.dir_only and not is_dir:
+            return False
+        return bool(self.pattern.match(relative if self.anchored else name))
+
+
+def _rules(excludes: list[str]) -> list[_Rule]:
+    return [_Rule.parse(p) for p in (*ALWAYS_EXCLUDED, *excludes) if p.strip("/")]
+
+
+def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
+                max_bytes: int = MAX_BYTES) -> str:
+    """The hex digest of the files under `root`; "" if `root` is not a directory here.
+
+    TreeTooLarge past `max_files` files or `max_bytes` bytes.
+    """
+    if not os.path.isdir(root):
+        return ""
+    rules = _rules(excludes)
+    digest = hashlib.sha256()
+    files = total = 0
+
+    def skip(relative: str, name: str, is_dir: bool) -> bool:
+        return any(rule.matches(relative, name, is_dir) for rule in rules)
+
+    for directory, dirnames, filenames in os.walk(root):
+        base = os.path.relpath(directory, root)
+        base = "" if base == "." else base + "/"
+        # Symlinks to directories are listed among dirnames and not descended:
+        # they are hashed as links below, with the files.
+        links = [d for d in dirnames if os.path.islink(os.path.join(directory, d))]
+        dirnames[:] = sorted(d for d in dirnames
+                             if d not in links and not skip(base + d, d, True))
+        for name in sorted([*filenames, *links]):
+            relative = base + name
+            path = os.path.join(directory, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # removed while we walked
+            if skip(relative, name, stat.S_ISDIR(info.st_mode)):
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                digest.update(b"L\0" + relative.encode() + b"\0"
+                              + os.readlink(path).encode() + b"\0")
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            files += 1
+            total += info.st_size
+            if files > max_files or total > max_bytes:
+                raise TreeTooLarge(f"holds more than {max_files} files or "
+                                   f"{max_bytes / 2**20:g} MiB (at {relative})")
+            digest.update(b"F\0" + relative.encode() + b"\0"
+                          + (b"x" if info.st_mode & 0o111 else b"-")
+                          + _file_digest(path) + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _file_digest(path: str) -> bytes:
+    content = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                content.update(chunk)
+    except OSError as e:  # unreadable here: its state is what we can hash
+        content.update(f"unreadable: {e.strerror}".encode())
+    return content.digest()
+
+
+class WorkingDirDigests:
+    """Stamps working_dir digests into runtime options, reading each
+    (directory, excludes) once per request however many specs share it."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    async def stamp(self, runtime: dpb.RuntimeOptions, field: str) -> None:
+        """Set `runtime.working_dir_digest` from the files (InvalidArgument
+        naming `field`.working_dir if there are too many)."""
+        key = (runtime.working_dir, tuple(runtime.excludes))
+        if not runtime.working_dir:
+            runtime.working_dir_digest = ""
+            return
+        if key not in self._known:
+            try:
+                self._known[key] = await asyncio.to_thread(
+                    tree_digest, runtime.working_dir, list(runtime.excludes))
+            except TreeTooLarge as e:
+                raise InvalidArgument(f"{field}.working_dir",
+                                      f"{runtime.working_dir} {e}: list what replicas do not "
+                                      "need (data, checkpoints) in runtime.excludes") from None
+        runtime.working_dir_digest = self._known[key]

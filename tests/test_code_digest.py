@@ -1,0 +1,85 @@
+"""The working_dir digest (controller/code_digest.py): what changes it and what does not."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from servefleet.controller.code_digest import TreeTooLarge, tree_digest
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "app"
+    (root / "pkg").mkdir(parents=True)
+    (root / "main.py").write_text("print('main')\n")
+    (root / "pkg" / "model.py").write_text("WEIGHTS = 1\n")
+    return root
+
+
+def test_the_same_files_give_the_same_digest_wherever_they_are(tree, tmp_path) -> None:
+    first = tree_digest(str(tree), [])
+    assert len(first) == 16 and first == tree_digest(str(tree), [])
+    copy = tmp_path / "copy"
+    (copy / "pkg").mkdir(parents=True)
+    (copy / "pkg" / "model.py").write_text("WEIGHTS = 1\n")  # created in another order
+    (copy / "main.py").write_text("print('main')\n")
+    assert tree_digest(str(copy), []) == first
+
+
+@pytest.mark.parametrize("change", [
+    lambda root: (root / "pkg" / "model.py").write_text("WEIGHTS = 2\n"),
+    lambda root: (root / "pkg" / "new.py").write_text(""),
+    lambda root: (root / "main.py").unlink(),
+    lambda root: (root / "main.py").rename(root / "pkg" / "main.py"),
+    lambda root: os.chmod(root / "main.py", 0o755),
+    lambda root: os.symlink("pkg/model.py", root / "link.py"),
+])
+def test_any_change_to_the_code_changes_the_digest(tree, change) -> None:
+    before = tree_digest(str(tree), [])
+    change(tree)
+    assert tree_digest(str(tree), []) != before
+
+
+def test_caches_vcs_and_excluded_files_do_not_count(tree) -> None:
+    excludes = ["data/", "*.log", "/notes.md", "pkg/scratch*"]
+    before = tree_digest(str(tree), excludes)
+    for path, content in [("__pycache__/main.cpython-311.pyc", "x"), (".git/HEAD", "ref"),
+                          ("pkg/__pycache__/model.pyc", "x"), (".venv/bin/python", "x"),
+                          ("data/weights.bin", "w"), ("pkg/data/more.bin", "w"),
+                          ("run.log", "l"), ("pkg/deep/run.log", "l"), ("notes.md", "n"),
+                          ("pkg/scratch_1.py", "s")]:
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_text(content)
+    assert tree_digest(str(tree), excludes) == before
+    # An anchored pattern matches only from the root; a dir pattern only directories.
+    (tree / "pkg" / "notes.md").write_text("n")
+    assert tree_digest(str(tree), excludes) != before
+    (tree / "pkg" / "notes.md").unlink()
+    (tree / "data.py").write_text("")
+    assert tree_digest(str(tree), excludes) != before
+
+
+def test_symlinks_are_hashed_as_links_not_followed(tree, tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_text("a")
+    os.symlink(outside, tree / "linked")
+    before = tree_digest(str(tree), [])
+    (outside / "big.bin").write_text("b")  # behind the link: not part of this tree
+    assert tree_digest(str(tree), []) == before
+    os.mkfifo(tree / "pipe")  # would block a reader: skipped
+    assert tree_digest(str(tree), []) == before
+
+
+def test_a_missing_directory_has_no_digest(tmp_path) -> None:
+    assert tree_digest(str(tmp_path / "nowhere"), []) == ""
+
+
+def test_too_large_a_tree_is_refused(tree) -> None:
+    with pytest.raises(TreeTooLarge, match="more than 1 files"):
+        tree_digest(str(tree), [], max_files=1)
+    with pytest.raises(TreeTooLarge, match=r"more than 50000 files or 9\.5"):
+        tree_digest(str(tree), [], max_bytes=10)
+    assert tree_digest(str(tree), ["pkg/"], max_files=1)  # excluding is the way out
