@@ -101,6 +101,35 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
     assert "Traceback" not in output
 
 
+def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> None:
+    """What scripts/demo runs, on other ports: the commands it prints once ready
+    are the README's, and each answers with what the README says it shows."""
+    demo = (ROOT / "scripts" / "demo").read_text()
+    assert "up examples/config.yaml --try-file examples/try.txt" in demo
+    readme = (ROOT / "README.md").read_text()
+    tries = [line for line in (ROOT / "examples" / "try.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert len(tries) == 4
+    for line in tries:
+        assert line.replace("{http}", "127.0.0.1:8000") in readme
+    up = Up(ROOT / "examples" / "config.yaml", tmp_path / "state", f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{free_port()}", "--try-file", str(ROOT / "examples" / "try.txt"))
+    try:
+        up.wait_ready()
+        printed = [line.split("|", 1)[1].strip() for line in up.lines
+                   if line.startswith("up") and "curl" in line]
+        assert printed == [line.replace("{http}", up.http) for line in tries]
+        answers = [httpx.get(line.split("'")[1], timeout=30) for line in printed]
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        sentiment, item, composed, streamed = (a.text for a in answers)
+        assert '"label":"positive"' in sentiment
+        assert item == '{"item_id":3,"q":"x"}'
+        assert composed == '{"words":5,"counts":{"cat":1,"hat":1}}'
+        assert streamed.splitlines() == [f"token {i}" for i in range(5)]
+    finally:
+        assert up.stop() == 0, up.output[-3000:]
+
+
 def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:
     config = tmp_path / "serve.yaml"
     config.write_text(CALC)
