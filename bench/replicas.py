@@ -27,9 +27,9 @@ from pathlib import Path
 import grpc
 
 from servefleet.client import ControllerClient
-from servefleet.controller.planner import plan_deployment
-from servefleet.controller.reconciler import goal_of
-from servefleet.controller.replica_client import CHANNEL_OPTIONS
+from servefleet.controller.reconcile.planner import plan_deployment
+from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
+from servefleet.controller.reconcile.replicas import goal_of
 from servefleet.fakes import FakeControlPlane
 from servefleet.testing import ControllerProcess, EtcdServer, free_port
 from servefleet.v1 import deployment_pb2 as d

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .clock import Clock
 from .errors import InvalidArgument
-from .spec import check_name
+from .goals.spec import check_name
 
 STALE_S = 10.0
 MAX_KEYS = 10_000

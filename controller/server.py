@@ -34,21 +34,21 @@ from grpc_reflection.v1alpha import reflection
 from servefleet.lifecycle import can_bind, notify_ready, on_stop_signals
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
-from .applications import ApplicationTable
+from .api.servicer import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
 from .clock import Clock
-from .deployments import DeploymentTable
 from .election import FencedStore, LeaderElection
 from .errors import InvalidArgument, NotLeader, Unavailable
+from .goals.applications import ApplicationTable
+from .goals.deployments import DeploymentTable
+from .goals.spec import check_name
 from .keys import ClusterKeys
 from .members import Membership
-from .reconciler import Reconciler
-from .replica_client import GrpcReplicaClient
-from .replica_ops import ReplicaOps
-from .replica_report import running_records
+from .reconcile.observed import running_records
+from .reconcile.replica_client import GrpcReplicaClient
+from .reconcile.replica_ops import ReplicaOps
+from .reconcile.replicas import Reconciler
 from .runtime import Runtime
 from .runtime.process import ProcessRuntime
-from .service import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
-from .spec import check_name
 from .store import Store, StoreOpenError, StoreUnavailable, open_store
 from .watch import Publisher, StatePublisher
 

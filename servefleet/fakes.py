@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from servefleet.controller.deployments import DeploymentTable
 from servefleet.controller.election import FencedStore, LeaderElection
+from servefleet.controller.goals.deployments import DeploymentTable
 from servefleet.controller.keys import ClusterKeys
-from servefleet.controller.reconciler import Reconciler
-from servefleet.controller.replica_client import ReplicaCallError
-from servefleet.controller.replica_ops import ReplicaOps
+from servefleet.controller.reconcile.replica_client import ReplicaCallError
+from servefleet.controller.reconcile.replica_ops import ReplicaOps
+from servefleet.controller.reconcile.replicas import Reconciler
 from servefleet.controller.runtime import ReplicaLaunch, RuntimeReplica
 from servefleet.controller.store.sqlite import SqliteStore
 from servefleet.v1 import replica_pb2

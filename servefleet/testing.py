@@ -233,7 +233,7 @@ class ReplicaProcess:
     def __init__(self, tmp_path: Path, import_path: str, *, cluster: str = "t",
                  application: str = "a", deployment: str = "d", replica_id: str = "r1",
                  version: str = "v1", **settings: object) -> None:
-        from servefleet.controller.replica_client import CHANNEL_OPTIONS
+        from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
         from servefleet.v1 import replica_pb2_grpc
 
         config = Path(tmp_path) / f"settings-{replica_id}.json"

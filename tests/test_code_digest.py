@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from servefleet.controller.code_digest import TreeTooLarge, tree_digest
+from servefleet.controller.goals.code_digest import TreeTooLarge, tree_digest
 
 
 @pytest.fixture

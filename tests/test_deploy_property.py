@@ -19,8 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from servefleet.controller.goals.spec import IMPORT_PATH_RE, NAME_RE
 from servefleet.controller.keys import ClusterKeys
-from servefleet.controller.spec import IMPORT_PATH_RE, NAME_RE
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.testing import ControllerProcess
 from servefleet.v1 import controller_pb2 as api

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from servefleet.controller.deployments import DeploymentTable
 from servefleet.controller.election import FencedStore, LeaderElection
 from servefleet.controller.errors import NotLeader
+from servefleet.controller.goals.deployments import DeploymentTable
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore

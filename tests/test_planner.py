@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servefleet.controller.planner import (
+from servefleet.controller.reconcile.planner import (
     Goal,
     ReplicaView,
     StartupFailures,

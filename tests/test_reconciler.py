@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from servefleet.controller.planner import ReplicaView
-from servefleet.controller.reconciler import Reconciler
-from servefleet.controller.replica_report import planned_status
+from servefleet.controller.reconcile.observed import planned_status
+from servefleet.controller.reconcile.planner import ReplicaView
+from servefleet.controller.reconcile.replicas import Reconciler
 from servefleet.controller.runtime import ReplicaLaunch
 from servefleet.controller.store import StoreUnavailable
 from servefleet.fakes import FakeClock, FakeControlPlane

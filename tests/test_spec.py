@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servefleet.controller.errors import InvalidArgument
-from servefleet.controller.spec import (
+from servefleet.controller.goals.spec import (
     MAX_JSON_BYTES,
     code_hash,
     normalize_spec,

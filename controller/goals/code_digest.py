@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from servefleet.v1 import deployment_pb2 as dpb
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 ALWAYS_EXCLUDED = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/",
                    ".mypy_cache/", ".pytest_cache/", ".ruff_cache/")

@@ -23,12 +23,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import records_pb2, replica_pb2
 
-from .election import FencedStore
-from .errors import NotLeader
-from .keys import ClusterKeys
+from ..election import FencedStore
+from ..errors import NotLeader
+from ..keys import ClusterKeys
+from ..runtime import ReplicaLaunch, Runtime
+from ..store import Delete, Put
 from .replica_client import ReplicaCallError, ReplicaClient
-from .runtime import ReplicaLaunch, Runtime
-from .store import Delete, Put
 
 logger = logging.getLogger(__name__)
 PHASE = replica_pb2.ReplicaPhase

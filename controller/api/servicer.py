@@ -24,16 +24,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb2
 
-from .applications import ApplicationTable
-from .deployments import DeploymentTable
-from .election import LeaderElection
-from .errors import ApiError, FailedPrecondition, NotLeader
-from .load import LoadReports
-from .reconciler import Reconciler
-from .replica_report import planned_status, replica_counts, replica_infos
-from .spec import DEFAULT_APPLICATION
+from ..election import LeaderElection
+from ..errors import ApiError, FailedPrecondition, NotLeader
+from ..goals.applications import ApplicationTable
+from ..goals.deployments import DeploymentTable
+from ..goals.spec import DEFAULT_APPLICATION
+from ..load import LoadReports
+from ..reconcile.observed import planned_status, replica_counts, replica_infos
+from ..reconcile.replicas import Reconciler
+from ..watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
 from .status import Observed, cluster_status
-from .watch import MAX_WATCH_KEYS, Publisher, check_watch_key, serve_watch
 
 logger = logging.getLogger(__name__)
 

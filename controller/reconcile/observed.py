@@ -14,7 +14,7 @@ from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 from .planner import RECOVERING, RUNNING
 
 if TYPE_CHECKING:
-    from .reconciler import Reconciler
+    from .replicas import Reconciler
 
 RS = replica_pb2.ReplicaState
 DKey = tuple[str, str]
@@ -45,7 +45,7 @@ def planned_status(loop: Reconciler,
     A plan made for an older goal says nothing about the new one: the
     deployment is then updating until the next tick plans it.
     """
-    from .reconciler import goal_of
+    from .replicas import goal_of
 
     planned = loop.plans.get((record.spec.application, record.spec.name))
     if planned is None:

@@ -24,7 +24,7 @@ from typing import Any
 from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 DEFAULT_APPLICATION = "default"
 

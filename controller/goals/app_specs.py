@@ -22,7 +22,7 @@ from servefleet.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .spec import IMPORT_PATH_RE, canonical_json, check_name, normalize_spec
 
 DEFAULT_ROUTE_PREFIX = "/"

@@ -23,14 +23,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import deployment_pb2, records_pb2
 
-from .clock import Clock
+from ..clock import Clock
+from ..election import FencedStore
+from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from ..keys import ClusterKeys
+from ..store import Delete, Op, Put, Store
 from .code_digest import WorkingDirDigests
-from .election import FencedStore
-from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from .keys import ClusterKeys
+from .mirror import StoreMirror
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
-from .store import Delete, Op, Put, Store
-from .store_mirror import StoreMirror
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,12 @@ from typing import Any
 
 from servefleet.v1 import records_pb2, replica_pb2
 
-from .clock import Clock
-from .errors import NotLeader, Unavailable
-from .keys import ClusterKeys
+from ..api.status import target_replicas
+from ..clock import Clock
+from ..errors import NotLeader, Unavailable
+from ..keys import ClusterKeys
+from ..runtime import RuntimeReplica
+from ..store import Store
 from .planner import (
     RECOVERING,
     RUNNING,
@@ -45,9 +48,6 @@ from .planner import (
     plan_deployment,
 )
 from .replica_ops import ReplicaOps, config_hash
-from .runtime import RuntimeReplica
-from .status import target_replicas
-from .store import Store
 
 logger = logging.getLogger(__name__)
 DKey = tuple[str, str]

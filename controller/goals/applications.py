@@ -38,6 +38,12 @@ from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
 
+from ..clock import Clock
+from ..election import FencedStore
+from ..errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
+from ..keys import ClusterKeys
+from ..reconcile.builder import BuildResult, run_build
+from ..store import Delete, Op, Put, Store
 from .app_specs import (
     check_traffic,
     check_traffic_targets,
@@ -45,16 +51,10 @@ from .app_specs import (
     normalize_application,
     route_of,
 )
-from .builder import BuildResult, run_build
-from .clock import Clock
 from .code_digest import WorkingDirDigests
 from .deployments import MAX_OPS_PER_TXN, DeploymentTable
-from .election import FencedStore
-from .errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
-from .keys import ClusterKeys
+from .mirror import StoreMirror
 from .spec import check_name
-from .store import Delete, Op, Put, Store
-from .store_mirror import StoreMirror
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from .election import FencedStore
-from .errors import Unavailable
-from .store import Op, Store, StoreUnavailable
+from ..election import FencedStore
+from ..errors import Unavailable
+from ..store import Op, Store, StoreUnavailable
 
 
 class StoreMirror:

@@ -1,0 +1,1 @@
+"""The controller's gRPC face: the leader gate, the servicer, status replies."""

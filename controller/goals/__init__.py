@@ -1,0 +1,2 @@
+"""What users asked for: validation, and the deployment and application tables
+with their fenced writes."""
