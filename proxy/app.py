@@ -36,6 +36,8 @@ from collections.abc import Callable
 
 from starlette.types import Receive, Scope, Send
 
+from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+
 from .balancer import Overloaded, ReplicaPool
 from .routes import RouteTable
 from .upstream import NotDelivered, UpstreamError, UpstreamPool
@@ -43,18 +45,15 @@ from .upstream import NotDelivered, UpstreamError, UpstreamPool
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-REJECTED_HEADER = "x-servefleet-rejected"
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
-# Recomputed for the request forwarded (httpx sets host and the length of the body).
-ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
 SHADOW_TIMEOUT_S = 30.0
 # Shadow copies in flight per proxy; past it (or while the shadow's own queue
 # is not empty) copies are dropped: a shadow must never cost the real traffic.
 MAX_SHADOWS = 64
-# x-servefleet-method marks a handle call (servefleet/handle.py), and the route
-# prefix is the proxy's to say: neither comes from a client.
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-servefleet-method",
+# Host and length are recomputed for the request forwarded. A handle call's
+# marker and the route prefix are the proxy's to say: neither comes from a client.
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEADER,
                               ROUTE_PREFIX_HEADER}
 
 
@@ -72,7 +71,7 @@ async def _reply(send: Send, status: int, text: str, request_id: str = "",
     body = text.encode()
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     if request_id:
-        headers.append((b"x-request-id", request_id.encode()))
+        headers.append((REQUEST_ID_HEADER, request_id.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -80,8 +79,8 @@ async def _reply(send: Send, status: int, text: str, request_id: str = "",
 def _upstream_headers(scope: Scope, request_id: str,
                       route_prefix: str) -> list[tuple[bytes, bytes]]:
     dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
-    return [(k, v) for k, v in scope["headers"] if k not in dropped and k != b"x-request-id"
-            ] + [(b"x-request-id", request_id.encode()),
+    return [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
+            ] + [(REQUEST_ID_HEADER, request_id.encode()),
                  (ROUTE_PREFIX_HEADER, route_prefix.encode())]
 
 
@@ -144,7 +143,7 @@ class ProxyApp:
             return
         path: str = scope["path"]
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
-                           if k == b"x-request-id" and v), "") or uuid.uuid4().hex
+                           if k == REQUEST_ID_HEADER and v), "") or uuid.uuid4().hex
         if path == "/-/healthz":
             await _reply(send, 503 if self.draining else 200,
                          "draining" if self.draining else "ok")
@@ -258,12 +257,12 @@ class ProxyApp:
             await _reply(send, 502, f"replica failed: {e}", request_id)
             return
         try:
-            if response.status == 503 and response.header(REJECTED_HEADER.encode()):
+            if response.status == 503 and response.header(REJECTED_HEADER):
                 # Refused unread; drain the short body so the connection stays usable.
                 with contextlib.suppress(UpstreamError):
                     async for _ in response.chunks():
                         pass
-                raise NotDelivered(response.header(REJECTED_HEADER.encode()).decode())
+                raise NotDelivered(response.header(REJECTED_HEADER).decode())
             started.value = True
             dropped = _and_named_by_connection(response.headers, HOP_BY_HOP)
             await send({"type": "http.response.start", "status": response.status,

@@ -20,6 +20,7 @@ import grpc
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
+from servefleet.wire import ROUTES_KEY, replicas_key
 
 from .app import ProxyApp
 from .state import ProxyState
@@ -43,7 +44,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                                          timeout_graceful_shutdown=int(drain_timeout_s))
         address = advertise or (listen if host not in ("0.0.0.0", "::", "")
                                 else f"{socket.gethostname()}:{port}")
-        watcher = WatchClient(controllers, ["routes", "replicas/"], on_snapshot=state.apply,
+        watcher = WatchClient(controllers, [ROUTES_KEY, replicas_key()], on_snapshot=state.apply,
                               kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
                               watcher_id=f"proxy-{uuid.uuid4().hex[:8]}")
         watcher.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from servefleet.v1 import watch_pb2
+from servefleet.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
 from .balancer import ReplicaPool
 from .routes import RouteTable
@@ -22,12 +23,12 @@ class ProxyState:
         self._upstream = upstream
 
     def apply(self, snapshot: watch_pb2.Snapshot) -> None:
-        kind, _, rest = snapshot.key.partition("/")
-        if snapshot.key == "routes":
+        """Apply one snapshot; ValueError for a key that is no Watch key."""
+        kind, app, name = parse_watch_key(snapshot.key)
+        if kind == ROUTES_KEY:
             self.routes = RouteTable.from_snapshot(snapshot.routes)
             logger.info("routes: %s", self.routes.as_json())
-        elif kind == "replicas":
-            app, _, name = rest.partition("/")
+        elif kind == REPLICAS_KIND:
             pool = self.pools.get((app, name))
             before = {r.address for r in pool.replicas.values()} if pool else set()
             if snapshot.deleted:

@@ -36,14 +36,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+
 from .loader import UserDeployment
 
 logger = logging.getLogger(__name__)
-
-REJECTED_HEADER = "x-servefleet-rejected"
-REQUEST_ID_HEADER = "x-request-id"
-METHOD_HEADER = b"x-servefleet-method"
-ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
+# starlette takes response headers as str.
+_REJECTED = REJECTED_HEADER.decode()
 
 
 def is_async_callable(fn: Any) -> bool:
@@ -150,7 +149,7 @@ class ReplicaApp:
             return
         reason = self.admission.refusal()
         if reason is not None:
-            headers = {REJECTED_HEADER: reason}
+            headers = {_REJECTED: reason}
             if reason == "draining":
                 headers["connection"] = "close"  # do not reuse a connection to a leaving replica
             await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
@@ -166,10 +165,10 @@ class ReplicaApp:
     @staticmethod
     def _request_id(scope: Scope) -> str:
         for key, value in scope["headers"]:
-            if key == b"x-request-id" and value:
+            if key == REQUEST_ID_HEADER and value:
                 return value.decode("latin-1")
         request_id = uuid.uuid4().hex
-        scope["headers"] = [*scope["headers"], (b"x-request-id", request_id.encode())]
+        scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]
         return request_id
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
@@ -178,9 +177,9 @@ class ReplicaApp:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers", []) if h[0] != b"x-request-id"]
+                headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
                 message = {**message, "headers": [*headers,
-                                                  (b"x-request-id", request_id.encode())]}
+                                                  (REQUEST_ID_HEADER, request_id.encode())]}
             await send(message)
 
         method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)

@@ -21,8 +21,8 @@ Lifecycle:
 
 Identity (cluster, application, deployment, replica id, version) is on the
 command line, so the process runtime can find its replicas by listing
-processes. Exit codes: 0 after a drain, 1 after a load failure, 2 bad usage,
-3 when a port cannot be bound.
+processes. Exit codes (servefleet/wire.py): 0 after a drain, 1 after a load
+failure or a crash, 2 bad settings, 3 when a port cannot be bound.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
+from servefleet.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
 
 from . import loader
 from .control import ReplicaControl
@@ -217,15 +218,15 @@ class Replica:
 
 async def run(settings: ReplicaSettings) -> int:
     replica = Replica(settings)
-    # No SO_REUSEPORT: a port another replica holds must fail the bind (exit 3),
-    # not be shared with it.
+    # No SO_REUSEPORT: a port another replica holds must fail the bind
+    # (EXIT_BIND_FAILURE), not be shared with it.
     control = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaControl(replica), control)
     try:
         control.add_insecure_port(f"{settings.host}:{settings.control_port}")
     except RuntimeError:
         print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
-        return 3
+        return EXIT_BIND_FAILURE
     await control.start()
     try:
         # The date header is set once at start, not refreshed.
@@ -233,15 +234,14 @@ async def run(settings: ReplicaSettings) -> int:
     except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
-        return 3
+        return EXIT_BIND_FAILURE
     on_stop_signals(replica.request_drain)
     handle.use_loop(asyncio.get_running_loop())  # for handle calls from sync user code
 
     watch = None
     if settings.controllers:
-        # The key format is public (watch.proto).
-        key = f"config/{settings.application}/{settings.deployment}"
-        watch = WatchClient(settings.controllers, [key],
+        watch = WatchClient(settings.controllers,
+                            [config_key(settings.application, settings.deployment)],
                             on_snapshot=replica.on_config_snapshot,
                             kind=watch_pb2.WATCHER_KIND_REPLICA,
                             address=f"{settings.host}:{settings.http_port}",
@@ -259,7 +259,7 @@ async def run(settings: ReplicaSettings) -> int:
     replica.executor.shutdown(wait=False, cancel_futures=True)
     failed = replica.phase == PHASE.REPLICA_PHASE_FAILED
     logger.info("replica %s exiting", settings.replica_id)
-    return 1 if failed else 0
+    return EXIT_FAILED if failed else 0
 
 
 def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
@@ -287,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = parse_args(argv)
     except (OSError, ValueError, TypeError) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
-        return 2
-    code = 1
+        return EXIT_BAD_SETTINGS
+    code = EXIT_FAILED
     try:
         code = asyncio.run(run(settings))
     except BaseException:

@@ -28,10 +28,8 @@ import grpc
 
 from servefleet.v1 import application_pb2, controller_pb2_grpc, deployment_pb2, records_pb2
 from servefleet.v1 import controller_pb2 as api
+from servefleet.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, LEADER_METADATA_KEY
 
-DEFAULT_CONTROLLER = "127.0.0.1:7373"
-ENV_CONTROLLER = "SERVEFLEET_CONTROLLER"
-LEADER_METADATA_KEY = "servefleet-leader"
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 

@@ -40,11 +40,10 @@ from servefleet.proxy.state import ProxyState
 from servefleet.proxy.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
+from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, replicas_key
 
 logger = logging.getLogger(__name__)
 
-METHOD_HEADER = b"x-servefleet-method"
-REJECTED_HEADER = b"x-servefleet-rejected"
 MAX_ATTEMPTS = 3
 # How long a first call waits for the target's replica set to be known.
 DISCOVERY_TIMEOUT_S = 30.0
@@ -66,7 +65,7 @@ class HandleRouter:
         self.upstream = UpstreamPool()
         self.state = ProxyState(self.upstream)
         self._changed = asyncio.Event()
-        self._watch = WatchClient(list(controllers), [f"replicas/{application}/"],
+        self._watch = WatchClient(list(controllers), [replicas_key(application)],
                                   on_snapshot=self._apply,
                                   kind=watch_pb2.WATCHER_KIND_HANDLE,
                                   watcher_id=f"handle-{uuid.uuid4().hex[:8]}")
@@ -97,7 +96,7 @@ class HandleRouter:
         body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
                            "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
-                   (b"x-request-id", uuid.uuid4().hex.encode())]
+                   (REQUEST_ID_HEADER, uuid.uuid4().hex.encode())]
         pool = await self.pool(deployment)
         tried: set[str] = set()
         for _ in range(MAX_ATTEMPTS):

@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from servefleet.client import LEADER_METADATA_KEY, resolve_addresses
+from servefleet.client import resolve_addresses
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
+from servefleet.wire import LEADER_METADATA_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -18,12 +18,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from servefleet.client import (
-    ENV_CONTROLLER,
-    ControllerClient,
-    ControllerError,
-    NoControllerRunning,
-)
+from servefleet.client import ControllerClient, ControllerError, NoControllerRunning
+from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
 from . import apps, output, up
 from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
@@ -36,7 +32,7 @@ REFUSED_AFTER_S = 2.0
 def _add_controller_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--controller", metavar="ADDR[,ADDR...]", default=None,
-        help=f"controller addresses (default: ${ENV_CONTROLLER}, else 127.0.0.1:7373)")
+        help=f"controller addresses (default: ${ENV_CONTROLLER}, else {DEFAULT_CONTROLLER})")
     parser.add_argument("--timeout", type=float, default=15.0, metavar="S",
                         help="seconds to keep trying to reach the leader (default 15)")
 
@@ -80,7 +76,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
-    controllers = args.controller or os.environ.get(ENV_CONTROLLER) or "127.0.0.1:7373"
+    controllers = args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
     try:
         asyncio.run(serve(controllers, args.listen, args.request_timeout_s))
     except OSError as e:
@@ -119,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     ctl = commands.add_parser("controller", help="run a controller")
     ctl.add_argument("--store", required=True, metavar="URL",
                      help="etcd://host:port[,host:port...] or sqlite:///path/state.db")
-    ctl.add_argument("--listen", default="127.0.0.1:7373", metavar="HOST:PORT")
+    ctl.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT")
     ctl.add_argument("--advertise", default=None, metavar="HOST:PORT",
                      help="address others reach this controller at (default: --listen)")
     ctl.add_argument("--cluster", default="default", metavar="NAME")
@@ -146,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     proxy = commands.add_parser("proxy", help="run an HTTP proxy")
     proxy.add_argument("--controller", metavar="ADDR[,ADDR...]", default=None,
                        help=f"controller addresses (default: ${ENV_CONTROLLER}, "
-                            "else 127.0.0.1:7373)")
-    proxy.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")
+                            f"else {DEFAULT_CONTROLLER})")
+    proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.set_defaults(run=cmd_proxy)

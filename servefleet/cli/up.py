@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.config_file import ConfigError, load_config
 from servefleet.lifecycle import NOTIFY_ENV, can_bind
+from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 
 from .apps import wait_running
 from .errors import CommandFailed, UsageError
@@ -43,7 +44,6 @@ from .errors import CommandFailed, UsageError
 CONTROLLER_EXIT_TIMEOUT_S = 90.0
 # How long the controller and the proxy may take to listen.
 START_TIMEOUT_S = 60.0
-DEFAULT_HTTP = "127.0.0.1:8000"
 
 
 def _pump(name: str, stream, out: Callable[[str], None]) -> None:
@@ -275,7 +275,7 @@ def add_command(commands) -> None:
     up.add_argument("--http", default=None, metavar="HOST:PORT",
                     help="where the proxy listens (default: the config's http_options, "
                          f"else {DEFAULT_HTTP})")
-    up.add_argument("--listen", default="127.0.0.1:7373", metavar="HOST:PORT",
+    up.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT",
                     help="where the controller listens (default %(default)s)")
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
