@@ -36,11 +36,11 @@ from collections.abc import Callable
 
 from starlette.types import Receive, Scope, Send
 
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
-from .balancer import Overloaded, ReplicaPool
 from .routes import RouteTable
-from .upstream import NotDelivered, UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import uuid
 
 import grpc
 
+from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
@@ -24,7 +25,6 @@ from servefleet.wire import ROUTES_KEY, replicas_key
 
 from .app import ProxyApp
 from .state import ProxyState
-from .upstream import UpstreamPool
 
 logger = logging.getLogger("servefleet.proxy")
 REPORT_PERIOD_S = 1.0

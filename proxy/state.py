@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from servefleet.dataplane.balancer import ReplicaPool
+from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.v1 import watch_pb2
 from servefleet.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
-from .balancer import ReplicaPool
 from .routes import RouteTable
-from .upstream import UpstreamPool
 
 logger = logging.getLogger("servefleet.proxy")
 

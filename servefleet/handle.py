@@ -35,9 +35,9 @@ from typing import Any
 
 from servefleet.api import HANDLE_MARKER, encode
 from servefleet.client import resolve_addresses
-from servefleet.proxy.balancer import Overloaded
+from servefleet.dataplane.balancer import Overloaded
+from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet.proxy.state import ProxyState
-from servefleet.proxy.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, replicas_key

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from servefleet.proxy.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.proxy.routes import RouteTable, Target
 
 
@@ -129,14 +129,14 @@ async def test_retry_may_go_back_to_the_only_replica() -> None:
 
 
 async def test_request_targets_with_line_breaks_are_refused() -> None:
-    from servefleet.proxy.upstream import UpstreamError, UpstreamPool
+    from servefleet.dataplane.upstream import UpstreamError, UpstreamPool
 
     with pytest.raises(UpstreamError):
         await UpstreamPool().request("127.0.0.1:1", "GET", b"/x HTTP/1.1\r\nx-evil: 1", [], b"")
 
 
 async def test_closing_a_pool_fails_its_queued_requests() -> None:
-    from servefleet.proxy.balancer import PoolClosed
+    from servefleet.dataplane.balancer import PoolClosed
 
     pool = ReplicaPool()
     waiter = asyncio.create_task(pool.acquire())

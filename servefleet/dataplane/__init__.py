@@ -1,0 +1,9 @@
+"""One way to reach a replica, shared by proxies and deployment handles.
+
+- `balancer`: a pool per deployment, power of two choices over in-flight
+  counts, the FIFO queue and `max_queued_requests` backpressure;
+- `upstream`: HTTP/1.1 over pooled keep-alive connections to replicas, its
+  failures told apart as never delivered or maybe acted on.
+
+The proxy (HTTP ingress) and handles (Python calls) both use them.
+"""
