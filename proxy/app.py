@@ -5,14 +5,13 @@ Per request:
 1. `/-/healthz` and `/-/routes` are answered by the proxy itself; a path no
    route prefix matches gets 404 naming the known prefixes.
 2. The body is read once (it may have to be sent to a second replica).
-3. A replica is chosen by its deployment's pool (balancer.py); when all are
-   full the request queues, and past max_queued_requests it gets 503.
-4. The request goes to the replica over a pooled HTTP/1.1 connection
-   (upstream.py), with `x-request-id` kept or created. A request the replica never received (the
-   connection was refused, or it answered 503 `x-servefleet-rejected`) is
-   tried on another replica; up to MAX_ATTEMPTS. One that failed after it was
-   sent is answered 502 and not retried, since the replica may have acted on it.
-5. The response streams back chunk by chunk.
+3. The request is forwarded with `x-request-id` kept or created, by the
+   forward-with-retry proxies share with handles (servefleet/dataplane/):
+   a replica is chosen by its deployment's pool; when all are full the
+   request queues, and past max_queued_requests it gets 503. A request no
+   replica received in MAX_ATTEMPTS tries gets 503; one that failed after it
+   was sent gets 502 and is not retried, since the replica may have acted on it.
+4. The response streams back chunk by chunk.
 
 With a traffic policy on the route, step 3 first picks the deployment by
 weight, and a fraction of requests is also copied to the shadow deployment
@@ -28,23 +27,23 @@ The replica learns which route prefix matched from `x-servefleet-route-prefix`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 from starlette.types import Receive, Scope, Send
 
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
-from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
-from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
 from .routes import RouteTable
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 SHADOW_TIMEOUT_S = 30.0
@@ -229,52 +228,28 @@ class ProxyApp:
     async def _forward(self, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]],
                        send: Send, pool: ReplicaPool, request_id: str,
                        started: Started) -> None:
-        url_path = _raw_target(scope)
-        tried: set[str] = set()
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            replica = await pool.acquire(exclude=tried)
-            try:
-                await self._exchange(replica.address, scope["method"], url_path, headers, body,
-                                     send, request_id, started)
-                return
-            except NotDelivered as e:
-                tried.add(replica.replica_id)
-                logger.info("request %s not taken by %s (%s); attempt %d", request_id,
-                            replica.replica_id, e, attempt)
-                if "refused" in str(e):
-                    pool.mark_down(replica)
-            finally:
-                pool.release(replica)
-        await _reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} attempts",
-                     request_id)
-
-    async def _exchange(self, address: str, method: str, path: bytes,
-                        headers: list[tuple[bytes, bytes]], body: bytes, send: Send,
-                        request_id: str, started: Started) -> None:
         try:
-            response = await self._upstream.request(address, method, path, headers, body)
+            await forward(pool, self._upstream, scope["method"], _raw_target(scope), headers,
+                          body, partial(_stream_back, send, request_id, started), request_id)
         except UpstreamError as e:
             await _reply(send, 502, f"replica failed: {e}", request_id)
-            return
-        try:
-            if response.status == 503 and response.header(REJECTED_HEADER):
-                # Refused unread; drain the short body so the connection stays usable.
-                with contextlib.suppress(UpstreamError):
-                    async for _ in response.chunks():
-                        pass
-                raise NotDelivered(response.header(REJECTED_HEADER).decode())
-            started.value = True
-            dropped = _and_named_by_connection(response.headers, HOP_BY_HOP)
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": [(k, v) for k, v in response.headers
-                                    if k not in dropped]})
-            try:
-                async for chunk in response.chunks():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except UpstreamError as e:
-                # The status line is out: all that is left is to cut the response short.
-                logger.warning("request %s: %s", request_id, e)
-                raise ConnectionResetError from None
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            response.release()
+        except NoReplicaTook:
+            await _reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} "
+                         "attempts", request_id)
+
+
+async def _stream_back(send: Send, request_id: str, started: Started,
+                       response: Response) -> None:
+    """Send a replica's answer on to the client as it comes."""
+    started.value = True
+    dropped = _and_named_by_connection(response.headers, HOP_BY_HOP)
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": [(k, v) for k, v in response.headers if k not in dropped]})
+    try:
+        async for chunk in response.chunks():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except UpstreamError as e:
+        # The status line is out: all that is left is to cut the response short.
+        logger.warning("request %s: %s", request_id, e)
+        raise ConnectionResetError from None
+    await send({"type": "http.response.body", "body": b""})

@@ -36,7 +36,7 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
     upstream = UpstreamPool()
     state = ProxyState(upstream)
     try:
-        app = ProxyApp(lambda a, n: state.pools.get((a, n)), lambda: state.routes, upstream,
+        app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        request_timeout_s)
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
@@ -72,7 +72,8 @@ async def _report_load(watcher: WatchClient, state: ProxyState,
     last: dict[str, int] = {}
     while True:
         await asyncio.sleep(period_s)
-        queued = {f"{a}/{n}": pool.queued for (a, n), pool in state.pools.items()}
+        queued = {f"{a}/{n}": pool.queued
+                  for (a, n), pool in state.replica_sets.pools.items()}
         report = {k: v for k, v in queued.items() if v or last.get(k)}
         last = queued
         if not report or not watcher.connected.is_set():

@@ -12,11 +12,11 @@ with header `x-servefleet-method` and a JSON body `{"args": [...],
 its message. Arguments and results are JSON values, or handles (sent as
 markers and rebuilt on the other side); nothing is pickled.
 
-Routing is the proxy's: a `HandleRouter` per application and event loop
-keeps the replica sets from the controller's Watch stream (the shared
-WatchClient) and picks replicas with the same power-of-two-choices pools,
-queue and `max_queued_requests` backpressure; a call a replica never
-received is retried on another one, up to MAX_ATTEMPTS.
+Routing is the proxy's (servefleet/dataplane/): a `HandleRouter` per
+application and event loop keeps the replica sets from the controller's
+Watch stream (the shared WatchClient), and sends each call through the same
+forward-with-retry, pools, queue and `max_queued_requests` backpressure as
+the proxy; only the framing differs.
 
 Sync code (a deployment's plain `def` method, run in a thread) can call
 `handle.remote(...).result()`: the call runs on the replica's event loop.
@@ -35,16 +35,16 @@ from typing import Any
 
 from servefleet.api import HANDLE_MARKER, encode
 from servefleet.client import resolve_addresses
-from servefleet.dataplane.balancer import Overloaded
-from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
-from servefleet.proxy.state import ProxyState
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet.dataplane.replica_sets import ReplicaSets
+from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
-from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, replicas_key
+from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, replicas_key
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
 # How long a first call waits for the target's replica set to be known.
 DISCOVERY_TIMEOUT_S = 30.0
 
@@ -63,7 +63,7 @@ class HandleRouter:
     def __init__(self, application: str, controllers: Sequence[str]) -> None:
         self.application = application
         self.upstream = UpstreamPool()
-        self.state = ProxyState(self.upstream)
+        self.replica_sets = ReplicaSets(self.upstream)
         self._changed = asyncio.Event()
         self._watch = WatchClient(list(controllers), [replicas_key(application)],
                                   on_snapshot=self._apply,
@@ -72,14 +72,14 @@ class HandleRouter:
         self._watch.start()
 
     def _apply(self, snapshot: watch_pb2.Snapshot) -> None:
-        self.state.apply(snapshot)
+        self.replica_sets.apply(snapshot)
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def pool(self, deployment: str):
+    async def pool(self, deployment: str) -> ReplicaPool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DISCOVERY_TIMEOUT_S
-        while (pool := self.state.pools.get((self.application, deployment))) is None:
+        while (pool := self.replica_sets.get(self.application, deployment)) is None:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise HandleError(f"deployment {self.application}/{deployment} is unknown "
@@ -95,52 +95,37 @@ class HandleRouter:
     async def call(self, deployment: str, method: str, args: tuple, kwargs: dict) -> Any:
         body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
                            "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
+        request_id = uuid.uuid4().hex
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
-                   (REQUEST_ID_HEADER, uuid.uuid4().hex.encode())]
+                   (REQUEST_ID_HEADER, request_id.encode())]
         pool = await self.pool(deployment)
-        tried: set[str] = set()
-        for _ in range(MAX_ATTEMPTS):
-            try:
-                replica = await pool.acquire(exclude=tried)
-            except Overloaded as e:
-                raise HandleError(f"{deployment} is overloaded: {e}", 503) from None
-            try:
-                status, payload = await self._exchange(replica.address, headers, body)
-            except NotDelivered as e:
-                tried.add(replica.replica_id)
-                if "refused" in str(e):
-                    pool.mark_down(replica)
-                continue
-            finally:
-                pool.release(replica)
-            if status == 200:
-                return decode(payload.get("result"), self.application,
-                              self._watch.addresses)
-            raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
-        raise HandleError(f"no replica of {deployment} took the call after {MAX_ATTEMPTS} "
-                          "attempts", 503)
-
-    async def _exchange(self, address: str, headers: list[tuple[bytes, bytes]],
-                        body: bytes) -> tuple[int, dict]:
         try:
-            response = await self.upstream.request(address, "POST", b"/", headers, body)
-            try:
-                chunks = [chunk async for chunk in response.chunks()]
-            finally:
-                response.release()
+            status, payload = await forward(pool, self.upstream, "POST", b"/", headers, body,
+                                            _read_answer, request_id)
+        except Overloaded as e:
+            raise HandleError(f"{deployment} is overloaded: {e}", 503) from None
+        except NoReplicaTook:
+            raise HandleError(f"no replica of {deployment} took the call after {MAX_ATTEMPTS} "
+                              "attempts", 503) from None
         except UpstreamError as e:
-            raise HandleError(f"the replica at {address} failed: {e}", 502) from None
-        if response.status == 503 and response.header(REJECTED_HEADER):
-            raise NotDelivered(response.header(REJECTED_HEADER).decode())
-        try:
-            payload = json.loads(b"".join(chunks) or b"{}")
-        except ValueError:
-            payload = {"error": b"".join(chunks)[:500].decode(errors="replace")}
-        return response.status, payload if isinstance(payload, dict) else {}
+            raise HandleError(f"the replica at {e.address} failed: {e}", 502) from None
+        if status == 200:
+            return decode(payload.get("result"), self.application, self._watch.addresses)
+        raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
 
     async def close(self) -> None:
         await self._watch.close()
         self.upstream.close()
+
+
+async def _read_answer(response: Response) -> tuple[int, dict]:
+    """A handle call's status and JSON answer (the error text when not JSON)."""
+    raw = b"".join([chunk async for chunk in response.chunks()])
+    try:
+        payload = json.loads(raw or b"{}")
+    except ValueError:
+        payload = {"error": raw[:500].decode(errors="replace")}
+    return response.status, payload if isinstance(payload, dict) else {}
 
 
 def _no_bound(app: Any) -> str:

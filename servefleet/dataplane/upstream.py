@@ -5,7 +5,7 @@ A small client on asyncio streams, for the one kind of server it talks to
 managed 260 requests/s at 16 connections, a tenth of what one replica
 serves, and fell further as connections grew.
 
-Failures are reported in the terms retrying needs (proxy/app.py):
+Failures are reported in the terms retrying needs (forward.py):
 `NotDelivered` when the replica cannot have acted on the request (the
 connection was refused; or an idle keep-alive connection turned out closed
 before any byte of an answer to an idempotent request), `UpstreamError` when
@@ -30,9 +30,19 @@ READ_CHUNK = 64 * 1024
 class NotDelivered(Exception):
     """The replica did not take the request: another may."""
 
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        # No connection could be made: the replica is likely gone.
+        self.refused = refused
+
 
 class UpstreamError(Exception):
     """The exchange failed after the replica may have acted on the request."""
+
+    def __init__(self, message: str, address: str = "") -> None:
+        super().__init__(message)
+        # The replica's address, when known.
+        self.address = address
 
 
 class Connection:
@@ -101,7 +111,7 @@ class Response:
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ValueError) as e:
             self._keep_alive = False
-            raise UpstreamError(f"replica failed mid-response: {e!r}") from None
+            raise UpstreamError(f"replica failed mid-response: {e!r}", self._address) from None
         self._done = True
 
     def release(self) -> None:
@@ -112,12 +122,12 @@ class Response:
             self._conn.close()
 
 
-def _parse_head(raw: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
+def _parse_head(raw: bytes, address: str) -> tuple[int, list[tuple[bytes, bytes]]]:
     lines = raw.split(b"\r\n")
     try:
         status = int(lines[0].split(b" ", 2)[1])
     except (IndexError, ValueError):
-        raise UpstreamError(f"bad status line {lines[0][:80]!r}") from None
+        raise UpstreamError(f"bad status line {lines[0][:80]!r}", address) from None
     headers = []
     for line in lines[1:]:
         if line:
@@ -162,14 +172,14 @@ class UpstreamPool:
                 asyncio.open_connection(host, int(port), limit=MAX_HEAD_BYTES),
                 CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as e:
-            raise NotDelivered(f"connection refused: {e}") from None
+            raise NotDelivered(f"connection refused: {e}", refused=True) from None
         return Connection(reader, writer)
 
     async def request(self, address: str, method: str, target: bytes,
                       headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
         """Send one request; `target` is the raw path and query, as the client sent it."""
         if b"\r" in target or b"\n" in target or b" " in target:
-            raise UpstreamError("refusing a request target with spaces or line breaks")
+            raise UpstreamError("refusing a request target with spaces or line breaks", address)
         conn = await self._connect(address)
         head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
                 + address.encode() + b"\r\n"]
@@ -180,7 +190,7 @@ class UpstreamPool:
             await conn.writer.drain()
             while True:
                 raw = await conn.reader.readuntil(b"\r\n\r\n")
-                status, parsed = _parse_head(raw)
+                status, parsed = _parse_head(raw, address)
                 if not 100 <= status < 200 or status == 101:
                     break  # 1xx interim answers (100 Continue) come before the real one
             return Response(self, address, conn, status, parsed, method)
@@ -189,7 +199,7 @@ class UpstreamPool:
             received = isinstance(e, asyncio.IncompleteReadError) and bool(e.partial)
             if conn.reused and not received and method in IDEMPOTENT:
                 raise NotDelivered(f"kept-alive connection closed: {e!r}") from None
-            raise UpstreamError(f"replica failed before answering: {e!r}") from None
+            raise UpstreamError(f"replica failed before answering: {e!r}", address) from None
         except BaseException:  # cancelled, or a malformed answer: never reuse it
             conn.close()
             raise

@@ -1,0 +1,81 @@
+"""Forward-with-retry: send a request to one of a deployment's replicas.
+
+The one loop both proxies and handles run (DESIGN.md, "one way to reach a
+replica"); they differ only in framing: what they send, and what `deliver`
+does with the answer (stream it to an HTTP client, or read a handle call's
+JSON).
+
+Per attempt:
+
+1. the pool gives a replica with room (balancer.py): it may queue, and
+   raises `Overloaded` past `max_queued_requests`;
+2. the request goes to it over a pooled connection (upstream.py);
+3. a request the replica never received is tried on another one, up to
+   MAX_ATTEMPTS: the connection was refused (the replica is also set aside
+   until the next replica-set snapshot), a kept-alive connection turned out
+   closed, or the replica answered 503 with `x-servefleet-rejected` (loading,
+   draining, overloaded);
+4. any other answer goes to `deliver`, while the replica's slot and the
+   connection are held, so its in-flight count covers the whole response.
+
+A failure after the request was sent (`UpstreamError`) is not retried: the
+replica may have acted on it. Cancelling the caller closes the connection,
+which makes the replica cancel the request in turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from servefleet.wire import REJECTED_HEADER
+
+from .balancer import ReplicaPool
+from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+
+T = TypeVar("T")
+
+
+class NoReplicaTook(Exception):
+    """MAX_ATTEMPTS replicas in a row did not take the request."""
+
+
+async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
+                  headers: list[tuple[bytes, bytes]], body: bytes,
+                  deliver: Callable[[Response], Awaitable[T]], request_id: str = "") -> T:
+    """What `deliver` returns for the first answer a replica gave.
+
+    Raises `Overloaded` (from the pool), `NoReplicaTook`, `UpstreamError`
+    (the exchange failed after sending; its `address` names the replica),
+    and whatever `deliver` raises.
+    """
+    tried: set[str] = set()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        replica = await pool.acquire(exclude=tried)
+        try:
+            response = await upstream.request(replica.address, method, target, headers, body)
+            try:
+                if response.status == 503 and (reason := response.header(REJECTED_HEADER)):
+                    # Refused unread; drain the short body so the connection stays usable.
+                    with contextlib.suppress(UpstreamError):
+                        async for _ in response.chunks():
+                            pass
+                    raise NotDelivered(reason.decode(errors="replace"))
+                return await deliver(response)
+            finally:
+                response.release()
+        except NotDelivered as e:
+            tried.add(replica.replica_id)
+            logger.info("request %s not taken by %s (%s); attempt %d", request_id,
+                        replica.replica_id, e, attempt)
+            if e.refused:
+                pool.mark_down(replica)
+        finally:
+            pool.release(replica)
+    raise NoReplicaTook(f"no replica took it after {MAX_ATTEMPTS} attempts")

@@ -1,0 +1,53 @@
+"""The replica pools of every deployment a proxy or handle router reaches.
+
+Kept by `replicas/<app>/<deployment>` Watch snapshots: the controller's word
+replaces the pool's replicas, limits and local guesses (replicas set aside);
+a deleted set closes its pool, failing the requests queued on it. The idle
+connections to a replica that left are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from servefleet.v1 import watch_pb2
+from servefleet.wire import REPLICAS_KIND, parse_watch_key
+
+from .balancer import ReplicaPool
+from .upstream import UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicaSets:
+    def __init__(self, upstream: UpstreamPool) -> None:
+        self.pools: dict[tuple[str, str], ReplicaPool] = {}
+        self._upstream = upstream
+
+    def get(self, application: str, deployment: str) -> ReplicaPool | None:
+        """The deployment's pool; None while no snapshot has named it."""
+        return self.pools.get((application, deployment))
+
+    def apply(self, snapshot: watch_pb2.Snapshot) -> None:
+        """Apply one replica-set snapshot; other keys are ignored, and a key that
+        is no Watch key raises ValueError."""
+        kind, app, name = parse_watch_key(snapshot.key)
+        if kind != REPLICAS_KIND or not name:
+            return
+        pool = self.pools.get((app, name))
+        before = {r.address for r in pool.replicas.values()} if pool else set()
+        if snapshot.deleted:
+            if pool is not None:
+                pool.close()
+            self.pools.pop((app, name), None)
+            after: set[str] = set()
+        else:
+            replicas = snapshot.replicas
+            pool = self.pools.setdefault((app, name), ReplicaPool())
+            pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
+                        replicas.max_ongoing_requests, replicas.max_queued_requests)
+            after = {e.http_address for e in replicas.endpoints}
+        for address in before - after:
+            self._upstream.forget(address)  # gone: drop its idle connections
+        if not snapshot.deleted:
+            logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))

@@ -1,0 +1,121 @@
+"""Forward-with-retry (servefleet/dataplane/forward.py) against tiny loopback servers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from servefleet.dataplane.balancer import ReplicaPool
+from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
+from servefleet.testing import free_port
+
+REJECTED = b"HTTP/1.1 503 Service Unavailable\r\nx-servefleet-rejected: overloaded\r\n" \
+           b"content-length: 4\r\n\r\nbusy"
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+CUT = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok"  # closes 8 bytes short
+
+
+async def _serve(answer: bytes, seen: list[bytes]) -> tuple[asyncio.Server, str]:
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length"))
+                seen.append(head.split(b" ")[1] + await reader.readexactly(length))
+                writer.write(answer)
+                await writer.drain()
+                if answer is CUT:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[UpstreamPool]:
+    pool = UpstreamPool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[Callable]:
+    servers: list[asyncio.Server] = []
+
+    async def start(*answers: bytes) -> tuple[ReplicaPool, dict[str, list[bytes]]]:
+        pool, seen = ReplicaPool(), {}
+        endpoints = []
+        for i, answer in enumerate(answers):
+            seen[f"r{i}"] = []
+            if answer == b"":  # nothing listens there
+                endpoints.append((f"r{i}", f"127.0.0.1:{free_port()}"))
+                continue
+            server, address = await _serve(answer, seen[f"r{i}"])
+            servers.append(server)
+            endpoints.append((f"r{i}", address))
+        pool.update(endpoints, max_ongoing=5, max_queued=-1)
+        return pool, seen
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+async def _body(response: Response) -> tuple[int, bytes]:
+    return response.status, b"".join([c async for c in response.chunks()])
+
+
+async def test_a_refusal_is_retried_on_another_replica(replicas, upstream) -> None:
+    pool, seen = await replicas(REJECTED, OK)
+    for _ in range(4):
+        assert await forward(pool, upstream, "POST", b"/x", [], b"hi", _body) == (200, b"ok")
+    assert len(seen["r1"]) == 4 and all(s == b"/xhi" for s in seen["r1"])
+    assert all(r.in_flight == 0 for r in pool.replicas.values())
+    # A replica that refused a request unread is not set aside.
+    assert {(await pool.acquire()).replica_id for _ in range(4)} == {"r0", "r1"}
+
+
+async def test_a_replica_refusing_connections_is_set_aside(replicas, upstream) -> None:
+    pool, _ = await replicas(b"", OK)
+    for _ in range(4):
+        assert await forward(pool, upstream, "GET", b"/", [], b"", _body) == (200, b"ok")
+    assert {(await pool.acquire()).replica_id for _ in range(4)} == {"r1"}
+
+
+async def test_gives_up_after_max_attempts(replicas, upstream) -> None:
+    pool, seen = await replicas(REJECTED, REJECTED, REJECTED, REJECTED)
+    with pytest.raises(NoReplicaTook):
+        await forward(pool, upstream, "GET", b"/", [], b"", _body)
+    assert sum(len(s) for s in seen.values()) == MAX_ATTEMPTS
+    assert all(r.in_flight == 0 for r in pool.replicas.values())
+
+
+async def test_a_failure_after_sending_is_not_retried(replicas, upstream) -> None:
+    pool, seen = await replicas(CUT, CUT)
+    with pytest.raises(UpstreamError) as failure:
+        await forward(pool, upstream, "POST", b"/", [], b"", _body)
+    assert sum(len(s) for s in seen.values()) == 1
+    assert failure.value.address in {r.address for r in pool.replicas.values()}
+    assert all(r.in_flight == 0 for r in pool.replicas.values())
+
+
+async def test_cancelling_frees_the_slot(replicas, upstream) -> None:
+    pool, _ = await replicas(OK)
+
+    async def stuck(response: Response) -> None:
+        await asyncio.sleep(60)
+
+    call = asyncio.create_task(forward(pool, upstream, "GET", b"/", [], b"", stuck))
+    await asyncio.sleep(0.1)
+    assert pool.replicas["r0"].in_flight == 1
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert pool.replicas["r0"].in_flight == 0
