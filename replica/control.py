@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -20,12 +20,9 @@ from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
 
 from .http import call_user
-
-if TYPE_CHECKING:
-    from .main import Replica
+from .replica import PHASE, Replica
 
 logger = logging.getLogger(__name__)
-PHASE = rpb.ReplicaPhase
 
 
 class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
