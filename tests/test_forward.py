@@ -84,9 +84,16 @@ async def test_a_refusal_is_retried_on_another_replica(replicas, upstream) -> No
 
 async def test_a_replica_refusing_connections_is_set_aside(replicas, upstream) -> None:
     pool, _ = await replicas(b"", OK)
-    for _ in range(4):
-        assert await forward(pool, upstream, "GET", b"/", [], b"", _body) == (200, b"ok")
-    assert {(await pool.acquire()).replica_id for _ in range(4)} == {"r1"}
+    pool.max_ongoing = 1
+    held = await pool.acquire(exclude={"r0"})  # r1 is full: the call goes to r0 first
+    call = asyncio.create_task(forward(pool, upstream, "GET", b"/", [], b"", _body))
+    await asyncio.sleep(0.1)
+    assert not call.done() and pool.queued == 1, "r0 refused: the call waits for r1"
+    pool.release(held)
+    assert await asyncio.wait_for(call, 5) == (200, b"ok")
+    assert (await pool.acquire()).replica_id == "r1"
+    with pytest.raises(TimeoutError):  # r0 stays aside, so nothing else has room
+        await asyncio.wait_for(pool.acquire(), 0.1)
 
 
 async def test_gives_up_after_max_attempts(replicas, upstream) -> None:
