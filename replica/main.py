@@ -55,7 +55,6 @@ async def run(settings: ReplicaSettings) -> int:
         return EXIT_BIND_FAILURE
     await control.start()
     try:
-        # The date header is set once at start, not refreshed.
         http = await start_http_server(replica.app, settings.host, settings.http_port)
     except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
