@@ -27,15 +27,17 @@ from pathlib import Path
 import grpc
 
 from servefleet.client import ControllerClient
-from servefleet.controller.reconcile.planner import plan_deployment
+from servefleet.controller.reconcile.loop import tune_gc
+from servefleet.controller.reconcile.planner import StartupFailures, plan_deployment
 from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
-from servefleet.controller.reconcile.replicas import goal_of
-from servefleet.fakes import FakeControlPlane
 from servefleet.testing import ControllerProcess, EtcdServer, free_port
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, status_pb2
 
-APPS = str(Path(__file__).resolve().parent.parent / "tests" / "apps")
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+APPS = str(TESTS / "apps")
+sys.path.insert(0, str(TESTS))
+from fakes import FakeControlPlane  # noqa: E402  (the same fakes the unit tests use)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -124,32 +126,28 @@ def bench_deploy_to_running(runs: int) -> None:
 
 
 async def bench_tick(deployments: int, per: int, ticks: int) -> None:
-    world = FakeControlPlane()  # the same fakes the unit tests use
-    table, reconciler = await world.lead()
+    tune_gc()  # as `servefleet controller` does
+    world = FakeControlPlane()
+    term = await world.lead()
     for i in range(deployments):
-        await table.deploy(d.DeploymentSpec(
+        await term.deployments.deploy(d.DeploymentSpec(
             name=f"m{i}", import_path="m:C",
             replica_config=d.ReplicaConfig(num_replicas=per, health_check_period_s=10)))
-    for _ in range(40):  # start and probe until all are running
-        world.clock.advance(0.5)
-        await reconciler.tick()
-        await reconciler.wait_tasks()
-    running = sum(1 for views in reconciler.views.values() for v in views.values()
-                  if v.state == replica_pb2.REPLICA_STATE_RUNNING)
+    await world.settle(term, ticks=40, step_s=0.5)  # start and probe until all run
+    running = sum(observed.counts().get("RUNNING", 0)
+                  for observed in term.observed.deployments.values())
     tick_times, plan_times = [], []
     for _ in range(ticks):
         world.clock.advance(0.1)
         start = time.perf_counter()
-        await reconciler.tick()
+        await term.loop.run_pass()
         tick_times.append(time.perf_counter() - start)
-        await reconciler.wait_tasks()
+        await term.loop.wait_idle()
         start = time.perf_counter()
-        for record in table.list():
-            key = (record.spec.application, record.spec.name)
-            plan_deployment(goal_of(record), list(reconciler.views.get(key, {}).values()),
-                            reconciler._failures[key], world.clock.monotonic())
+        for observed in term.observed.deployments.values():
+            plan_deployment(observed.goal, [r.view for r in observed.replicas],
+                            StartupFailures(), world.clock.monotonic())
         plan_times.append(time.perf_counter() - start)
-    await reconciler.cancel_tasks()
     await world.close()
     print(f"\n2. Reconcile tick, {deployments} deployments x {per} replicas "
           f"({running} RUNNING), fake runtime, {ticks} ticks (goal p99 <= 100 ms)")
@@ -165,7 +163,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--deployments", type=int, default=1000)
     parser.add_argument("--per", type=int, default=10)
-    parser.add_argument("--ticks", type=int, default=100)
+    parser.add_argument("--ticks", type=int, default=300)
     args = parser.parse_args()
     print("servefleet replica bench")
     bench_deploy_to_running(args.runs)

@@ -24,6 +24,7 @@ from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
+from servefleet.wire import ROUTES_KEY
 
 STREAMS_PER_CHANNEL = 100
 
@@ -43,7 +44,7 @@ async def _watchers(address: str, count: int, ready, results, updates: int) -> N
     async def watch(channel) -> None:
         nonlocal opened
         stub = controller_pb2_grpc.ControllerServiceStub(channel)
-        call = stub.Watch(watch_pb2.WatchRequest(known={"routes": ""}, heartbeat_s=30))
+        call = stub.Watch(watch_pb2.WatchRequest(known={ROUTES_KEY: ""}, heartbeat_s=30))
         first = True
         async for response in call:
             if not response.HasField("snapshot"):

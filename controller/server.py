@@ -23,9 +23,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,28 +31,25 @@ from grpc_reflection.v1alpha import reflection
 
 from servefleet.lifecycle import can_bind, notify_ready, on_stop_signals
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
+from servefleet.wire import DEFAULT_CONTROLLER
 
-from .api.servicer import SERVICE_NAME, ControllerServicer, LeaderGate, Leadership
+from .api.gate import SERVICE_NAME, LeaderGate, Leadership
+from .api.servicer import ControllerServicer
 from .clock import Clock
-from .election import FencedStore, LeaderElection
-from .errors import InvalidArgument, NotLeader, Unavailable
-from .goals.applications import ApplicationTable
-from .goals.deployments import DeploymentTable
+from .election import LeaderElection
+from .errors import InvalidArgument
 from .goals.spec import check_name
 from .keys import ClusterKeys
 from .members import Membership
-from .reconcile.observed import running_records
+from .reconcile.loop import tune_gc
 from .reconcile.replica_client import GrpcReplicaClient
-from .reconcile.replica_ops import ReplicaOps
-from .reconcile.replicas import Reconciler
 from .runtime import Runtime
 from .runtime.process import ProcessRuntime
-from .store import Store, StoreOpenError, StoreUnavailable, open_store
-from .watch import Publisher, StatePublisher
+from .store import Store, StoreOpenError, open_store
+from .term import LeaderTerm, TermParts
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 7373
 RUNTIMES = ("process", "docker", "none")
 # How long the Shutdown RPC waits for replicas to drain before the controller exits.
 SHUTDOWN_REPLICAS_TIMEOUT_S = 60.0
@@ -69,7 +64,7 @@ class ControllerConfig:
     # Where hard state lives: etcd://host:port[,host:port...] or sqlite:///path.
     store_url: str
     # host:port the gRPC server binds.
-    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    listen: str = DEFAULT_CONTROLLER
     # host:port other processes use to reach this controller; it is written
     # to the leader key. Default: `listen`, or this host's name when `listen`
     # binds every interface.
@@ -130,21 +125,19 @@ class ControllerServer:
         self.config = config
         self._clock = clock or Clock()
         self._store = store or open_store(config.store_url)
-        self._keys = ClusterKeys(config.cluster)
-        self.election = LeaderElection(self._store, self._keys.leader, config.advertised(),
+        keys = ClusterKeys(config.cluster)
+        self.election = LeaderElection(self._store, keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
         self._leadership = Leadership(self.election)
-        self.membership = Membership(self._store, self._keys.controllers, config.advertised(),
+        self.membership = Membership(self._store, keys.controllers, config.advertised(),
                                      config.lease_ttl, self._clock)
         self._members: asyncio.Task[None] | None = None
-        # Replaced at each term; before the first one every write is refused.
-        self._table = DeploymentTable(self._keys, self._fenced_for(0), self._store, self._clock)
-        self._apps = ApplicationTable(self._keys, self._fenced_for(0), self._store, self._table,
-                                      self._clock)
-        self._runtime = self._make_runtime()
         self._replica_client = GrpcReplicaClient()
-        self._reconciler: Reconciler | None = None
-        self._publisher = Publisher()
+        self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
+                                self._make_runtime(), self._replica_client,
+                                lambda: self.membership.addresses)
+        # The serving leader term, or None while this controller does not lead.
+        self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._terms: asyncio.Task[None] | None = None
@@ -152,9 +145,6 @@ class ControllerServer:
         self._stop_replicas = False
         self._stopped = False
         self.bound_port = 0
-
-    def _fenced_for(self, token: int) -> FencedStore:
-        return FencedStore(self._store, self.election, self._keys.leader, token)
 
     def _make_runtime(self) -> Runtime | None:
         if self.config.runtime == "none":
@@ -180,11 +170,10 @@ class ControllerServer:
         server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)],
                                  options=[("grpc.so_reuseport", 0)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
-            ControllerServicer(self.config.cluster, self._leadership, lambda: self._table,
-                               lambda: self._reconciler, lambda: self._publisher,
-                               lambda: self.request_stop(stop_replicas=True),
-                               members=lambda: self.membership.addresses,
-                               applications=lambda: self._apps), server)
+            ControllerServicer(self.config.cluster, self._leadership, lambda: self.term,
+                               self.membership,
+                               on_shutdown=lambda: self.request_stop(stop_replicas=True)),
+            server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -234,84 +223,22 @@ class ControllerServer:
     async def _one_term(self) -> None:
         token = await self.election.campaign()
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
-        reconciling: asyncio.Task[None] | None = None
-        apps: ApplicationTable | None = None
+        term = LeaderTerm(token, self._parts)
         try:
-            fenced = self._fenced_for(token)
-            publisher = Publisher()
-            state: StatePublisher | None = None
-
-            def changed(app: str, name: str) -> None:
-                if state is not None:
-                    state.refresh(app, name)
-
-            def traffic_changed(app: str) -> None:
-                if state is not None:
-                    state.refresh_routes()
-
-            table = DeploymentTable(self._keys, fenced, self._store, self._clock, changed)
-            apps = ApplicationTable(self._keys, fenced, self._store, table, self._clock,
-                                    on_traffic=traffic_changed)
-            reconciler = self._new_reconciler(table, fenced, changed, publisher)
-            if reconciler is not None:
-                table.can_purge = lambda key: not reconciler.views.get(key)
-            if (await self._retry_while_leading(table.load, holding)
-                    and await self._retry_while_leading(apps.load, holding)
-                    and (reconciler is None
-                         or await self._retry_while_leading(reconciler.recover, holding))):
-                running = (partial(running_records, reconciler) if reconciler
-                           else (lambda a, n: []))
-                state = StatePublisher(publisher, table.live, running, apps.traffic,
-                                       lambda: apps.http_options)
-                state.refresh_all()
-                self._table, self._reconciler, self._publisher = table, reconciler, publisher
-                self._apps = apps
-                apps.recover()
-                if reconciler is not None:
-                    reconciling = asyncio.create_task(reconciler.run(), name="reconcile")
+            if await term.load(holding):
+                term.start()
+                self.term = term
                 self._leadership.serving = True
                 await self._health.set(SERVICE_NAME, SERVING)
             await asyncio.shield(holding)
         finally:
             self._leadership.serving = False
-            if reconciling is not None:  # stop acting at once
-                reconciling.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reconciling
-            if reconciler is not None:  # work recovery started, even if the loop never ran
-                await reconciler.cancel_tasks()
-            if apps is not None:
-                await apps.cancel_builds()
-            self._publisher.close()  # Watch streams notice and end
+            self.term = None
+            await term.stop()  # stop acting at once
             await self._health.set(SERVICE_NAME, NOT_SERVING)
             if not holding.done():  # cancelled by stop(): hand over at once
                 await self.election.resign()
                 await holding
-
-    def _new_reconciler(self, table: DeploymentTable, fenced: FencedStore,
-                        changed: Callable[[str, str], None],
-                        publisher: Publisher) -> Reconciler | None:
-        if self._runtime is None:
-            return None
-        ops = ReplicaOps(self.config.cluster, self._keys, fenced, self._runtime,
-                         self._replica_client, lambda: self.membership.addresses,
-                         publisher.watching)
-        return Reconciler(self._keys, ops, lambda: table.list(include_deleted=True),
-                          self._clock, on_change=changed)
-
-    async def _retry_while_leading(self, step: Callable[[Store], Awaitable[None]],
-                                   holding: asyncio.Task[str]) -> bool:
-        """Run a start-of-term step, retrying while the store is down; False if the term ended."""
-        while not holding.done():
-            try:
-                await step(self._store)
-                return True
-            except NotLeader:
-                return False  # the term is over; hold() says why
-            except (StoreUnavailable, Unavailable) as e:
-                logger.warning("cannot load state from the store, retrying: %s", e)
-                await self._clock.sleep(0.5)
-        return False
 
     # -- 3. shutdown ----------------------------------------------------------------
 
@@ -329,11 +256,12 @@ class ControllerServer:
             return
         self._stopped = True
         logger.info("controller shutting down")
-        reconciler = self._reconciler
-        if self._stop_replicas and reconciler is not None and self.election.is_leader:
-            await reconciler.wait_empty(SHUTDOWN_REPLICAS_TIMEOUT_S)
+        term = self.term
+        if self._stop_replicas and term is not None and self.election.is_leader:
+            await term.wait_replicas_gone(SHUTDOWN_REPLICAS_TIMEOUT_S)
         self._leadership.serving = False
-        self._publisher.close()  # Watch streams end now, not at the grace deadline
+        if term is not None:
+            term.publisher.close()  # Watch streams end now, not at the grace deadline
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(self.config.shutdown_grace_s)
@@ -354,6 +282,7 @@ class ControllerServer:
 
 async def serve(config: ControllerConfig) -> None:
     """Run a controller until SIGTERM/SIGINT or the Shutdown RPC."""
+    tune_gc()
     server = ControllerServer(config)
     on_stop_signals(server.request_stop)
     await server.start()

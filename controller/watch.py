@@ -31,32 +31,18 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from servefleet.v1 import application_pb2, records_pb2, replica_pb2, watch_pb2
+from servefleet.wire import (
+    CONFIG_KIND,
+    REPLICAS_KIND,
+    ROUTES_KEY,
+    config_key,
+    parse_watch_key,
+    replicas_key,
+)
 
-ROUTES_KEY = "routes"
 DEFAULT_HEARTBEAT_S = 5.0
 MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 0.1, 60.0
 MAX_WATCH_KEYS = 10_000
-
-
-def check_watch_key(key: str) -> str | None:
-    """Why `key` is not a watchable key, or None if it is."""
-    if key == ROUTES_KEY or key in ("replicas/", "config/"):
-        return None
-    kind, _, rest = key.partition("/")
-    if kind in ("replicas", "config"):
-        app, _, name = rest.partition("/")
-        if app and (name or key.endswith("/")) and "/" not in name:
-            return None
-    return ("must be 'routes', 'replicas/<app>/<deployment>', 'config/<app>/<deployment>' "
-            "or a prefix of these ending in '/'")
-
-
-def replicas_key(application: str, deployment: str) -> str:
-    return f"replicas/{application}/{deployment}"
-
-
-def config_key(application: str, deployment: str) -> str:
-    return f"config/{application}/{deployment}"
 
 
 def _digest(message: Message) -> str:
@@ -192,8 +178,9 @@ class StatePublisher:
             wanted.add((record.spec.application, record.spec.name))
             self._publish_deployment(record)
         for key in self._publisher.keys():
-            kind, _, rest = key.partition("/")
-            if kind in ("replicas", "config") and tuple(rest.split("/", 1)) not in wanted:
+            parsed = parse_watch_key(key)
+            if (parsed.kind in (REPLICAS_KIND, CONFIG_KIND)
+                    and (parsed.application, parsed.deployment) not in wanted):
                 self._publisher.remove(key)
 
     def refresh_routes(self) -> None:

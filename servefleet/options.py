@@ -42,7 +42,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
 
 INT_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_requests")
 FLOAT_OPTIONS = ("health_check_period_s", "health_check_timeout_s",
-                 "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s")
+                 "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
+                 "startup_timeout_s")
 AUTOSCALING_INT = ("min_replicas", "max_replicas", "initial_replicas")
 AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
                      "metrics_interval_s", "look_back_period_s", "upscaling_factor",

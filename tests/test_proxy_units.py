@@ -73,9 +73,10 @@ async def test_a_replica_marked_down_is_skipped_until_the_next_snapshot() -> Non
 
 
 def test_load_reports_sum_fresh_reports_and_refuse_bad_ones() -> None:
+    from fakes import FakeClock
+
     from servefleet.controller.errors import InvalidArgument
     from servefleet.controller.load import STALE_S, LoadReports
-    from servefleet.fakes import FakeClock
 
     clock = FakeClock()
     load = LoadReports(clock)

@@ -1,42 +1,39 @@
-"""The reconcile loop under a fake clock, runtime and replica client (unit tests)."""
+"""The replica reconciler in real leader terms, under a fake clock, runtime and
+replica client (unit tests)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from fakes import FakeControlPlane
 
-from servefleet.controller.reconcile.observed import planned_status
-from servefleet.controller.reconcile.planner import ReplicaView
-from servefleet.controller.reconcile.replicas import Reconciler
+from servefleet.controller.reconcile.planner import RUNNING, goal_of
 from servefleet.controller.runtime import ReplicaLaunch
-from servefleet.controller.store import StoreUnavailable
-from servefleet.fakes import FakeClock, FakeControlPlane
+from servefleet.controller.term import LeaderTerm
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.v1 import replica_pb2, status_pb2
+from servefleet.v1 import status_pb2
 
-RUNNING = replica_pb2.REPLICA_STATE_RUNNING
 DS = status_pb2.DeploymentStatus
 
 
-async def settle(reconciler: Reconciler, clock: FakeClock, ticks: int = 30) -> None:
-    for _ in range(ticks):
-        clock.advance(0.6)
-        await reconciler.tick()
-        await asyncio.sleep(0)
-        await reconciler.wait_tasks()
-
-
 def spec(name: str, replicas: int, **fields) -> d.DeploymentSpec:
+    config = fields.pop("config", {})
     return d.DeploymentSpec(name=name, import_path=fields.pop("import_path", "m:C"),
                             replica_config=d.ReplicaConfig(num_replicas=replicas,
-                                                           health_check_period_s=1),
+                                                           health_check_period_s=1, **config),
                             **fields)
 
 
-def running_ids(reconciler: Reconciler, name: str) -> set[str]:
-    return {v.replica_id for v in reconciler.views.get(("default", name), {}).values()
-            if v.state == RUNNING}
+def running_ids(term: LeaderTerm, name: str) -> set[str]:
+    observed = term.observed.deployments.get(("default", name))
+    return {r.view.replica_id for r in observed.replicas
+            if r.view.state == RUNNING} if observed else set()
+
+
+def status(term: LeaderTerm, name: str) -> tuple[int, str]:
+    record = term.deployments.get("default", name)
+    planned = term.observed.planned_status(record, goal_of(record))
+    assert planned is not None
+    return planned
 
 
 @pytest.fixture
@@ -47,58 +44,67 @@ async def world():
 
 
 async def test_scale_up_and_down(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 3))
-    await settle(reconciler, world.clock)
-    assert len(running_ids(reconciler, "A")) == 3
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 3))
+    await world.settle(term)
+    assert len(running_ids(term, "A")) == 3
     assert len(world.runtime.alive()) == 3
-    await table.deploy(spec("A", 1))
-    await settle(reconciler, world.clock)
-    assert len(running_ids(reconciler, "A")) == 1
+    assert status(term, "A") == (DS.DEPLOYMENT_STATUS_HEALTHY, "")
+    await term.deployments.deploy(spec("A", 1))
+    await world.settle(term)
+    assert len(running_ids(term, "A")) == 1
     assert len(world.runtime.alive()) == 1
     assert len(await world.store.list_prefix(world.keys.replicas)) == 1
 
 
-async def test_one_broken_deployment_does_not_stop_the_others(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    # An observation that makes reconciling "Bad" raise on every tick.
-    reconciler.views[("default", "Bad")] = {"ghost": ReplicaView("ghost", 0, "v", "h")}
-    await table.deploy(spec("Good", 2))
-    await settle(reconciler, world.clock)
-    assert len(running_ids(reconciler, "Good")) == 2
-
-
 async def test_unhealthy_replica_replaced_after_three_failures(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 2))
-    await settle(reconciler, world.clock)
-    sick = next(iter(running_ids(reconciler, "A")))
-    world.client.unhealthy.add(reconciler.records[sick].control_address)
-    await settle(reconciler, world.clock, ticks=15)
-    assert sick not in running_ids(reconciler, "A")
-    assert len(running_ids(reconciler, "A")) == 2
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 2))
+    await world.settle(term)
+    sick = next(iter(running_ids(term, "A")))
+    (record,) = [i.record for i in term.observed.replica_infos() if i.record.replica_id == sick]
+    world.client.unhealthy.add(record.control_address)
+    await world.settle(term, ticks=15)
+    assert sick not in running_ids(term, "A")
+    assert len(running_ids(term, "A")) == 2
 
 
 async def test_failed_startups_end_in_deploy_failed(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
+    term = await world.lead()
     world.runtime.broken["bad:C"] = "ValueError: no"
-    await table.deploy(spec("A", 1, import_path="bad:C"))
-    await settle(reconciler, world.clock, ticks=80)
-    status = planned_status(reconciler, table.get("default", "A"))
-    assert status is not None and status[0] == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
-    assert "ValueError: no" in status[1]
+    await term.deployments.deploy(spec("A", 1, import_path="bad:C"))
+    await world.settle(term, ticks=80)
+    code, message = status(term, "A")
+    assert code == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED and "ValueError: no" in message
     started = len(world.runtime.replicas)
     assert started == 3  # min(3 x 1, 20) attempts, then no more
-    await settle(reconciler, world.clock, ticks=20)
+    await world.settle(term, ticks=20)
     assert len(world.runtime.replicas) == started
+
+
+async def test_a_constructor_that_never_finishes_is_a_failed_start(
+        world: FakeControlPlane) -> None:
+    term = await world.lead()
+    world.runtime.loading.add("slow:C")  # its replicas answer "loading" forever
+    await term.deployments.deploy(spec("A", 1, import_path="slow:C",
+                                       config={"startup_timeout_s": 5}))
+    await world.settle(term, ticks=5)  # 3 s: still starting
+    assert status(term, "A")[0] == DS.DEPLOYMENT_STATUS_UPDATING
+    assert len(world.runtime.alive()) == 1
+    await world.settle(term, ticks=100)
+    code, message = status(term, "A")
+    assert code == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
+    assert "did not become ready within startup_timeout_s (5 s)" in message
+    assert len(world.runtime.replicas) == 3 and not world.runtime.alive()
 
 
 async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(
         world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 3))
-    await settle(reconciler, world.clock)
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 3))
+    await world.settle(term)
     handles = {r.handle for r in world.runtime.alive()}
+    await term.stop()
     # While no one leads: one replica dies, and a stray one appears.
     dead = next(iter(world.runtime.alive()))
     world.runtime.kill(dead.handle)
@@ -106,10 +112,9 @@ async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(
         cluster="unit", application="default", deployment="A", replica_id="stray",
         version="x", settings={"import_path": "m:C", "user_config_json": "",
                                "max_ongoing_requests": 5}))
-    await reconciler.cancel_tasks()
 
-    _, successor = await world.lead()
-    await settle(successor, world.clock)
+    successor = await world.lead()
+    await world.settle(successor)
     assert not stray.alive, "the orphan was not stopped"
     alive = {r.handle for r in world.runtime.alive()}
     assert len(running_ids(successor, "A")) == 3
@@ -117,71 +122,55 @@ async def test_new_leader_adopts_drops_dead_records_and_stops_orphans(
     assert len(alive) == 3
 
 
-class FlakyStore:
-    """A real store whose next `failures` transactions raise StoreUnavailable."""
-
-    def __init__(self, inner, failures: int = 0) -> None:
-        self._inner, self.failures = inner, failures
-
-    async def txn(self, guards, ops):
-        if self.failures:
-            self.failures -= 1
-            raise StoreUnavailable("injected")
-        return await self._inner.txn(guards, ops)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
 async def test_start_whose_registry_write_fails_is_retried(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 1))
-    flaky = FlakyStore(world.store, failures=1)
-    reconciler._ops._fenced._store = flaky  # the next registry write fails
-    await settle(reconciler, world.clock, ticks=20)
-    assert len(running_ids(reconciler, "A")) == 1
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 1))
+    world.store.failures = 1  # the next registry write fails
+    await world.settle(term, ticks=20)
+    assert len(running_ids(term, "A")) == 1
     records = await world.store.list_prefix(world.keys.replicas)
     assert len(records) == 1 and len(world.runtime.alive()) == 1
     # Not the replica's fault: no startup failure was counted.
-    assert reconciler._failures[("default", "A")].count == 0
+    assert status(term, "A") == (DS.DEPLOYMENT_STATUS_HEALTHY, "")
 
 
 async def test_stop_whose_write_fails_is_retried(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 2))
-    await settle(reconciler, world.clock)
-    await table.deploy(spec("A", 1))
-    reconciler._ops._fenced._store = FlakyStore(world.store, failures=2)
-    await settle(reconciler, world.clock, ticks=20)
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 2))
+    await world.settle(term)
+    await term.deployments.deploy(spec("A", 1))
+    world.store.failures = 2
+    await world.settle(term, ticks=20)
     assert len(world.runtime.alive()) == 1
     assert len(await world.store.list_prefix(world.keys.replicas)) == 1
 
 
 async def test_deleted_history_is_capped_but_keeps_deployments_still_stopping(
         world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead(max_history=2)
+    term = await world.lead(max_history=2)
+    table = term.deployments
     for name in ("A", "B", "C", "D"):
         await table.deploy(spec(name, 1))
-    await settle(reconciler, world.clock)
+    await world.settle(term)
     # Past the cap, but their replicas are still running: all three stay.
     await table.delete("", ["A", "B", "C"])
     assert [r.spec.name for r in table.list(include_deleted=True) if r.deleted] == [
         "A", "B", "C"]
-    await settle(reconciler, world.clock)  # their replicas stop
+    await world.settle(term)  # their replicas stop
     world.clock.advance(1)
     await table.delete("", ["D"])
     assert [r.spec.name for r in table.list(include_deleted=True)] == ["C", "D"]
     stored = {kv.key.rsplit("/", 1)[1] for kv in
               await world.store.list_prefix(world.keys.deployments)}
     assert stored == {"C", "D"}, "the oldest deleted deployments are gone from the store too"
-    await settle(reconciler, world.clock)
+    await world.settle(term)
     assert not world.runtime.alive()
 
 
 async def test_a_stop_that_keeps_failing_backs_off(world: FakeControlPlane) -> None:
-    table, reconciler = await world.lead()
-    await table.deploy(spec("A", 1))
-    await settle(reconciler, world.clock)
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 1))
+    await world.settle(term)
     attempts = 0
     real_stop = world.runtime.stop
 
@@ -193,18 +182,9 @@ async def test_a_stop_that_keeps_failing_backs_off(world: FakeControlPlane) -> N
         await real_stop(handle, timeout_s)
 
     world.runtime.stop = broken_stop  # this fake instance only
-    await table.delete("", ["A"])
-    # 100 ticks of 0.1 s: without backoff, a try on nearly every tick.
-    await settle_fine(reconciler, world.clock, ticks=100, step_s=0.1)
+    await term.deployments.delete("", ["A"])
+    # 100 passes of 0.1 s: without backoff, a try on nearly every pass.
+    await world.settle(term, ticks=100, step_s=0.1)
     assert 3 <= attempts <= 6, f"{attempts} attempts in 10 s"
-    await settle_fine(reconciler, world.clock, ticks=200, step_s=0.1)
+    await world.settle(term, ticks=200, step_s=0.1)
     assert attempts == 7 and not world.runtime.alive(), "it is stopped in the end"
-
-
-async def settle_fine(reconciler: Reconciler, clock: FakeClock, ticks: int,
-                      step_s: float) -> None:
-    for _ in range(ticks):
-        clock.advance(step_s)
-        await reconciler.tick()
-        await asyncio.sleep(0)
-        await reconciler.wait_tasks()

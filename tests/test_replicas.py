@@ -53,6 +53,11 @@ def healthy(client: ControllerClient, version: str | None = None):
     return check
 
 
+def deploy_failed(client: ControllerClient) -> status_pb2.DeploymentStatusInfo | None:
+    dep = deployment_status(client)
+    return dep if dep is not None and dep.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED else None
+
+
 def running(client: ControllerClient) -> list[replica_pb2.ReplicaInfo]:
     return [r for r in client.replicas(deployment="Echo") if r.state == RUNNING]
 
@@ -218,12 +223,7 @@ def test_broken_constructor_fails_the_deployment_until_fixed(cluster_client) -> 
     client = cluster_client
     client.deploy(echo_spec(1, fail=True))
 
-    def failed():
-        dep = deployment_status(client)
-        return dep if dep is not None and dep.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED \
-            else None
-
-    dep = wait_for(failed, 90, "DEPLOY_FAILED")
+    dep = wait_for(lambda: deploy_failed(client), 90, "DEPLOY_FAILED")
     assert "constructor exploded on purpose" in dep.message
     assert "ValueError" in dep.message
     # Past the retry cap nothing is started any more.
@@ -232,6 +232,20 @@ def test_broken_constructor_fails_the_deployment_until_fixed(cluster_client) -> 
 
     client.deploy(echo_spec(1, fail=False))
     wait_for(healthy(client), 60, "recovery after fixing the spec")
+
+
+def test_a_constructor_that_never_finishes_is_stopped_after_startup_timeout_s(
+        cluster_client, fleet) -> None:
+    client = cluster_client
+    spec = echo_spec(1, hang=True)
+    spec.replica_config.startup_timeout_s = 1
+    client.deploy(spec)
+
+    dep = wait_for(lambda: deploy_failed(client), 90, "DEPLOY_FAILED")
+    assert "did not become ready within startup_timeout_s (1 s)" in dep.message
+    # Every hung replica process was stopped, none is left holding its slot.
+    wait_for(lambda: not replica_processes(fleet.cluster), 30, "hung replicas stopped")
+    assert client.replicas(deployment="Echo") == []
 
 
 def test_delete_stops_every_replica(cluster_client, fleet) -> None:

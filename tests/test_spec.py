@@ -35,6 +35,7 @@ def test_defaults_are_filled_and_input_untouched() -> None:
         1, 5, -1)
     assert (config.graceful_shutdown_timeout_s, config.graceful_shutdown_wait_loop_s) == (20, 2)
     assert (config.health_check_period_s, config.health_check_timeout_s) == (10, 30)
+    assert config.startup_timeout_s == 300
     assert not raw.replica_config.HasField("num_replicas")
 
 
@@ -102,6 +103,7 @@ def test_bad_import_paths(path: str) -> None:
     ("num_replicas", d.ReplicaConfig(num_replicas=10_001)),
     ("health_check_period_s", d.ReplicaConfig(health_check_period_s=float("nan"))),
     ("health_check_timeout_s", d.ReplicaConfig(health_check_timeout_s=0)),
+    ("startup_timeout_s", d.ReplicaConfig(startup_timeout_s=-5)),
     ("graceful_shutdown_timeout_s", d.ReplicaConfig(graceful_shutdown_timeout_s=-1)),
     ("graceful_shutdown_wait_loop_s", d.ReplicaConfig(graceful_shutdown_wait_loop_s=float("inf"))),
     ("resources.num_cpus", d.ReplicaConfig(resources=d.Resources(num_cpus=-1))),

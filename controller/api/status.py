@@ -13,6 +13,8 @@ from itertools import groupby
 
 from servefleet.v1 import application_pb2, records_pb2, status_pb2
 
+from ..goals.spec import target_replicas
+
 DS = status_pb2.DeploymentStatus
 AS = status_pb2.ApplicationStatus
 
@@ -20,13 +22,6 @@ AS = status_pb2.ApplicationStatus
 # when it has planned the deployment, else None.
 Observed = tuple[Mapping[str, int], tuple[int, str] | None]
 Observer = Callable[[records_pb2.DeploymentRecord], Observed]
-
-
-def target_replicas(record: records_pb2.DeploymentRecord) -> int:
-    config = record.spec.replica_config
-    if config.HasField("autoscaling_config"):
-        return config.autoscaling_config.initial_replicas
-    return config.num_replicas
 
 
 def deployment_status(record: records_pb2.DeploymentRecord,

@@ -1,4 +1,4 @@
-"""Applications: their goals in the store, and the builds that make them deployments.
+"""Applications: their goals in the store, and the writes that carry out their builds.
 
 One change of an application goes through three steps:
 
@@ -6,19 +6,21 @@ One change of an application goes through three steps:
    digest of each working_dir's files into it (code_digest.py), then writes
    the changed records, each with its generation bumped, and the records of
    the applications to delete, in one fenced transaction, and returns (or,
-   for a dry run, returns what it would write).
-2. `_settle` builds the newest generation: the build step imports the code in
-   a process of its own (builder.py) and reports the deployment graph.
-3. `_apply` turns the graph into deployment specs (app_specs.py) and writes
-   them, the deletion of deployments the graph no longer has, and the record
-   marked applied, in one transaction (DeploymentTable.apply_application).
+   for a dry run, returns what it would write). `on_goal` is told, so that
+   the build reconciler (reconcile/builds.py) looks at once.
+2. The build reconciler builds the newest generation of each application
+   that is `pending`: the build step imports the code in a process of its own
+   (reconcile/builder.py) and reports the deployment graph.
+3. `apply_build` turns the graph into deployment specs (app_specs.py) and
+   writes them, the deletion of deployments the graph no longer has, and the
+   record marked applied, in one transaction
+   (DeploymentTable.apply_application); `fail_build` records why a build
+   failed (shown as DEPLOY_FAILED until the next change).
 
-A build or apply failure is recorded (build_error, failed_generation) and
-shown as DEPLOY_FAILED until the next change. A newer generation cancels the
-build of an older one, and every write re-checks, under the table's lock,
-that its generation is still the newest. A new leader settles every record
-whose applied generation is behind (`recover`), so a change acknowledged
-before a failover is still carried out.
+Every write re-checks, under the table's lock, that its generation is still
+the newest, so a build that a newer deploy superseded writes nothing. A new
+leader's build reconciler settles every record whose applied generation is
+behind, so a change acknowledged before a failover is still carried out.
 
 A change of the traffic policy alone is not rebuilt: it is written and
 applied at once (the proxies get it with the route table).
@@ -27,10 +29,9 @@ applied at once (the proxies get it with the route table).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -40,14 +41,12 @@ from servefleet.v1 import deployment_pb2 as dpb
 
 from ..clock import Clock
 from ..election import FencedStore
-from ..errors import AlreadyExists, InvalidArgument, NotFound, NotLeader, Unavailable
+from ..errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from ..keys import ClusterKeys
-from ..reconcile.builder import BuildResult, run_build
 from ..store import Delete, Op, Put, Store
 from .app_specs import (
     check_traffic,
     check_traffic_targets,
-    deployment_specs,
     normalize_application,
     route_of,
 )
@@ -57,9 +56,6 @@ from .mirror import StoreMirror
 from .spec import check_name
 
 logger = logging.getLogger(__name__)
-
-Builder = Callable[[apb.ApplicationSpec], Awaitable[BuildResult]]
-
 
 def _without_traffic(spec: apb.ApplicationSpec) -> apb.ApplicationSpec:
     out = apb.ApplicationSpec()
@@ -84,17 +80,17 @@ def check_http_options(options: apb.HttpOptions) -> None:
 class ApplicationTable:
     def __init__(self, keys: ClusterKeys, fenced: FencedStore, store: Store,
                  deployments: DeploymentTable, clock: Clock | None = None,
-                 build: Builder = run_build,
-                 on_traffic: Callable[[str], None] | None = None) -> None:
+                 on_traffic: Callable[[str], None] | None = None,
+                 on_goal: Callable[[], None] | None = None) -> None:
         self._keys = keys
         self._deployments = deployments
         self._clock = clock or Clock()
-        self._build = build
         # Told an application's name when its traffic policy changed.
         self._on_traffic = on_traffic or (lambda name: None)
+        # Told when an application has a new generation to build (or delete).
+        self._on_goal = on_goal or (lambda: None)
         self._records: dict[str, apb.ApplicationRecord] = {}
         self.http_options = apb.HttpOptions()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._writes = StoreMirror(fenced, store, self.load)
         # Set by Shutdown (clear): no more writes or builds in this term.
@@ -134,9 +130,8 @@ class ApplicationTable:
         record = self._records.get(name)
         return record is not None and not record.deleted
 
-    def building(self, name: str) -> bool:
-        task = self._tasks.get(name)
-        return task is not None and not task.done()
+    def record(self, name: str) -> apb.ApplicationRecord | None:
+        return self._records.get(name)
 
     # -- writes ---------------------------------------------------------------------
 
@@ -165,9 +160,7 @@ class ApplicationTable:
     async def _refresh_if_stale(self) -> None:
         """After a write of unknown outcome: reload, and act on what did land."""
         if await self._writes.refresh_if_stale():
-            for record in self.records():
-                if pending(record) and not self.building(record.spec.name):
-                    self.kick(record.spec.name)
+            self._on_goal()
             self._on_traffic("")
 
     def _stamp(self) -> Timestamp:
@@ -206,18 +199,14 @@ class ApplicationTable:
                     raise AlreadyExists(f"applications[{i}].route_prefix: {route!r} is already "
                                         f"served by deployment {owner[0]}/{owner[1]}")
             updated: dict[str, apb.ApplicationRecord | None] = {}
-            rebuild: list[str] = []
             for spec in specs:
                 record = self._changed(spec)
                 if record is not None:
                     updated[spec.name] = record
-                    if pending(record):
-                        rebuild.append(spec.name)
             for name in remove:
                 record = self._next(self._records[name], self._records[name].spec)
                 record.deleted = True
                 updated[name] = record
-                rebuild.append(name)
             ops = [self._put(r) for r in updated.values() if r is not None]
             if request.HasField("http_options") and request.http_options != self.http_options:
                 ops.append(Put(self._keys.http_options, request.http_options.SerializeToString()))
@@ -230,8 +219,7 @@ class ApplicationTable:
             def after() -> None:
                 if http_changed:
                     self.http_options.CopyFrom(request.http_options)
-                for name in rebuild:
-                    self.kick(name)
+                self._on_goal()
                 # Traffic policies and request_timeout_s travel with the route table.
                 self._on_traffic("")
 
@@ -305,7 +293,7 @@ class ApplicationTable:
                 updated[name] = record
             if updated:
                 await self._commit([self._put(r) for r in updated.values() if r], updated,
-                                   lambda: [self.kick(name) for name in targets])
+                                   self._on_goal)
         return targets
 
     async def set_traffic(self, name: str, traffic: apb.TrafficPolicy) -> None:
@@ -327,8 +315,7 @@ class ApplicationTable:
 
     async def clear(self) -> None:
         """Forget every application record (Shutdown deletes the deployments itself);
-        from then on, this term's table refuses writes and starts no builds."""
-        await self.cancel_builds()
+        from then on, this term's table refuses writes (a build under way writes nothing)."""
         async with self._lock:
             names = sorted(self._records)
             for start in range(0, len(names), MAX_OPS_PER_TXN):
@@ -337,72 +324,14 @@ class ApplicationTable:
                                    dict.fromkeys(chunk))
             self.closed = True
 
-    # -- builds -----------------------------------------------------------------------
+    # -- the results of builds (reconcile/builds.py) -----------------------------------
 
-    def recover(self) -> None:
-        """A new term: settle every application whose newest generation is not applied."""
-        for record in self.records():
-            if pending(record):
-                self.kick(record.spec.name)
-
-    def kick(self, name: str) -> None:
-        """Settle `name`'s newest generation, cancelling a build of an older one."""
-        if self.closed:
-            return
-        old = self._tasks.get(name)
-        if old is not None and not old.done():
-            old.cancel()
-        self._tasks[name] = asyncio.create_task(self._settle(name), name=f"build-{name}")
-
-    async def cancel_builds(self) -> None:
-        tasks = [t for t in self._tasks.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-
-    async def _settle(self, name: str) -> None:
-        delay = 0.5
-        while True:
-            record = self._records.get(name)
-            if record is None or not pending(record):
-                return
-            try:
-                await self._settle_once(record)
-                return
-            except NotLeader:
-                return
-            except Unavailable as e:
-                logger.warning("application %s: the store is unavailable, retrying: %s",
-                               name, e)
-            except Exception:
-                logger.exception("application %s: settling failed; retrying", name)
-            await self._clock.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-    async def _settle_once(self, record: apb.ApplicationRecord) -> None:
-        name, generation = record.spec.name, record.generation
-        if record.deleted:
-            logger.info("application %s: deleting its deployments", name)
-            await self._apply(name, generation, [])
-            return
-        logger.info("application %s: building generation %d from %s", name, generation,
-                    record.spec.import_path)
-        result = await self._build(record.spec)
-        if result.graph is None:
-            logger.warning("application %s: the build failed: %s", name,
-                           result.error.splitlines()[0] if result.error else "")
-            await self._fail(name, generation, result.error)
-            return
-        try:
-            specs = deployment_specs(record.spec, result.graph)
-            await self._apply(name, generation, specs)
-        except (InvalidArgument, AlreadyExists) as e:
-            await self._fail(name, generation, e.message)
-
-    async def _apply(self, name: str, generation: int, specs: list[dpb.DeploymentSpec]) -> None:
+    async def apply_build(self, name: str, generation: int,
+                          specs: list[dpb.DeploymentSpec]) -> None:
+        """Make `specs` the application's deployments and mark `generation`
+        applied (a deleted application: delete them and its record); nothing
+        if a newer generation superseded it. InvalidArgument or AlreadyExists
+        when the specs cannot be applied."""
         async with self._lock:
             current = self._records.get(name)
             if current is None or current.generation != generation:
@@ -432,7 +361,8 @@ class ApplicationTable:
         logger.info("application %s: generation %d applied (%d deployments)", name,
                     generation, len(specs))
 
-    async def _fail(self, name: str, generation: int, error: str) -> None:
+    async def fail_build(self, name: str, generation: int, error: str) -> None:
+        """Record that `generation` failed to build or apply (unless superseded)."""
         async with self._lock:
             current = self._records.get(name)
             if current is None or current.generation != generation:

@@ -23,6 +23,7 @@ from typing import Any
 
 from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
+from servefleet.v1 import records_pb2
 
 from ..errors import InvalidArgument
 
@@ -56,6 +57,7 @@ _REPLICA_DEFAULTS: dict[str, float] = {
     "graceful_shutdown_wait_loop_s": 2.0,
     "health_check_period_s": 10.0,
     "health_check_timeout_s": 30.0,
+    "startup_timeout_s": 300.0,
 }
 
 _AUTOSCALING_DEFAULTS: dict[str, float] = {
@@ -172,7 +174,7 @@ def _normalize_replica_config(field: str, config: pb.ReplicaConfig) -> None:
     _check_range(f"{field}.graceful_shutdown_timeout_s", config.graceful_shutdown_timeout_s,
                  0, MAX_SECONDS)
     for name in ("graceful_shutdown_wait_loop_s", "health_check_period_s",
-                 "health_check_timeout_s"):
+                 "health_check_timeout_s", "startup_timeout_s"):
         _check_positive(f"{field}.{name}", getattr(config, name), MAX_SECONDS)
     config.user_config_json = canonical_json(f"{field}.user_config_json",
                                              config.user_config_json)
@@ -253,6 +255,14 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         code["working_dir_files"] = spec.runtime.working_dir_digest
     blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def target_replicas(record: records_pb2.DeploymentRecord) -> int:
+    """How many replicas the stored goal asks for now."""
+    config = record.spec.replica_config
+    if config.HasField("autoscaling_config"):
+        return config.autoscaling_config.initial_replicas
+    return config.num_replicas
 
 
 def stored_version(spec: pb.DeploymentSpec) -> str:

@@ -1,10 +1,13 @@
 """What to do with one deployment's replicas: pure decisions, no I/O.
 
 `plan_deployment(goal, replicas, failures, now)` looks at the goal and the
-replicas as last observed and returns a `Plan`: the slots to start, the
-replicas to stop and to reconfigure, and the deployment's status. The
-reconciler (reconciler.py) carries the plan out. Everything here runs under
-a fake clock in tests/test_planner.py.
+replicas as last observed and returns a `Plan` (the slots to start, the
+replicas to stop and to reconfigure, and the deployment's status) with the
+deployment's startup-failure record as it stands after the plan. Nothing
+here changes its arguments: views and failure records are immutable, and
+every change makes a new one. The replica reconciler (replicas.py) carries
+the plan out; how one replica's state changes is in transitions.py.
+Everything here runs under a fake clock in tests/test_planner.py.
 
 The rules, after Ray Serve's deployment state manager:
 
@@ -28,11 +31,15 @@ The rules, after Ray Serve's deployment state manager:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
 
-from servefleet.v1 import replica_pb2, status_pb2
+from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
-DS = status_pb2.DeploymentStatus
+from ..goals.spec import target_replicas
+from .loop import BACKOFF
+
 # Plain ints: enum attribute lookups on the generated wrapper cost more than
 # the rest of a plan (the tick benchmark showed it).
 STARTING = replica_pb2.REPLICA_STATE_STARTING
@@ -40,14 +47,11 @@ RUNNING = replica_pb2.REPLICA_STATE_RUNNING
 STOPPING = replica_pb2.REPLICA_STATE_STOPPING
 RECOVERING = replica_pb2.REPLICA_STATE_RECOVERING
 
-HEALTH_FAILURE_THRESHOLD = 3
 MAX_STARTUP_RETRIES = 20
-BACKOFF_BASE_S = 0.5
-BACKOFF_MAX_S = 16.0
 ROLLOUT_FRACTION = 0.2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Goal:
     """What the deployment's record asks for."""
 
@@ -57,6 +61,8 @@ class Goal:
     # Digest of the fields applied by Reconfigure (user_config, max_ongoing_requests).
     config_hash: str
     deleted: bool = False
+    # Seconds a replica may take to become ready before it counts as a failed start.
+    startup_timeout_s: float = 300.0
 
     @property
     def token(self) -> tuple[str, str, str, int]:
@@ -64,15 +70,32 @@ class Goal:
         return (self.version, self.code_hash, self.config_hash, self.target)
 
 
-@dataclass
+def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
+    """Digest of what Reconfigure applies, comparable between goal and replica."""
+    blob = json.dumps([user_config_json, max_ongoing_requests]).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
+    config = record.spec.replica_config
+    return Goal(version=record.version, code_hash=record.code_hash,
+                target=target_replicas(record),
+                config_hash=config_hash(config.user_config_json, config.max_ongoing_requests),
+                deleted=record.deleted, startup_timeout_s=config.startup_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaView:
-    """One replica as the controller last observed it (soft state)."""
+    """One replica as the controller last observed it (soft state); immutable,
+    changed only by the pure functions of transitions.py."""
 
     replica_id: str
     slot: int
     version: str
     code_hash: str
     state: int = STARTING
+    # Monotonic time it entered STARTING (or was adopted): the startup timeout's origin.
+    since: float = 0.0
     # The config_hash it runs; "" until known.
     config_hash: str = ""
     health_failures: int = 0
@@ -81,15 +104,16 @@ class ReplicaView:
     failed_starting: bool = False
     message: str = ""
 
-    def is_current(self, goal: Goal) -> bool:
-        return self.version == goal.version and self.code_hash == goal.code_hash
+    def is_current(self, goal: Goal | None) -> bool:
+        return (goal is not None and self.version == goal.version
+                and self.code_hash == goal.code_hash)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class StartupFailures:
     """Startup failures of one deployment for its current goal (policy state)."""
 
-    token: tuple = ()
+    token: tuple[str, str, str, int] | tuple[()] = ()
     count: int = 0
     last_error: str = ""
     next_attempt_at: float = 0.0
@@ -97,28 +121,33 @@ class StartupFailures:
     # the deployment shows UNHEALTHY with it until it is back at its target.
     incident: str = ""
 
-    def reset_if_goal_changed(self, goal: Goal) -> None:
-        if goal.token != self.token:
-            self.token, self.count, self.last_error, self.next_attempt_at = goal.token, 0, "", 0.0
+    def for_goal(self, goal: Goal) -> StartupFailures:
+        """This record, or a fresh one when the goal changed since it was made."""
+        return self if goal.token == self.token else StartupFailures(token=goal.token,
+                                                                     incident=self.incident)
 
-    def record(self, error: str, now: float) -> None:
-        self.count += 1
-        self.last_error = error
-        self.next_attempt_at = now + min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (self.count - 1))
+    def failed(self, error: str, now: float) -> StartupFailures:
+        """One more failed start; the next waits BACKOFF."""
+        count = self.count + 1
+        return replace(self, count=count, last_error=error,
+                       next_attempt_at=now + BACKOFF.delay(count))
 
-    def delay(self, now: float, seconds: float = 1.0) -> None:
+    def held(self, now: float, seconds: float = 1.0) -> StartupFailures:
         """Hold off the next start without counting a failure (e.g. a port collision)."""
-        self.next_attempt_at = max(self.next_attempt_at, now + seconds)
+        return replace(self, next_attempt_at=max(self.next_attempt_at, now + seconds))
 
-    def record_success(self) -> None:
-        self.count, self.next_attempt_at = 0, 0.0
+    def succeeded(self) -> StartupFailures:
+        return replace(self, count=0, next_attempt_at=0.0)
+
+    def with_incident(self, incident: str) -> StartupFailures:
+        return self if incident == self.incident else replace(self, incident=incident)
 
 
 def retry_cap(target: int) -> int:
     return max(1, min(3 * target, MAX_STARTUP_RETRIES))
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     start_slots: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
@@ -131,8 +160,26 @@ def _by_slot_desc(views: list[ReplicaView]) -> list[ReplicaView]:
     return sorted(views, key=lambda v: (v.slot, v.replica_id), reverse=True)
 
 
+def _settled(goal: Goal, replicas: list[ReplicaView], failures: StartupFailures) -> bool:
+    """The common case, answered without building the plan's lists: exactly
+    `target` healthy replicas run the goal's version and config, with no
+    failure on record. The full plan would do nothing and say HEALTHY."""
+    if (goal.deleted or len(replicas) != goal.target or failures.count
+            or failures.incident or failures.token != goal.token):
+        return False
+    for r in replicas:
+        if (r.state != RUNNING or r.failure or r.health_failures
+                or r.config_hash != goal.config_hash or not r.is_current(goal)):
+            return False
+    return True
+
+
 def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
-                    failures: StartupFailures, now: float) -> Plan:
+                    failures: StartupFailures, now: float
+                    ) -> tuple[Plan, StartupFailures]:
+    """The plan for one deployment, and its failure record after the plan."""
+    if goal is not None and _settled(goal, replicas, failures):
+        return Plan(status=status_pb2.DEPLOYMENT_STATUS_HEALTHY), failures
     plan = Plan()
     active = [r for r in replicas if r.state != STOPPING]
     broken = [r for r in active if r.failure]
@@ -143,11 +190,13 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
         plan.stop.extend(r.replica_id for r in healthy)
         plan.status = status_pb2.DEPLOYMENT_STATUS_UPDATING
         plan.message = f"deleting: {len(replicas)} replicas left to stop"
-        return plan
+        return plan, failures
 
-    failures.reset_if_goal_changed(goal)
-    current = [r for r in healthy if r.is_current(goal)]
-    old = [r for r in healthy if not r.is_current(goal)]
+    failures = failures.for_goal(goal)
+    current: list[ReplicaView] = []
+    old: list[ReplicaView] = []
+    for r in healthy:
+        (current if r.is_current(goal) else old).append(r)
     running = [r for r in current if r.state == RUNNING]
     pending = [r for r in current if r.state != RUNNING]
     old_running = [r for r in old if r.state == RUNNING]
@@ -183,13 +232,13 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
     plan.reconfigure = [r.replica_id for r in running
                         if r.replica_id not in stopped and r.config_hash != goal.config_hash]
 
-    _set_status(plan, goal, current, running, old, broken, failures, exhausted)
-    return plan
+    return plan, _set_status(plan, goal, current, running, old, broken, failures, exhausted)
 
 
 def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: list[ReplicaView],
                 old: list[ReplicaView], broken: list[ReplicaView], failures: StartupFailures,
-                exhausted: bool) -> None:
+                exhausted: bool) -> StartupFailures:
+    """Fill in the plan's status; the failure record, with a settled incident cleared."""
     up = len(running)
     if exhausted:
         plan.status = (status_pb2.DEPLOYMENT_STATUS_UNHEALTHY if up
@@ -197,7 +246,7 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
         plan.message = (f"replicas failed to start {failures.count} times in a row; "
                         f"not retrying until the deployment changes. Last error: "
                         f"{failures.last_error}")
-        return
+        return failures
     settled = up == goal.target and len(current) == goal.target and not old and not broken
     unhealthy = [r for r in broken if not r.failed_starting] + [
         r for r in current if r.health_failures and not r.failure]
@@ -205,12 +254,11 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
         plan.status = status_pb2.DEPLOYMENT_STATUS_UNHEALTHY
         plan.message = "; ".join(f"replica {r.replica_id}: {r.failure or r.message}"
                                  for r in unhealthy) or failures.incident
-        return
+        return failures
     if settled:
-        failures.incident = ""
         plan.status = status_pb2.DEPLOYMENT_STATUS_HEALTHY
         plan.message = ""
-        return
+        return failures.with_incident("")
     plan.status = status_pb2.DEPLOYMENT_STATUS_UPDATING
     parts = [f"{up} of {goal.target} replicas running version {goal.version}"]
     if old:
@@ -218,3 +266,4 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
     if failures.count:
         parts.append(f"{failures.count} failed starts, last: {failures.last_error}")
     plan.message = "; ".join(parts)
+    return failures

@@ -1,4 +1,7 @@
-"""The I/O behind the reconcile loop's decisions, one replica at a time.
+"""The I/O behind the replica reconciler's decisions, one replica at a time.
+
+Each operation returns what it observed (transitions.py) and changes no
+argument; the reconciler applies the observation at its next pass.
 
 Starting writes the replica's registry record (fenced) before the runtime
 starts it, then writes it again with the runtime handle and addresses: every
@@ -6,63 +9,49 @@ replica the runtime runs therefore has a record, and one without is an
 orphan. Stopping marks the record `stopping` first, so a new leader finishes
 a stop that was under way, drains the replica, has the runtime stop it and
 then deletes the record. Probes read a replica's phase while it starts and
-its health while it runs, and report what they saw to the caller; they never
-change the registry themselves.
+its health while it runs; they never change the registry.
+
+NotLeader and store or runtime errors of a stop propagate: the loop retries
+the work (loop.py). A start's failure is an observation, since the replica
+it was for is then replaced rather than retried.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import records_pb2, replica_pb2
+from servefleet.wire import EXIT_BIND_FAILURE
 
 from ..election import FencedStore
-from ..errors import NotLeader
+from ..errors import NotLeader, Unavailable
 from ..keys import ClusterKeys
 from ..runtime import ReplicaLaunch, Runtime
 from ..store import Delete, Put
+from .planner import config_hash
 from .replica_client import ReplicaCallError, ReplicaClient
+from .transitions import (
+    Exited,
+    HealthChecked,
+    Probed,
+    Reconfigured,
+    Started,
+    StartFailed,
+    Stopped,
+)
 
 logger = logging.getLogger(__name__)
 PHASE = replica_pb2.ReplicaPhase
 
 
-def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
-    """Digest of what Reconfigure applies, comparable between goal and replica."""
-    blob = json.dumps([user_config_json, max_ongoing_requests]).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-# replica/main.py exits with 3 when its port was taken: not the user's fault.
-EXIT_BIND_FAILURE = 3
 # How long a replica with a Watch stream gets to apply a new config from it
 # before the controller sends Reconfigure itself, and how often it looks.
 CONFIG_WATCH_GRACE_S = 2.0
 CONFIG_POLL_S = 0.05
-
-
-@dataclass
-class ProbeResult:
-    ready: bool = False
-    # Non-empty when the replica failed (startup error, exited, unhealthy).
-    failure: str = ""
-    config_hash: str = ""
-    bind_failure: bool = False
-    # Alive and answering, but its constructor is still running.
-    loading: bool = False
-
-
-@dataclass
-class ExitReason:
-    text: str
-    bind_failure: bool = False
 
 
 class ReplicaOps:
@@ -98,9 +87,25 @@ class ReplicaOps:
     async def _put(self, record: replica_pb2.ReplicaRecord) -> None:
         await self._fenced.commit([Put(self._key(record), record.SerializeToString())])
 
-    async def start(self, record: replica_pb2.ReplicaRecord,
-                    goal: records_pb2.DeploymentRecord, now: float) -> None:
-        """Register and launch a replica; fills in the record's handle and addresses."""
+    async def start(self, planned: replica_pb2.ReplicaRecord,
+                    goal: records_pb2.DeploymentRecord, now: float) -> Started | StartFailed:
+        """Register and launch a replica: Started with its record completed
+        (handle, addresses), or StartFailed. NotLeader propagates."""
+        record = replica_pb2.ReplicaRecord()
+        record.CopyFrom(planned)
+        try:
+            await self._launch(record, goal, now)
+        except NotLeader:
+            raise
+        except Unavailable as e:
+            # Not the replica's fault; stopping it clears whatever was written.
+            return StartFailed(f"could not start: {e}", counted=False)
+        except Exception as e:
+            return StartFailed(f"could not start: {type(e).__name__}: {e}")
+        return Started(record)
+
+    async def _launch(self, record: replica_pb2.ReplicaRecord,
+                      goal: records_pb2.DeploymentRecord, now: float) -> None:
         spec, config = goal.spec, goal.spec.replica_config
         stamp = Timestamp()
         stamp.FromNanoseconds(int(now * 1e9))
@@ -135,14 +140,13 @@ class ReplicaOps:
         await self._put(record)
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
-                   timeout_s: float) -> None:
+                   timeout_s: float) -> Stopped:
         """Drain and stop a replica, then drop it from the registry."""
         if not record.stopping:
             marked = replica_pb2.ReplicaRecord()
             marked.CopyFrom(record)
             marked.stopping = True
             await self._put(marked)
-            record.stopping = True  # only once stored: a retry writes it again otherwise
         self.check_leading()
         if record.control_address:
             try:
@@ -157,6 +161,7 @@ class ReplicaOps:
         if record.control_address:
             await self.client.forget(record.control_address)
         await self._fenced.commit([Delete(self._key(record))])
+        return Stopped()
 
     async def forget(self, record: replica_pb2.ReplicaRecord) -> None:
         """Drop the record of a replica that is gone."""
@@ -164,51 +169,51 @@ class ReplicaOps:
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         await self._fenced.commit([Delete(self._key(record))])
 
-    async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> ExitReason | None:
+    async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> Exited | None:
         """Why the replica is gone, or None if it is still alive."""
         seen = await self.runtime.inspect(record.handle)
         if seen is not None and seen.alive:
             return None
         code = f" with code {seen.exit_code}" if seen and seen.exit_code is not None else ""
         tail = (await asyncio.to_thread(self.runtime.logs, record.replica_id, 8)).strip()
-        return ExitReason(f"replica exited{code}" + (f"; last output:\n{tail}" if tail else ""),
-                          bind_failure=seen is not None and seen.exit_code == EXIT_BIND_FAILURE)
+        return Exited(f"replica exited{code}" + (f"; last output:\n{tail}" if tail else ""),
+                      bind_failure=seen is not None and seen.exit_code == EXIT_BIND_FAILURE)
 
-    async def probe_starting(self, record: replica_pb2.ReplicaRecord) -> ProbeResult:
+    async def probe_starting(self, record: replica_pb2.ReplicaRecord) -> Probed:
         """Has a starting (or recovered) replica become ready, or failed?"""
         if not record.handle:
-            return ProbeResult()
+            return Probed()
         try:
             meta = await self.client.metadata(record.control_address, timeout=2.0)
         except ReplicaCallError:
-            reason = await self.exit_reason(record)
-            if reason is None:
-                return ProbeResult()
-            return ProbeResult(failure=reason.text, bind_failure=reason.bind_failure)
+            exited = await self.exit_reason(record)
+            if exited is None:
+                return Probed()
+            return Probed(failure=exited.reason, bind_failure=exited.bind_failure)
         if meta.replica_id and meta.replica_id != record.replica_id:
-            return ProbeResult(failure=f"replica {meta.replica_id} answers on "
-                               f"{record.control_address}, not {record.replica_id}",
-                               bind_failure=True)
+            return Probed(failure=f"replica {meta.replica_id} answers on "
+                          f"{record.control_address}, not {record.replica_id}",
+                          bind_failure=True)
         if meta.phase == PHASE.REPLICA_PHASE_FAILED:
-            return ProbeResult(failure=f"{meta.error}\n{meta.traceback.strip()}")
+            return Probed(failure=f"{meta.error}\n{meta.traceback.strip()}")
         if meta.phase == PHASE.REPLICA_PHASE_READY:
-            return ProbeResult(ready=True, config_hash=config_hash(
+            return Probed(ready=True, config_hash=config_hash(
                 meta.user_config_json, meta.max_ongoing_requests))
-        return ProbeResult(loading=meta.phase == PHASE.REPLICA_PHASE_LOADING)
+        return Probed(loading=meta.phase == PHASE.REPLICA_PHASE_LOADING)
 
     async def check_health(self, record: replica_pb2.ReplicaRecord,
-                           timeout_s: float) -> str:
-        """"" when healthy, else why not."""
+                           timeout_s: float) -> HealthChecked:
         try:
             await self.client.check_health(record.control_address, timeout_s,
                                            replica_id=record.replica_id)
-            return ""
+            return HealthChecked()
         except ReplicaCallError as e:
-            return f"health check failed: {e}"
+            return HealthChecked(f"health check failed: {e}")
 
     async def reconfigure(self, record: replica_pb2.ReplicaRecord,
-                          goal: records_pb2.DeploymentRecord) -> str:
-        """Apply the goal's lightweight config; returns the new config hash.
+                          goal: records_pb2.DeploymentRecord) -> Reconfigured:
+        """Apply the goal's lightweight config: Reconfigured with the new config
+        hash, or with the error. NotLeader propagates.
 
         A replica with a live Watch stream gets the config from it: wait up to
         CONFIG_WATCH_GRACE_S for it to report the new config, then (or at once
@@ -217,17 +222,22 @@ class ReplicaOps:
         """
         config = goal.spec.replica_config
         wanted = config_hash(config.user_config_json, config.max_ongoing_requests)
-        if self.watching(record.replica_id) and await self._config_arrives(record, wanted):
-            logger.info("replica %s of %s/%s applied its new config from the watch stream",
-                        record.replica_id, record.application, record.deployment)
-            return wanted
-        self.check_leading()
-        await self.client.reconfigure(record.control_address, config.user_config_json,
-                                      config.max_ongoing_requests, timeout=30.0,
-                                      replica_id=record.replica_id)
+        try:
+            if self.watching(record.replica_id) and await self._config_arrives(record, wanted):
+                logger.info("replica %s of %s/%s applied its new config from the watch "
+                            "stream", record.replica_id, record.application, record.deployment)
+                return Reconfigured(wanted)
+            self.check_leading()
+            await self.client.reconfigure(record.control_address, config.user_config_json,
+                                          config.max_ongoing_requests, timeout=30.0,
+                                          replica_id=record.replica_id)
+        except NotLeader:
+            raise
+        except Exception as e:
+            return Reconfigured(error=str(e))
         logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
-        return wanted
+        return Reconfigured(wanted)
 
     async def _config_arrives(self, record: replica_pb2.ReplicaRecord, wanted: str) -> bool:
         loop = asyncio.get_running_loop()

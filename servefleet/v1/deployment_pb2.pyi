@@ -31,7 +31,7 @@ class DeploymentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., import_path: _Optional[str] = ..., init_args_json: _Optional[str] = ..., init_kwargs_json: _Optional[str] = ..., replica_config: _Optional[_Union[ReplicaConfig, _Mapping]] = ..., version: _Optional[str] = ..., prev_version: _Optional[str] = ..., route_prefix: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeOptions, _Mapping]] = ...) -> None: ...
 
 class ReplicaConfig(_message.Message):
-    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources")
+    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s")
     NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class ReplicaConfig(_message.Message):
     HEALTH_CHECK_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
     HEALTH_CHECK_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     num_replicas: int
     max_ongoing_requests: int
     max_queued_requests: int
@@ -52,7 +53,8 @@ class ReplicaConfig(_message.Message):
     health_check_period_s: float
     health_check_timeout_s: float
     resources: Resources
-    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    startup_timeout_s: float
+    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ...) -> None: ...
 
 class AutoscalingConfig(_message.Message):
     __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor")

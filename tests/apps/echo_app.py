@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 class Echo:
-    def __init__(self, label: str = "echo", fail: bool = False, unhealthy_dir: str = "") -> None:
+    def __init__(self, label: str = "echo", fail: bool = False, unhealthy_dir: str = "",
+                 hang: bool = False) -> None:
         if fail:
             raise ValueError("constructor exploded on purpose")
+        while hang:  # a constructor that never finishes (a stuck download, a deadlock)
+            time.sleep(3600)
         self.label = label
         self.config: object = None
         # A replica turns unhealthy once a file named after its pid appears here.

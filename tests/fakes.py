@@ -1,25 +1,28 @@
 """In-memory stand-ins for unit tests and benchmarks of pure controller logic.
 
 `FakeClock` moves only when told; `FakeRuntime` "runs" replicas as entries in
-a dict; `FakeReplicaClient` answers for them. They are injected through
-constructors (Reconciler, ReplicaOps), never patched in. Integration tests
-use the real runtime and real replica processes instead.
+a dict; `FakeReplicaClient` answers for them; `FakeControlPlane` makes real
+leader terms (controller/term.py) over them and an in-memory store. They are
+injected through constructors, never patched in. Integration tests use the
+real runtime and real replica processes instead. Not shipped: this lives
+with the tests (bench/replicas.py imports it from here too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import dataclass
 
-from servefleet.controller.election import FencedStore, LeaderElection
-from servefleet.controller.goals.deployments import DeploymentTable
+from servefleet.controller.election import LeaderElection
 from servefleet.controller.keys import ClusterKeys
+from servefleet.controller.reconcile.builder import BuildResult
 from servefleet.controller.reconcile.replica_client import ReplicaCallError
-from servefleet.controller.reconcile.replica_ops import ReplicaOps
-from servefleet.controller.reconcile.replicas import Reconciler
 from servefleet.controller.runtime import ReplicaLaunch, RuntimeReplica
+from servefleet.controller.store import StoreUnavailable
 from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.v1 import replica_pb2
+from servefleet.controller.term import LeaderTerm, TermParts
+from servefleet.v1 import application_pb2, replica_pb2
 
 
 class FakeClock:
@@ -39,15 +42,44 @@ class FakeClock:
         self.now += seconds
 
 
+class FlakyStore:
+    """A real store whose next `failures` transactions raise StoreUnavailable."""
+
+    def __init__(self, inner: SqliteStore, failures: int = 0) -> None:
+        self._inner, self.failures = inner, failures
+
+    async def txn(self, guards, ops):
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailable("injected")
+        return await self._inner.txn(guards, ops)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeLaunch:
+    """What the fake replica client needs of a launch (kept small: the tick
+    benchmark holds 10,000 of them)."""
+
+    handle: str
+    import_path: str
+    user_config_json: str
+    max_ongoing_requests: int
+
+
 class FakeRuntime:
     name = "fake"
 
     def __init__(self) -> None:
         self.replicas: dict[str, RuntimeReplica] = {}
-        self.launches: dict[str, ReplicaLaunch] = {}
+        self.launches: dict[str, FakeLaunch] = {}  # by control address
         self._ids = itertools.count(1)
         # Import paths whose replicas fail at startup, with the error they report.
         self.broken: dict[str, str] = {}
+        # Import paths whose replicas stay loading (a constructor that never ends).
+        self.loading: set[str] = set()
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         n = next(self._ids)
@@ -57,7 +89,9 @@ class FakeRuntime:
             version=launch.version, handle=f"fake-{n}", control_address=f"fake:{n}",
             http_address=f"fake-http:{n}")
         self.replicas[replica.handle] = replica
-        self.launches[replica.handle] = launch
+        self.launches[replica.control_address] = FakeLaunch(
+            replica.handle, launch.settings["import_path"],
+            launch.settings["user_config_json"], launch.settings["max_ongoing_requests"])
         return replica
 
     async def stop(self, handle: str, timeout_s: float) -> None:
@@ -97,22 +131,23 @@ class FakeReplicaClient:
         self.unhealthy: set[str] = set()  # control addresses whose health checks fail
         self.reconfigured: list[str] = []
 
-    def _find(self, address: str) -> tuple[RuntimeReplica, ReplicaLaunch]:
-        for handle, replica in self._runtime.replicas.items():
-            if replica.control_address == address and replica.alive:
-                return replica, self._runtime.launches[handle]
-        raise ReplicaCallError("connection refused")
+    def _find(self, address: str) -> FakeLaunch:
+        launch = self._runtime.launches.get(address)
+        if launch is None or not self._runtime.replicas[launch.handle].alive:
+            raise ReplicaCallError("connection refused")
+        return launch
 
     async def metadata(self, address: str, timeout: float) -> replica_pb2.GetMetadataResponse:
-        _, launch = self._find(address)
-        error = self._runtime.broken.get(launch.settings["import_path"])
+        launch = self._find(address)
+        error = self._runtime.broken.get(launch.import_path)
         if error:
             return replica_pb2.GetMetadataResponse(
                 phase=replica_pb2.REPLICA_PHASE_FAILED, error=error, traceback="Traceback: ...")
+        if launch.import_path in self._runtime.loading:
+            return replica_pb2.GetMetadataResponse(phase=replica_pb2.REPLICA_PHASE_LOADING)
         return replica_pb2.GetMetadataResponse(
-            phase=replica_pb2.REPLICA_PHASE_READY,
-            user_config_json=launch.settings["user_config_json"],
-            max_ongoing_requests=launch.settings["max_ongoing_requests"])
+            phase=replica_pb2.REPLICA_PHASE_READY, user_config_json=launch.user_config_json,
+            max_ongoing_requests=launch.max_ongoing_requests)
 
     async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
         self._find(address)
@@ -133,46 +168,54 @@ class FakeReplicaClient:
         pass
 
 
+async def no_build(spec: application_pb2.ApplicationSpec) -> BuildResult:
+    return BuildResult(None, "this control plane builds nothing")
+
+
 class FakeControlPlane:
-    """A leader's table and reconciler over an in-memory store, fake clock and runtime.
+    """Leader terms over an in-memory store, a fake clock, runtime and replica client.
 
     `lead()` plays a new leader term (resigning the previous one), as after a
-    failover; the store, runtime and clock carry over.
+    failover; the store, runtime and clock carry over. `build` stands in for
+    the application build step.
     """
 
-    def __init__(self, cluster: str = "unit") -> None:
-        self.store = SqliteStore(":memory:")
+    def __init__(self, cluster: str = "unit", build=no_build) -> None:
+        # Set `store.failures` to make the next transactions fail.
+        self.store = FlakyStore(SqliteStore(":memory:"))
         self.keys = ClusterKeys(cluster)
         self.cluster = cluster
         self.clock = FakeClock()
         self.runtime = FakeRuntime()
         self.client = FakeReplicaClient(self.runtime)
+        self.build = build
         self.election: LeaderElection | None = None
+        self.term: LeaderTerm | None = None
 
-    async def lead(self, max_history: int = 1000) -> tuple[DeploymentTable, Reconciler]:
+    async def lead(self, max_history: int = 1000) -> LeaderTerm:
+        if self.term is not None:
+            await self.term.stop()
         if self.election is not None:
             await self.election.resign()
         self.election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
         token = await self.election.campaign()
-        fenced = FencedStore(self.store, self.election, self.keys.leader, token)
-        table = DeploymentTable(self.keys, fenced, self.store, self.clock,
-                                max_history=max_history)
-        await table.load(self.store)
-        ops = ReplicaOps(self.cluster, self.keys, fenced, self.runtime, self.client)
-        reconciler = Reconciler(self.keys, ops, lambda: table.list(include_deleted=True),
-                                self.clock)
-        table.can_purge = lambda key: not reconciler.views.get(key)
-        await reconciler.recover(self.store)
-        return table, reconciler
+        parts = TermParts(self.cluster, self.keys, self.store, self.election, self.clock,
+                          self.runtime, self.client, lambda: [], self.build,
+                          max_history=max_history)
+        self.term = LeaderTerm(token, parts)
+        assert await self.term.load()
+        return self.term
 
-    async def settle(self, reconciler: Reconciler, ticks: int = 30,
-                     step_s: float = 0.6) -> None:
-        """Run ticks, advancing the clock and letting each tick's work finish."""
+    async def settle(self, term: LeaderTerm, ticks: int = 30, step_s: float = 0.6) -> None:
+        """Run passes, advancing the clock and letting each pass's work finish."""
         for _ in range(ticks):
             self.clock.advance(step_s)
-            await reconciler.tick()
+            await term.loop.run_pass()
             await asyncio.sleep(0)
-            await reconciler.wait_tasks()
+            await term.loop.wait_idle()
+        await term.loop.run_pass()  # take in what the last work observed
 
     async def close(self) -> None:
+        if self.term is not None:
+            await self.term.stop()
         await self.store.close()

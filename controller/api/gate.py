@@ -1,0 +1,113 @@
+"""The leader gate in front of ControllerService, and how API errors become statuses.
+
+`LeaderGate` answers every ControllerService call with UNAVAILABLE while this
+controller is not the serving leader, putting the leader's address in the
+trailing metadata (wire.LEADER_METADATA_KEY) so clients can go there. Health
+and reflection are not gated: a standby is alive and says so.
+
+`api_method` wraps each RPC: an ApiError becomes its own code and message;
+anything else is a bug, logged with its traceback and answered INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from servefleet.wire import LEADER_METADATA_KEY
+
+from ..election import LeaderElection
+from ..errors import ApiError, NotLeader
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "servefleet.v1.ControllerService"
+STREAMING_METHODS = {f"/{SERVICE_NAME}/Watch"}
+
+R = TypeVar("R")
+
+
+def _leader_metadata(leader: str | None) -> tuple[tuple[str, str], ...]:
+    return ((LEADER_METADATA_KEY, leader),) if leader else ()
+
+
+class Leadership:
+    """What the gate and the servicer need to know about this controller's role."""
+
+    def __init__(self, election: LeaderElection) -> None:
+        self.election = election
+        self.identity = election.identity
+        # True only while leading with state loaded for the current term.
+        self.serving = False
+
+    def can_serve(self) -> bool:
+        return self.serving and self.election.lease_valid()
+
+    async def abort_not_leader(self, context: grpc.aio.ServicerContext) -> None:
+        hint = await self.hint()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, NotLeader(hint).message,
+                            trailing_metadata=_leader_metadata(hint))
+
+    async def hint(self) -> str | None:
+        """Where a client should go instead of here, reading the store if unsure."""
+        leader = self.election.leader
+        if leader is None or leader == self.identity:
+            leader = await self.election.lookup_leader()
+        return None if leader == self.identity else leader
+
+
+class LeaderGate(grpc.aio.ServerInterceptor):
+    def __init__(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+        self._reject_handler = grpc.unary_unary_rpc_method_handler(self._reject)
+        self._reject_stream_handler = grpc.unary_stream_rpc_method_handler(self._reject_stream)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
+            if method in STREAMING_METHODS:
+                return self._reject_stream_handler
+            return self._reject_handler
+        return await continuation(handler_call_details)
+
+    async def _reject(self, request: bytes, context: grpc.aio.ServicerContext) -> None:
+        await self._leadership.abort_not_leader(context)
+
+    async def _reject_stream(self, request: bytes,
+                             context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        await self._leadership.abort_not_leader(context)
+        yield None  # never reached: makes this a streaming handler
+
+
+def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Map ApiError to its status; log and answer INTERNAL for anything else."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any,
+                      context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except ApiError as e:
+            hint, message = None, e.message
+            if isinstance(e, NotLeader):
+                hint = e.leader or await self._leadership.hint()
+                message = NotLeader(hint).message
+            else:
+                logger.info("refused %s: %s: %s", fn.__name__, e.code.name, message)
+            await context.abort(e.code, message, trailing_metadata=_leader_metadata(hint))
+        except Exception:
+            logger.exception("internal error in %s", fn.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}")
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+

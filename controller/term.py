@@ -1,0 +1,165 @@
+"""One leader term: the parts that live while this controller leads, in their order.
+
+A term is made when this controller wins an election, with the leader key's
+create revision as its fencing token, and ends when leadership is lost or
+the process stops. It owns:
+
+- the fenced store of its token, and through it the deployment and
+  application tables (goals/);
+- the Watch publisher and the state publisher that fills it from the tables
+  and the observed replicas (watch.py);
+- the reconcile loop (reconcile/loop.py) with the replica reconciler (when
+  the controller has a runtime) and the build reconciler.
+
+`load` (1) loads both tables, (2) recovers the replica registry against the
+runtime, (3) publishes the first snapshots; each step is retried with the
+loop's BACKOFF while the store is down and leadership holds. `start` then
+runs the loop. `stop` undoes it in reverse: the loop and its work are
+cancelled (stop acting at once), then the publisher closes so that Watch
+streams end. A term is never reused: the next election makes a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from servefleet.v1 import replica_pb2
+
+from .clock import Clock
+from .election import FencedStore, LeaderElection
+from .errors import NotLeader, Unavailable
+from .goals.applications import ApplicationTable
+from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
+from .keys import ClusterKeys
+from .reconcile.builder import run_build
+from .reconcile.builds import Builder, BuildReconciler
+from .reconcile.loop import BACKOFF, ReconcileLoop
+from .reconcile.observed import ObservedState
+from .reconcile.replica_client import ReplicaClient
+from .reconcile.replica_ops import ReplicaOps
+from .reconcile.replicas import ReplicaReconciler
+from .runtime import Runtime
+from .store import Store, StoreUnavailable
+from .watch import Publisher, StatePublisher
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TermParts:
+    """What every term of one controller process shares."""
+
+    cluster: str
+    keys: ClusterKeys
+    store: Store
+    election: LeaderElection
+    clock: Clock
+    # None: goals are stored and served, but no replicas are run (--runtime none).
+    runtime: Runtime | None
+    replica_client: ReplicaClient
+    # The live controllers' addresses, handed to new replicas.
+    controllers: Callable[[], list[str]]
+    build: Builder = run_build
+    # Deleted deployments kept for ListDeployments(include_deleted).
+    max_history: int = MAX_DELETED_HISTORY
+
+
+class LeaderTerm:
+    def __init__(self, token: int, parts: TermParts) -> None:
+        self._parts = parts
+        fenced = FencedStore(parts.store, parts.election, parts.keys.leader, token)
+        self.publisher = Publisher()
+        self._state: StatePublisher | None = None
+        self.loop = ReconcileLoop(parts.clock, leading=fenced.still_valid)
+        self.deployments = DeploymentTable(parts.keys, fenced, parts.store, parts.clock,
+                                           self._deployment_changed, parts.max_history)
+        self.applications = ApplicationTable(parts.keys, fenced, parts.store, self.deployments,
+                                             parts.clock, on_traffic=self._routes_changed,
+                                             on_goal=self.loop.wake)
+        self.replicas: ReplicaReconciler | None = None
+        if parts.runtime is not None:
+            ops = ReplicaOps(parts.cluster, parts.keys, fenced, parts.runtime,
+                             parts.replica_client, parts.controllers,
+                             self.publisher.watching)
+            self.replicas = ReplicaReconciler(
+                parts.keys, ops, self.loop, lambda: self.deployments.list(include_deleted=True),
+                parts.clock, on_change=self._deployment_changed)
+            self.loop.add(self.replicas)
+        self.builds = BuildReconciler(self.applications, self.loop, parts.build)
+        self.loop.add(self.builds)
+        self.deployments.can_purge = lambda key: not self.observed.tracks(key)
+        self._running: asyncio.Task[None] | None = None
+
+    @property
+    def observed(self) -> ObservedState:
+        return self.replicas.observed if self.replicas is not None else ObservedState()
+
+    def _serving(self, application: str, name: str) -> list[replica_pb2.ReplicaRecord]:
+        return self.observed.serving(application, name)
+
+    def _deployment_changed(self, application: str, name: str) -> None:
+        if self._state is not None:
+            self._state.refresh(application, name)
+
+    def _routes_changed(self, application: str) -> None:
+        if self._state is not None:
+            self._state.refresh_routes()
+
+    # -- start ---------------------------------------------------------------------
+
+    async def load(self, holding: asyncio.Future[str] | None = None) -> bool:
+        """Steps 1-3; False if leadership ended first (`holding`, the lease
+        keep-alive, finished)."""
+        store = self._parts.store
+        steps: list[Callable[[Store], Awaitable[None]]] = [self.deployments.load,
+                                                          self.applications.load]
+        if self.replicas is not None:
+            steps.append(self.replicas.recover)
+        for step in steps:
+            if not await self._retry_while_leading(step, store, holding):
+                return False
+        self._state = StatePublisher(self.publisher, self.deployments.live, self._serving,
+                                     self.applications.traffic,
+                                     lambda: self.applications.http_options)
+        self._state.refresh_all()
+        return True
+
+    async def _retry_while_leading(self, step: Callable[[Store], Awaitable[None]], store: Store,
+                                   holding: asyncio.Future[str] | None) -> bool:
+        attempt = 0
+        while holding is None or not holding.done():
+            try:
+                await step(store)
+                return True
+            except NotLeader:
+                return False  # the term is over; hold() says why
+            except (StoreUnavailable, Unavailable) as e:
+                attempt += 1
+                logger.warning("cannot load state from the store, retrying: %s", e)
+                await self._parts.clock.sleep(BACKOFF.delay(attempt))
+        return False
+
+    def start(self) -> None:
+        self._running = asyncio.create_task(self.loop.run(), name="reconcile")
+
+    # -- stop ------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._running
+        await self.loop.cancel_all()  # work that recovery started, even if the loop never ran
+        self.publisher.close()  # Watch streams notice and end
+
+    async def wait_replicas_gone(self, timeout_s: float) -> bool:
+        """Wait until no replica is tracked (Shutdown); False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.observed.empty() and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        return self.observed.empty()
