@@ -27,6 +27,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -52,7 +53,7 @@ def _digest(message: Message) -> str:
 @dataclass
 class Watcher:
     watcher_id: str
-    kind: int
+    kind: watch_pb2.WatcherKind
     address: str
     connected_at: float
     heartbeat_s: float
@@ -82,7 +83,7 @@ class Publisher:
     def generation(self) -> int:
         return self._generation
 
-    def publish(self, key: str, **payload: Message) -> None:
+    def publish(self, key: str, **payload: Any) -> None:
         """Make `payload` (one of routes=, replicas=, config=) the value of `key`."""
         ((field, message),) = payload.items()
         snapshot_id = _digest(message)

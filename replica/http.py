@@ -107,7 +107,8 @@ def to_response(result: Any) -> Response:
     if isinstance(result, bytes | bytearray | memoryview):
         return Response(bytes(result), media_type="application/octet-stream")
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
-        return StreamingResponse(result, media_type="text/plain")
+        chunks: Any = result  # of str or bytes, as the handler yields them
+        return StreamingResponse(chunks, media_type="text/plain")
     return JSONResponse(result)
 
 

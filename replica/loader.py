@@ -40,6 +40,7 @@ class UserDeployment:
 
 def _is_asgi(obj: Any) -> bool:
     """An ASGI app takes (scope, receive, send) and is a coroutine function."""
+    call: Any
     if inspect.isfunction(obj) or inspect.ismethod(obj):
         call = obj
     else:

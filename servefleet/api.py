@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 from .options import OptionError, to_json, to_override
 
@@ -77,7 +77,16 @@ class Application:
         self.kwargs = kwargs
 
 
-def deployment(_target: Any = None, *, name: str | None = None,
+@overload
+def deployment(_target: Callable[..., Any], /) -> Deployment: ...
+
+
+@overload
+def deployment(_target: None = None, /, *, name: str | None = None,
+               **options: Any) -> Callable[[Callable[..., Any]], Deployment]: ...
+
+
+def deployment(_target: Any = None, /, *, name: str | None = None,
                **options: Any) -> Any:
     """Make a class or function a deployment, with or without options:
 
@@ -86,7 +95,7 @@ def deployment(_target: Any = None, *, name: str | None = None,
 
     Options: num_replicas, max_ongoing_requests, max_queued_requests,
     user_config, autoscaling_config, health_check_period_s,
-    health_check_timeout_s, graceful_shutdown_timeout_s,
+    health_check_timeout_s, startup_timeout_s, graceful_shutdown_timeout_s,
     graceful_shutdown_wait_loop_s, version, runtime ({"working_dir", "env"}).
     An unknown option or a wrong type raises OptionError at once.
     """

@@ -18,6 +18,7 @@ controller that answers but has no leader yet is still waited for.
 
 from __future__ import annotations
 
+import builtins
 import os
 import random
 import time
@@ -76,7 +77,9 @@ def _refused(details: str) -> bool:
 
 
 def _leader_hint(error: grpc.RpcError) -> str | None:
-    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+    # (key, value) pairs at run time; the stubs type them as opaque _Metadatum.
+    metadata: Any = error.trailing_metadata() or ()
+    for key, value in metadata:
         if key == LEADER_METADATA_KEY and value:
             return str(value)
     return None
@@ -136,8 +139,8 @@ class ControllerClient:
                 return getattr(self._stub(address), method)(
                     request, timeout=max(0.05, min(self.rpc_timeout, remaining)))
             except grpc.RpcError as e:
-                code = e.code()  # type: ignore[attr-defined]
-                details = e.details() or ""  # type: ignore[attr-defined]
+                code = e.code()
+                details = e.details() or ""
                 if code not in _RETRYABLE or (not retry_unknown and not _not_delivered(details)):
                     raise ControllerError(code, details) from None
                 last_error = f"{address}: {details}"
@@ -189,7 +192,7 @@ class ControllerClient:
             include_deleted=include_deleted, application=application))
         return list(reply.deployments)
 
-    def replicas(self, application: str = "", deployment: str = "") -> list:
+    def replicas(self, application: str = "", deployment: str = "") -> builtins.list:
         """ReplicaInfo of the matching replicas, as the controller observes them."""
         reply = self.call("ListReplicas", api.ListReplicasRequest(
             application=application, deployment=deployment))
@@ -211,7 +214,7 @@ class ControllerClient:
     def applications(self) -> api.ListApplicationsResponse:
         return self.call("ListApplications", api.ListApplicationsRequest())
 
-    def delete_applications(self, names: Sequence[str]) -> list[str]:
+    def delete_applications(self, names: Sequence[str]) -> builtins.list[str]:
         reply = self.call("DeleteApplications", api.DeleteApplicationsRequest(names=names))
         return list(reply.deleted)
 

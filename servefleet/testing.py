@@ -147,7 +147,8 @@ class ControllerProcess:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 with contextlib.suppress(grpc.RpcError):
-                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    stub.Check(health_pb2.HealthCheckRequest(),  # type: ignore[attr-defined]
+                               timeout=1)
                     return
                 time.sleep(0.05)
         raise TimeoutError(f"controller {self.address} not healthy within {timeout}s")
@@ -157,7 +158,7 @@ class ControllerProcess:
         with grpc.insecure_channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(
+                reply = stub.Check(health_pb2.HealthCheckRequest(  # type: ignore[attr-defined]
                     service="servefleet.v1.ControllerService"), timeout=1)
             except grpc.RpcError:
                 return False
@@ -272,4 +273,5 @@ class ReplicaProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        self.proc.stdout.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

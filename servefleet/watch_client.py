@@ -36,7 +36,8 @@ CHANNEL_OPTIONS = [
 class WatchClient:
     def __init__(self, addresses: str | Sequence[str] | None, keys: Sequence[str], *,
                  on_snapshot: Callable[[watch_pb2.Snapshot], None] | None = None,
-                 kind: int = watch_pb2.WATCHER_KIND_UNSPECIFIED, address: str = "",
+                 kind: watch_pb2.WatcherKind = watch_pb2.WATCHER_KIND_UNSPECIFIED,
+                 address: str = "",
                  watcher_id: str | None = None, heartbeat_s: float = 5.0) -> None:
         self.addresses = resolve_addresses(addresses)
         self.keys = list(keys)

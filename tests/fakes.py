@@ -11,9 +11,11 @@ with the tests (bench/replicas.py imports it from here too).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 from dataclasses import dataclass
 
+from servefleet.controller.clock import Clock
 from servefleet.controller.election import LeaderElection
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.reconcile.builder import BuildResult
@@ -25,7 +27,7 @@ from servefleet.controller.term import LeaderTerm, TermParts
 from servefleet.v1 import application_pb2, replica_pb2
 
 
-class FakeClock:
+class FakeClock(Clock):
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
 
@@ -104,7 +106,7 @@ class FakeRuntime:
         self.replicas[handle].alive = False
         self.replicas[handle].exit_code = -9
 
-    async def list(self, cluster: str) -> list[RuntimeReplica]:
+    async def list(self, cluster: str) -> builtins.list[RuntimeReplica]:
         return [r for r in self.replicas.values() if r.alive and r.cluster == cluster]
 
     async def inspect(self, handle: str) -> RuntimeReplica | None:
@@ -116,10 +118,10 @@ class FakeRuntime:
     def cleanup(self, replica_id: str) -> None:
         pass
 
-    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+    async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         return []
 
-    def alive(self) -> list[RuntimeReplica]:
+    def alive(self) -> builtins.list[RuntimeReplica]:
         return [r for r in self.replicas.values() if r.alive]
 
 

@@ -209,8 +209,10 @@ async def test_leadership_lost_mid_build_writes_nothing_and_the_next_leader_buil
     await until(world, term, lambda: len(build.calls) == 1)
     # The lease is lost while the build runs: the old term's write is fenced.
     await world.election.resign()
+    work = term.loop.task(("build", "shop"))
+    assert work is not None
     build.release(graph("Front"))
-    await asyncio.sleep(0.05)
+    await work  # its write was refused (NotLeader ends the work quietly)
     with pytest.raises(NotLeader):
         await term.applications.apply_build("shop", 1, [])
     assert (await stored(world)).applied_generation == 0

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -167,8 +166,14 @@ def test_controller_stops_on_sigterm_even_without_its_store() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "servefleet", "controller", "--store",
                              f"etcd://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{port}"],
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # until it is campaigning against the missing store
+        seen.append(line)
+        if "store unavailable while campaigning" in line:
+            break
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=15)
+    _, rest = proc.communicate(timeout=15)
+    stderr = "".join(seen) + rest
     assert proc.returncode == 0
     assert "Traceback" not in stderr and "controller stopped" in stderr

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
 ETCD_IMAGE = "servefleet-etcd:test"
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("SERVEFLEET_DOCKER_TESTS") == "required":
         pytest.fail(f"Docker tests are required here, but {reason}")
     pytest.skip(reason)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -33,7 +35,7 @@ def store_revision(url: str) -> int:
 
 
 @pytest.fixture
-def client(fleet) -> ControllerClient:
+def client(fleet) -> Iterator[ControllerClient]:
     fleet.start(1)
     fleet.leader()
     with ControllerClient(fleet.addresses(), timeout=20) as c:
@@ -206,7 +208,7 @@ def test_health_and_reflection(fleet) -> None:
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest()).status == 1
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        replies = stub.ServerReflectionInfo(
+        replies = stub.ServerReflectionInfo(  # type: ignore[operator]  # untyped in the stubs
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
         names = {s.name for r in replies for s in r.list_services_response.service}
     assert {"servefleet.v1.ControllerService", "grpc.health.v1.Health"} <= names
@@ -221,7 +223,8 @@ def test_standby_answers_unavailable_with_the_leader(etcd_fleet) -> None:
         with pytest.raises(grpc.RpcError) as err:
             stub.GetStatus(api.GetStatusRequest(), timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert ("servefleet-leader", leader.address) in err.value.trailing_metadata()
+        metadata: Any = err.value.trailing_metadata()  # (key, value) pairs
+        assert ("servefleet-leader", leader.address) in metadata
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest()).status == 1
         service = health.Check(health_pb2.HealthCheckRequest(

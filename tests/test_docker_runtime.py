@@ -8,12 +8,15 @@ Containers use host networking, so all traffic stays on loopback.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
 import signal
+import warnings
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import pytest
@@ -30,7 +33,7 @@ LABEL = "io.servefleet."
 DS = status_pb2.DeploymentStatus
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("SERVEFLEET_DOCKER_TESTS") == "required":
         pytest.fail(f"Docker tests are required here, but {reason}")
     pytest.skip(reason)
@@ -38,16 +41,27 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def docker_client():
-    try:
-        import docker
+    import docker
 
+    client, error = None, ""
+    try:
         client = docker.from_env()
         client.ping()
     except Exception as e:
-        _unavailable(f"no Docker engine answers ({type(e).__name__}: {e})")
+        error = f"{type(e).__name__}: {e}"
+    if error:
+        if client is not None:
+            client.close()
+        # docker-py leaves the socket of a failed first connection unclosed: free
+        # it here, or the collector warns about it in whichever test runs next.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        _unavailable(f"no Docker engine answers ({error})")
     try:
         client.images.get(IMAGE)
     except Exception:
+        client.close()
         _unavailable(f"the image {IMAGE} is missing: run scripts/docker-image")
     yield client
     client.close()

@@ -6,6 +6,7 @@ import asyncio
 import signal
 import threading
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -147,7 +148,7 @@ def test_stopped_leader_is_fenced_after_resuming(etcd, etcd_fleet) -> None:
         snapshot = etcd_records(etcd.endpoint, etcd_fleet.cluster)
 
         # A write sent to the stopped leader waits in its socket until it resumes.
-        outcome: dict[str, object] = {}
+        outcome: dict[str, Any] = {}
 
         def write_to_old_leader() -> None:
             with grpc.insecure_channel(old.address) as channel:

@@ -49,7 +49,7 @@ async def replicas() -> AsyncIterator[Callable]:
     servers: list[asyncio.Server] = []
 
     async def start(*answers: bytes) -> tuple[ReplicaPool, dict[str, list[bytes]]]:
-        pool, seen = ReplicaPool(), {}
+        pool, seen = ReplicaPool(), dict[str, list[bytes]]()
         endpoints = []
         for i, answer in enumerate(answers):
             seen[f"r{i}"] = []

@@ -26,7 +26,7 @@ def goal(target: int = 3, version: str = "v1", config: str = "c1") -> Goal:
     return Goal(version=version, code_hash="h-" + version, target=target, config_hash=config)
 
 
-def replica(rid: str, slot: int, version: str = "v1", state: int = RUNNING,
+def replica(rid: str, slot: int, version: str = "v1", state: RS = RUNNING,
             config: str = "c1") -> ReplicaView:
     return ReplicaView(replica_id=rid, slot=slot, version=version, code_hash="h-" + version,
                        state=state, config_hash=config)

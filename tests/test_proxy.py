@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import httpx
@@ -164,7 +165,7 @@ class SteadyLoad:
         self.bad: list[str] = []
         self.labels: set[str] = set()
         self._stop = False
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(timeout=30) as http:

@@ -26,9 +26,10 @@ from servefleet.controller.reconcile.transitions import (
     startup_deadline,
     stopping,
 )
+from servefleet.v1 import replica_pb2
 
 
-def view(state: int = STARTING, **fields) -> ReplicaView:
+def view(state: replica_pb2.ReplicaState = STARTING, **fields) -> ReplicaView:
     return ReplicaView("r1", 0, "v1", "h1", state=state, since=100.0, **fields)
 
 

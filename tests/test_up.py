@@ -45,7 +45,9 @@ class Up:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+        output = self.proc.stdout
+        assert output is not None
+        self._reader = threading.Thread(target=lambda: self.lines.extend(output),
                                         daemon=True)
         self._reader.start()
 
@@ -80,7 +82,9 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
                              "--state-dir", str(state), "--http", http, "--listen", listen],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
     reader.start()
     try:
         wait_for(lambda: any("ready. Try" in line for line in lines), 90, "up to be ready")
@@ -93,7 +97,7 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(120)
         reader.join(5)
-        proc.stdout.close()
+        stdout.close()
     output = "".join(lines)
     assert code == 0, output[-3000:]
     assert not [pid for pid in children if _alive(pid)], "controller or proxy left running"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -29,6 +29,8 @@ SERVICE_NAME = "servefleet.v1.ControllerService"
 STREAMING_METHODS = {f"/{SERVICE_NAME}/Watch"}
 
 R = TypeVar("R")
+if TYPE_CHECKING:  # generic only in the stubs
+    Handler = grpc.RpcMethodHandler[Any, Any]
 
 
 def _leader_metadata(leader: str | None) -> tuple[tuple[str, str], ...]:
@@ -63,15 +65,16 @@ class Leadership:
 class LeaderGate(grpc.aio.ServerInterceptor):
     def __init__(self, leadership: Leadership) -> None:
         self._leadership = leadership
-        self._reject_handler = grpc.unary_unary_rpc_method_handler(self._reject)
-        self._reject_stream_handler = grpc.unary_stream_rpc_method_handler(self._reject_stream)
+        self._reject_handler: Handler = grpc.unary_unary_rpc_method_handler(self._reject)
+        self._reject_stream_handler: Handler = grpc.unary_stream_rpc_method_handler(
+            self._reject_stream)
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
+    ) -> Handler | None:
+        method: str = handler_call_details.method
         if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
             if method in STREAMING_METHODS:
                 return self._reject_stream_handler

@@ -106,13 +106,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             for dep in app.deployments:
                 dep.queued_requests = self._load.queued(app.name, dep.name)
         now = time.time()
-        proxies = [status_pb2.ProxyStatus(id=w.watcher_id, address=w.address,
-                                          healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
-                   for w in term.publisher.watchers.values()
-                   if w.kind == watch_pb2.WATCHER_KIND_PROXY]
+        proxies = sorted((w for w in term.publisher.watchers.values()
+                          if w.kind == watch_pb2.WATCHER_KIND_PROXY), key=lambda w: w.watcher_id)
         return api.GetStatusResponse(applications=applications, cluster=self._cluster,
                                      leader=self._leadership.identity,
-                                     proxies=sorted(proxies, key=lambda p: p.id),
+                                     proxies=[status_pb2.ProxyStatus(
+                                         id=w.watcher_id, address=w.address,
+                                         healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
+                                         for w in proxies],
                                      controllers=sorted(self._members.addresses))
 
     def _check_not_owned(self, application: str) -> None:

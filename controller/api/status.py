@@ -20,7 +20,7 @@ AS = status_pb2.ApplicationStatus
 
 # For a deployment: replica counts per state, and the reconciler's (status, message)
 # when it has planned the deployment, else None.
-Observed = tuple[Mapping[str, int], tuple[int, str] | None]
+Observed = tuple[Mapping[str, int], tuple[status_pb2.DeploymentStatus, str] | None]
 Observer = Callable[[records_pb2.DeploymentRecord], Observed]
 
 
@@ -83,7 +83,8 @@ def application_record_status(record: application_pb2.ApplicationRecord,
                               deployments: Sequence[status_pb2.DeploymentStatusInfo],
                               building: bool) -> status_pb2.ApplicationStatusInfo:
     """An application's status from its build state, then from its deployments."""
-    def info(status: int, message: str) -> status_pb2.ApplicationStatusInfo:
+    def info(status: status_pb2.ApplicationStatus,
+             message: str) -> status_pb2.ApplicationStatusInfo:
         return status_pb2.ApplicationStatusInfo(name=record.spec.name, status=status,
                                                 message=message, deployments=deployments)
 

@@ -144,8 +144,9 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             deployment.runtime.MergeFrom(layer.runtime)
             if layer.HasField("version"):
                 deployment.version = layer.version
-        if name == graph.get("ingress") and route_of(spec) is not None:
-            deployment.route_prefix = route_of(spec)
+        route = route_of(spec)
+        if name == graph.get("ingress") and route is not None:
+            deployment.route_prefix = route
         try:
             out.append(normalize_spec(deployment))
         except InvalidArgument as e:

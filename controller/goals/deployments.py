@@ -16,6 +16,7 @@ outcome is unknown makes the next mutation reload the table first.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from collections.abc import Callable, Iterable
 
@@ -111,7 +112,7 @@ class DeploymentTable:
 
     # -- writes ---------------------------------------------------------------
 
-    async def _commit(self, ops: list[Op],
+    async def _commit(self, ops: builtins.list[Op],
                       updated: dict[Key, records_pb2.DeploymentRecord],
                       after: Callable[[], None] | None = None) -> None:
         """Write (store_mirror.py), then mirror in memory and run `after`."""
@@ -190,8 +191,8 @@ class DeploymentTable:
         return None
 
     async def apply_application(self, application: str,
-                                specs: list[deployment_pb2.DeploymentSpec],
-                                also: list[Op], after: Callable[[], None]) -> None:
+                                specs: builtins.list[deployment_pb2.DeploymentSpec],
+                                also: builtins.list[Op], after: Callable[[], None]) -> None:
         """Make `specs` the application's live deployments, in one transaction
         together with `also` (`after` mirrors those in memory once written):
         deployments of the application that `specs` does not name are deleted,
@@ -239,7 +240,7 @@ class DeploymentTable:
             logger.info("application %s: %s %s", app,
                         "deleted" if record.deleted else "deployed", name)
 
-    async def delete(self, application: str, names: Iterable[str]) -> list[str]:
+    async def delete(self, application: str, names: Iterable[str]) -> builtins.list[str]:
         """Delete the named live deployments; unknown names are skipped."""
         application = application or DEFAULT_APPLICATION
         check_name("application", application)
@@ -282,7 +283,7 @@ class DeploymentTable:
             logger.info("forgot %d deleted deployments (history keeps %d)", len(victims),
                         self._max_history)
 
-    async def _mark_deleted(self, targets: list[Key]) -> None:
+    async def _mark_deleted(self, targets: builtins.list[Key]) -> None:
         now = _timestamp(self._clock.time())
         # Chunked to stay under etcd's per-transaction limit; each chunk is
         # atomic, and retrying a partly applied delete finishes it.

@@ -36,7 +36,7 @@ from ..errors import NotLeader, Unavailable
 
 logger = logging.getLogger(__name__)
 
-Work = Callable[[], Coroutine[Any, Any, None]]
+Work = Callable[[], Coroutine[Any, Any, object]]  # its result is not used
 # Passes that follow a wake() are at least this far apart, so a burst of
 # finished work is taken in one pass rather than in one pass each.
 MIN_GAP_S = 0.01
@@ -71,7 +71,7 @@ class Backoff:
 BACKOFF = Backoff()
 
 
-K = TypeVar("K", bound=Hashable, contravariant=True)
+K = TypeVar("K", bound=Hashable)
 
 
 class Reconciler(Protocol[K]):

@@ -17,9 +17,11 @@ from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 from .planner import RECOVERING, RUNNING, Goal, ReplicaView
 
 DKey = tuple[str, str]
+# What the planner last said of a deployment: for which goal, its status and message.
+Planned = tuple[Goal | None, status_pb2.DeploymentStatus, str]
 
 
-def state_word(state: int) -> str:
+def state_word(state: replica_pb2.ReplicaState) -> str:
     return replica_pb2.ReplicaState.Name(state).removeprefix("REPLICA_STATE_")
 
 
@@ -38,7 +40,7 @@ class ReplicaObservation:
 @dataclass(frozen=True, slots=True)
 class DeploymentObservation:
     goal: Goal | None
-    status: int
+    status: status_pb2.DeploymentStatus
     message: str
     replicas: tuple[ReplicaObservation, ...]  # by slot, then id
 
@@ -56,7 +58,7 @@ class ObservedState:
         default_factory=lambda: MappingProxyType({}))
 
     def updated(self, keys: Iterable[DKey], views: Mapping[DKey, Mapping[str, ReplicaView]],
-                plans: Mapping[DKey, tuple[Goal | None, int, str]],
+                plans: Mapping[DKey, Planned],
                 records: Mapping[str, replica_pb2.ReplicaRecord]) -> ObservedState:
         """A new state with the entries of `keys` rebuilt from the reconciler's
         views, plans and records; every other entry is shared with this one."""
@@ -91,7 +93,7 @@ class ObservedState:
         return observed.counts() if observed else {}
 
     def planned_status(self, record: records_pb2.DeploymentRecord,
-                       goal: Goal) -> tuple[int, str] | None:
+                       goal: Goal) -> tuple[status_pb2.DeploymentStatus, str] | None:
         """(status, message) of the last plan, or None if none was made yet.
 
         A plan made for an older goal than `goal` (the record's) says nothing
@@ -106,7 +108,7 @@ class ObservedState:
 
     def replica_infos(self, application: str = "",
                       deployment: str = "") -> list[replica_pb2.ReplicaInfo]:
-        infos = []
+        infos: list[replica_pb2.ReplicaInfo] = []
         for (app, name), observed in sorted(self.deployments.items()):
             if (application and app != application) or (deployment and name != deployment):
                 continue

@@ -93,7 +93,7 @@ class ReplicaView:
     slot: int
     version: str
     code_hash: str
-    state: int = STARTING
+    state: replica_pb2.ReplicaState = STARTING
     # Monotonic time it entered STARTING (or was adopted): the startup timeout's origin.
     since: float = 0.0
     # The config_hash it runs; "" until known.
@@ -152,7 +152,7 @@ class Plan:
     start_slots: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
     reconfigure: list[str] = field(default_factory=list)
-    status: int = status_pb2.DEPLOYMENT_STATUS_UPDATING
+    status: status_pb2.DeploymentStatus = status_pb2.DEPLOYMENT_STATUS_UPDATING
     message: str = ""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 
 from servefleet.v1 import records_pb2, replica_pb2
 
@@ -29,7 +30,7 @@ from .goal_index import GoalIndex
 from .health import HealthSchedule
 from .inventory import Inventory
 from .loop import ReconcileLoop
-from .observed import ObservedState
+from .observed import ObservedState, Planned
 from .planner import (
     RECOVERING,
     RUNNING,
@@ -63,13 +64,12 @@ class ReplicaReconciler:
     def __init__(self, keys: ClusterKeys, ops: ReplicaOps, loop: ReconcileLoop, goals: Goals,
                  clock: Clock, on_change: Callable[[str, str], None] | None = None) -> None:
         self._ops, self._loop, self._clock, self._goals = ops, loop, clock, GoalIndex(goals)
-        # Told (application, deployment) whenever its serving replicas change.
         self._on_change = on_change or (lambda app, name: None)
         self._inventory = Inventory(keys, ops, loop, clock, self._post)
         self._views: dict[DKey, dict[str, ReplicaView]] = {}
         self._records: dict[str, replica_pb2.ReplicaRecord] = {}
         self._failures: dict[DKey, StartupFailures] = {}
-        self._plans: dict[DKey, tuple[Goal | None, int, str]] = {}
+        self._plans: dict[DKey, Planned] = {}
         self._inbox: list[tuple[str, Observation]] = []
         self._starting: set[str] = set()  # replicas whose start is under way
         self._health = HealthSchedule()
@@ -172,8 +172,8 @@ class ReplicaReconciler:
                 self._start(key, slot, record, now)
             for replica_id in plan.reconfigure:
                 if not self._loop.busy(replica_id):
-                    self._run(replica_id, lambda r=self._records[replica_id]:
-                              self._ops.reconfigure(r, record))
+                    self._run(replica_id, partial(self._ops.reconfigure,
+                                                  self._records[replica_id], record))
         if not views and (record is None or record.deleted):
             for table in (self._views, self._plans, self._failures):
                 table.pop(key, None)
@@ -189,16 +189,16 @@ class ReplicaReconciler:
                 continue
             if view.state == RUNNING:
                 if self._health.due(replica_id, now, config.health_check_period_s):
-                    self._run(replica_id, lambda r=self._records[replica_id]:
-                              self._ops.check_health(r, config.health_check_timeout_s))
+                    self._run(replica_id, partial(self._ops.check_health, self._records[
+                        replica_id], config.health_check_timeout_s))
             elif view.state in (STARTING, RECOVERING):
                 expired = startup_deadline(view, now, goal.startup_timeout_s,
                                            current=view.is_current(goal))
                 if expired is not None:
                     self._apply(key, view, expired, now)
                 else:
-                    self._run(replica_id, lambda r=self._records[replica_id]:
-                              self._ops.probe_starting(r))
+                    self._run(replica_id, partial(self._ops.probe_starting,
+                                                  self._records[replica_id]))
 
     def _start(self, key: DKey, slot: int, goal: records_pb2.DeploymentRecord,
                now: float) -> None:

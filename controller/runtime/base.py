@@ -10,6 +10,7 @@ replicas it did not start.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,7 +76,7 @@ class Runtime(Protocol):
         """Forget what a stopped replica left behind (settings, logs)."""
         ...
 
-    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+    async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Remove what dead replicas of `cluster` left behind (an exited container),
         except those of the replica ids in `keep`; returns the ids removed."""
         ...

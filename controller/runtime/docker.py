@@ -28,6 +28,7 @@ reached raises Unavailable: retried, and not counted against a deployment.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent.futures
 import functools
 import io
@@ -248,7 +249,7 @@ class DockerRuntime:
 
         return await self._call(get)
 
-    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+    async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Remove the cluster's containers that are not running (exited, created,
         dead) and that no replica record in `keep` names."""
         def remove() -> list[str]:

@@ -18,6 +18,7 @@ live in `<runtime dir>/<cluster>/`.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import logging
@@ -203,7 +204,7 @@ class ProcessRuntime:
         except OSError:
             return ""
 
-    async def prune(self, cluster: str, keep: set[str]) -> list[str]:
+    async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Nothing to do: a dead process leaves only files, which cleanup() removes."""
         return []
 

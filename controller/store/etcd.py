@@ -102,6 +102,7 @@ class EtcdStore:
         The old connection is closed only later: other calls may still be
         running on it, and closing it now would cancel them.
         """
+        stale: aetcd.Client = failed  # (not narrowed by the identity test below)
         if self._client is not failed:
             return  # another call already moved on
         self._client = None
@@ -110,7 +111,7 @@ class EtcdStore:
         async def close_later() -> None:
             await asyncio.sleep(self._timeout + 1.0)
             with contextlib.suppress(Exception):
-                await failed.close()
+                await stale.close()
 
         self._closing.add(task := asyncio.get_running_loop().create_task(close_later()))
         task.add_done_callback(self._closing.discard)

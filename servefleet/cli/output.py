@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, EnumDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
@@ -25,7 +25,8 @@ from servefleet.v1 import controller_pb2, records_pb2, replica_pb2, status_pb2
 def _dict(message: Message) -> dict:
     data = MessageToDict(message, preserving_proto_field_name=True,
                          always_print_fields_with_no_presence=True)
-    _shorten_enums(message.DESCRIPTOR, data)
+    # The upb runtime's Descriptor, which the stubs type apart from the Python one.
+    _shorten_enums(cast(Descriptor, message.DESCRIPTOR), data)
     return data
 
 
@@ -35,8 +36,8 @@ def enum_prefix(enum: EnumDescriptor) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
 
 
-def _short(field: FieldDescriptor, value: Any) -> Any:
-    prefix = enum_prefix(field.enum_type)
+def _short(enum: EnumDescriptor, value: Any) -> Any:
+    prefix = enum_prefix(enum)
     if isinstance(value, list):
         return [v.removeprefix(prefix) if isinstance(v, str) else v for v in value]
     return value.removeprefix(prefix) if isinstance(value, str) else value
@@ -50,12 +51,12 @@ def _shorten_enums(descriptor: Descriptor, data: dict[str, Any]) -> None:
             continue
         value = data[field.name]
         if field.enum_type is not None:
-            data[field.name] = _short(field, value)
+            data[field.name] = _short(field.enum_type, value)
         elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             inner = field.message_type.fields_by_name["value"]
             for key, item in value.items():
                 if inner.enum_type is not None:
-                    value[key] = _short(inner, item)
+                    value[key] = _short(inner.enum_type, item)
                 elif inner.message_type is not None and isinstance(item, dict):
                     _shorten_enums(inner.message_type, item)
         elif field.message_type is not None:
@@ -101,7 +102,7 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
     return "\n".join(lines)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in rows)

@@ -163,7 +163,8 @@ class UpstreamPool:
             # Replicas (uvicorn) close idle connections after 5 s: older ones
             # are not worth the race. Unread bytes mean a broken exchange.
             if (now - conn.idle_since < MAX_IDLE_S and not conn.writer.is_closing()
-                    and not conn.reader.at_eof() and not conn.reader._buffer):
+                    and not conn.reader.at_eof()
+                    and not conn.reader._buffer):  # type: ignore[attr-defined]  # no public peek
                 return conn
             conn.close()
         host, _, port = address.rpartition(":")

@@ -1,0 +1,94 @@
+"""The layout rules the README promises: no import cycle between servefleet's
+modules, and no hand-written module over 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Package name -> folder, as pyproject's package-dir installs them.
+PACKAGES = {"servefleet": ROOT / "servefleet", "servefleet.controller": ROOT / "controller",
+            "servefleet.proxy": ROOT / "proxy", "servefleet.replica": ROOT / "replica"}
+GENERATED = ROOT / "servefleet" / "v1"
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            if GENERATED in path.parents or "__pycache__" in path.parts:
+                continue
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = ".".join([package, *parts])
+            if package == "servefleet" and name.split(".")[1:2] in (["controller"], ["proxy"],
+                                                                   ["replica"]):
+                continue
+            found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The servefleet modules `name` imports when it is loaded (not those
+    imported inside functions or under TYPE_CHECKING)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found |= {target} & known
+            found |= {f"{target}.{a.name}" for a in node.names} & known
+    return found - {name}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle in `graph`, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_no_import_cycle() -> None:
+    found = modules()
+    assert len(found) > 50, "the layout moved: update PACKAGES"
+    graph = {name: imports(name, path, set(found)) for name, path in found.items()}
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_hand_written_module_over_400_lines() -> None:
+    sources = [p for p in ROOT.rglob("*.py")
+               if not {".venv", ".build", "build"} & set(p.relative_to(ROOT).parts)
+               and GENERATED not in p.parents]
+    long = {str(p.relative_to(ROOT)): n for p in sources
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
