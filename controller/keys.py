@@ -7,7 +7,7 @@
     /servefleet/<cluster>/http_options                HttpOptions (protobuf bytes)
     /servefleet/<cluster>/replicas/<app>/<name>/<id>  ReplicaRecord (protobuf bytes)
 
-Application and deployment names cannot contain "/" (see validation.py), so
+Application and deployment names cannot contain "/" (goals/spec.py checks them), so
 every key splits back into its parts unambiguously.
 """
 

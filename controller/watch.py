@@ -55,7 +55,6 @@ class Watcher:
     watcher_id: str
     kind: watch_pb2.WatcherKind
     address: str
-    connected_at: float
     heartbeat_s: float
     # Wall-clock time of the last message written to it.
     last_sent: float = 0.0
@@ -237,8 +236,7 @@ async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
     heartbeat = min(MAX_HEARTBEAT_S, max(MIN_HEARTBEAT_S, request.heartbeat_s
                                          or DEFAULT_HEARTBEAT_S))
     slot = id(known)
-    watcher = Watcher(request.watcher_id, request.kind, request.address, time.time(),
-                      heartbeat)
+    watcher = Watcher(request.watcher_id, request.kind, request.address, heartbeat)
     publisher.watchers[slot] = watcher
     try:
         first = True

@@ -76,7 +76,7 @@ def test_load_reports_sum_fresh_reports_and_refuse_bad_ones() -> None:
     from fakes import FakeClock
 
     from servefleet.controller.errors import InvalidArgument
-    from servefleet.controller.load import STALE_S, LoadReports
+    from servefleet.controller.load_reports import STALE_S, LoadReports
 
     clock = FakeClock()
     load = LoadReports(clock)

@@ -22,7 +22,7 @@ from servefleet.wire import check_watch_key
 
 from ..errors import FailedPrecondition, NotLeader
 from ..goals.spec import DEFAULT_APPLICATION
-from ..load import LoadReports
+from ..load_reports import LoadReports
 from ..members import Membership
 from ..reconcile.planner import goal_of
 from ..term import LeaderTerm
