@@ -47,7 +47,8 @@ FLOAT_OPTIONS = ("health_check_period_s", "health_check_timeout_s",
 AUTOSCALING_INT = ("min_replicas", "max_replicas", "initial_replicas")
 AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
                      "metrics_interval_s", "look_back_period_s", "upscaling_factor",
-                     "downscaling_factor")
+                     "downscaling_factor", "downscale_to_zero_delay_s")
+AUTOSCALING_STR = ("aggregation_function", "policy")
 RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
                       "version", "runtime")
@@ -140,7 +141,7 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
     if options.get("autoscaling_config") is not None:
         apath = f"{path}.autoscaling_config"
         autoscaling = check_mapping(apath, options["autoscaling_config"])
-        check_keys(apath, autoscaling, (*AUTOSCALING_INT, *AUTOSCALING_FLOAT))
+        check_keys(apath, autoscaling, (*AUTOSCALING_INT, *AUTOSCALING_FLOAT, *AUTOSCALING_STR))
         for key in AUTOSCALING_INT:
             if key in autoscaling:
                 setattr(config.autoscaling_config, key,
@@ -149,6 +150,10 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
             if key in autoscaling:
                 setattr(config.autoscaling_config, key,
                         check_float(f"{apath}.{key}", autoscaling[key]))
+        for key in AUTOSCALING_STR:
+            if key in autoscaling:
+                setattr(config.autoscaling_config, key,
+                        check_str(f"{apath}.{key}", autoscaling[key]))
     if options.get("version") is not None:
         out.version = check_str(f"{path}.version", options["version"])
     if options.get("runtime") is not None:

@@ -55,6 +55,8 @@ def test_options_are_checked_in_code() -> None:
         deployment(num_replicas=-1)(lambda request: "")
     with pytest.raises(OptionError, match=r"min_replicas: must be between 0 and 10000"):
         Leaf.options(autoscaling_config={"min_replicas": 2**40})
+    with pytest.raises(OptionError, match=r"autoscaling_config\.policy: expected a string"):
+        Leaf.options(autoscaling_config={"policy": 3})
     with pytest.raises(OptionError, match="cannot travel as JSON"):
         graph_of(Root.bind(object()))
     with pytest.raises(TypeError, match="cannot be called directly"):

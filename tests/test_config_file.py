@@ -32,7 +32,8 @@ FULL = """
             num_replicas: 3
             max_ongoing_requests: 7
             user_config: {scale: 2}
-            autoscaling_config: {min_replicas: 1, max_replicas: 4}
+            autoscaling_config: {min_replicas: 1, max_replicas: 4, aggregation_function: max,
+                                 downscale_to_zero_delay_s: 30}
             version: v9
             runtime: {env: {B: "2"}}
       - name: quiet
@@ -53,7 +54,9 @@ def test_a_full_config_becomes_the_request(tmp_path) -> None:
     (adder,) = calc.deployments
     assert adder.replica_config.num_replicas == 3 and adder.version == "v9"
     assert adder.replica_config.user_config_json == '{"scale":2}'
-    assert adder.replica_config.autoscaling_config.max_replicas == 4
+    auto = adder.replica_config.autoscaling_config
+    assert (auto.max_replicas, auto.aggregation_function, auto.downscale_to_zero_delay_s) == (
+        4, "max", 30)
     assert dict(adder.runtime.env) == {"B": "2"}
     assert quiet.no_route and not quiet.HasField("route_prefix")
 

@@ -53,6 +53,27 @@ def test_autoscaling_defaults_and_bounds() -> None:
     err = refused(spec(replica_config=d.ReplicaConfig(autoscaling_config=d.AutoscalingConfig(
         min_replicas=1, max_replicas=4, initial_replicas=9))))
     assert err.field == "spec.replica_config.autoscaling_config.initial_replicas"
+    assert auto.downscale_to_zero_delay_s == auto.downscale_delay_s == 600
+    assert auto.aggregation_function == "mean" and auto.policy == ""
+
+
+@pytest.mark.parametrize(("fields", "field", "words"), [
+    ({"aggregation_function": "median"}, "aggregation_function", "mean, max, min"),
+    ({"policy": "not a path"}, "policy", "'module:function'"),
+    ({"downscale_to_zero_delay_s": -1}, "downscale_to_zero_delay_s", ""),
+])
+def test_bad_autoscaling_options_name_their_field(fields: dict, field: str, words: str) -> None:
+    err = refused(spec(replica_config=d.ReplicaConfig(
+        autoscaling_config=d.AutoscalingConfig(**fields))))
+    assert err.field == f"spec.replica_config.autoscaling_config.{field}"
+    assert words in err.rule
+
+
+def test_autoscaling_aggregation_is_case_blind_and_policy_kept() -> None:
+    out = normalize_spec(spec(replica_config=d.ReplicaConfig(autoscaling_config=(
+        d.AutoscalingConfig(aggregation_function="MAX", policy="pol.icy:decide")))))
+    auto = out.replica_config.autoscaling_config
+    assert (auto.aggregation_function, auto.policy) == ("max", "pol.icy:decide")
 
 
 def test_json_fields_are_canonical_and_checked() -> None:

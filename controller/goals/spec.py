@@ -71,6 +71,7 @@ _AUTOSCALING_DEFAULTS: dict[str, float] = {
     "upscaling_factor": 1.0,
     "downscaling_factor": 1.0,
 }
+AGGREGATION_FUNCTIONS = ("mean", "max", "min")
 
 
 def _reject_constant(name: str) -> Any:
@@ -142,6 +143,20 @@ def _normalize_autoscaling(field: str, config: pb.AutoscalingConfig) -> None:
         _check_positive(f"{field}.{name}", getattr(config, name), MAX_SECONDS)
     for name in ("upscaling_factor", "downscaling_factor"):
         _check_positive(f"{field}.{name}", getattr(config, name), 100)
+    if not config.HasField("downscale_to_zero_delay_s"):
+        config.downscale_to_zero_delay_s = config.downscale_delay_s
+    _check_range(f"{field}.downscale_to_zero_delay_s", config.downscale_to_zero_delay_s, 0,
+                 MAX_SECONDS)
+    if not config.HasField("aggregation_function"):
+        config.aggregation_function = "mean"
+    config.aggregation_function = config.aggregation_function.lower()
+    if config.aggregation_function not in AGGREGATION_FUNCTIONS:
+        raise InvalidArgument(f"{field}.aggregation_function",
+                              f"must be one of {', '.join(AGGREGATION_FUNCTIONS)}, "
+                              f"got {config.aggregation_function!r}")
+    if config.policy and not IMPORT_PATH_RE.match(config.policy):
+        raise InvalidArgument(f"{field}.policy", "must be 'module:function' (for example "
+                              f"'my_policies:by_queue'), got {config.policy!r}")
 
 
 def _normalize_resources(field: str, res: pb.Resources) -> None:

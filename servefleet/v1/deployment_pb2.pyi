@@ -57,7 +57,7 @@ class ReplicaConfig(_message.Message):
     def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ...) -> None: ...
 
 class AutoscalingConfig(_message.Message):
-    __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor")
+    __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor", "downscale_to_zero_delay_s", "aggregation_function", "policy")
     MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     INITIAL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,9 @@ class AutoscalingConfig(_message.Message):
     LOOK_BACK_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
     UPSCALING_FACTOR_FIELD_NUMBER: _ClassVar[int]
     DOWNSCALING_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    DOWNSCALE_TO_ZERO_DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATION_FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     min_replicas: int
     max_replicas: int
     initial_replicas: int
@@ -78,7 +81,10 @@ class AutoscalingConfig(_message.Message):
     look_back_period_s: float
     upscaling_factor: float
     downscaling_factor: float
-    def __init__(self, min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., initial_replicas: _Optional[int] = ..., target_ongoing_requests: _Optional[float] = ..., upscale_delay_s: _Optional[float] = ..., downscale_delay_s: _Optional[float] = ..., metrics_interval_s: _Optional[float] = ..., look_back_period_s: _Optional[float] = ..., upscaling_factor: _Optional[float] = ..., downscaling_factor: _Optional[float] = ...) -> None: ...
+    downscale_to_zero_delay_s: float
+    aggregation_function: str
+    policy: str
+    def __init__(self, min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., initial_replicas: _Optional[int] = ..., target_ongoing_requests: _Optional[float] = ..., upscale_delay_s: _Optional[float] = ..., downscale_delay_s: _Optional[float] = ..., metrics_interval_s: _Optional[float] = ..., look_back_period_s: _Optional[float] = ..., upscaling_factor: _Optional[float] = ..., downscaling_factor: _Optional[float] = ..., downscale_to_zero_delay_s: _Optional[float] = ..., aggregation_function: _Optional[str] = ..., policy: _Optional[str] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("num_cpus", "num_gpus", "memory_bytes", "custom")
