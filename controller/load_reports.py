@@ -1,8 +1,11 @@
-"""Load reports from proxies: requests queued per deployment (soft state).
+"""Load reports from proxies and handles, per deployment (soft state).
 
-The autoscaler's input (DESIGN.md, flow 4); until it exists, GetStatus
-shows the sums. Each proxy's latest report replaces its previous one; a
-report older than STALE_S no longer counts (the proxy may be gone).
+Each reporter tells, per deployment, the requests it holds queued and those
+it sent to replicas and awaits (ongoing). Its latest report replaces its
+previous one; a report older than STALE_S no longer counts (the reporter may
+be gone). `total` (queued + ongoing over all reporters) is the autoscaler's
+load signal; GetStatus shows `queued`. Kept per leader term: a new leader
+starts empty and fills up within one report period.
 """
 
 from __future__ import annotations
@@ -16,32 +19,72 @@ from .goals.spec import check_name
 STALE_S = 10.0
 MAX_KEYS = 10_000
 MAX_QUEUED = 10_000_000
+Key = tuple[str, str]
 
 
 class LoadReports:
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or Clock()
-        self._reports: dict[str, tuple[float, dict[tuple[str, str], int]]] = {}
+        # reporter -> (when, {deployment: (queued, ongoing)})
+        self._reports: dict[str, tuple[float, dict[Key, tuple[int, int]]]] = {}
+        # The sums over the reports held, kept as reports come and go, so
+        # that reading one deployment's load does not visit every reporter.
+        self._totals: dict[Key, tuple[int, int]] = {}
+        self._swept_at = self._clock.monotonic()
 
-    def record(self, reporter_id: str, queued: Mapping[str, int]) -> None:
-        """Store a proxy's report; InvalidArgument (nothing stored) on a bad one."""
+    def record(self, reporter_id: str, queued: Mapping[str, int],
+               ongoing: Mapping[str, int] | None = None) -> None:
+        """Store a report; InvalidArgument (nothing stored) on a bad one."""
         if not reporter_id or len(reporter_id) > 128:
             raise InvalidArgument("reporter_id", "must be 1-128 characters")
-        if len(queued) > MAX_KEYS:
-            raise InvalidArgument("queued", f"at most {MAX_KEYS} deployments")
-        parsed: dict[tuple[str, str], int] = {}
-        for key, count in queued.items():
-            app, sep, name = key.partition("/")
-            if not sep:
-                raise InvalidArgument(f"queued[{key!r}]", "keys are 'application/deployment'")
-            check_name(f"queued[{key!r}]", app)
-            check_name(f"queued[{key!r}]", name)
-            if count > MAX_QUEUED:
-                raise InvalidArgument(f"queued[{key!r}]", f"at most {MAX_QUEUED}")
-            parsed[(app, name)] = count
+        parsed: dict[Key, tuple[int, int]] = {}
+        for field, counts in (("queued", queued), ("ongoing", ongoing or {})):
+            if len(counts) > MAX_KEYS:
+                raise InvalidArgument(field, f"at most {MAX_KEYS} deployments")
+            for key, count in counts.items():
+                app, sep, name = key.partition("/")
+                if not sep:
+                    raise InvalidArgument(f"{field}[{key!r}]",
+                                          "keys are 'application/deployment'")
+                check_name(f"{field}[{key!r}]", app)
+                check_name(f"{field}[{key!r}]", name)
+                if count > MAX_QUEUED:
+                    raise InvalidArgument(f"{field}[{key!r}]", f"at most {MAX_QUEUED}")
+                before = parsed.get((app, name), (0, 0))
+                parsed[(app, name)] = ((count, before[1]) if field == "queued"
+                                       else (before[0], count))
+        self._forget(reporter_id)
         self._reports[reporter_id] = (self._clock.monotonic(), parsed)
+        self._add(parsed, 1)
+
+    def _add(self, counts: dict[Key, tuple[int, int]], sign: int) -> None:
+        for key, (queued, ongoing) in counts.items():
+            q, o = self._totals.get(key, (0, 0))
+            q, o = q + sign * queued, o + sign * ongoing
+            if q or o:
+                self._totals[key] = (q, o)
+            else:
+                self._totals.pop(key, None)
+
+    def _forget(self, reporter_id: str) -> None:
+        old = self._reports.pop(reporter_id, None)
+        if old is not None:
+            self._add(old[1], -1)
+
+    def _sweep(self) -> None:
+        """Drop the reports gone stale (at most once a second)."""
+        now = self._clock.monotonic()
+        if now - self._swept_at < 1.0:
+            return
+        self._swept_at = now
+        for reporter_id in [r for r, (at, _) in self._reports.items() if now - at >= STALE_S]:
+            self._forget(reporter_id)
 
     def queued(self, application: str, deployment: str) -> int:
-        now = self._clock.monotonic()
-        return sum(counts.get((application, deployment), 0)
-                   for at, counts in self._reports.values() if now - at < STALE_S)
+        self._sweep()
+        return self._totals.get((application, deployment), (0, 0))[0]
+
+    def total(self, application: str, deployment: str) -> int:
+        """Queued plus ongoing requests for the deployment, over all reporters."""
+        self._sweep()
+        return sum(self._totals.get((application, deployment), (0, 0)))

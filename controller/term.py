@@ -9,7 +9,8 @@ the process stops. It owns:
 - the Watch publisher and the state publisher that fills it from the tables
   and the observed replicas (watch.py);
 - the reconcile loop (reconcile/loop.py) with the replica reconciler (when
-  the controller has a runtime) and the build reconciler.
+  the controller has a runtime), the build reconciler and the autoscale
+  reconciler, and the load reports the last one reads (soft state).
 
 `load` (1) loads both tables, (2) recovers the replica registry against the
 runtime, (3) publishes the first snapshots; each step is retried with the
@@ -35,6 +36,8 @@ from .errors import NotLeader, Unavailable
 from .goals.applications import ApplicationTable
 from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
 from .keys import ClusterKeys
+from .load_reports import LoadReports
+from .reconcile.autoscaler import AutoscaleReconciler
 from .reconcile.builder import run_build
 from .reconcile.builds import Builder, BuildReconciler
 from .reconcile.loop import BACKOFF, ReconcileLoop
@@ -91,12 +94,20 @@ class LeaderTerm:
             self.loop.add(self.replicas)
         self.builds = BuildReconciler(self.applications, self.loop, parts.build)
         self.loop.add(self.builds)
+        self.load_reports = LoadReports(parts.clock)
+        self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,
+                                              parts.clock, self._running_count)
+        self.loop.add(self.autoscaler)
         self.deployments.can_purge = lambda key: not self.observed.tracks(key)
         self._running: asyncio.Task[None] | None = None
 
     @property
     def observed(self) -> ObservedState:
         return self.replicas.observed if self.replicas is not None else ObservedState()
+
+    def _running_count(self, key: tuple[str, str]) -> int:
+        observed = self.observed.deployments.get(key)
+        return observed.counts().get("RUNNING", 0) if observed is not None else 0
 
     def _serving(self, application: str, name: str) -> list[replica_pb2.ReplicaRecord]:
         return self.observed.serving(application, name)

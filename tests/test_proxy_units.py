@@ -94,6 +94,28 @@ def test_load_reports_sum_fresh_reports_and_refuse_bad_ones() -> None:
         load.record("", {})
 
 
+def test_load_totals_add_queued_and_ongoing_across_reporters() -> None:
+    from fakes import FakeClock
+
+    from servefleet.controller.errors import InvalidArgument
+    from servefleet.controller.load_reports import STALE_S, LoadReports
+
+    clock = FakeClock()
+    load = LoadReports(clock)
+    load.record("proxy-1", {"app/A": 2}, {"app/A": 5, "app/B": 1})
+    load.record("handle-1", {}, {"app/A": 3})
+    assert (load.total("app", "A"), load.queued("app", "A"), load.total("app", "B")) == (
+        10, 2, 1)
+    with pytest.raises(InvalidArgument, match="ongoing"):
+        load.record("proxy-1", {"app/A": 100}, {"nope": 2})
+    assert load.total("app", "A") == 10, "a refused report changes nothing"
+    clock.advance(STALE_S / 2)
+    load.record("handle-1", {}, {})  # its requests were answered
+    assert load.total("app", "A") == 7
+    clock.advance(STALE_S / 2 + 1)  # proxy-1 went quiet: its report is stale
+    assert load.total("app", "A") == 0 and load.total("app", "B") == 0
+
+
 async def test_a_slot_handed_to_a_leaving_waiter_goes_to_the_next() -> None:
     pool = ReplicaPool()
     pool.update([("a", "h:1")], max_ongoing=1, max_queued=-1)

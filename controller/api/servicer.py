@@ -22,7 +22,6 @@ from servefleet.wire import check_watch_key
 
 from ..errors import FailedPrecondition, NotLeader
 from ..goals.spec import DEFAULT_APPLICATION
-from ..load_reports import LoadReports
 from ..members import Membership
 from ..reconcile.planner import goal_of
 from ..term import LeaderTerm
@@ -49,7 +48,6 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         self._current = term
         # The live controllers (members.py).
         self._members = members
-        self._load = LoadReports()
         self._on_shutdown = on_shutdown
 
     def _term(self) -> LeaderTerm:
@@ -104,7 +102,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                                       term.applications.records(), term.builds.building)
         for app in applications:
             for dep in app.deployments:
-                dep.queued_requests = self._load.queued(app.name, dep.name)
+                dep.queued_requests = term.load_reports.queued(app.name, dep.name)
         now = time.time()
         proxies = sorted((w for w in term.publisher.watchers.values()
                           if w.kind == watch_pb2.WATCHER_KIND_PROXY), key=lambda w: w.watcher_id)
@@ -152,7 +150,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def ReportLoad(self, request: api.ReportLoadRequest,
                          context: Any) -> api.ReportLoadResponse:
-        self._load.record(request.reporter_id, request.queued)
+        self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing)
         return api.ReportLoadResponse()
 
     async def Watch(self, request: watch_pb2.WatchRequest,

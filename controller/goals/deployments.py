@@ -47,6 +47,26 @@ MAX_TXN_BYTES = 1_400_000
 MAX_DELETED_HISTORY = 1000
 
 
+def next_record(goal: deployment_pb2.DeploymentSpec,
+                live: records_pb2.DeploymentRecord | None,
+                now: Timestamp) -> records_pb2.DeploymentRecord:
+    """The record that makes `goal` (normalised) the deployment's new goal.
+    An autoscaled deployment keeps the autoscaler's count across the update,
+    within the new bounds: an update under load does not drop it back to
+    initial_replicas."""
+    record = records_pb2.DeploymentRecord(
+        spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
+        start_time=live.start_time if live is not None else now, update_time=now)
+    config = goal.replica_config
+    if (live is not None and live.HasField("autoscale")
+            and config.HasField("autoscaling_config")):
+        bounds = config.autoscaling_config
+        record.autoscale.CopyFrom(live.autoscale)
+        record.autoscale.target_replicas = max(bounds.min_replicas, min(
+            bounds.max_replicas, live.autoscale.target_replicas))
+    return record
+
+
 def _timestamp(seconds: float) -> Timestamp:
     stamp = Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
@@ -143,10 +163,7 @@ class DeploymentTable:
                 return live.version, False
             self._check_prev_version(spec.prev_version, key, live)
             self._check_route_free(goal, key)
-            now = _timestamp(self._clock.time())
-            record = records_pb2.DeploymentRecord(
-                spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
-                start_time=live.start_time if live is not None else now, update_time=now)
+            record = next_record(goal, live, _timestamp(self._clock.time()))
             await self._commit([Put(self._keys.deployment(*key), record.SerializeToString())],
                                {key: record})
         logger.info("deployed %s/%s version %s (%s)", *key, record.version,
@@ -190,6 +207,23 @@ class DeploymentTable:
                 return key
         return None
 
+    async def set_autoscale(self, key: Key, target: int, reason: str) -> bool:
+        """Store the autoscaler's decision for a live autoscaled deployment;
+        False (nothing written) if it is gone or no longer autoscaled."""
+        async with self._lock:
+            current = self._records.get(key)
+            if (current is None or current.deleted
+                    or not current.spec.replica_config.HasField("autoscaling_config")):
+                return False
+            record = records_pb2.DeploymentRecord()
+            record.CopyFrom(current)
+            record.autoscale.target_replicas = target
+            record.autoscale.reason = reason
+            record.autoscale.decided_time.CopyFrom(_timestamp(self._clock.time()))
+            await self._commit([Put(self._keys.deployment(*key), record.SerializeToString())],
+                               {key: record})
+        return True
+
     async def apply_application(self, application: str,
                                 specs: builtins.list[deployment_pb2.DeploymentSpec],
                                 also: builtins.list[Op], after: Callable[[], None]) -> None:
@@ -212,9 +246,7 @@ class DeploymentTable:
                 live = current if current is not None and not current.deleted else None
                 if live is not None and live.spec == goal:
                     continue
-                updated[key] = records_pb2.DeploymentRecord(
-                    spec=goal, version=stored_version(goal), code_hash=code_hash(goal),
-                    start_time=live.start_time if live is not None else now, update_time=now)
+                updated[key] = next_record(goal, live, now)
             wanted = {goal.name for goal in goals}
             for key, record in self._records.items():
                 if key[0] == application and not record.deleted and key[1] not in wanted:

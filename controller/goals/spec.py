@@ -273,9 +273,12 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
 
 
 def target_replicas(record: records_pb2.DeploymentRecord) -> int:
-    """How many replicas the stored goal asks for now."""
+    """How many replicas the stored goal asks for now: for an autoscaled
+    deployment the autoscaler's last decision, or initial_replicas before it."""
     config = record.spec.replica_config
     if config.HasField("autoscaling_config"):
+        if record.HasField("autoscale"):
+            return record.autoscale.target_replicas
         return config.autoscaling_config.initial_replicas
     return config.num_replicas
 

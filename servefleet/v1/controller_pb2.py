@@ -30,7 +30,7 @@ from servefleet.v1 import status_pb2 as servefleet_dot_v1_dot_status__pb2
 from servefleet.v1 import watch_pb2 as servefleet_dot_v1_dot_watch__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1fservefleet/v1/application.proto\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\xb2\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x13\n\x0b\x63ontrollers\x18\x05 \x03(\t\"\x95\x01\n\x11ReportLoadRequest\x12\x13\n\x0breporter_id\x18\x01 \x01(\t\x12<\n\x06queued\x18\x02 \x03(\x0b\x32,.servefleet.v1.ReportLoadRequest.QueuedEntry\x1a-\n\x0bQueuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x14\n\x12ReportLoadResponse\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse\"\xa5\x01\n\x19\x44\x65ployApplicationsRequest\x12\x34\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32\x1e.servefleet.v1.ApplicationSpec\x12\x0f\n\x07partial\x18\x02 \x01(\x08\x12\x30\n\x0chttp_options\x18\x03 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\">\n\x1a\x44\x65ployApplicationsResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x03(\t\"\x19\n\x17ListApplicationsRequest\"\x84\x01\n\x18ListApplicationsResponse\x12\x36\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32 .servefleet.v1.ApplicationRecord\x12\x30\n\x0chttp_options\x18\x02 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\"*\n\x19\x44\x65leteApplicationsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"-\n\x1a\x44\x65leteApplicationsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"W\n\x11SetTrafficRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12-\n\x07traffic\x18\x02 \x01(\x0b\x32\x1c.servefleet.v1.TrafficPolicy\"\x14\n\x12SetTrafficResponse2\x9d\t\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12Q\n\nReportLoad\x12 .servefleet.v1.ReportLoadRequest\x1a!.servefleet.v1.ReportLoadResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12i\n\x12\x44\x65ployApplications\x12(.servefleet.v1.DeployApplicationsRequest\x1a).servefleet.v1.DeployApplicationsResponse\x12\x63\n\x10ListApplications\x12&.servefleet.v1.ListApplicationsRequest\x1a\'.servefleet.v1.ListApplicationsResponse\x12i\n\x12\x44\x65leteApplications\x12(.servefleet.v1.DeleteApplicationsRequest\x1a).servefleet.v1.DeleteApplicationsResponse\x12Q\n\nSetTraffic\x12 .servefleet.v1.SetTrafficRequest\x1a!.servefleet.v1.SetTrafficResponse\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eservefleet/v1/controller.proto\x12\rservefleet.v1\x1a\x1fservefleet/v1/application.proto\x1a\x1eservefleet/v1/deployment.proto\x1a\x1bservefleet/v1/records.proto\x1a\x1bservefleet/v1/replica.proto\x1a\x1aservefleet/v1/status.proto\x1a\x19servefleet/v1/watch.proto\"<\n\rDeployRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\"3\n\x0e\x44\x65ployResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08updating\x18\x02 \x01(\x08\">\n\x18\x44\x65leteDeploymentsRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\",\n\x19\x44\x65leteDeploymentsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"9\n\x14GetDeploymentRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"L\n\x15GetDeploymentResponse\x12\x33\n\ndeployment\x18\x01 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\"F\n\x16ListDeploymentsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\"O\n\x17ListDeploymentsResponse\x12\x34\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x1f.servefleet.v1.DeploymentRecord\">\n\x13ListReplicasRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\"D\n\x14ListReplicasResponse\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.servefleet.v1.ReplicaInfo\"\x12\n\x10GetStatusRequest\"\xb2\x01\n\x11GetStatusResponse\x12:\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32$.servefleet.v1.ApplicationStatusInfo\x12+\n\x07proxies\x18\x02 \x03(\x0b\x32\x1a.servefleet.v1.ProxyStatus\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x13\n\x0b\x63ontrollers\x18\x05 \x03(\t\"\x85\x02\n\x11ReportLoadRequest\x12\x13\n\x0breporter_id\x18\x01 \x01(\t\x12<\n\x06queued\x18\x02 \x03(\x0b\x32,.servefleet.v1.ReportLoadRequest.QueuedEntry\x12>\n\x07ongoing\x18\x03 \x03(\x0b\x32-.servefleet.v1.ReportLoadRequest.OngoingEntry\x1a-\n\x0bQueuedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x1a.\n\x0cOngoingEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x14\n\x12ReportLoadResponse\"\x11\n\x0fShutdownRequest\"\x12\n\x10ShutdownResponse\"\xa5\x01\n\x19\x44\x65ployApplicationsRequest\x12\x34\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32\x1e.servefleet.v1.ApplicationSpec\x12\x0f\n\x07partial\x18\x02 \x01(\x08\x12\x30\n\x0chttp_options\x18\x03 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\">\n\x1a\x44\x65ployApplicationsResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x03(\t\"\x19\n\x17ListApplicationsRequest\"\x84\x01\n\x18ListApplicationsResponse\x12\x36\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32 .servefleet.v1.ApplicationRecord\x12\x30\n\x0chttp_options\x18\x02 \x01(\x0b\x32\x1a.servefleet.v1.HttpOptions\"*\n\x19\x44\x65leteApplicationsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"-\n\x1a\x44\x65leteApplicationsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t\"W\n\x11SetTrafficRequest\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12-\n\x07traffic\x18\x02 \x01(\x0b\x32\x1c.servefleet.v1.TrafficPolicy\"\x14\n\x12SetTrafficResponse2\x9d\t\n\x11\x43ontrollerService\x12\x45\n\x06\x44\x65ploy\x12\x1c.servefleet.v1.DeployRequest\x1a\x1d.servefleet.v1.DeployResponse\x12\x66\n\x11\x44\x65leteDeployments\x12\'.servefleet.v1.DeleteDeploymentsRequest\x1a(.servefleet.v1.DeleteDeploymentsResponse\x12Z\n\rGetDeployment\x12#.servefleet.v1.GetDeploymentRequest\x1a$.servefleet.v1.GetDeploymentResponse\x12`\n\x0fListDeployments\x12%.servefleet.v1.ListDeploymentsRequest\x1a&.servefleet.v1.ListDeploymentsResponse\x12W\n\x0cListReplicas\x12\".servefleet.v1.ListReplicasRequest\x1a#.servefleet.v1.ListReplicasResponse\x12N\n\tGetStatus\x12\x1f.servefleet.v1.GetStatusRequest\x1a .servefleet.v1.GetStatusResponse\x12Q\n\nReportLoad\x12 .servefleet.v1.ReportLoadRequest\x1a!.servefleet.v1.ReportLoadResponse\x12\x44\n\x05Watch\x12\x1b.servefleet.v1.WatchRequest\x1a\x1c.servefleet.v1.WatchResponse0\x01\x12i\n\x12\x44\x65ployApplications\x12(.servefleet.v1.DeployApplicationsRequest\x1a).servefleet.v1.DeployApplicationsResponse\x12\x63\n\x10ListApplications\x12&.servefleet.v1.ListApplicationsRequest\x1a\'.servefleet.v1.ListApplicationsResponse\x12i\n\x12\x44\x65leteApplications\x12(.servefleet.v1.DeleteApplicationsRequest\x1a).servefleet.v1.DeleteApplicationsResponse\x12Q\n\nSetTraffic\x12 .servefleet.v1.SetTrafficRequest\x1a!.servefleet.v1.SetTrafficResponse\x12K\n\x08Shutdown\x12\x1e.servefleet.v1.ShutdownRequest\x1a\x1f.servefleet.v1.ShutdownResponseBi\n\x10io.servefleet.v1B\x0f\x43ontrollerProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\017ControllerProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._loaded_options = None
   _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_options = b'8\001'
+  _globals['_REPORTLOADREQUEST_ONGOINGENTRY']._loaded_options = None
+  _globals['_REPORTLOADREQUEST_ONGOINGENTRY']._serialized_options = b'8\001'
   _globals['_DEPLOYREQUEST']._serialized_start=227
   _globals['_DEPLOYREQUEST']._serialized_end=287
   _globals['_DEPLOYRESPONSE']._serialized_start=289
@@ -65,31 +67,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSTATUSRESPONSE']._serialized_start=897
   _globals['_GETSTATUSRESPONSE']._serialized_end=1075
   _globals['_REPORTLOADREQUEST']._serialized_start=1078
-  _globals['_REPORTLOADREQUEST']._serialized_end=1227
-  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_start=1182
-  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_end=1227
-  _globals['_REPORTLOADRESPONSE']._serialized_start=1229
-  _globals['_REPORTLOADRESPONSE']._serialized_end=1249
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1251
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1268
-  _globals['_SHUTDOWNRESPONSE']._serialized_start=1270
-  _globals['_SHUTDOWNRESPONSE']._serialized_end=1288
-  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_start=1291
-  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_end=1456
-  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_start=1458
-  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_end=1520
-  _globals['_LISTAPPLICATIONSREQUEST']._serialized_start=1522
-  _globals['_LISTAPPLICATIONSREQUEST']._serialized_end=1547
-  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_start=1550
-  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_end=1682
-  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_start=1684
-  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_end=1726
-  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_start=1728
-  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_end=1773
-  _globals['_SETTRAFFICREQUEST']._serialized_start=1775
-  _globals['_SETTRAFFICREQUEST']._serialized_end=1862
-  _globals['_SETTRAFFICRESPONSE']._serialized_start=1864
-  _globals['_SETTRAFFICRESPONSE']._serialized_end=1884
-  _globals['_CONTROLLERSERVICE']._serialized_start=1887
-  _globals['_CONTROLLERSERVICE']._serialized_end=3068
+  _globals['_REPORTLOADREQUEST']._serialized_end=1339
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_start=1246
+  _globals['_REPORTLOADREQUEST_QUEUEDENTRY']._serialized_end=1291
+  _globals['_REPORTLOADREQUEST_ONGOINGENTRY']._serialized_start=1293
+  _globals['_REPORTLOADREQUEST_ONGOINGENTRY']._serialized_end=1339
+  _globals['_REPORTLOADRESPONSE']._serialized_start=1341
+  _globals['_REPORTLOADRESPONSE']._serialized_end=1361
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1363
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1380
+  _globals['_SHUTDOWNRESPONSE']._serialized_start=1382
+  _globals['_SHUTDOWNRESPONSE']._serialized_end=1400
+  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_start=1403
+  _globals['_DEPLOYAPPLICATIONSREQUEST']._serialized_end=1568
+  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_start=1570
+  _globals['_DEPLOYAPPLICATIONSRESPONSE']._serialized_end=1632
+  _globals['_LISTAPPLICATIONSREQUEST']._serialized_start=1634
+  _globals['_LISTAPPLICATIONSREQUEST']._serialized_end=1659
+  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_start=1662
+  _globals['_LISTAPPLICATIONSRESPONSE']._serialized_end=1794
+  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_start=1796
+  _globals['_DELETEAPPLICATIONSREQUEST']._serialized_end=1838
+  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_start=1840
+  _globals['_DELETEAPPLICATIONSRESPONSE']._serialized_end=1885
+  _globals['_SETTRAFFICREQUEST']._serialized_start=1887
+  _globals['_SETTRAFFICREQUEST']._serialized_end=1974
+  _globals['_SETTRAFFICRESPONSE']._serialized_start=1976
+  _globals['_SETTRAFFICRESPONSE']._serialized_end=1996
+  _globals['_CONTROLLERSERVICE']._serialized_start=1999
+  _globals['_CONTROLLERSERVICE']._serialized_end=3180
 # @@protoc_insertion_point(module_scope)

@@ -101,8 +101,15 @@ class GetStatusResponse(_message.Message):
     def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
-    __slots__ = ("reporter_id", "queued")
+    __slots__ = ("reporter_id", "queued", "ongoing")
     class QueuedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class OngoingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -111,9 +118,11 @@ class ReportLoadRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     REPORTER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
+    ONGOING_FIELD_NUMBER: _ClassVar[int]
     reporter_id: str
     queued: _containers.ScalarMap[str, int]
-    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    ongoing: _containers.ScalarMap[str, int]
+    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ReportLoadResponse(_message.Message):
     __slots__ = ()

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from servefleet.v1 import deployment_pb2 as servefleet_dot_v1_dot_deployment__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/records.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eservefleet/v1/deployment.proto\"\x83\x02\n\x10\x44\x65ploymentRecord\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tcode_hash\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampBf\n\x10io.servefleet.v1B\x0cRecordsProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/records.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eservefleet/v1/deployment.proto\"\xb8\x02\n\x10\x44\x65ploymentRecord\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.servefleet.v1.DeploymentSpec\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tcode_hash\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\tautoscale\x18\x08 \x01(\x0b\x32 .servefleet.v1.AutoscaleDecision\"n\n\x11\x41utoscaleDecision\x12\x17\n\x0ftarget_replicas\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x30\n\x0c\x64\x65\x63ided_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampBf\n\x10io.servefleet.v1B\x0cRecordsProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,5 +35,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\014RecordsProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_DEPLOYMENTRECORD']._serialized_start=112
-  _globals['_DEPLOYMENTRECORD']._serialized_end=371
+  _globals['_DEPLOYMENTRECORD']._serialized_end=424
+  _globals['_AUTOSCALEDECISION']._serialized_start=426
+  _globals['_AUTOSCALEDECISION']._serialized_end=536
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeploymentRecord(_message.Message):
-    __slots__ = ("spec", "version", "code_hash", "start_time", "end_time", "deleted", "update_time")
+    __slots__ = ("spec", "version", "code_hash", "start_time", "end_time", "deleted", "update_time", "autoscale")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CODE_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class DeploymentRecord(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    AUTOSCALE_FIELD_NUMBER: _ClassVar[int]
     spec: _deployment_pb2.DeploymentSpec
     version: str
     code_hash: str
@@ -25,4 +26,15 @@ class DeploymentRecord(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     deleted: bool
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, spec: _Optional[_Union[_deployment_pb2.DeploymentSpec, _Mapping]] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    autoscale: AutoscaleDecision
+    def __init__(self, spec: _Optional[_Union[_deployment_pb2.DeploymentSpec, _Mapping]] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., autoscale: _Optional[_Union[AutoscaleDecision, _Mapping]] = ...) -> None: ...
+
+class AutoscaleDecision(_message.Message):
+    __slots__ = ("target_replicas", "reason", "decided_time")
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_TIME_FIELD_NUMBER: _ClassVar[int]
+    target_replicas: int
+    reason: str
+    decided_time: _timestamp_pb2.Timestamp
+    def __init__(self, target_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., decided_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
