@@ -15,11 +15,10 @@ import logging
 import socket
 import uuid
 
-import grpc
-
+from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
-from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
+from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
 
@@ -27,7 +26,6 @@ from .app import ProxyApp
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
-REPORT_PERIOD_S = 1.0
 
 
 async def serve(controllers: str, listen: str, request_timeout_s: float | None,
@@ -47,8 +45,10 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
         watcher = WatchClient(controllers, [ROUTES_KEY, replicas_key()], on_snapshot=state.apply,
                               kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
                               watcher_id=f"proxy-{uuid.uuid4().hex[:8]}")
+        reporter = LoadReporter(watcher)
+        state.replica_sets.on_starved = reporter.wake
         watcher.start()
-        reporting = asyncio.create_task(_report_load(watcher, state))
+        reporting = asyncio.create_task(reporter.run(state.replica_sets))
         logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
                     controllers)
         notify_ready(f"proxy listening on {listen}")
@@ -63,25 +63,3 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
     finally:
         upstream.close()
     logger.info("proxy stopped")
-
-
-
-async def _report_load(watcher: WatchClient, state: ProxyState,
-                       period_s: float = REPORT_PERIOD_S) -> None:
-    """Every period, tell the leader how many requests wait per deployment."""
-    last: dict[str, int] = {}
-    while True:
-        await asyncio.sleep(period_s)
-        queued = {f"{a}/{n}": pool.queued
-                  for (a, n), pool in state.replica_sets.pools.items()}
-        report = {k: v for k, v in queued.items() if v or last.get(k)}
-        last = queued
-        if not report or not watcher.connected.is_set():
-            continue
-        try:
-            async with grpc.aio.insecure_channel(watcher.leader_address()) as channel:
-                await controller_pb2_grpc.ControllerServiceStub(channel).ReportLoad(
-                    controller_pb2.ReportLoadRequest(reporter_id=watcher.watcher_id,
-                                                     queued=report), timeout=2)
-        except grpc.aio.AioRpcError as e:
-            logger.debug("load report not taken: %s", e.details())

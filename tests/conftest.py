@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.testing import ControllerProcess, EtcdServer
+from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess
 
 
 @pytest.fixture(scope="session")
@@ -155,3 +156,24 @@ def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def served(fleet, tmp_path):
+    """A controller with the process runtime, and a way to start proxies on it;
+    yields (client, start_proxy). Shuts the controller (and replicas) down after."""
+    fleet.start(1, runtime="process")
+    fleet.leader()
+    proxies: list[ProxyProcess] = []
+
+    def proxy(*args: str) -> ProxyProcess:
+        started = ProxyProcess(fleet.addresses(), log_dir=tmp_path, extra_args=list(args))
+        proxies.append(started.start())
+        return started
+
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        yield client, proxy
+    for p in proxies:
+        p.stop()
+    with ControllerClient(fleet.addresses(), timeout=30) as client:  # a test may restart it
+        client.shutdown()

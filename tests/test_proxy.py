@@ -6,11 +6,11 @@ import asyncio
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
+from loadgen import SteadyLoad
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, wait_for
@@ -41,25 +41,6 @@ def routed(proxy: ProxyProcess, path: str) -> bool:
         return httpx.get(proxy.url + path, timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-@pytest.fixture
-def served(fleet, tmp_path):
-    fleet.start(1, runtime="process")
-    fleet.leader()
-    proxies: list[ProxyProcess] = []
-
-    def proxy(*args: str) -> ProxyProcess:
-        started = ProxyProcess(fleet.addresses(), log_dir=tmp_path, extra_args=list(args))
-        proxies.append(started.start())
-        return started
-
-    with ControllerClient(fleet.addresses(), timeout=30) as client:
-        yield client, proxy
-    for p in proxies:
-        p.stop()
-    with ControllerClient(fleet.addresses(), timeout=30) as client:  # a test may restart it
-        client.shutdown()
 
 
 def test_routing_streaming_and_request_ids(served) -> None:
@@ -153,47 +134,6 @@ def test_replica_killed_under_load_and_controller_down(served, fleet) -> None:
         assert httpx.get(proxy.url + "/slow", params={"s": "0"}, timeout=10).status_code == 200
     fleet.start(1, runtime="process")  # a controller again, to shut the replicas down
     fleet.leader()
-
-
-class SteadyLoad:
-    """Requests through the proxy back to back from a thread, counting non-2xx."""
-
-    def __init__(self, url: str, concurrency: int = 4) -> None:
-        self.url = url
-        self.concurrency = concurrency
-        self.ok = 0
-        self.bad: list[str] = []
-        self.labels: set[str] = set()
-        self._stop = False
-        self._thread: threading.Thread | None = None
-
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
-            async def worker() -> None:
-                while not self._stop:
-                    try:
-                        reply = await http.get(self.url)
-                    except httpx.HTTPError as e:
-                        self.bad.append(f"{type(e).__name__}: {e}")
-                        continue
-                    if reply.status_code // 100 == 2:
-                        self.ok += 1
-                        self.labels.add(reply.json().get("label", ""))
-                    else:
-                        self.bad.append(f"{reply.status_code} {reply.text[:100]}")
-
-            await asyncio.gather(*[worker() for _ in range(self.concurrency)])
-
-    def __enter__(self) -> SteadyLoad:
-        import threading
-
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop = True
-        self._thread.join(60)
 
 
 def echo(version: str, label: str) -> d.DeploymentSpec:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -40,6 +41,11 @@ class ReplicaPool:
     _down: set[str] = field(default_factory=set)
     # Queued requests, oldest first; each is handed its replica when one frees up.
     _waiters: deque[asyncio.Future[Replica]] = field(default_factory=deque)
+    # Requests handed a replica and not yet released (the load this pool adds).
+    ongoing: int = 0
+    # Called when a request queues while the pool has no replica at all (scaled
+    # to zero): the autoscaler should hear of it now, not at the next report.
+    on_starved: Callable[[], None] | None = None
 
     @property
     def queued(self) -> int:
@@ -85,11 +91,14 @@ class ReplicaPool:
             replica = self._pick(exclude or set())
             if replica is not None:
                 replica.in_flight += 1
+                self.ongoing += 1
                 return replica
         if 0 <= self.max_queued <= len(self._waiters):
             raise Overloaded(f"{len(self._waiters)} requests already queued")
         waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        if not self.replicas and self.on_starved is not None:
+            self.on_starved()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -109,6 +118,7 @@ class ReplicaPool:
 
     def release(self, replica: Replica) -> None:
         replica.in_flight -= 1
+        self.ongoing -= 1
         self._wake()
 
     def _wake(self) -> None:
@@ -120,4 +130,5 @@ class ReplicaPool:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 replica.in_flight += 1
+                self.ongoing += 1
                 waiter.set_result(replica)

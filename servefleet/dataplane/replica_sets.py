@@ -9,6 +9,7 @@ connections to a replica that left are closed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from servefleet.v1 import watch_pb2
 from servefleet.wire import REPLICAS_KIND, parse_watch_key
@@ -23,6 +24,8 @@ class ReplicaSets:
     def __init__(self, upstream: UpstreamPool) -> None:
         self.pools: dict[tuple[str, str], ReplicaPool] = {}
         self._upstream = upstream
+        # Given to each pool made from now on: see ReplicaPool.on_starved.
+        self.on_starved: Callable[[], None] | None = None
 
     def get(self, application: str, deployment: str) -> ReplicaPool | None:
         """The deployment's pool; None while no snapshot has named it."""
@@ -43,7 +46,7 @@ class ReplicaSets:
             after: set[str] = set()
         else:
             replicas = snapshot.replicas
-            pool = self.pools.setdefault((app, name), ReplicaPool())
+            pool = self.pools.setdefault((app, name), ReplicaPool(on_starved=self.on_starved))
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
                         replicas.max_ongoing_requests, replicas.max_queued_requests)
             after = {e.http_address for e in replicas.endpoints}

@@ -1,0 +1,78 @@
+"""Telling the leader the load a proxy or handle router puts on each deployment.
+
+Every `period_s` (and at once when a request queues for a deployment that
+has no replica: `wake()`, the start from zero), the reporter sends the
+leader one ReportLoad with, per deployment, the requests queued in its pool
+and those sent to replicas and not answered yet. These sums are the
+autoscaler's load signal (controller/load_reports.py). A deployment is
+listed while it has load, and once more after, with zeros, so the leader
+hears that it ended; a report that finds nothing to say is not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from servefleet.v1 import controller_pb2, controller_pb2_grpc
+from servefleet.watch_client import WatchClient
+
+from .replica_sets import ReplicaSets
+
+logger = logging.getLogger(__name__)
+REPORT_PERIOD_S = 0.5
+
+
+class LoadReporter:
+    def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S) -> None:
+        self._watcher = watcher
+        self._period_s = period_s
+        self._wake = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_to = ""
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def wake(self) -> None:
+        """Report now rather than at the end of the period."""
+        self._wake.set()
+
+    def counts(self, sets: ReplicaSets) -> dict[str, tuple[int, int]]:
+        """(queued, ongoing) by "application/deployment", for the pools with load
+        now or in the last report."""
+        now = {f"{a}/{n}": (pool.queued, pool.ongoing) for (a, n), pool in sets.pools.items()}
+        report = {k: v for k, v in now.items() if any(v) or any(self._last.get(k, (0, 0)))}
+        report.update({k: (0, 0) for k, v in self._last.items() if any(v) and k not in now})
+        self._last = now
+        return report
+
+    async def run(self, sets: ReplicaSets) -> None:
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._period_s)
+                self._wake.clear()
+                report = self.counts(sets)
+                if report and self._watcher.connected.is_set():
+                    await self._send(report)
+        finally:
+            if self._channel is not None:
+                await self._channel.close()
+
+    async def _send(self, report: dict[str, tuple[int, int]]) -> None:
+        leader = self._watcher.leader_address()
+        if self._channel is None or leader != self._channel_to:
+            if self._channel is not None:
+                await self._channel.close()
+            self._channel, self._channel_to = grpc.aio.insecure_channel(leader), leader
+        request = controller_pb2.ReportLoadRequest(
+            reporter_id=self._watcher.watcher_id,
+            queued={k: q for k, (q, _) in report.items()},
+            ongoing={k: o for k, (_, o) in report.items()})
+        try:
+            await controller_pb2_grpc.ControllerServiceStub(self._channel).ReportLoad(
+                request, timeout=2)
+        except grpc.aio.AioRpcError as e:
+            logger.debug("load report not taken: %s", e.details())
