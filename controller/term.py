@@ -28,8 +28,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from servefleet.v1 import replica_pb2
+from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
+from .api.status import Observed, cluster_status
 from .clock import Clock
 from .election import FencedStore, LeaderElection
 from .errors import NotLeader, Unavailable
@@ -42,6 +43,7 @@ from .reconcile.builder import run_build
 from .reconcile.builds import Builder, BuildReconciler
 from .reconcile.loop import BACKOFF, ReconcileLoop
 from .reconcile.observed import ObservedState
+from .reconcile.planner import goal_of
 from .reconcile.replica_client import ReplicaClient
 from .reconcile.replica_ops import ReplicaOps
 from .reconcile.replicas import ReplicaReconciler
@@ -104,6 +106,23 @@ class LeaderTerm:
     @property
     def observed(self) -> ObservedState:
         return self.replicas.observed if self.replicas is not None else ObservedState()
+
+    def status(self) -> list[status_pb2.ApplicationStatusInfo]:
+        """Every application's status (GetStatus), from the goals, the observed
+        replicas, the autoscaler's decisions and the load reports."""
+        observed = self.observed
+
+        def observe(record: records_pb2.DeploymentRecord) -> Observed:
+            key = (record.spec.application, record.spec.name)
+            return (observed.counts(key), observed.planned_status(record, goal_of(record)),
+                    self.autoscaler.decision(key))
+
+        applications = cluster_status(self.deployments.live(), observe,
+                                      self.applications.records(), self.builds.building)
+        for app in applications:
+            for dep in app.deployments:
+                dep.queued_requests = self.load_reports.queued(app.name, dep.name)
+        return applications
 
     def _running_count(self, key: tuple[str, str]) -> int:
         observed = self.observed.deployments.get(key)

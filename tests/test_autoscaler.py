@@ -8,8 +8,11 @@ from fakes import FakeControlPlane
 
 from servefleet.controller.term import LeaderTerm
 from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import status_pb2
 
 KEY = ("default", "A")
+DS = status_pb2.DeploymentStatus
+AS = status_pb2.ApplicationStatus
 
 
 def spec(version: str = "v1", **autoscaling) -> d.DeploymentSpec:
@@ -118,3 +121,28 @@ async def test_a_fixed_deployment_is_left_alone(world: FakeControlPlane) -> None
     report(term, ongoing=50)
     await world.settle(term, ticks=10)
     assert running(term) == 2 and not term.deployments.get(*KEY).HasField("autoscale")
+
+
+async def test_status_shows_the_autoscalers_view_and_scaling_is_no_trouble(
+        world: FakeControlPlane) -> None:
+    term = await world.lead()
+    await term.deployments.deploy(spec())
+    await world.settle(term, ticks=5)
+    report(term, ongoing=8)
+    for _ in range(20):  # until the decision is stored, before its replicas run
+        await world.settle(term, ticks=1)
+        if stored_target(term) == 4:
+            break
+    (app,) = term.status()
+    (dep,) = app.deployments
+    assert dep.status == DS.DEPLOYMENT_STATUS_UPSCALING, dep
+    assert app.status == AS.APPLICATION_STATUS_RUNNING and app.message == ""
+    assert dep.autoscaling.target_replicas == 4 and dep.autoscaling.current_replicas < 4
+    assert dep.autoscaling.load > 0 and "to 4: load" in dep.autoscaling.reason
+    await world.settle(term, ticks=10)
+    (app,) = term.status()
+    assert app.deployments[0].status == DS.DEPLOYMENT_STATUS_HEALTHY
+    assert app.deployments[0].autoscaling.current_replicas == 4
+    await term.deployments.deploy(spec(version="v2"))  # a deploy: UPDATING, not scaling
+    await world.settle(term, ticks=1)
+    assert term.status()[0].deployments[0].status == DS.DEPLOYMENT_STATUS_UPDATING

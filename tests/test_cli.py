@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
+from servefleet.cli.output import status_text
 from servefleet.client import ControllerClient
 from servefleet.lifecycle import can_bind
 from servefleet.testing import free_port, wait_for
+from servefleet.v1 import controller_pb2, status_pb2
 from servefleet.v1 import deployment_pb2 as d
 
 
@@ -59,6 +61,21 @@ def test_status_text_and_json(controller) -> None:
     listed = json.loads(servefleet("replicas", "--json", "--controller",
                                    controller.address).stdout)
     assert listed == []
+
+
+def test_status_text_shows_the_autoscaler() -> None:
+    reply = controller_pb2.GetStatusResponse(cluster="c", leader="l:1", applications=[
+        status_pb2.ApplicationStatusInfo(name="shop", status=2, deployments=[
+            status_pb2.DeploymentStatusInfo(
+                name="Model", status=status_pb2.DEPLOYMENT_STATUS_UPSCALING,
+                target_replicas=4, replica_states={"RUNNING": 1, "STARTING": 3},
+                autoscaling=status_pb2.AutoscalingStatus(
+                    current_replicas=1, target_replicas=4, load=7.5, desired_replicas=4,
+                    reason="up from 1 to 4: load 7.5", policy_error="p:f: boom"))])])
+    text = status_text(reply)
+    assert "Model: UPSCALING, 1/4 running" in text
+    assert ("autoscaling: load 7.5 asks for 4, target 4; last change: up from 1 to 4: "
+            "load 7.5; POLICY ERROR: p:f: boom") in text
 
 
 def test_list_and_delete(controller) -> None:

@@ -17,17 +17,15 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, records_pb2, status_pb2, watch_pb2
+from servefleet.v1 import controller_pb2_grpc, status_pb2, watch_pb2
 from servefleet.wire import check_watch_key
 
 from ..errors import FailedPrecondition, NotLeader
 from ..goals.spec import DEFAULT_APPLICATION
 from ..members import Membership
-from ..reconcile.planner import goal_of
 from ..term import LeaderTerm
 from ..watch import MAX_WATCH_KEYS, serve_watch
 from .gate import Leadership, api_method
-from .status import Observed, cluster_status
 
 logger = logging.getLogger(__name__)
 
@@ -92,17 +90,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def GetStatus(self, request: api.GetStatusRequest,
                         context: Any) -> api.GetStatusResponse:
         term = self._term()
-        observed = term.observed
-
-        def observe(record: records_pb2.DeploymentRecord) -> Observed:
-            key = (record.spec.application, record.spec.name)
-            return observed.counts(key), observed.planned_status(record, goal_of(record))
-
-        applications = cluster_status(term.deployments.live(), observe,
-                                      term.applications.records(), term.builds.building)
-        for app in applications:
-            for dep in app.deployments:
-                dep.queued_requests = term.load_reports.queued(app.name, dep.name)
+        applications = term.status()
         now = time.time()
         proxies = sorted((w for w in term.publisher.watchers.values()
                           if w.kind == watch_pb2.WATCHER_KIND_PROXY), key=lambda w: w.watcher_id)

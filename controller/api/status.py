@@ -14,19 +14,25 @@ from itertools import groupby
 from servefleet.v1 import application_pb2, records_pb2, status_pb2
 
 from ..goals.spec import target_replicas
+from ..reconcile.autoscale import Decision
 
 DS = status_pb2.DeploymentStatus
 AS = status_pb2.ApplicationStatus
+# Deployment statuses of an application that is RUNNING: scaling is no trouble.
+SERVING = {DS.DEPLOYMENT_STATUS_HEALTHY, DS.DEPLOYMENT_STATUS_UPSCALING,
+           DS.DEPLOYMENT_STATUS_DOWNSCALING}
 
-# For a deployment: replica counts per state, and the reconciler's (status, message)
-# when it has planned the deployment, else None.
-Observed = tuple[Mapping[str, int], tuple[status_pb2.DeploymentStatus, str] | None]
+# For a deployment: replica counts per state, the reconciler's (status, message)
+# when it has planned the deployment (else None), and the autoscaler's last
+# decision when it is autoscaled (else None).
+Observed = tuple[Mapping[str, int], tuple[status_pb2.DeploymentStatus, str] | None,
+                 Decision | None]
 Observer = Callable[[records_pb2.DeploymentRecord], Observed]
 
 
 def deployment_status(record: records_pb2.DeploymentRecord,
                       observed: Observed) -> status_pb2.DeploymentStatusInfo:
-    counts, planned = observed
+    counts, planned, decision = observed
     target = target_replicas(record)
     if planned is not None:
         status, message = planned
@@ -35,7 +41,7 @@ def deployment_status(record: records_pb2.DeploymentRecord,
         settled = running == target and sum(counts.values()) == running
         status = DS.DEPLOYMENT_STATUS_HEALTHY if settled else DS.DEPLOYMENT_STATUS_UPDATING
         message = "" if settled else f"{running} of {target} replicas running"
-    return status_pb2.DeploymentStatusInfo(
+    info = status_pb2.DeploymentStatusInfo(
         name=record.spec.name,
         status=status,
         message=message,
@@ -43,6 +49,26 @@ def deployment_status(record: records_pb2.DeploymentRecord,
         target_replicas=target,
         version=record.version,
     )
+    if record.spec.replica_config.HasField("autoscaling_config"):
+        _autoscaling(info, record, decision)
+    return info
+
+
+def _autoscaling(info: status_pb2.DeploymentStatusInfo, record: records_pb2.DeploymentRecord,
+                 decision: Decision | None) -> None:
+    """Fill in the autoscaler's view; UPDATING becomes UPSCALING or DOWNSCALING
+    when the goal's last change was the autoscaler's (not a deploy)."""
+    running = info.replica_states.get("RUNNING", 0)
+    scaled_last = (record.HasField("autoscale") and record.autoscale.decided_time.ToNanoseconds()
+                   >= record.update_time.ToNanoseconds())
+    if info.status == DS.DEPLOYMENT_STATUS_UPDATING and scaled_last:
+        info.status = (DS.DEPLOYMENT_STATUS_UPSCALING if running < info.target_replicas
+                       else DS.DEPLOYMENT_STATUS_DOWNSCALING)
+    info.autoscaling.CopyFrom(status_pb2.AutoscalingStatus(
+        current_replicas=running, target_replicas=info.target_replicas,
+        load=decision.load if decision else 0.0,
+        desired_replicas=decision.desired if decision else info.target_replicas,
+        reason=record.autoscale.reason, policy_error=decision.error if decision else ""))
 
 
 def application_status(name: str, deployments: Sequence[status_pb2.DeploymentStatusInfo]
@@ -52,11 +78,11 @@ def application_status(name: str, deployments: Sequence[status_pb2.DeploymentSta
         status, word = AS.APPLICATION_STATUS_DEPLOY_FAILED, "failed to deploy"
     elif DS.DEPLOYMENT_STATUS_UNHEALTHY in statuses:
         status, word = AS.APPLICATION_STATUS_UNHEALTHY, "unhealthy"
-    elif statuses <= {DS.DEPLOYMENT_STATUS_HEALTHY}:
+    elif statuses <= SERVING:
         status, word = AS.APPLICATION_STATUS_RUNNING, ""
     else:
         status, word = AS.APPLICATION_STATUS_DEPLOYING, "deploying"
-    troubled = [d.name for d in deployments if d.status != DS.DEPLOYMENT_STATUS_HEALTHY]
+    troubled = [d.name for d in deployments if d.status not in SERVING]
     message = f"{word}: {', '.join(troubled)}" if word and troubled else ""
     return status_pb2.ApplicationStatusInfo(name=name, status=status, message=message,
                                             deployments=deployments)

@@ -95,6 +95,13 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
                          f"{dep.target_replicas} running, version {dep.version}"
                          + (f" [{states}]" if states else "")
                          + (f": {dep.message}" if dep.message else ""))
+            if dep.HasField("autoscaling"):
+                auto = dep.autoscaling
+                lines.append(f"    autoscaling: load {auto.load:g} asks for "
+                             f"{auto.desired_replicas}, target {auto.target_replicas}"
+                             + (f"; last change: {auto.reason}" if auto.reason else "")
+                             + (f"; POLICY ERROR: {auto.policy_error}"
+                                if auto.policy_error else ""))
     if reply.proxies:
         lines.append("proxies:")
         lines.extend(f"  {p.id} {p.address} {'healthy' if p.healthy else 'UNHEALTHY'}"

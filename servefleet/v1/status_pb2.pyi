@@ -45,7 +45,7 @@ APPLICATION_STATUS_UNHEALTHY: ApplicationStatus
 APPLICATION_STATUS_DELETING: ApplicationStatus
 
 class DeploymentStatusInfo(_message.Message):
-    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version", "queued_requests")
+    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version", "queued_requests", "autoscaling")
     class ReplicaStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class DeploymentStatusInfo(_message.Message):
     TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    AUTOSCALING_FIELD_NUMBER: _ClassVar[int]
     name: str
     status: DeploymentStatus
     message: str
@@ -67,7 +68,24 @@ class DeploymentStatusInfo(_message.Message):
     target_replicas: int
     version: str
     queued_requests: int
-    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ...) -> None: ...
+    autoscaling: AutoscalingStatus
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingStatus, _Mapping]] = ...) -> None: ...
+
+class AutoscalingStatus(_message.Message):
+    __slots__ = ("current_replicas", "target_replicas", "load", "desired_replicas", "reason", "policy_error")
+    CURRENT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    POLICY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    current_replicas: int
+    target_replicas: int
+    load: float
+    desired_replicas: int
+    reason: str
+    policy_error: str
+    def __init__(self, current_replicas: _Optional[int] = ..., target_replicas: _Optional[int] = ..., load: _Optional[float] = ..., desired_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., policy_error: _Optional[str] = ...) -> None: ...
 
 class ApplicationStatusInfo(_message.Message):
     __slots__ = ("name", "status", "message", "deployments")
