@@ -65,7 +65,8 @@ def test_status_text_and_json(controller) -> None:
 
 def test_status_text_shows_the_autoscaler() -> None:
     reply = controller_pb2.GetStatusResponse(cluster="c", leader="l:1", applications=[
-        status_pb2.ApplicationStatusInfo(name="shop", status=2, deployments=[
+        status_pb2.ApplicationStatusInfo(
+            name="shop", status=status_pb2.APPLICATION_STATUS_RUNNING, deployments=[
             status_pb2.DeploymentStatusInfo(
                 name="Model", status=status_pb2.DEPLOYMENT_STATUS_UPSCALING,
                 target_replicas=4, replica_states={"RUNNING": 1, "STARTING": 3},
