@@ -3,6 +3,8 @@ and replica client, with load reports fed in by the test (unit tests)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fakes import FakeControlPlane
 
@@ -146,3 +148,41 @@ async def test_status_shows_the_autoscalers_view_and_scaling_is_no_trouble(
     await term.deployments.deploy(spec(version="v2"))  # a deploy: UPDATING, not scaling
     await world.settle(term, ticks=1)
     assert term.status()[0].deployments[0].status == DS.DEPLOYMENT_STATUS_UPDATING
+
+
+def policy_dir(tmp_path: Path, body: str, name: str = "sf_test_policy") -> str:
+    (tmp_path / f"{name}.py").write_text(body)
+    return str(tmp_path)
+
+
+async def test_a_custom_policy_from_the_working_dir_decides(
+        world: FakeControlPlane, tmp_path: Path) -> None:
+    working_dir = policy_dir(tmp_path, "def three(context):\n"
+                                       "    return 3 if context.load else 1\n")
+    custom = spec(policy="sf_test_policy:three")
+    custom.runtime.working_dir = working_dir
+    term = await world.lead()
+    await term.deployments.deploy(custom)
+    report(term, ongoing=1)
+    await world.settle(term, ticks=10)
+    assert stored_target(term) == 3 and running(term) == 3
+    assert term.status()[0].deployments[0].autoscaling.policy_error == ""
+
+
+async def test_a_policy_that_cannot_load_or_raises_keeps_the_target_and_says_why(
+        world: FakeControlPlane, tmp_path: Path) -> None:
+    working_dir = policy_dir(tmp_path, "def broken(context):\n"
+                                       "    raise RuntimeError('no idea')\n",
+                             name="sf_broken_policy")
+    term = await world.lead()
+    for policy, words in [("sf_missing_policy:f", "cannot be loaded: ModuleNotFoundError"),
+                          ("json:loads", "one the controller itself uses"),
+                          ("sf_broken_policy:broken", "RuntimeError: no idea")]:
+        bad = spec(policy=policy, version=policy)
+        bad.runtime.working_dir = working_dir
+        await term.deployments.deploy(bad)
+        report(term, ongoing=8)
+        await world.settle(term, ticks=8)
+        (dep,) = term.status()[0].deployments
+        assert words in dep.autoscaling.policy_error, dep.autoscaling
+        assert dep.target_replicas == 1 and running(term) == 1
