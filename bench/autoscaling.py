@@ -14,7 +14,8 @@
 2. Cold start: a deployment at zero replicas (min_replicas 0), one request;
    its latency (goal <= 1.5 s). Baseline: the same request to a warm replica.
 3. Controller CPU while `--reporters` reporters each send a load report
-   every second (goal: under 10% of one core). Baseline: the idle controller.
+   every second, over a StreamLoad stream each and as unary ReportLoad calls
+   (goal: under 10% of one core). Baseline: the idle controller.
 """
 
 from __future__ import annotations
@@ -170,17 +171,30 @@ def bench_cold_start(client: ControllerClient, proxy: ProxyProcess) -> None:
     client.delete(["Cold"])
 
 
-async def report_for(address: str, reporters: int, seconds: float) -> None:
+async def report_for(address: str, reporters: int, seconds: float, stream: bool,
+                     keys: int = 1, period_s: float = 1.0) -> None:
+    """`reporters` reporters, each sending a report on `keys` deployments every
+    `period_s` for `seconds`, as unary ReportLoad calls or over a StreamLoad
+    stream each."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = controller_pb2_grpc.ControllerServiceStub(channel)
 
-        async def reporter(n: int) -> None:
-            await asyncio.sleep(n / reporters)  # spread over the second
+        async def reports(n: int):
+            await asyncio.sleep(period_s * n / reporters)  # spread over the period
             end = time.monotonic() + seconds
             while time.monotonic() < end:
-                await stub.ReportLoad(controller_pb2.ReportLoadRequest(
-                    reporter_id=f"r{n}", ongoing={f"default/D{n % 100}": n % 7}), timeout=5)
-                await asyncio.sleep(1.0)
+                yield controller_pb2.ReportLoadRequest(
+                    reporter_id=f"r{n}",
+                    ongoing={f"default/D{(n + k) % 1000}": (n + k) % 7 for k in range(keys)})
+                await asyncio.sleep(period_s)
+
+        async def reporter(n: int) -> None:
+            if stream:
+                await stub.StreamLoad(controller_pb2.StreamLoadRequest(report=r)
+                                      async for r in reports(n))
+            else:
+                async for report in reports(n):
+                    await stub.ReportLoad(report, timeout=5)
 
         await asyncio.gather(*[reporter(n) for n in range(reporters)])
 
@@ -201,11 +215,18 @@ def bench_report_cpu(controller: ControllerProcess, reporters: int) -> None:
     assert controller.proc is not None
     proc = psutil.Process(controller.proc.pid)
     idle = cpu_share(proc, 10)
-    busy = cpu_share(proc, 0, lambda: asyncio.run(report_for(controller.address, reporters,
-                                                             15)))
-    print(f"\n3. Controller CPU, {reporters} reporters each reporting every second, 15 s")
+    modes = {  # label: (reporters, stream, deployments per report, period)
+        f"{reporters} reporters, 1/s each, StreamLoad (goal < 10%)": (reporters, True, 1, 1.0),
+        f"{reporters} reporters, 1/s each, unary ReportLoad": (reporters, False, 1, 1.0),
+        "10 proxies, 100 deployments per report, every 0.5 s": (10, True, 100, 0.5),
+    }
+    shares = {label: cpu_share(proc, 0, lambda m=mode: asyncio.run(
+        report_for(controller.address, m[0], 15, m[1], m[2], m[3])))
+        for label, mode in modes.items()}
+    print("\n3. Controller CPU while load reports arrive, 15 s each")
     row("", "one core")
-    row(f"{reporters} reports/s (goal < 10%)", f"{busy * 100:.1f}%")
+    for label, share in shares.items():
+        row(label, f"{share * 100:.1f}%")
     row("baseline: the idle controller", f"{idle * 100:.1f}%")
 
 

@@ -30,6 +30,7 @@ class LoadReports:
         # The sums over the reports held, kept as reports come and go, so
         # that reading one deployment's load does not visit every reporter.
         self._totals: dict[Key, tuple[int, int]] = {}
+        self._keys: dict[str, Key] = {}  # report keys already checked
         self._swept_at = self._clock.monotonic()
 
     def record(self, reporter_id: str, queued: Mapping[str, int],
@@ -41,21 +42,28 @@ class LoadReports:
         for field, counts in (("queued", queued), ("ongoing", ongoing or {})):
             if len(counts) > MAX_KEYS:
                 raise InvalidArgument(field, f"at most {MAX_KEYS} deployments")
-            for key, count in counts.items():
-                app, sep, name = key.partition("/")
-                if not sep:
-                    raise InvalidArgument(f"{field}[{key!r}]",
-                                          "keys are 'application/deployment'")
-                check_name(f"{field}[{key!r}]", app)
-                check_name(f"{field}[{key!r}]", name)
+            for text, count in counts.items():
+                key = self._keys.get(text) or self._parse(field, text)
                 if count > MAX_QUEUED:
-                    raise InvalidArgument(f"{field}[{key!r}]", f"at most {MAX_QUEUED}")
-                before = parsed.get((app, name), (0, 0))
-                parsed[(app, name)] = ((count, before[1]) if field == "queued"
-                                       else (before[0], count))
+                    raise InvalidArgument(f"{field}[{text!r}]", f"at most {MAX_QUEUED}")
+                before = parsed.get(key, (0, 0))
+                parsed[key] = (count, before[1]) if field == "queued" else (before[0], count)
         self._forget(reporter_id)
         self._reports[reporter_id] = (self._clock.monotonic(), parsed)
         self._add(parsed, 1)
+
+    def _parse(self, field: str, text: str) -> Key:
+        """'application/deployment' checked once (then remembered: reporters
+        send the same keys every second); InvalidArgument naming the field."""
+        app, sep, name = text.partition("/")
+        if not sep:
+            raise InvalidArgument(f"{field}[{text!r}]", "keys are 'application/deployment'")
+        check_name(f"{field}[{text!r}]", app)
+        check_name(f"{field}[{text!r}]", name)
+        if len(self._keys) >= 10 * MAX_KEYS:
+            self._keys.clear()
+        self._keys[text] = (app, name)
+        return (app, name)
 
     def _add(self, counts: dict[Key, tuple[int, int]], sign: int) -> None:
         for key, (queued, ongoing) in counts.items():

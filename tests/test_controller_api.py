@@ -214,6 +214,26 @@ def test_health_and_reflection(fleet) -> None:
     assert {"servefleet.v1.ControllerService", "grpc.health.v1.Health"} <= names
 
 
+def test_load_reports_by_call_and_by_stream(client: ControllerClient, fleet) -> None:
+    client.deploy(spec())
+    with grpc.insecure_channel(fleet.leader().address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        stub.ReportLoad(api.ReportLoadRequest(reporter_id="p1", queued={"default/Model": 2}))
+        stub.StreamLoad(iter([
+            api.StreamLoadRequest(report=api.ReportLoadRequest(
+                reporter_id="p2", queued={"default/Model": 9})),
+            api.StreamLoadRequest(report=api.ReportLoadRequest(  # replaces the one before
+                reporter_id="p2", queued={"default/Model": 3}, ongoing={"default/Model": 4}))]))
+        (dep,) = client.status().applications[0].deployments
+        assert dep.queued_requests == 5
+        with pytest.raises(grpc.RpcError) as err:
+            stub.StreamLoad(iter([api.StreamLoadRequest(report=api.ReportLoadRequest(
+                reporter_id="p3", queued={"no-slash": 1}))]))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "queued['no-slash']" in (err.value.details() or "")
+    assert client.status().applications[0].deployments[0].queued_requests == 5
+
+
 def test_standby_answers_unavailable_with_the_leader(etcd_fleet) -> None:
     etcd_fleet.start(2)
     leader = etcd_fleet.leader()
@@ -224,6 +244,12 @@ def test_standby_answers_unavailable_with_the_leader(etcd_fleet) -> None:
             stub.GetStatus(api.GetStatusRequest(), timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         metadata: Any = err.value.trailing_metadata()  # (key, value) pairs
+        assert ("servefleet-leader", leader.address) in metadata
+        with pytest.raises(grpc.RpcError) as err:  # a client stream is turned away too
+            stub.StreamLoad(iter([api.StreamLoadRequest(report=api.ReportLoadRequest(
+                reporter_id="p", queued={"default/A": 1}))]), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        metadata = err.value.trailing_metadata()
         assert ("servefleet-leader", leader.address) in metadata
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest()).status == 1

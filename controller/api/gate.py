@@ -26,7 +26,9 @@ from ..errors import ApiError, NotLeader
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "servefleet.v1.ControllerService"
-STREAMING_METHODS = {f"/{SERVICE_NAME}/Watch"}
+# Methods whose rejection must be a streaming handler of their own shape.
+SERVER_STREAMING = {f"/{SERVICE_NAME}/Watch"}
+CLIENT_STREAMING = {f"/{SERVICE_NAME}/StreamLoad"}
 
 R = TypeVar("R")
 if TYPE_CHECKING:  # generic only in the stubs
@@ -68,6 +70,8 @@ class LeaderGate(grpc.aio.ServerInterceptor):
         self._reject_handler: Handler = grpc.unary_unary_rpc_method_handler(self._reject)
         self._reject_stream_handler: Handler = grpc.unary_stream_rpc_method_handler(
             self._reject_stream)
+        self._reject_client_stream_handler: Handler = grpc.stream_unary_rpc_method_handler(
+            self._reject)
 
     async def intercept_service(
         self,
@@ -76,12 +80,14 @@ class LeaderGate(grpc.aio.ServerInterceptor):
     ) -> Handler | None:
         method: str = handler_call_details.method
         if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
-            if method in STREAMING_METHODS:
+            if method in SERVER_STREAMING:
                 return self._reject_stream_handler
+            if method in CLIENT_STREAMING:
+                return self._reject_client_stream_handler
             return self._reject_handler
         return await continuation(handler_call_details)
 
-    async def _reject(self, request: bytes, context: grpc.aio.ServicerContext) -> None:
+    async def _reject(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         await self._leadership.abort_not_leader(context)
 
     async def _reject_stream(self, request: bytes,

@@ -141,6 +141,17 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing)
         return api.ReportLoadResponse()
 
+    @api_method
+    async def StreamLoad(self, requests: AsyncIterator[api.StreamLoadRequest],
+                         context: Any) -> api.StreamLoadResponse:
+        term = self._term()
+        async for message in requests:
+            if self._current() is not term or not self._leadership.can_serve():
+                raise NotLeader(None)  # the reporter goes on with the new leader
+            report = message.report
+            term.load_reports.record(report.reporter_id, report.queued, report.ongoing)
+        return api.StreamLoadResponse()
+
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:
         """Stream snapshots; INVALID_ARGUMENT for an unknown key, UNAVAILABLE on losing lead."""

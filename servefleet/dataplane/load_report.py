@@ -2,8 +2,11 @@
 
 Every `period_s` (and at once when a request queues for a deployment that
 has no replica: `wake()`, the start from zero), the reporter sends the
-leader one ReportLoad with, per deployment, the requests queued in its pool
-and those sent to replicas and not answered yet. These sums are the
+leader one report with, per deployment, the requests queued in its pool
+and those sent to replicas and not answered yet. Reports go over one
+StreamLoad stream to the leader (a message costs the controller a fraction
+of a call); a new stream is opened when the leader changes or the stream
+ends. These sums are the
 autoscaler's load signal (controller/load_reports.py). A deployment is
 listed while it has load, and once more after, with zeros, so the leader
 hears that it ended; a report that finds nothing to say is not sent.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -33,6 +37,8 @@ class LoadReporter:
         self._wake = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
         self._channel_to = ""
+        self._outbox: asyncio.Queue[controller_pb2.StreamLoadRequest | None] = asyncio.Queue()
+        self._stream: asyncio.Task[None] | None = None
         self._last: dict[str, tuple[int, int]] = {}
 
     def wake(self) -> None:
@@ -58,21 +64,38 @@ class LoadReporter:
                 if report and self._watcher.connected.is_set():
                     await self._send(report)
         finally:
-            if self._channel is not None:
-                await self._channel.close()
+            await self._close()
 
     async def _send(self, report: dict[str, tuple[int, int]]) -> None:
         leader = self._watcher.leader_address()
-        if self._channel is None or leader != self._channel_to:
-            if self._channel is not None:
-                await self._channel.close()
+        if self._stream is None or self._stream.done() or leader != self._channel_to:
+            await self._close()
             self._channel, self._channel_to = grpc.aio.insecure_channel(leader), leader
-        request = controller_pb2.ReportLoadRequest(
-            reporter_id=self._watcher.watcher_id,
-            queued={k: q for k, (q, _) in report.items()},
-            ongoing={k: o for k, (_, o) in report.items()})
+            self._outbox = asyncio.Queue()
+            self._stream = asyncio.create_task(self._run_stream(self._channel, self._outbox))
+        self._outbox.put_nowait(controller_pb2.StreamLoadRequest(
+            report=controller_pb2.ReportLoadRequest(
+                reporter_id=self._watcher.watcher_id,
+                queued={k: q for k, (q, _) in report.items()},
+                ongoing={k: o for k, (_, o) in report.items()})))
+
+    @staticmethod
+    async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
+            controller_pb2.StreamLoadRequest | None]) -> None:
+        async def messages() -> AsyncIterator[controller_pb2.StreamLoadRequest]:
+            while (message := await outbox.get()) is not None:
+                yield message
+
         try:
-            await controller_pb2_grpc.ControllerServiceStub(self._channel).ReportLoad(
-                request, timeout=2)
+            await controller_pb2_grpc.ControllerServiceStub(channel).StreamLoad(messages())
         except grpc.aio.AioRpcError as e:
-            logger.debug("load report not taken: %s", e.details())
+            logger.debug("load report stream ended: %s", e.details())
+
+    async def _close(self) -> None:
+        if self._stream is not None and not self._stream.done():
+            self._outbox.put_nowait(None)  # ends the stream cleanly
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._stream, 2)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

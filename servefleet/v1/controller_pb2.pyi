@@ -128,6 +128,16 @@ class ReportLoadResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class StreamLoadRequest(_message.Message):
+    __slots__ = ("report",)
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    report: ReportLoadRequest
+    def __init__(self, report: _Optional[_Union[ReportLoadRequest, _Mapping]] = ...) -> None: ...
+
+class StreamLoadResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ShutdownRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
