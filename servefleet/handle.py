@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import uuid
@@ -37,6 +38,7 @@ from servefleet.api import HANDLE_MARKER, encode
 from servefleet.client import resolve_addresses
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.replica_sets import ReplicaSets
 from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
 from servefleet.v1 import watch_pb2
@@ -69,7 +71,13 @@ class HandleRouter:
                                   on_snapshot=self._apply,
                                   kind=watch_pb2.WATCHER_KIND_HANDLE,
                                   watcher_id=f"handle-{uuid.uuid4().hex[:8]}")
+        # Calls queued and awaited here count toward the autoscaler's load, as a
+        # proxy's do (and a call waiting for a scaled-to-zero deployment wakes it).
+        reporter = LoadReporter(self._watch)
+        self.replica_sets.on_starved = reporter.wake
         self._watch.start()
+        self._reporting = asyncio.get_running_loop().create_task(
+            reporter.run(self.replica_sets), name=f"load reports of {application}")
 
     def _apply(self, snapshot: watch_pb2.Snapshot) -> None:
         self.replica_sets.apply(snapshot)
@@ -114,6 +122,9 @@ class HandleRouter:
         raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
 
     async def close(self) -> None:
+        self._reporting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reporting
         await self._watch.close()
         self.upstream.close()
 

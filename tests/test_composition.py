@@ -106,3 +106,23 @@ def test_a_handle_from_outside_and_its_errors(served) -> None:
         return results
 
     assert asyncio.run(main()) == (15, 16)
+
+
+def test_a_handle_call_wakes_a_deployment_scaled_to_zero(served) -> None:
+    client, proxy, _ = served
+    lazy = dpb.ReplicaConfig(autoscaling_config=dpb.AutoscalingConfig(
+        min_replicas=0, initial_replicas=0, max_replicas=1, downscale_delay_s=600))
+    lazy.MergeFrom(FAST)
+    client.deploy_applications([apb.ApplicationSpec(
+        name="lazy", import_path="graph_app:app", route_prefix="/lazy",
+        runtime=dpb.RuntimeOptions(working_dir=APPS),
+        deployments=[apb.DeploymentOverride(name="Adder", replica_config=lazy)])],
+        partial=True)
+    wait_for(lambda: client.application_status("lazy") is not None and any(
+        d.name == "Front" and d.replica_states.get("RUNNING") for d in
+        client.application_status("lazy").deployments), 60, "lazy's Front running")
+    assert not client.replicas(application="lazy", deployment="Adder")
+    # Front's handle queues the call, reports it at once, and the Adder starts.
+    reply = httpx.get(f"{proxy.url}/lazy", params={"x": 1}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["call"] == 11
