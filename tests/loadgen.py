@@ -1,5 +1,5 @@
-"""Steady HTTP load from a background thread, for the tests that change
-replicas (rollouts, autoscaling) while requests flow."""
+"""HTTP from tests: steady load from a background thread, for the tests that
+change replicas (rollouts, autoscaling) while requests flow, and a probe."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import threading
 import time
 
 import httpx
+
+
+def answers(url: str, timeout: float = 5) -> bool:
+    """Whether `url` answers 200 now (False on any HTTP error)."""
+    try:
+        return httpx.get(url, timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 class SteadyLoad:

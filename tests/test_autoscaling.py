@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loadgen import SteadyLoad
+from loadgen import SteadyLoad, answers
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, wait_for
@@ -35,10 +35,7 @@ def running(client: ControllerClient) -> int:
 
 
 def answered(proxy: ProxyProcess, path: str) -> bool:
-    try:
-        return httpx.get(proxy.url + path, timeout=30).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers(proxy.url + path, timeout=30)
 
 
 def test_load_scales_out_to_max_and_back_with_no_failed_request(served) -> None:

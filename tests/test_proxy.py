@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from loadgen import SteadyLoad
+from loadgen import SteadyLoad, answers
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, wait_for
@@ -37,10 +37,7 @@ def all_healthy(client: ControllerClient, count: int) -> bool:
 
 
 def routed(proxy: ProxyProcess, path: str) -> bool:
-    try:
-        return httpx.get(proxy.url + path, timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers(proxy.url + path)
 
 
 def test_routing_streaming_and_request_ids(served) -> None:
