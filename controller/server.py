@@ -276,6 +276,8 @@ class ControllerServer:
                 await self._members
         await self.membership.leave()
         await self._replica_client.close()
+        if self._parts.runtime is not None:
+            self._parts.runtime.close()
         await self._store.close()
         logger.info("controller stopped")
 

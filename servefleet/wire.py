@@ -50,6 +50,13 @@ EXIT_BAD_SETTINGS = 2
 # A port the runtime chose was taken: not the user's fault; start it elsewhere.
 EXIT_BIND_FAILURE = 3
 
+# -- The replica zygote (replica/zygote.py <-> controller/runtime/zygote.py) --------
+
+# In the zygote's state directory: the socket it takes fork requests on, and the
+# folder of <pid>.json (a forked replica's identity) and <pid>.exit (its exit code).
+ZYGOTE_SOCKET = "zygote.sock"
+ZYGOTE_PROCS_DIR = "procs"
+
 # -- Watch keys (watch.proto) ----------------------------------------------------
 
 # The route table.

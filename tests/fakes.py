@@ -121,6 +121,9 @@ class FakeRuntime:
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         return []
 
+    def close(self) -> None:
+        pass
+
     def alive(self) -> builtins.list[RuntimeReplica]:
         return [r for r in self.replicas.values() if r.alive]
 

@@ -104,3 +104,47 @@ async def test_runtimes_in_different_dirs_do_not_see_each_others_replicas(tmp_pa
     finally:
         await mine.stop(launched.handle, 5)
     assert await mine.list("shared-name") == []
+    mine.close()
+    theirs.close()
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+
+
+async def test_the_zygote_forks_replicas_that_are_found_and_report_exit_codes(
+        tmp_path) -> None:
+    import asyncio
+
+    runtime = ProcessRuntime(tmp_path, "zy")
+
+    def launch(replica_id: str, **settings) -> ReplicaLaunch:
+        return ReplicaLaunch(cluster="zy", application="a", deployment="d",
+                             replica_id=replica_id, version="v", working_dir=APPS,
+                             settings=settings or {"import_path": "echo_app:hello"})
+
+    started = [await runtime.start(launch("r0"))]  # starts the zygote (r0: a new process)
+    try:
+        for _ in range(200):  # the zygote imports, then listens
+            if (tmp_path / "zy" / "zygote.sock").exists():
+                break
+            await asyncio.sleep(0.05)
+        started.append(await runtime.start(launch("r1")))
+        forked_pid = int(started[1].handle.partition(":")[0])
+        assert "servefleet.replica.zygote" in _cmdline(forked_pid), "r1 was not forked"
+        # Found by its identity record, as a new leader's runtime would find it.
+        other = ProcessRuntime(tmp_path, "zy")
+        assert {r.replica_id for r in await other.list("zy")} == {"r0", "r1"}
+        # A forked replica that exits on its own: the zygote records its exit code.
+        broken = await runtime.start(launch("r2", bogus_setting=1))
+        for _ in range(200):
+            seen = await runtime.inspect(broken.handle)
+            if seen is not None and not seen.alive:
+                break
+            await asyncio.sleep(0.05)
+        assert seen is not None and (seen.alive, seen.exit_code) == (False, 2)  # bad settings
+    finally:
+        for replica in started:
+            await runtime.stop(replica.handle, 5)
+        runtime.close()
+    assert await runtime.list("zy") == []

@@ -80,3 +80,8 @@ class Runtime(Protocol):
         """Remove what dead replicas of `cluster` left behind (an exited container),
         except those of the replica ids in `keep`; returns the ids removed."""
         ...
+
+    def close(self) -> None:
+        """Release what the runtime holds (a client, a helper process); the
+        replicas keep running, for the next leader to adopt."""
+        ...

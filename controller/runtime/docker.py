@@ -281,6 +281,11 @@ class DockerRuntime:
         except docker.errors.DockerException:
             return ""
 
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def cleanup(self, replica_id: str) -> None:
         """Remove the container if it is still there (it exited by itself)."""
         import docker.errors

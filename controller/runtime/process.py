@@ -8,6 +8,13 @@ controller does not reach it). Its identity is on its command line
 the cluster's runtime directory (where each replica's settings file lives) is
 part of that identity, so controllers of one cluster must share it.
 
+Replicas are forked by a zygote (zygote.py, replica/zygote.py) that has
+their modules imported already, which halves a replica's start; until the
+zygote is up, or if it fails, a replica starts as a new interpreter. A
+forked replica carries the zygote's command line, so its identity is read
+from `<runtime dir>/<cluster>/procs/<pid>.json` instead (checked against the
+process's start time), and its exit code from `procs/<pid>.exit`.
+
 The handle is "<pid>:<start time>", the start time (from /proc/<pid>/stat)
 guarding against a reused pid. Ports are picked free on 127.0.0.1 just before
 the start; the rare collision makes the replica exit with code 3, which the
@@ -30,7 +37,10 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from servefleet.wire import ZYGOTE_PROCS_DIR
+
 from .base import ReplicaLaunch, RuntimeReplica
+from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +54,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat, or None when the process is gone or a zombie."""
+def _stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) from /proc/<pid>/stat; None when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
+    return fields[0], fields[19]
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat, or None when the process is gone or a zombie."""
+    stat = _stat(pid)
+    return stat[1] if stat is not None and stat[0] not in ("Z", "X") else None
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -80,6 +94,21 @@ def _identity(argv: list[str]) -> dict[str, str] | None:
     return found if all(f.lstrip("-") in found for f in _IDENTITY_FLAGS) else None
 
 
+def _forked_identity(pid: int, argv: list[str]) -> dict[str, str] | None:
+    """The identity a zygote recorded for its child `pid` (whose command line
+    is the zygote's), if the record is of this very process."""
+    if "servefleet.replica.zygote" not in argv or "--state-dir" not in argv[:-1]:
+        return None
+    state_dir = argv[argv.index("--state-dir") + 1]
+    try:
+        recorded = json.loads((Path(state_dir) / ZYGOTE_PROCS_DIR / f"{pid}.json").read_text())
+    except (OSError, ValueError):
+        return None  # the zygote itself, or a record gone
+    if recorded.get("start_time") != _start_time(pid):
+        return None
+    return {k: str(v) for k, v in recorded.items()}
+
+
 def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
     """Every replica process of `cluster` on this host, with its settings file path."""
     found = []
@@ -87,7 +116,8 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
         if not entry.isdigit():
             continue
         pid = int(entry)
-        identity = _identity(_read_cmdline(pid))
+        argv = _read_cmdline(pid)
+        identity = _identity(argv) or _forked_identity(pid, argv)
         if identity is None or identity["cluster"] != cluster:
             continue
         started = _start_time(pid)
@@ -111,6 +141,8 @@ class ProcessRuntime:
         self._host = host
         # Children this process started: polling them reaps their exit status.
         self._children: dict[int, subprocess.Popen] = {}
+        self._zygote = Zygote(self._dir)
+        self._forked: set[int] = set()  # replicas the zygote forked for this process
 
     def _paths(self, replica_id: str) -> tuple[Path, Path]:
         return self._dir / f"{replica_id}.json", self._dir / f"{replica_id}.log"
@@ -128,13 +160,20 @@ class ProcessRuntime:
                 "--config-file", str(settings_path)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **launch.env}
         cwd = launch.working_dir or os.getcwd()
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                    start_new_session=True)
-        self._children[proc.pid] = proc
-        handle = f"{proc.pid}:{_start_time(proc.pid) or ''}"
-        logger.info("started replica %s as pid %d", launch.replica_id, proc.pid)
+        pid = await self._zygote.fork({"args": argv[3:], "env": env, "cwd": cwd,
+                                       "log": str(log_path), "identity": _identity(argv)})
+        if pid is not None:
+            self._forked.add(pid)
+        else:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                        start_new_session=True)
+            self._children[proc.pid] = proc
+            pid = proc.pid
+        handle = f"{pid}:{_start_time(pid) or ''}"
+        logger.info("started replica %s as pid %d%s", launch.replica_id, pid,
+                    " (forked)" if pid in self._forked else "")
         return RuntimeReplica(
             replica_id=launch.replica_id, cluster=launch.cluster,
             application=launch.application, deployment=launch.deployment,
@@ -148,6 +187,10 @@ class ProcessRuntime:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
+        stat = _stat(pid)
+        if stat is not None and stat[0] == "Z" and pid in self._forked:
+            # Exited, not yet reaped by the zygote: its exit code is on the way.
+            return self._zygote.exit_code(pid) is None and stat[1] == started
         # Not our child: only the start time tells it from a process that reused the pid.
         current = _start_time(pid)
         return current is not None and bool(started) and current == started
@@ -177,6 +220,8 @@ class ProcessRuntime:
         child = self._children.pop(pid, None)
         if child is not None:
             child.poll()
+        self._forked.discard(pid)
+        self._zygote.forget(pid)
 
     async def list(self, cluster: str) -> list[RuntimeReplica]:
         # The runtime directory scopes a cluster on this host: two independent
@@ -191,7 +236,9 @@ class ProcessRuntime:
         pid = int(handle.partition(":")[0])
         alive = self._alive(handle)
         child = self._children.get(pid)
-        exit_code = child.returncode if child is not None and not alive else None
+        exit_code = None
+        if not alive:
+            exit_code = child.returncode if child is not None else self._zygote.exit_code(pid)
         return RuntimeReplica(replica_id="", cluster="", application="", deployment="",
                               version="", handle=handle, control_address="", http_address="",
                               alive=alive, exit_code=exit_code)
@@ -207,6 +254,9 @@ class ProcessRuntime:
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Nothing to do: a dead process leaves only files, which cleanup() removes."""
         return []
+
+    def close(self) -> None:
+        self._zygote.close()
 
     def cleanup(self, replica_id: str) -> None:
         for path in self._paths(replica_id):
