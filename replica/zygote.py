@@ -93,8 +93,14 @@ def serve(state_dir: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     parent = os.getppid()
+    # Reaped at once, so the exit code is on record by the time the runtime
+    # sees the process gone.
+    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap(procs))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
+    # Bound under a short name in its own directory: a socket path may not
+    # exceed 107 bytes, and runtime directories can be deep.
+    os.chdir(state_dir)
+    listener.bind(ZYGOTE_SOCKET)
     os.chmod(path, 0o600)
     listener.listen(64)
     listener.settimeout(0.2)

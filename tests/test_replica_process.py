@@ -116,7 +116,9 @@ async def test_the_zygote_forks_replicas_that_are_found_and_report_exit_codes(
         tmp_path) -> None:
     import asyncio
 
-    runtime = ProcessRuntime(tmp_path, "zy")
+    # Deep enough that the socket's full path would not fit a socket address.
+    deep = tmp_path / ("runtime-dir-" + "x" * 90)
+    runtime = ProcessRuntime(deep, "zy")
 
     def launch(replica_id: str, **settings) -> ReplicaLaunch:
         return ReplicaLaunch(cluster="zy", application="a", deployment="d",
@@ -126,14 +128,14 @@ async def test_the_zygote_forks_replicas_that_are_found_and_report_exit_codes(
     started = [await runtime.start(launch("r0"))]  # starts the zygote (r0: a new process)
     try:
         for _ in range(200):  # the zygote imports, then listens
-            if (tmp_path / "zy" / "zygote.sock").exists():
+            if (deep / "zy" / "zygote.sock").exists():
                 break
             await asyncio.sleep(0.05)
         started.append(await runtime.start(launch("r1")))
         forked_pid = int(started[1].handle.partition(":")[0])
         assert "servefleet.replica.zygote" in _cmdline(forked_pid), "r1 was not forked"
         # Found by its identity record, as a new leader's runtime would find it.
-        other = ProcessRuntime(tmp_path, "zy")
+        other = ProcessRuntime(deep, "zy")
         assert {r.replica_id for r in await other.list("zy")} == {"r0", "r1"}
         # A forked replica that exits on its own: the zygote records its exit code.
         broken = await runtime.start(launch("r2", bogus_setting=1))

@@ -108,8 +108,10 @@ def test_replicas_run_are_replaced_when_killed_and_when_unhealthy(cluster_client
              and len(running(client)) == 3, what="the unhealthy replica replaced")
     still = {r.record.replica_id for r in running(client)}
     assert {o.record.replica_id for o in others} <= still
-    assert set(replica_processes(fleet.cluster)) == {
-        r.record.replica_id for r in client.replicas(deployment="Echo")}
+    # The processes and the registry agree (once the sick one's stop is over).
+    wait_for(lambda: set(replica_processes(fleet.cluster)) == {
+        r.record.replica_id for r in client.replicas(deployment="Echo")}, 30,
+        "processes and registry to agree")
 
 
 def test_user_config_change_reconfigures_in_place(cluster_client) -> None:

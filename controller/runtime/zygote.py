@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +24,42 @@ from servefleet.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
 
 logger = logging.getLogger(__name__)
 FORK_TIMEOUT_S = 5.0
+RESTART_S = 10.0
+
+
+def _socket_address(state_dir: Path) -> tuple[str, int | None]:
+    """The socket's path, and the directory fd it goes through when the full
+    path is too long for a socket address (/proc/self/fd/N/zygote.sock)."""
+    path = str(state_dir / ZYGOTE_SOCKET)
+    if len(path.encode()) < 100:
+        return path, None
+    fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{ZYGOTE_SOCKET}", fd
 
 
 class Zygote:
     def __init__(self, state_dir: Path) -> None:
         self._dir = state_dir
         self._proc: subprocess.Popen[bytes] | None = None
+        self._started_at = 0.0
+        self._address: tuple[str, int | None] | None = None
 
     @property
     def procs(self) -> Path:
         return self._dir / ZYGOTE_PROCS_DIR
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self) -> bool:
+        """Whether a zygote runs (started now if none does, at most every
+        RESTART_S: one that keeps dying must not cost a process per replica)."""
         if self._proc is not None and self._proc.poll() is None:
-            return
+            return True
+        now = time.monotonic()
         if self._proc is not None:
-            logger.warning("the replica zygote exited with %s; starting another",
-                           self._proc.returncode)
+            if now - self._started_at < RESTART_S:
+                return False
+            logger.warning("the replica zygote exited with %s (its log: %s); starting "
+                           "another", self._proc.returncode, self._dir / "zygote.log")
+        self._started_at = now
         self._dir.mkdir(parents=True, exist_ok=True)
         (self._dir / ZYGOTE_SOCKET).unlink(missing_ok=True)
         with open(self._dir / "zygote.log", "ab") as log:
@@ -45,15 +67,13 @@ class Zygote:
                 [sys.executable, "-m", "servefleet.replica.zygote",
                  "--state-dir", str(self._dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        return True
 
     async def fork(self, request: dict[str, Any]) -> int | None:
-        self._ensure_started()
-        path = self._dir / ZYGOTE_SOCKET
-        if not path.exists():
-            return None  # still importing
+        if not self._ensure_started() or not (self._dir / ZYGOTE_SOCKET).exists():
+            return None  # not running, or still importing
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(path)), FORK_TIMEOUT_S)
+            reader, writer = await asyncio.wait_for(self._connect(), FORK_TIMEOUT_S)
             try:
                 writer.write(json.dumps(request).encode() + b"\n")
                 await writer.drain()
@@ -67,6 +87,18 @@ class Zygote:
             logger.warning("the replica zygote refused: %s", reply.get("error"))
             return None
         return int(reply["pid"])
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            if self._address is None:
+                self._address = _socket_address(self._dir)
+            await asyncio.get_running_loop().sock_connect(sock, self._address[0])
+        except BaseException:
+            sock.close()
+            raise
+        return await asyncio.open_unix_connection(sock=sock)
 
     def exit_code(self, pid: int) -> int | None:
         try:
@@ -82,3 +114,6 @@ class Zygote:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             self._proc.wait(5)
+        if self._address is not None and self._address[1] is not None:
+            os.close(self._address[1])
+        self._address = None
