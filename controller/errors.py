@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import grpc
 
+# Errors often quote the input they refuse. Past these lengths the quote is cut:
+# a status message travels in gRPC metadata (16 KiB at most), and a client's
+# 100 KB name must not turn INVALID_ARGUMENT into RESOURCE_EXHAUSTED.
+MAX_FIELD_CHARS = 200
+MAX_MESSAGE_CHARS = 1_000
+
+
+def cap(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a note of what was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
 
 class ApiError(Exception):
     code = grpc.StatusCode.UNKNOWN
 
     def __init__(self, message: str) -> None:
+        message = cap(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
 
@@ -24,6 +38,7 @@ class InvalidArgument(ApiError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
     def __init__(self, field: str, rule: str) -> None:
+        field = cap(field, MAX_FIELD_CHARS)
         super().__init__(f"{field}: {rule}")
         self.field = field
         self.rule = rule

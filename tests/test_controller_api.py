@@ -163,6 +163,31 @@ def test_bad_input_is_invalid_argument_and_writes_nothing(client: ControllerClie
     assert client.list(include_deleted=True) == []
 
 
+def test_huge_bad_input_is_named_not_echoed_whole(client: ControllerClient, fleet) -> None:
+    huge = "n" * 100_000
+    cases = [spec(name=huge + "/"),  # a name that breaks the rule, echoed in the message
+             spec(replica_config=d.ReplicaConfig(resources=d.Resources(
+                 custom={huge + " ": 1})))]  # a field path that carries the input
+    for bad in cases:
+        with pytest.raises(ControllerError) as err:
+            client.deploy(bad)
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT, err.value.details[:200]
+        assert len(err.value.details) < 2_000 and "more characters" in err.value.details
+    assert client.list(include_deleted=True) == []
+
+
+def test_a_malformed_message_is_invalid_argument(fleet) -> None:
+    (proc,) = fleet.start(1)
+    fleet.leader()
+    with grpc.insecure_channel(proc.address) as channel:
+        raw: Any = channel.unary_unary("/servefleet.v1.ControllerService/Deploy",
+                                  request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\xff\xff\xff\xff not a protobuf", timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "DeployRequest" in (err.value.details() or "")
+
+
 def test_delete_unknown_changes_nothing(client: ControllerClient, fleet) -> None:
     client.deploy(spec())
     before = store_revision(fleet.store_url)
