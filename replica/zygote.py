@@ -2,7 +2,7 @@
 
 `python -m servefleet.replica.zygote --state-dir DIR` imports what every
 replica imports (uvicorn, starlette, grpc, protobuf, servefleet.replica), then
-serves fork requests on the UNIX socket DIR/zygote.sock (wire.ZYGOTE_SOCKET),
+serves fork requests on the UNIX socket DIR/zygote-<its pid>.sock (wire.ZYGOTE_SOCKET),
 one JSON line each: {"args": [replica flags], "env": {...}, "cwd": "...",
 "log": "path", "identity": {...}}. It answers {"pid": N} or {"error": "..."}.
 A forked replica skips the interpreter start and those imports (about half
@@ -89,7 +89,8 @@ def _fork(request: dict[str, Any], procs: Path, listener: socket.socket,
 def serve(state_dir: Path) -> None:
     procs = state_dir / ZYGOTE_PROCS_DIR
     procs.mkdir(parents=True, exist_ok=True)
-    path = state_dir / ZYGOTE_SOCKET
+    name = ZYGOTE_SOCKET.format(pid=os.getpid())
+    path = state_dir / name
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     parent = os.getppid()
@@ -100,7 +101,7 @@ def serve(state_dir: Path) -> None:
     # Bound under a short name in its own directory: a socket path may not
     # exceed 107 bytes, and runtime directories can be deep.
     os.chdir(state_dir)
-    listener.bind(ZYGOTE_SOCKET)
+    listener.bind(name)
     os.chmod(path, 0o600)
     listener.listen(64)
     listener.settimeout(0.2)

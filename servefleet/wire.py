@@ -52,9 +52,11 @@ EXIT_BIND_FAILURE = 3
 
 # -- The replica zygote (replica/zygote.py <-> controller/runtime/zygote.py) --------
 
-# In the zygote's state directory: the socket it takes fork requests on, and the
-# folder of <pid>.json (a forked replica's identity) and <pid>.exit (its exit code).
-ZYGOTE_SOCKET = "zygote.sock"
+# In the zygote's state directory: the socket it takes fork requests on (named
+# by the zygote's pid: controllers sharing a runtime directory each have their
+# own), and the folder of <pid>.json (a forked replica's identity) and
+# <pid>.exit (its exit code), shared by all of them.
+ZYGOTE_SOCKET = "zygote-{pid}.sock"
 ZYGOTE_PROCS_DIR = "procs"
 
 # -- Watch keys (watch.proto) ----------------------------------------------------

@@ -27,14 +27,14 @@ FORK_TIMEOUT_S = 5.0
 RESTART_S = 10.0
 
 
-def _socket_address(state_dir: Path) -> tuple[str, int | None]:
+def _socket_address(state_dir: Path, name: str) -> tuple[str, int | None]:
     """The socket's path, and the directory fd it goes through when the full
-    path is too long for a socket address (/proc/self/fd/N/zygote.sock)."""
-    path = str(state_dir / ZYGOTE_SOCKET)
+    path is too long for a socket address (/proc/self/fd/N/<name>)."""
+    path = str(state_dir / name)
     if len(path.encode()) < 100:
         return path, None
     fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
-    return f"/proc/self/fd/{fd}/{ZYGOTE_SOCKET}", fd
+    return f"/proc/self/fd/{fd}/{name}", fd
 
 
 class Zygote:
@@ -60,8 +60,8 @@ class Zygote:
             logger.warning("the replica zygote exited with %s (its log: %s); starting "
                            "another", self._proc.returncode, self._dir / "zygote.log")
         self._started_at = now
+        self._forget_address()  # a new zygote listens under its own name
         self._dir.mkdir(parents=True, exist_ok=True)
-        (self._dir / ZYGOTE_SOCKET).unlink(missing_ok=True)
         with open(self._dir / "zygote.log", "ab") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "servefleet.replica.zygote",
@@ -70,7 +70,7 @@ class Zygote:
         return True
 
     async def fork(self, request: dict[str, Any]) -> int | None:
-        if not self._ensure_started() or not (self._dir / ZYGOTE_SOCKET).exists():
+        if not self._ensure_started() or not (self._dir / self._socket_name()).exists():
             return None  # not running, or still importing
         try:
             reader, writer = await asyncio.wait_for(self._connect(), FORK_TIMEOUT_S)
@@ -93,12 +93,16 @@ class Zygote:
         sock.setblocking(False)
         try:
             if self._address is None:
-                self._address = _socket_address(self._dir)
+                self._address = _socket_address(self._dir, self._socket_name())
             await asyncio.get_running_loop().sock_connect(sock, self._address[0])
         except BaseException:
             sock.close()
             raise
         return await asyncio.open_unix_connection(sock=sock)
+
+    def _socket_name(self) -> str:
+        assert self._proc is not None
+        return ZYGOTE_SOCKET.format(pid=self._proc.pid)
 
     def exit_code(self, pid: int) -> int | None:
         try:
@@ -114,6 +118,9 @@ class Zygote:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             self._proc.wait(5)
+        self._forget_address()
+
+    def _forget_address(self) -> None:
         if self._address is not None and self._address[1] is not None:
             os.close(self._address[1])
         self._address = None
