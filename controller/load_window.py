@@ -28,9 +28,6 @@ class LoadWindow:
         else:
             self._samples.append((at, total))
 
-    def __bool__(self) -> bool:
-        return bool(self._samples)
-
     def latest(self) -> float | None:
         return self._samples[-1][1] if self._samples else None
 

@@ -73,6 +73,8 @@ class LeaderGate(grpc.aio.ServerInterceptor):
             self._reject_stream)
         self._reject_client_stream_handler: Handler = grpc.stream_unary_rpc_method_handler(
             self._reject)
+        # method -> (the servicer's handler, the same parsing requests here)
+        self._parsing: dict[str, tuple[Handler, Handler]] = {}
 
     async def intercept_service(
         self,
@@ -89,7 +91,11 @@ class LeaderGate(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or not method.startswith(f"/{SERVICE_NAME}/"):
             return handler
-        return parsing(handler)
+        # Wrapped once per method, not once per call.
+        wrapped = self._parsing.get(method)
+        if wrapped is None or wrapped[0] is not handler:
+            wrapped = self._parsing[method] = (handler, parsing(handler))
+        return wrapped[1]
 
     async def _reject(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         await self._leadership.abort_not_leader(context)
