@@ -67,3 +67,15 @@ class NotLeader(Unavailable):
         hint = f"; the leader is {leader}" if leader else "; no leader is known yet"
         super().__init__("this controller is not the leader" + hint)
         self.leader = leader
+
+
+class Unauthenticated(ApiError):
+    """No credentials, or ones this controller does not accept."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ApiError):
+    """The caller is known, but its role or the deploy policy forbids the request."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED

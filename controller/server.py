@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 from dataclasses import dataclass
 
@@ -29,10 +30,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from servefleet.lifecycle import can_bind, notify_ready, on_stop_signals
+from servefleet.grpc_guard import Guard
+from servefleet.lifecycle import can_bind, is_loopback, notify_ready, on_stop_signals
+from servefleet.security.certs import role_server_name
+from servefleet.security.tls import Credentials, TlsFiles, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 from servefleet.wire import DEFAULT_CONTROLLER
 
+from .api.auth import Authorizer
 from .api.gate import SERVICE_NAME, LeaderGate, Leadership
 from .api.servicer import ControllerServicer
 from .clock import Clock
@@ -90,6 +95,16 @@ class ControllerConfig:
     # Docker runtime: bind-mount each deployment's working dir from this host
     # ("mount"), or take it as a path inside the image ("image").
     docker_code: str = "mount"
+    # Mutual TLS: this controller's CA, certificate and key, for its gRPC
+    # server, its calls to replicas and (by default) to etcd. None: plain text.
+    tls: TlsFiles | None = None
+    # What replicas get for their control servers and their calls to the
+    # controllers; needed with `tls`.
+    replica_tls: TlsFiles | None = None
+    # The client certificate for an etcds:// store; default: `tls`.
+    etcd_tls: TlsFiles | None = None
+    # The bearer-token file (servefleet token create); None: no tokens.
+    auth_tokens: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""
@@ -106,6 +121,9 @@ class ControllerConfig:
             raise ValueError(f"--docker-code {self.docker_code!r}: mount or image")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"--runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.tls is not None and self.replica_tls is None:
+            raise ValueError("TLS: replicas need certificates of their own: --certs DIR "
+                             "(with DIR/replica.crt), or --replica-cert and --replica-key")
         if not 0.5 <= self.lease_ttl <= 300:
             raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
 
@@ -124,7 +142,8 @@ class ControllerServer:
         config.validate()
         self.config = config
         self._clock = clock or Clock()
-        self._store = store or open_store(config.store_url)
+        self._store = store or open_store(config.store_url, config.etcd_tls or config.tls)
+        self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
         keys = ClusterKeys(config.cluster)
         self.election = LeaderElection(self._store, keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
@@ -132,7 +151,8 @@ class ControllerServer:
         self.membership = Membership(self._store, keys.controllers, config.advertised(),
                                      config.lease_ttl, self._clock)
         self._members: asyncio.Task[None] | None = None
-        self._replica_client = GrpcReplicaClient()
+        self._replica_client = GrpcReplicaClient(
+            Credentials(config.tls, server_name=role_server_name("replica")))
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
                                 self._make_runtime(), self._replica_client,
                                 lambda: self.membership.addresses)
@@ -154,9 +174,11 @@ class ControllerServer:
 
             return DockerRuntime(self.config.cluster, self.config.docker_image,
                                  self.config.docker_network,
-                                 mount_working_dir=self.config.docker_code == "mount")
+                                 mount_working_dir=self.config.docker_code == "mount",
+                                 replica_tls=self.config.replica_tls)
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
-        return ProcessRuntime(runtime_dir, self.config.cluster)
+        return ProcessRuntime(runtime_dir, self.config.cluster,
+                              replica_tls=self.config.replica_tls)
 
     # -- 1. startup -------------------------------------------------------------
 
@@ -167,8 +189,10 @@ class ControllerServer:
         except StoreOpenError as e:
             raise OSError(str(e)) from None
         # No SO_REUSEPORT: a second process on the same port must fail, not share it.
-        server = grpc.aio.server(interceptors=[LeaderGate(self._leadership)],
-                                 options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            interceptors=[LeaderGate(self._leadership),
+                          Guard(SERVICE_NAME, self.authorizer.check)],
+            options=[("grpc.so_reuseport", 0)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self.term,
                                self.membership,
@@ -185,7 +209,7 @@ class ControllerServer:
             self.bound_port = 0
         else:
             try:
-                self.bound_port = server.add_insecure_port(self.config.listen)
+                self.bound_port = add_port(server, self.config.listen, self.config.tls)
             except RuntimeError:
                 self.bound_port = 0
         if not self.bound_port:
@@ -195,11 +219,23 @@ class ControllerServer:
         await self._health.set(SERVICE_NAME, NOT_SERVING)
         await server.start()
         self._server = server
-        logger.info("controller listening on %s (advertised as %s), cluster %r, store %s",
+        logger.info("controller listening on %s (advertised as %s), cluster %r, store %s, %s",
                     self.config.listen, self.election.identity, self.config.cluster,
-                    self.config.store_url)
+                    self.config.store_url, self._security_summary())
+        if not self.authorizer.enabled and not is_loopback(self.config.listen):
+            logger.warning("listening on %s without TLS or tokens: anyone who reaches this "
+                           "port can deploy code; use --certs DIR and/or --auth-tokens FILE",
+                           self.config.listen)
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
         self._members = asyncio.create_task(self.membership.run(), name="membership")
+
+    def _security_summary(self) -> str:
+        parts = ["mutual TLS" if self.config.tls else "plain text"]
+        if self.authorizer.tokens is not None:
+            parts.append(f"{len(self.authorizer.tokens)} tokens")
+        if not self.authorizer.enabled:
+            parts.append("no authentication (every caller is admin)")
+        return ", ".join(parts)
 
     # -- 2. leader terms ----------------------------------------------------------
 
@@ -287,6 +323,7 @@ async def serve(config: ControllerConfig) -> None:
     tune_gc()
     server = ControllerServer(config)
     on_stop_signals(server.request_stop)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.authorizer.reload)
     await server.start()
     notify_ready(f"controller listening on {config.listen}")
     try:

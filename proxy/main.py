@@ -18,6 +18,7 @@ import uuid
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
+from servefleet.security.tls import Credentials
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
@@ -29,7 +30,8 @@ logger = logging.getLogger("servefleet.proxy")
 
 
 async def serve(controllers: str, listen: str, request_timeout_s: float | None,
-                drain_timeout_s: float = 30.0, advertise: str | None = None) -> None:
+                drain_timeout_s: float = 30.0, advertise: str | None = None,
+                credentials: Credentials | None = None) -> None:
     host, _, port = listen.rpartition(":")
     upstream = UpstreamPool()
     state = ProxyState(upstream)
@@ -44,7 +46,8 @@ async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                                 else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(controllers, [ROUTES_KEY, replicas_key()], on_snapshot=state.apply,
                               kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
-                              watcher_id=f"proxy-{uuid.uuid4().hex[:8]}")
+                              watcher_id=f"proxy-{uuid.uuid4().hex[:8]}",
+                              credentials=credentials)
         reporter = LoadReporter(watcher)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()

@@ -31,8 +31,11 @@ from typing import Any
 import grpc
 
 from servefleet import handle
+from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import on_stop_signals, start_http_server
-from servefleet.v1 import replica_pb2_grpc, watch_pb2
+from servefleet.security.roles import REPLICA_CONTROL
+from servefleet.security.tls import Credentials, TlsFiles, add_port, peer_role
+from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
 
@@ -40,16 +43,33 @@ from .control import ReplicaControl
 from .replica import PHASE, Replica, ReplicaSettings
 
 logger = logging.getLogger("servefleet.replica")
+CONTROL_SERVICE = replica_pb2.DESCRIPTOR.services_by_name["ReplicaService"].full_name
+
+
+async def only_controllers(method: str, request: object,
+                           context: grpc.aio.ServicerContext) -> None:
+    """With mutual TLS, control calls come from controllers' certificates only."""
+    role = peer_role(context.auth_context())
+    if role not in REPLICA_CONTROL:
+        raise Refused(grpc.StatusCode.PERMISSION_DENIED,
+                      f"{method}: only controllers may call a replica (the caller's "
+                      f"certificate is for {role!r})")
 
 
 async def run(settings: ReplicaSettings) -> int:
     replica = Replica(settings)
+    tls = TlsFiles.from_dict(settings.tls)
+    if tls is not None:
+        # Handles in user code find the replica's identity here (Credentials.from_env).
+        os.environ.update(Credentials(tls).to_env())
     # No SO_REUSEPORT: a port another replica holds must fail the bind
     # (EXIT_BIND_FAILURE), not be shared with it.
-    control = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    control = grpc.aio.server(
+        interceptors=[Guard(CONTROL_SERVICE, only_controllers if tls else None)],
+        options=[("grpc.so_reuseport", 0)])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaControl(replica), control)
     try:
-        control.add_insecure_port(f"{settings.host}:{settings.control_port}")
+        add_port(control, f"{settings.host}:{settings.control_port}", tls)
     except RuntimeError:
         print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
         return EXIT_BIND_FAILURE
@@ -70,7 +90,8 @@ async def run(settings: ReplicaSettings) -> int:
                             on_snapshot=replica.on_config_snapshot,
                             kind=watch_pb2.WATCHER_KIND_REPLICA,
                             address=f"{settings.host}:{settings.http_port}",
-                            watcher_id=settings.replica_id)
+                            watcher_id=settings.replica_id,
+                            credentials=Credentials(tls))
         watch.start()
     loading = asyncio.create_task(replica.load())
     await replica.wait_and_drain()

@@ -68,6 +68,9 @@ class ReplicaSettings:
     code_hash: str = ""
     # Controller addresses for the config Watch stream; none: no stream.
     controllers: list[str] = field(default_factory=list)
+    # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
+    # only controllers' certificates; calls to the controllers present it.
+    tls: dict[str, str] | None = None
 
 
 class Replica:

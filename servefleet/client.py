@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from servefleet.security.tls import Credentials
 from servefleet.v1 import application_pb2, controller_pb2_grpc, deployment_pb2, records_pb2
 from servefleet.v1 import controller_pb2 as api
 from servefleet.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, LEADER_METADATA_KEY
@@ -88,8 +89,12 @@ def _leader_hint(error: grpc.RpcError) -> str | None:
 class ControllerClient:
     def __init__(self, addresses: str | Sequence[str] | None = None, *,
                  timeout: float = 30.0, rpc_timeout: float = 5.0,
-                 refused_after: float | None = None) -> None:
+                 refused_after: float | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.addresses = resolve_addresses(addresses)
+        # TLS files and token; default: from the environment (SERVEFLEET_CERTS
+        # with DIR/admin.crt, SERVEFLEET_CLUSTER_*, SERVEFLEET_TOKEN).
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self.timeout = timeout
         self.rpc_timeout = rpc_timeout
         # Seconds of every address refusing connections before giving up
@@ -113,7 +118,7 @@ class ControllerClient:
         if address not in self._channels:
             # Quick reconnects: a controller that is restarting or newly elected
             # should be reached within a fraction of a second, not gRPC's default 1 s+.
-            self._channels[address] = grpc.insecure_channel(address, options=[
+            self._channels[address] = self.credentials.channel(address, [
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2000)])
@@ -137,7 +142,8 @@ class ControllerClient:
             remaining = deadline - time.monotonic()
             try:
                 return getattr(self._stub(address), method)(
-                    request, timeout=max(0.05, min(self.rpc_timeout, remaining)))
+                    request, timeout=max(0.05, min(self.rpc_timeout, remaining)),
+                    metadata=self.credentials.metadata)
             except grpc.RpcError as e:
                 code = e.code()
                 details = e.details() or ""

@@ -11,6 +11,7 @@ the supervisor that the process listens (systemd's readiness protocol).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -103,6 +104,18 @@ def can_bind(address: str) -> bool:
             except OSError:
                 return False
     return True
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT binds only loopback (a name is resolved; an unknown
+    name or the wildcard counts as not loopback)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 NOTIFY_ENV = "NOTIFY_SOCKET"

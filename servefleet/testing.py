@@ -58,8 +58,11 @@ def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str) -> N
 class EtcdServer:
     """One etcd member on 127.0.0.1, started on free ports."""
 
-    def __init__(self, binary: str | None = None) -> None:
+    def __init__(self, binary: str | None = None, certs: str | Path | None = None) -> None:
+        """With `certs` (a `servefleet certs init` directory): TLS with
+        DIR/etcd.crt, and clients must present a certificate of DIR/ca.crt."""
         self.binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
+        self.certs = Path(certs) if certs else None
         self.client_port = free_port()
         self.peer_port = free_port()
         self.data_dir = tempfile.mkdtemp(prefix="servefleet-etcd-")
@@ -72,13 +75,13 @@ class EtcdServer:
 
     @property
     def url(self) -> str:
-        return f"etcd://{self.endpoint}"
+        return f"{'etcds' if self.certs else 'etcd'}://{self.endpoint}"
 
     def start(self) -> EtcdServer:
         if not os.path.exists(self.binary):
             raise FileNotFoundError(
                 f"etcd binary not found at {self.binary}: apt-get install etcd-server")
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{'https' if self.certs else 'http'}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         cmd = [
             self.binary, "--name", "test", "--data-dir", str(Path(self.data_dir) / "data"),
@@ -87,6 +90,10 @@ class EtcdServer:
             "--initial-cluster", f"test={peer}", "--initial-cluster-state", "new",
             "--log-level", "warn",
         ]
+        if self.certs:
+            cmd += ["--cert-file", str(self.certs / "etcd.crt"),
+                    "--key-file", str(self.certs / "etcd.key"),
+                    "--trusted-ca-file", str(self.certs / "ca.crt"), "--client-cert-auth"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         _wait_tcp(self.client_port, 30, self.proc, "etcd")
@@ -108,9 +115,16 @@ class ControllerProcess:
 
     def __init__(self, store_url: str, *, cluster: str = "default", lease_ttl: float = 5.0,
                  runtime: str = "process", log_dir: str | Path | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None,
+                 certs: str | Path | None = None) -> None:
+        """With `certs` (a `servefleet certs init` directory) the controller runs
+        with `--certs DIR`, and this object's own calls present DIR/admin.crt."""
+        from servefleet.security.tls import PLAIN, Credentials, TlsFiles
+
         self.port = free_port()
         self.store_url = store_url
+        self.certs = certs
+        self.credentials = Credentials(TlsFiles.from_dir(certs, "admin")) if certs else PLAIN
         self.cluster = cluster
         self.lease_ttl = lease_ttl
         self.extra_args = extra_args or []
@@ -131,6 +145,8 @@ class ControllerProcess:
                "--listen", self.address, "--cluster", self.cluster,
                "--lease-ttl", str(self.lease_ttl), "--runtime", self.runtime,
                "--runtime-dir", str(self.runtime_dir), *self.extra_args]
+        if self.certs:
+            cmd += ["--certs", str(self.certs)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -143,7 +159,7 @@ class ControllerProcess:
         assert self.proc is not None
         _wait_tcp(self.port, timeout, self.proc, "controller")
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
+        with self.credentials.channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 with contextlib.suppress(grpc.RpcError):
@@ -155,7 +171,7 @@ class ControllerProcess:
 
     def is_leader(self) -> bool:
         """True when this controller reports itself the serving leader."""
-        with grpc.insecure_channel(self.address) as channel:
+        with self.credentials.channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from servefleet.client import resolve_addresses
+from servefleet.security.tls import Credentials
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.wire import LEADER_METADATA_KEY
 
@@ -38,8 +39,11 @@ class WatchClient:
                  on_snapshot: Callable[[watch_pb2.Snapshot], None] | None = None,
                  kind: watch_pb2.WatcherKind = watch_pb2.WATCHER_KIND_UNSPECIFIED,
                  address: str = "",
-                 watcher_id: str | None = None, heartbeat_s: float = 5.0) -> None:
+                 watcher_id: str | None = None, heartbeat_s: float = 5.0,
+                 credentials: Credentials | None = None) -> None:
         self.addresses = resolve_addresses(addresses)
+        # Default: from the environment (SERVEFLEET_CERTS, SERVEFLEET_TOKEN, ...).
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self.keys = list(keys)
         self.snapshots: dict[str, watch_pb2.Snapshot] = {}
         self.watcher_id = watcher_id or uuid.uuid4().hex[:12]
@@ -80,9 +84,10 @@ class WatchClient:
             address = self.addresses[self._current]
             hint = None
             try:
-                async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as ch:
+                async with self.credentials.aio_channel(address, CHANNEL_OPTIONS) as ch:
                     stub = controller_pb2_grpc.ControllerServiceStub(ch)
-                    responses = stub.Watch(self._request()).__aiter__()
+                    responses = stub.Watch(self._request(),
+                                           metadata=self.credentials.metadata).__aiter__()
                     while True:
                         # A live stream says something every heartbeat; silence for
                         # three means a stopped or cut-off leader: reconnect.
@@ -97,7 +102,10 @@ class WatchClient:
                 for key, value in e.trailing_metadata() or ():
                     if key == LEADER_METADATA_KEY and value:
                         hint = str(value)
-                logger.debug("watch stream to %s ended: %s", address, e.details())
+                refused = e.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                       grpc.StatusCode.PERMISSION_DENIED)
+                logger.log(logging.WARNING if refused else logging.DEBUG,
+                           "watch stream to %s ended: %s", address, e.details())
             except (TimeoutError, StopAsyncIteration):
                 logger.info("watch stream to %s went quiet; reconnecting", address)
             except asyncio.CancelledError:

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from servefleet.wire import LEADER_METADATA_KEY
 
@@ -73,8 +72,6 @@ class LeaderGate(grpc.aio.ServerInterceptor):
             self._reject_stream)
         self._reject_client_stream_handler: Handler = grpc.stream_unary_rpc_method_handler(
             self._reject)
-        # method -> (the servicer's handler, the same parsing requests here)
-        self._parsing: dict[str, tuple[Handler, Handler]] = {}
 
     async def intercept_service(
         self,
@@ -88,14 +85,7 @@ class LeaderGate(grpc.aio.ServerInterceptor):
             if method in CLIENT_STREAMING:
                 return self._reject_client_stream_handler
             return self._reject_handler
-        handler = await continuation(handler_call_details)
-        if handler is None or not method.startswith(f"/{SERVICE_NAME}/"):
-            return handler
-        # Wrapped once per method, not once per call.
-        wrapped = self._parsing.get(method)
-        if wrapped is None or wrapped[0] is not handler:
-            wrapped = self._parsing[method] = (handler, parsing(handler))
-        return wrapped[1]
+        return await continuation(handler_call_details)
 
     async def _reject(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         await self._leadership.abort_not_leader(context)
@@ -104,52 +94,6 @@ class LeaderGate(grpc.aio.ServerInterceptor):
                              context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await self._leadership.abort_not_leader(context)
         yield None  # never reached: makes this a streaming handler
-
-
-def parsing(handler: Handler) -> Handler:
-    """`handler`, with its requests parsed here: a message that is no valid
-    protobuf of the method's type is INVALID_ARGUMENT (gRPC would say UNKNOWN)."""
-    parse = handler.request_deserializer
-    if parse is None:
-        return handler
-    kind = getattr(getattr(parse, "__self__", None), "__name__", "request")
-
-    async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return parse(raw)
-        except DecodeError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"the request is not a valid {kind}: {e}")
-
-    respond = handler.response_serializer
-    # The stubs type the behaviours as sync gRPC's; on the aio server they are coroutines.
-    call: Any = handler.unary_unary
-    stream: Any = handler.unary_stream
-    take: Any = handler.stream_unary
-    if call is not None:
-
-        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            return await call(await parsed(raw, context), context)
-
-        return grpc.unary_unary_rpc_method_handler(unary, response_serializer=respond)
-    if stream is not None:
-
-        async def streaming(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            async for item in stream(await parsed(raw, context), context):
-                yield item
-
-        return grpc.unary_stream_rpc_method_handler(streaming, response_serializer=respond)
-    if take is not None:
-
-        async def taking(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
-            async def requests() -> AsyncIterator[Any]:
-                async for raw in raws:
-                    yield await parsed(raw, context)
-
-            return await take(requests(), context)
-
-        return grpc.stream_unary_rpc_method_handler(taking, response_serializer=respond)
-    return handler
 
 
 def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:

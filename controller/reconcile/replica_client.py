@@ -11,6 +11,7 @@ from typing import Protocol
 
 import grpc
 
+from servefleet.security.tls import PLAIN, Credentials
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
 
@@ -45,13 +46,14 @@ CHANNEL_OPTIONS = [
 
 
 class GrpcReplicaClient:
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials = PLAIN) -> None:
+        # With TLS: the controller's certificate, expecting the replicas' role name.
+        self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address,
-                                                                options=CHANNEL_OPTIONS)
+            self._channels[address] = self._credentials.aio_channel(address, CHANNEL_OPTIONS)
         return replica_pb2_grpc.ReplicaServiceStub(self._channels[address])
 
     async def _call(self, address: str, method: str, request: object, timeout: float) -> object:

@@ -38,7 +38,10 @@ import math
 import tarfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
+
+from servefleet.security.tls import TlsFiles
 
 from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
@@ -52,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 LABEL = "io.servefleet."
 SETTINGS_PATH = "/run/servefleet/settings.json"
+TLS_DIR = "/run/servefleet/tls"
 DEFAULT_IMAGE = "servefleet:latest"
 
 
@@ -59,13 +63,24 @@ class RuntimeStartError(Exception):
     """The runtime could not start the replica (a clear reason, no Docker jargon dump)."""
 
 
-def _settings_tar(settings: dict[str, Any]) -> bytes:
-    data = json.dumps(settings).encode()
+def _settings_tar(settings: dict[str, Any], tls: TlsFiles | None) -> bytes:
+    """The settings file and, with TLS, the replica's certificate files
+    (under TLS_DIR; the settings name them there)."""
+    files: list[tuple[str, bytes, int]] = []
+    if tls is not None:
+        inside = TlsFiles(Path(TLS_DIR, "ca.crt"), Path(TLS_DIR, "replica.crt"),
+                          Path(TLS_DIR, "replica.key"))
+        settings = {**settings, "tls": inside.as_dict()}
+        files += [(str(inside.ca), tls.ca.read_bytes(), 0o644),
+                  (str(inside.cert), tls.cert.read_bytes(), 0o644),
+                  (str(inside.key), tls.key.read_bytes(), 0o600)]
+    files.append((SETTINGS_PATH, json.dumps(settings).encode(), 0o644))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(SETTINGS_PATH.lstrip("/"))
-        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-        tar.addfile(info, io.BytesIO(data))
+        for path, data, mode in files:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mtime, info.mode = len(data), int(time.time()), mode
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -74,8 +89,9 @@ class DockerRuntime:
 
     def __init__(self, cluster: str, image: str = DEFAULT_IMAGE, network: str = "host",
                  client: Any = None, host: str = "127.0.0.1",
-                 mount_working_dir: bool = True) -> None:
+                 mount_working_dir: bool = True, replica_tls: TlsFiles | None = None) -> None:
         self._cluster = cluster
+        self._replica_tls = replica_tls
         # False when user code is baked into the image (the controller itself
         # runs in a container and cannot name host paths): the working dir is
         # then a path inside the image.
@@ -164,7 +180,7 @@ class DockerRuntime:
             raise RuntimeStartError(f"Docker refused to create the container: "
                                     f"{e.explanation or e}") from None
         try:
-            container.put_archive("/", _settings_tar(launch.settings))
+            container.put_archive("/", _settings_tar(launch.settings, self._replica_tls))
             container.start()
         except docker.errors.APIError as e:
             container.remove(force=True)

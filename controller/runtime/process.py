@@ -37,6 +37,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from servefleet.security.tls import TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
 
 from .base import ReplicaLaunch, RuntimeReplica
@@ -136,9 +137,11 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1",
+                 replica_tls: TlsFiles | None = None) -> None:
         self._dir = Path(runtime_dir).resolve() / cluster
         self._host = host
+        self._replica_tls = replica_tls
         # Children this process started: polling them reaps their exit status.
         self._children: dict[int, subprocess.Popen] = {}
         self._zygote = Zygote(self._dir)
@@ -150,7 +153,10 @@ class ProcessRuntime:
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         self._dir.mkdir(parents=True, exist_ok=True)
         settings_path, log_path = self._paths(launch.replica_id)
-        settings_path.write_text(json.dumps(launch.settings))
+        settings = dict(launch.settings)
+        if self._replica_tls is not None:
+            settings["tls"] = self._replica_tls.as_dict()
+        settings_path.write_text(json.dumps(settings))
         control_port, http_port = free_port(self._host), free_port(self._host)
         argv = [sys.executable, "-m", "servefleet.replica",
                 "--cluster", launch.cluster, "--application", launch.application,

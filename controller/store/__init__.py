@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from servefleet.security.tls import TlsFiles
+
 from .base import (
     Delete,
     Guard,
@@ -35,18 +37,27 @@ class StoreURLError(ValueError):
     """A --store URL that is not etcd://host:port[,host:port...] or sqlite:///path."""
 
 
-def open_store(url: str) -> Store:
-    """The store a URL names. Raises StoreURLError, with the reason, on a bad URL."""
-    if url.startswith("etcd://"):
+def open_store(url: str, tls: TlsFiles | None = None) -> Store:
+    """The store a URL names. Raises StoreURLError, with the reason, on a bad URL.
+
+    `etcds://` is etcd over TLS: the store checks etcd's certificate against
+    `tls.ca` and presents `tls.cert` as its client certificate (etcd's
+    --client-cert-auth); StoreURLError when `tls` is None.
+    """
+    if url.startswith(("etcd://", "etcds://")):
         from .etcd import EtcdStore
 
-        endpoints = [e.strip() for e in url.removeprefix("etcd://").rstrip("/").split(",")]
+        scheme, _, rest = url.partition("://")
+        if scheme == "etcds" and tls is None:
+            raise StoreURLError(f"{url!r}: etcds:// needs TLS files (--etcd-ca, --etcd-cert, "
+                                "--etcd-key, or the controller's --certs / --cluster-*)")
+        endpoints = [e.strip() for e in rest.rstrip("/").split(",")]
         for endpoint in endpoints:
             host, sep, port = endpoint.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise StoreURLError(
                     f"bad etcd endpoint {endpoint!r} in {url!r}: expected host:port")
-        return EtcdStore(endpoints)
+        return EtcdStore(endpoints, tls=tls if scheme == "etcds" else None)
     if url.startswith("sqlite://"):
         from .sqlite import SqliteStore
 
@@ -56,5 +67,5 @@ def open_store(url: str) -> Store:
                 f"bad sqlite URL {url!r}: expected sqlite:///absolute/path/state.db")
         return SqliteStore(path)
     raise StoreURLError(
-        f"unknown store URL {url!r}: expected etcd://host:port[,host:port...] "
-        "or sqlite:///path/state.db")
+        f"unknown store URL {url!r}: expected etcd://host:port[,host:port...], "
+        "etcds://... (TLS) or sqlite:///path/state.db")

@@ -1,9 +1,9 @@
-"""The etcd store (etcd 3.4+), through aetcd.
+"""The etcd store (etcd 3.4+), on etcd's gRPC API.
 
-aetcd provides the channel, the generated etcd stubs, reads and leases.
-Transactions and watches are sent as raw etcd requests, because the store
-needs the response header's revision (aetcd's `transaction` drops it) and a
-one-shot watch with a start revision and a deadline.
+aetcd provides the generated etcd stubs; the store makes its own channel
+(plain, or TLS with a client certificate for `etcds://`) and sends raw etcd
+requests: it needs the response header's revision and a one-shot watch with
+a start revision and a deadline, which aetcd's client API does not give.
 
 Several endpoints may be given; the store talks to one at a time and moves to
 the next when a call fails to connect. Every failure to reach etcd surfaces as
@@ -19,10 +19,11 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import aetcd
 import grpc
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
+
+from servefleet.security.tls import Credentials, TlsFiles
 
 from .base import (
     Guard,
@@ -71,16 +72,31 @@ def _compare(guard: Guard) -> rpc.Compare:
     )
 
 
+class _Connection:
+    """One channel to one etcd endpoint, with the stubs the store calls."""
+
+    def __init__(self, endpoint: str, tls: TlsFiles | None) -> None:
+        self.channel = Credentials(tls).aio_channel(endpoint)
+        self.kv = rpc.KVStub(self.channel)
+        self.lease = rpc.LeaseStub(self.channel)
+        self.watch = rpc.WatchStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
 class EtcdStore:
     """A Store on an etcd cluster reached through `endpoints` ("host:port")."""
 
-    def __init__(self, endpoints: Sequence[str], *, timeout: float = 3.0) -> None:
+    def __init__(self, endpoints: Sequence[str], *, timeout: float = 3.0,
+                 tls: TlsFiles | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = list(endpoints)
         self._timeout = timeout
+        self._tls = tls
         self._index = 0
-        self._client: aetcd.Client | None = None
+        self._client: _Connection | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
@@ -88,21 +104,18 @@ class EtcdStore:
 
     # -- connection -------------------------------------------------------
 
-    async def _connected(self) -> aetcd.Client:
+    def _connected(self) -> _Connection:
         if self._client is None:
-            host, _, port = self._endpoints[self._index].rpartition(":")
-            client = aetcd.Client(host=host.strip("[]"), port=int(port), timeout=self._timeout)
-            await client.connect()
-            self._client = client
+            self._client = _Connection(self._endpoints[self._index], self._tls)
         return self._client
 
-    def _rotate(self, failed: aetcd.Client) -> None:
+    def _rotate(self, failed: _Connection) -> None:
         """Move on to the next endpoint after `failed` could not be reached.
 
         The old connection is closed only later: other calls may still be
         running on it, and closing it now would cancel them.
         """
-        stale: aetcd.Client = failed  # (not narrowed by the identity test below)
+        stale: _Connection = failed  # (not narrowed by the identity test below)
         if self._client is not failed:
             return  # another call already moved on
         self._client = None
@@ -116,14 +129,10 @@ class EtcdStore:
         self._closing.add(task := asyncio.get_running_loop().create_task(close_later()))
         task.add_done_callback(self._closing.discard)
 
-    async def _call(self, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
-        client = await self._connected()
+    async def _call(self, fn: Callable[[_Connection], Awaitable[T]]) -> T:
+        client = self._connected()
         try:
             return await fn(client)
-        except (aetcd.exceptions.ConnectionFailedError,
-                aetcd.exceptions.ConnectionTimeoutError) as e:
-            self._rotate(client)
-            raise StoreUnavailable(f"etcd unreachable: {e}") from e
         except grpc.aio.AioRpcError as e:
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 self._rotate(client)
@@ -142,14 +151,14 @@ class EtcdStore:
     # -- reads ------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        async def op(c: aetcd.Client) -> KeyValue | None:
-            reply = await c.kvstub.Range(rpc.RangeRequest(key=key.encode()), timeout=self._timeout)
+        async def op(c: _Connection) -> KeyValue | None:
+            reply = await c.kv.Range(rpc.RangeRequest(key=key.encode()), timeout=self._timeout)
             return _kv(reply.kvs[0]) if reply.kvs else None
 
         return await self._call(op)
 
     async def list_prefix(self, prefix: str) -> list[KeyValue]:
-        async def op(c: aetcd.Client) -> list[KeyValue]:
+        async def op(c: _Connection) -> list[KeyValue]:
             key = prefix.encode()
             request = rpc.RangeRequest(
                 key=key,
@@ -157,16 +166,16 @@ class EtcdStore:
                 sort_order=rpc.RangeRequest.ASCEND,
                 sort_target=rpc.RangeRequest.KEY,
             )
-            reply = await c.kvstub.Range(request, timeout=self._timeout)
+            reply = await c.kv.Range(request, timeout=self._timeout)
             return [_kv(raw) for raw in reply.kvs]
 
         return await self._call(op)
 
     async def revision(self) -> int:
-        async def op(c: aetcd.Client) -> int:
+        async def op(c: _Connection) -> int:
             # A range over a key nobody writes returns just the header.
             request = rpc.RangeRequest(key=b"\0", count_only=True)
-            reply = await c.kvstub.Range(request, timeout=self._timeout)
+            reply = await c.kv.Range(request, timeout=self._timeout)
             return int(reply.header.revision)
 
         return await self._call(op)
@@ -180,8 +189,8 @@ class EtcdStore:
             success=[_request_op(op) for op in ops],
         )
 
-        async def op(c: aetcd.Client) -> TxnResult:
-            reply = await c.kvstub.Txn(request, timeout=self._timeout)
+        async def op(c: _Connection) -> TxnResult:
+            reply = await c.kv.Txn(request, timeout=self._timeout)
             return TxnResult(succeeded=reply.succeeded, revision=int(reply.header.revision))
 
         return await self._call(op)
@@ -189,29 +198,30 @@ class EtcdStore:
     # -- leases -----------------------------------------------------------
 
     async def grant_lease(self, ttl: float) -> int:
-        async def op(c: aetcd.Client) -> int:
+        async def op(c: _Connection) -> int:
             # etcd leases count whole seconds.
-            lease = await c.lease(max(1, math.ceil(ttl)))
-            return int(lease.id)
+            reply = await c.lease.LeaseGrant(rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl))),
+                                             timeout=self._timeout)
+            return int(reply.ID)
 
         return await self._call(op)
 
     async def keepalive(self, lease: int) -> float:
-        async def op(c: aetcd.Client) -> float:
-            reply = await c.refresh_lease(lease)
-            return float(reply.TTL) if reply is not None else 0.0
+        async def op(c: _Connection) -> float:
+            call = c.lease.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]),
+                                          timeout=self._timeout)
+            async for reply in call:
+                return float(reply.TTL)
+            return 0.0
 
         return await self._call(op)
 
     async def revoke_lease(self, lease: int) -> None:
-        async def op(c: aetcd.Client) -> None:
+        async def op(c: _Connection) -> None:
             try:
-                await c.revoke_lease(lease)
+                await c.lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease), timeout=self._timeout)
             except grpc.aio.AioRpcError as e:
                 if e.code() != grpc.StatusCode.NOT_FOUND:
-                    raise
-            except aetcd.exceptions.ClientError as e:
-                if "lease not found" not in str(e):
                     raise
 
         await self._call(op)
@@ -226,9 +236,8 @@ class EtcdStore:
             yield rpc.WatchRequest(create_request=create)
             await stop.wait()
 
-        async def op(c: aetcd.Client) -> None:
-            stub = rpc.WatchStub(c.channel)
-            call = stub.Watch(requests())
+        async def op(c: _Connection) -> None:
+            call = c.watch.Watch(requests())
             try:
                 async for reply in call:
                     if reply.events or reply.canceled or reply.compact_revision:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from servefleet.client import ControllerClient, ControllerError, NoControllerRunning
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
-from . import apps, output, up
+from . import apps, output, security, up
 from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
 
 # A command whose every controller address refuses connections gives up after
@@ -35,6 +35,7 @@ def _add_controller_flag(parser: argparse.ArgumentParser) -> None:
         help=f"controller addresses (default: ${ENV_CONTROLLER}, else {DEFAULT_CONTROLLER})")
     parser.add_argument("--timeout", type=float, default=15.0, metavar="S",
                         help="seconds to keep trying to reach the leader (default 15)")
+    security.add_client_flags(parser)
 
 
 def _client(args: argparse.Namespace) -> ControllerClient:
@@ -42,7 +43,8 @@ def _client(args: argparse.Namespace) -> ControllerClient:
         raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
     try:
         return ControllerClient(args.controller, timeout=args.timeout,
-                                refused_after=min(REFUSED_AFTER_S, args.timeout))
+                                refused_after=min(REFUSED_AFTER_S, args.timeout),
+                                credentials=security.credentials(args))
     except ValueError as e:
         raise UsageError(f"--controller: {e}") from None
 
@@ -56,7 +58,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               runtime=args.runtime, runtime_dir=args.runtime_dir,
                               docker_image=args.docker_image,
                               docker_network=args.docker_network,
-                              docker_code=args.docker_code)
+                              docker_code=args.docker_code,
+                              **security.controller_security(args))
     try:
         config.validate()
         asyncio.run(serve(config))
@@ -78,7 +81,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
     controllers = args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
     try:
-        asyncio.run(serve(controllers, args.listen, args.request_timeout_s))
+        asyncio.run(serve(controllers, args.listen, args.request_timeout_s,
+                          credentials=security.proxy_credentials(args)))
     except OSError as e:
         print(f"servefleet proxy: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -137,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="docker runtime: bind-mount each deployment's working dir from "
                           "this host (default), or find it inside the image (a controller "
                           "that itself runs in a container)")
+    security.add_controller_flags(ctl)
     ctl.set_defaults(run=cmd_controller)
 
     proxy = commands.add_parser("proxy", help="run an HTTP proxy")
@@ -146,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
                        help="answer 504 when a request takes longer (default: no limit)")
+    security.add_tls_flags(proxy, "proxy")
     proxy.set_defaults(run=cmd_proxy)
 
     status = commands.add_parser("status", help="applications, deployments and proxies")
@@ -168,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     replicas.set_defaults(run=cmd_replicas)
 
     apps.add_commands(commands, _add_controller_flag, _client)
+    security.add_commands(commands)
     up.add_command(commands)
     return parser
 

@@ -70,9 +70,11 @@ class LoadReporter:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
             await self._close()
-            self._channel, self._channel_to = grpc.aio.insecure_channel(leader), leader
+            self._channel = self._watcher.credentials.aio_channel(leader)
+            self._channel_to = leader
             self._outbox = asyncio.Queue()
-            self._stream = asyncio.create_task(self._run_stream(self._channel, self._outbox))
+            self._stream = asyncio.create_task(self._run_stream(
+                self._channel, self._outbox, self._watcher.credentials.metadata))
         self._outbox.put_nowait(controller_pb2.StreamLoadRequest(
             report=controller_pb2.ReportLoadRequest(
                 reporter_id=self._watcher.watcher_id,
@@ -81,15 +83,20 @@ class LoadReporter:
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
-            controller_pb2.StreamLoadRequest | None]) -> None:
+            controller_pb2.StreamLoadRequest | None],
+            metadata: tuple[tuple[str, str], ...]) -> None:
         async def messages() -> AsyncIterator[controller_pb2.StreamLoadRequest]:
             while (message := await outbox.get()) is not None:
                 yield message
 
         try:
-            await controller_pb2_grpc.ControllerServiceStub(channel).StreamLoad(messages())
+            await controller_pb2_grpc.ControllerServiceStub(channel).StreamLoad(
+                messages(), metadata=metadata)
         except grpc.aio.AioRpcError as e:
-            logger.debug("load report stream ended: %s", e.details())
+            refused = e.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                   grpc.StatusCode.PERMISSION_DENIED)
+            logger.log(logging.WARNING if refused else logging.DEBUG,
+                       "load report stream ended: %s", e.details())
 
     async def _close(self) -> None:
         if self._stream is not None and not self._stream.done():

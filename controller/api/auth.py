@@ -1,0 +1,101 @@
+"""Who is calling the controller, and may that role call this method.
+
+`Authorizer.check` runs before every ControllerService handler (through
+servefleet.grpc_guard.Guard). The caller's role comes from its bearer token
+when it sends one, else from the OU of its client certificate (mutual TLS);
+roles and their methods are in servefleet/security/roles.py.
+
+- Neither `--auth-tokens` nor TLS configured: every caller is admin (the
+  local default; `servefleet up` says so).
+- No credentials, or a token that is unknown or revoked, or one sent to a
+  controller that takes no tokens: UNAUTHENTICATED.
+- A role without the method (or a key it may not watch): PERMISSION_DENIED
+  naming the method and the role.
+
+The token file is read at start and again on SIGHUP (`reload`); a file that
+does not parse leaves the previous table in force, with an error logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from servefleet.grpc_guard import Refused
+from servefleet.security.roles import CONTROLLER_API, may_call, unwatchable_key
+from servefleet.security.tls import TOKEN_METADATA_KEY, peer_role
+from servefleet.security.tokens import TokenFileError, TokenTable
+
+from ..errors import ApiError, PermissionDenied, Unauthenticated
+
+logger = logging.getLogger(__name__)
+
+
+def bearer_token(metadata: Any) -> str | None:
+    for key, value in metadata or ():
+        if key == TOKEN_METADATA_KEY:
+            scheme, _, token = str(value).partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return None
+
+
+class Authorizer:
+    def __init__(self, tokens_path: str | Path | None = None, tls: bool = False) -> None:
+        """TokenFileError when `tokens_path` cannot be read or parsed."""
+        self._path = Path(tokens_path) if tokens_path else None
+        self._tls = tls
+        self.tokens = TokenTable.load(self._path) if self._path else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokens is not None or self._tls
+
+    def reload(self) -> None:
+        if self._path is None:
+            return
+        try:
+            self.tokens = TokenTable.load(self._path)
+        except TokenFileError as e:
+            logger.error("kept the previous tokens: %s", e)
+            return
+        logger.info("reloaded %d tokens from %s", len(self.tokens), self._path)
+
+    def role(self, context: grpc.aio.ServicerContext) -> str:
+        """The caller's role; Unauthenticated when it has none."""
+        if not self.enabled:
+            return "admin"
+        token = bearer_token(context.invocation_metadata())
+        if token is not None:
+            if self.tokens is None:
+                raise Unauthenticated("this controller takes no tokens (it runs without "
+                                      "--auth-tokens); present a client certificate")
+            entry = self.tokens.lookup(token)
+            if entry is None:
+                raise Unauthenticated("unknown or revoked token")
+            return entry.role
+        role = peer_role(context.auth_context()) if self._tls else None
+        if role is None:
+            raise Unauthenticated("no credentials: send a token (authorization: Bearer ...)"
+                                  + (" or a client certificate" if self._tls else ""))
+        if role not in CONTROLLER_API:
+            raise Unauthenticated(f"a client certificate for {role!r} carries no role "
+                                  "here; send a token with it")
+        return role
+
+    async def check(self, method: str, request: Any,
+                    context: grpc.aio.ServicerContext) -> None:
+        try:
+            role = self.role(context)
+            if not may_call(role, method):
+                raise PermissionDenied(f"{method}: the role {role!r} may not call it")
+            if method == "Watch" and request is not None:
+                key = unwatchable_key(role, list(request.known))
+                if key is not None:
+                    raise PermissionDenied(f"Watch: known[{key[:200]!r}]: the role {role!r} "
+                                           "may watch only routes and replicas keys")
+        except ApiError as e:
+            logger.info("refused %s: %s", method, e.message)
+            raise Refused(e.code, e.message) from None

@@ -1,0 +1,1 @@
+"""Identities and their proof: TLS files, development certificates, tokens and roles."""

@@ -1,0 +1,126 @@
+"""`servefleet certs init DIR`: a development CA and one certificate per role.
+
+Every certificate is signed by the CA in `DIR/ca.crt` and names its role
+twice: as the subject's organizational unit (OU), which the controller and
+replicas read to authorise a caller (see `roles.py`), and as a DNS name
+`<role>.servefleet`, which clients may use as the expected server name when
+the address does not name the host (the controller does so towards replicas,
+which run wherever a runtime placed them). Each certificate also names
+localhost, 127.0.0.1, ::1 and any `hosts` given, and serves both as a server
+and as a client certificate.
+
+Keys are ECDSA P-256 (cheap handshakes) and written with mode 0600. This is
+for development and test clusters: a production cluster should have its
+certificates issued by the operator's own CA with the same OUs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# "client" carries no role of its own: a caller presenting it also sends a
+# token (with mutual TLS on, every caller needs some certificate of the CA).
+ROLES = ("controller", "proxy", "replica", "admin", "client", "etcd")
+ORGANIZATION = "servefleet"
+
+
+def role_server_name(role: str) -> str:
+    """The DNS name every certificate of `role` carries."""
+    return f"{role}.servefleet"
+
+
+def _name(common_name: str, unit: str) -> x509.Name:
+    return x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit),
+        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+    ])
+
+
+def _alt_names(role: str, hosts: Iterable[str]) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = []
+    for host in ["localhost", role_server_name(role), "127.0.0.1", "::1", *hosts]:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return list(dict.fromkeys(names))
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey,
+             days: int) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(issuer).public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days)))
+
+
+def init_certs(directory: str | Path, *, hosts: Iterable[str] = (), days: int = 365,
+               force: bool = False) -> list[Path]:
+    """Write ca.crt/ca.key and <role>.crt/<role>.key for every role; return the paths.
+
+    FileExistsError (nothing written) when DIR already holds a ca.crt and
+    `force` is not set; ValueError for an empty host name.
+    """
+    hosts = [h.strip() for h in hosts]
+    if any(not h for h in hosts):
+        raise ValueError("--host: an empty host name")
+    out = Path(directory)
+    if (out / "ca.crt").exists() and not force:
+        raise FileExistsError(f"{out / 'ca.crt'} exists; pass --force to replace every file")
+    out.mkdir(parents=True, exist_ok=True)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("servefleet development CA", "ca")
+    ca = (_builder(ca_name, ca_name, ca_key.public_key(), days)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(
+              digital_signature=True, key_cert_sign=True, crl_sign=True,
+              content_commitment=False, key_encipherment=False, data_encipherment=False,
+              key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                         critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    written = [out / "ca.crt", out / "ca.key"]
+    _write_cert(written[0], ca)
+    _write_key(written[1], ca_key)
+
+    for role in ROLES:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (_builder(_name(f"servefleet-{role}", role), ca_name, key.public_key(), days)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.SubjectAlternativeName(_alt_names(role, hosts)),
+                               critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]),
+                               critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                    ca_key.public_key()), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        _write_cert(out / f"{role}.crt", cert)
+        _write_key(out / f"{role}.key", key)
+        written += [out / f"{role}.crt", out / f"{role}.key"]
+    return written
