@@ -71,7 +71,8 @@ class TlsFiles:
         if missing:
             raise TlsConfigError(f"{', '.join(missing)} missing: mutual TLS needs "
                                  "--cluster-ca, --cluster-cert and --cluster-key (or --certs DIR)")
-        return cls(Path(str(ca)), Path(str(cert)), Path(str(key))).checked()
+        return cls(Path(str(given["ca"])), Path(str(given["cert"])),
+                   Path(str(given["key"]))).checked()
 
     def checked(self) -> TlsFiles:
         for path in (self.ca, self.cert, self.key):
@@ -166,14 +167,15 @@ def add_port(server: grpc.Server | grpc.aio.Server, address: str, tls: TlsFiles 
     return server.add_secure_port(address, tls.server_credentials())
 
 
-_OU = re.compile(r"(?:^|,)OU=((?:[^,\\]|\\.)*)")
+# One RDN of an RFC 4514 subject: characters other than "," and "\", or escapes.
+_RDN = re.compile(r"((?:[^,\\]|\\.)*)(?:,|$)")
 
 
 def peer_role(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
     """The OU of the peer's verified certificate, or None without one."""
     subjects = auth_context.get("x509_subject") or ()
     for subject in subjects:
-        match = _OU.search(subject.decode(errors="replace"))
-        if match:
-            return match.group(1)
+        for rdn in _RDN.findall(subject.decode(errors="replace")):
+            if rdn.startswith("OU="):
+                return rdn[3:]
     return None
