@@ -112,7 +112,7 @@ def _works(c: ControllerClient) -> bool:
 def test_the_cli_creates_tokens_and_sends_them(guarded, capsys) -> None:
     from servefleet.cli.main import main
 
-    controller, path, issued = guarded
+    controller, path, _ = guarded
     assert main(["token", "create", "ci", "--role", "reader", "--file", str(path)]) == 0
     token = capsys.readouterr().out.strip()
     assert token.startswith("sft_") and token not in path.read_text()

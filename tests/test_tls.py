@@ -83,7 +83,7 @@ def test_plain_text_and_foreign_certificates_are_refused(secure: dict, certs: Pa
             plain.status()
     other = tmp_path / "other"
     init_certs(other)
-    with pytest.raises(ControllerUnreachable, match="(?i)handshake|ssl|certificate|connect"):
+    with pytest.raises(ControllerUnreachable, match=r"(?i)handshake|ssl|certificate|connect"):
         with ControllerClient(addresses, timeout=1.5, credentials=Credentials(
                 TlsFiles.from_dir(other, "admin"))) as foreign:
             foreign.status()
