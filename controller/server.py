@@ -43,6 +43,7 @@ from .api.servicer import ControllerServicer
 from .clock import Clock
 from .election import LeaderElection
 from .errors import InvalidArgument
+from .goals.policy import DeployPolicy
 from .goals.spec import check_name
 from .keys import ClusterKeys
 from .members import Membership
@@ -105,6 +106,18 @@ class ControllerConfig:
     etcd_tls: TlsFiles | None = None
     # The bearer-token file (servefleet token create); None: no tokens.
     auth_tokens: str | None = None
+    # What deploys may run (goals/policy.py): roots for runtime.working_dir,
+    # patterns for runtime.image, and whether runtime.env may be set. Empty /
+    # None: the defaults, which depend on whether `listen` is loopback.
+    allow_working_dirs: tuple[str, ...] = ()
+    allow_images: tuple[str, ...] = ()
+    allow_env: bool | None = None
+
+    def deploy_policy(self) -> DeployPolicy:
+        return DeployPolicy.build(loopback=is_loopback(self.listen), cwd=os.getcwd(),
+                                  default_image=self.docker_image,
+                                  working_dirs=self.allow_working_dirs,
+                                  images=self.allow_images, allow_env=self.allow_env)
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""
@@ -155,7 +168,8 @@ class ControllerServer:
             Credentials(config.tls, server_name=role_server_name("replica")))
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
                                 self._make_runtime(), self._replica_client,
-                                lambda: self.membership.addresses)
+                                lambda: self.membership.addresses,
+                                policy=config.deploy_policy())
         # The serving leader term, or None while this controller does not lead.
         self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()
@@ -222,6 +236,7 @@ class ControllerServer:
         logger.info("controller listening on %s (advertised as %s), cluster %r, store %s, %s",
                     self.config.listen, self.election.identity, self.config.cluster,
                     self.config.store_url, self._security_summary())
+        logger.info("deploy policy: %s", self._parts.policy.describe())
         if not self.authorizer.enabled and not is_loopback(self.config.listen):
             logger.warning("listening on %s without TLS or tokens: anyone who reaches this "
                            "port can deploy code; use --certs DIR and/or --auth-tokens FILE",

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
@@ -36,6 +36,7 @@ from .election import FencedStore, LeaderElection
 from .errors import NotLeader, Unavailable
 from .goals.applications import ApplicationTable
 from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
+from .goals.policy import DeployPolicy
 from .keys import ClusterKeys
 from .load_reports import LoadReports
 from .reconcile.autoscaler import AutoscaleReconciler
@@ -71,6 +72,8 @@ class TermParts:
     build: Builder = run_build
     # Deleted deployments kept for ListDeployments(include_deleted).
     max_history: int = MAX_DELETED_HISTORY
+    # What deploys may run (--allow-working-dir, --allow-image, --allow-env).
+    policy: DeployPolicy = field(default_factory=DeployPolicy)
 
 
 class LeaderTerm:
@@ -82,6 +85,7 @@ class LeaderTerm:
         self.loop = ReconcileLoop(parts.clock, leading=fenced.still_valid)
         self.deployments = DeploymentTable(parts.keys, fenced, parts.store, parts.clock,
                                            self._deployment_changed, parts.max_history)
+        self.deployments.policy = parts.policy
         self.applications = ApplicationTable(parts.keys, fenced, parts.store, self.deployments,
                                              parts.clock, on_traffic=self._routes_changed,
                                              on_goal=self.loop.wake)

@@ -70,8 +70,11 @@ class ControllerFleet:
     def start(self, count: int = 1, *, lease_ttl: float = 5.0, runtime: str = "none",
               wait: bool = True) -> list[ControllerProcess]:
         """Start controllers; by default control-plane only (no replicas are run)."""
+        # Tests put code in tmp dirs: the deploy policy is tested on its own (test_policy.py).
         procs = [ControllerProcess(self.store_url, cluster=self.cluster, lease_ttl=lease_ttl,
-                                   runtime=runtime, log_dir=self.log_dir) for _ in range(count)]
+                                   runtime=runtime, log_dir=self.log_dir,
+                                   extra_args=["--allow-working-dir", "/"])
+                 for _ in range(count)]
         for proc in procs:
             proc.start(wait=False)
             self.started.append(proc)

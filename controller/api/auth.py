@@ -19,10 +19,9 @@ does not parse leaves the previous table in force, with an error logged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import grpc
+from typing import Any, Protocol
 
 from servefleet.grpc_guard import Refused
 from servefleet.security.roles import CONTROLLER_API, may_call, unwatchable_key
@@ -32,6 +31,14 @@ from servefleet.security.tokens import TokenFileError, TokenTable
 from ..errors import ApiError, PermissionDenied, Unauthenticated
 
 logger = logging.getLogger(__name__)
+
+
+class CallContext(Protocol):
+    """What the authorizer reads of a call (grpc.aio.ServicerContext has both)."""
+
+    def invocation_metadata(self) -> Any: ...
+
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
 
 def bearer_token(metadata: Any) -> str | None:
@@ -63,7 +70,7 @@ class Authorizer:
             return
         logger.info("reloaded %d tokens from %s", len(self.tokens), self._path)
 
-    def role(self, context: grpc.aio.ServicerContext) -> str:
+    def role(self, context: CallContext) -> str:
         """The caller's role; Unauthenticated when it has none."""
         if not self.enabled:
             return "admin"
@@ -85,8 +92,7 @@ class Authorizer:
                                   "here; send a token with it")
         return role
 
-    async def check(self, method: str, request: Any,
-                    context: grpc.aio.ServicerContext) -> None:
+    async def check(self, method: str, request: Any, context: CallContext) -> None:
         try:
             role = self.role(context)
             if not may_call(role, method):

@@ -178,6 +178,11 @@ class ApplicationTable:
         self._check_unique(specs)
         # The files under each working_dir are part of the spec, so that an
         # edited module is a change (and a rebuild) like an edited config.
+        policy = self._deployments.policy
+        for i, spec in enumerate(specs):  # all checked before any file is read
+            policy.check(f"applications[{i}].runtime", spec.runtime)
+            for j, override in enumerate(spec.deployments):
+                policy.check(f"applications[{i}].deployments[{j}].runtime", override.runtime)
         digests = WorkingDirDigests()
         for i, spec in enumerate(specs):
             await digests.stamp(spec.runtime, f"applications[{i}].runtime")

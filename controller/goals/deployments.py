@@ -31,6 +31,7 @@ from ..keys import ClusterKeys
 from ..store import Delete, Op, Put, Store
 from .code_digest import WorkingDirDigests
 from .mirror import StoreMirror
+from .policy import DeployPolicy
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class DeploymentTable:
         # Whether a deleted deployment may be forgotten: set by the server to
         # "the reconciler tracks none of its replicas".
         self.can_purge: Callable[[Key], bool] = lambda key: True
+        # What specs may run (working dirs, images, env); set by the term.
+        self.policy = DeployPolicy()
         # Told (application, name) after each change to a deployment's goal.
         self._on_change = on_change or (lambda app, name: None)
         self._writes = StoreMirror(fenced, store, self.load)
@@ -148,6 +151,7 @@ class DeploymentTable:
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
+        self.policy.check("spec.runtime", goal.runtime)
         await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:

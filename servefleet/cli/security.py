@@ -73,6 +73,17 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--auth-tokens", metavar="FILE", default=None,
                        help="bearer tokens callers may present (servefleet token create); "
                             "reread on SIGHUP")
+    policy = parser.add_argument_group("what deploys may run")
+    policy.add_argument("--allow-working-dir", action="append", default=[], metavar="DIR",
+                        help="runtime.working_dir must lie below DIR (repeatable; default: "
+                             "below the current directory when --listen is loopback, "
+                             "none otherwise)")
+    policy.add_argument("--allow-image", action="append", default=[], metavar="PATTERN",
+                        help="images a deploy may name, shell-style (repeatable; default: "
+                             "only --docker-image)")
+    policy.add_argument("--allow-env", action=argparse.BooleanOptionalAction, default=None,
+                        help="whether a deploy may set runtime.env (default: only when "
+                             "--listen is loopback)")
 
 
 def controller_security(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,8 +111,13 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             tokens.TokenTable.load(args.auth_tokens)
         except tokens.TokenFileError as e:
             raise UsageError(f"--auth-tokens: {e}") from None
+    for directory in args.allow_working_dir:
+        if not os.path.isabs(directory):
+            raise UsageError(f"--allow-working-dir {directory!r}: must be an absolute path")
     return {"tls": own, "replica_tls": replica, "etcd_tls": etcd,
-            "auth_tokens": args.auth_tokens}
+            "auth_tokens": args.auth_tokens,
+            "allow_working_dirs": tuple(args.allow_working_dir),
+            "allow_images": tuple(args.allow_image), "allow_env": args.allow_env}
 
 
 # -- certs and token commands --------------------------------------------------------

@@ -31,13 +31,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.config_file import ConfigError, load_config
-from servefleet.lifecycle import NOTIFY_ENV, can_bind
+from servefleet.lifecycle import NOTIFY_ENV, can_bind, is_loopback
+from servefleet.security.tls import Credentials
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 
+from . import security
 from .apps import wait_running
 from .errors import CommandFailed, UsageError
 
@@ -79,7 +81,8 @@ def check_free(address: str, flag: str) -> None:
 class Cluster:
     """The child processes of one `up`."""
 
-    def __init__(self, store: str, listen: str, http: str, runtime_dir: str) -> None:
+    def __init__(self, store: str, listen: str, http: str, runtime_dir: str,
+                 controller_args: Sequence[str] = (), proxy_args: Sequence[str] = ()) -> None:
         self.listen, self.http, self.runtime_dir = listen, http, runtime_dir
         self._lock = threading.Lock()
         # Set once the child said it listens: from then on, `listen` is ours.
@@ -89,11 +92,11 @@ class Cluster:
         python = [sys.executable, "-m", "servefleet"]
         self.controller = self._spawn("controller", [
             *python, "controller", "--store", store, "--listen", listen,
-            "--runtime-dir", runtime_dir])
+            "--runtime-dir", runtime_dir, *controller_args])
         # The request timeout comes from the config's http_options, through the
         # route table, so a later deploy can change it.
         self.proxy = self._spawn("proxy", [*python, "proxy", "--controller", listen,
-                                           "--listen", http])
+                                           "--listen", http, *proxy_args])
 
     def say(self, line: str) -> None:
         with self._lock:
@@ -205,7 +208,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"))
+        tls = security.tls_files(args)
+        certs = ["--certs", args.certs] if args.certs else []
+        # The config's code is what `up` is asked to run: its directory is allowed.
+        code_dirs = [os.getcwd()] + ([os.path.dirname(os.path.abspath(args.config))]
+                                     if args.config else [])
+        cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
+                          [*certs, *(f"--allow-working-dir={d}" for d in code_dirs)], certs)
+        cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
         try:
             if not _start(cluster, request, args, stop):
                 return 1
@@ -225,7 +235,8 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
     if problem:
         cluster.say(f"up        | {problem}")
         return False
-    with ControllerClient(cluster.listen, timeout=30) as client:
+    with ControllerClient(cluster.listen, timeout=30,
+                          credentials=Credentials(security.tls_files(args))) as client:
         try:
             leader = client.status().leader
         except ControllerError as e:
@@ -256,6 +267,14 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
     return True
 
 
+def _security_line(tls: bool, listen: str) -> str:
+    if tls:
+        return "mutual TLS on every gRPC hop; clients need --certs DIR (or SERVEFLEET_CERTS)"
+    where = "loopback only" if is_loopback(listen) else f"{listen}, NOT loopback"
+    return (f"plain text, no authentication ({where}); for TLS: servefleet certs init DIR, "
+            "then servefleet up --certs DIR")
+
+
 def _suggestions(request, http: str, try_file: str | None) -> list[str]:
     """The commands to try: the --try-file's lines, else one curl per route."""
     if try_file:
@@ -284,4 +303,8 @@ def add_command(commands) -> None:
     up.add_argument("--try-file", default=None, metavar="FILE",
                     help="once ready, print the commands in FILE (one a line, {http} is the "
                          "proxy's address) instead of one curl per route")
-    up.set_defaults(run=cmd_up)
+    up.add_argument("--certs", default=None, metavar="DIR",
+                    help="mutual TLS from `servefleet certs init DIR` for the controller, "
+                         "the proxy and the replicas")
+    up.set_defaults(run=cmd_up, tls_role="admin", cluster_ca=None, cluster_cert=None,
+                    cluster_key=None)
