@@ -202,7 +202,9 @@ class StatePublisher:
     def _publish_routes(self, live: list[records_pb2.DeploymentRecord]) -> None:
         routes = sorted((r.spec.route_prefix, r.spec.application, r.spec.name)
                         for r in live if r.spec.HasField("route_prefix"))
-        table = watch_pb2.RouteTable(request_timeout_s=self._http_options().request_timeout_s)
+        options = self._http_options()
+        table = watch_pb2.RouteTable(request_timeout_s=options.request_timeout_s,
+                                     max_request_body_bytes=options.max_request_body_bytes)
         for prefix, app, name in routes:
             route = table.routes.add(route_prefix=prefix, application=app, deployment=name)
             traffic = self._traffic(app)

@@ -4,7 +4,10 @@ Per request:
 
 1. `/-/healthz` and `/-/routes` are answered by the proxy itself; a path no
    route prefix matches gets 404 naming the known prefixes.
-2. The body is read once (it may have to be sent to a second replica).
+2. Headers past `max_header_bytes` get 431; a body past the cluster's
+   http_options.max_request_body_bytes gets 413 (dataplane/body.py). A body
+   up to 1 MiB is read once, whole (it may have to go to a second replica);
+   a larger one streams to the replica as the client sends it.
 3. The request is forwarded with `x-request-id` kept or created, by the
    forward-with-retry proxies share with handles (servefleet/dataplane/):
    a replica is chosen by its deployment's pool; when all are full the
@@ -16,7 +19,7 @@ Per request:
 With a traffic policy on the route, step 3 first picks the deployment by
 weight, and a fraction of requests is also copied to the shadow deployment
 once the body is read: that copy runs on its own, its answer is read and
-dropped, and its failures are only logged.
+dropped, and its failures are only logged. Streamed bodies get no shadow copy.
 
 The replica learns which route prefix matched from `x-servefleet-route-prefix`
 (ASGI apps are served under it as their root_path).
@@ -36,6 +39,7 @@ from functools import partial
 from starlette.types import Receive, Scope, Send
 
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
@@ -47,6 +51,8 @@ logger = logging.getLogger(__name__)
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 SHADOW_TIMEOUT_S = 30.0
+# Past this many bytes of request headers (names, values and separators): 431.
+MAX_HEADER_BYTES = 64 * 1024
 # Shadow copies in flight per proxy; past it (or while the shadow's own queue
 # is not empty) copies are dropped: a shadow must never cost the real traffic.
 MAX_SHADOWS = 64
@@ -90,27 +96,34 @@ def _raw_target(scope: Scope) -> bytes:
     return (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
 
 
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("client went away")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
+class BadRequest(Exception):
+    """The request cannot be understood: 400 with this message."""
 
 
-def _cancel_on_disconnect(receive: Receive) -> asyncio.Task[None]:
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length; BadRequest for one that is not a number."""
+    for k, v in headers:
+        if k == b"content-length":
+            if not v.strip().isdigit():
+                raise BadRequest(f"content-length {v[:40]!r} is not a number")
+            return int(v)
+    return None
+
+
+def _cancel_on_disconnect(receive: Receive, body: bytes | StreamedBody) -> asyncio.Task[None]:
     """A watcher that cancels the calling task when the client disconnects.
 
     One extra task per request (not two): the work stays in the caller's task.
     The returned task is done, not cancelled, when it was the client that left.
+    A streamed body is read from `receive` too: the watcher starts listening
+    once all of it was read (until then the body's reader notices a departure).
     """
     caller = asyncio.current_task()
     assert caller is not None
 
     async def watch() -> None:
+        if isinstance(body, StreamedBody):
+            await body.finished.wait()
         while (await receive())["type"] != "http.disconnect":
             pass
         caller.cancel()
@@ -127,8 +140,10 @@ class Started:
 class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
-                 request_timeout_s: float | None = None) -> None:
+                 request_timeout_s: float | None = None,
+                 max_header_bytes: int = MAX_HEADER_BYTES) -> None:
         self._pools = pools
+        self._max_header_bytes = max_header_bytes
         self._routes = routes
         self._upstream = upstream
         self._timeout = request_timeout_s
@@ -141,6 +156,11 @@ class ProxyApp:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+        if header_bytes > self._max_header_bytes:
+            await _reply(send, 431, f"the request's headers are {header_bytes} bytes; the "
+                         f"limit is {self._max_header_bytes}")
+            return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or uuid.uuid4().hex
         if path == "/-/healthz":
@@ -179,7 +199,12 @@ class ProxyApp:
                 await _reply(send, 504, f"no answer within {timeout}s", request_id)
         except Overloaded as e:
             await _reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
-        except ConnectionResetError:
+        except BodyTooLarge as e:
+            if not started.value:
+                await _reply(send, 413, str(e), request_id)
+        except BadRequest as e:
+            await _reply(send, 400, str(e), request_id)
+        except (ConnectionResetError, ClientGone):
             pass  # the client left; nothing to answer
 
     async def _forward_until_disconnect(self, scope: Scope, receive: Receive, send: Send,
@@ -188,14 +213,15 @@ class ProxyApp:
                                         shadow_pool: ReplicaPool | None) -> None:
         """Forward; if the client leaves first, cancel, which closes the connection to
         the replica, and the replica cancels the request in turn."""
-        body = await _read_body(receive)
-        if (shadow_pool is not None and len(self._shadows) < MAX_SHADOWS
-                and shadow_pool.queued == 0):
+        limit = self._routes().max_request_body_bytes
+        body = await read_body(receive, limit, _content_length(scope["headers"]))
+        if (shadow_pool is not None and isinstance(body, bytes)
+                and len(self._shadows) < MAX_SHADOWS and shadow_pool.queued == 0):
             task = asyncio.create_task(self._mirror(scope, body, headers, shadow_pool,
                                                     request_id))
             self._shadows.add(task)
             task.add_done_callback(self._shadows.discard)
-        gone = _cancel_on_disconnect(receive)
+        gone = _cancel_on_disconnect(receive, body)
         try:
             await self._forward(scope, body, headers, send, pool, request_id, started)
         except asyncio.CancelledError:
@@ -225,7 +251,8 @@ class ProxyApp:
         except (Overloaded, NotDelivered, UpstreamError, TimeoutError) as e:
             logger.debug("request %s: shadow copy dropped: %s", request_id, e)
 
-    async def _forward(self, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]],
+    async def _forward(self, scope: Scope, body: bytes | StreamedBody,
+                       headers: list[tuple[bytes, bytes]],
                        send: Send, pool: ReplicaPool, request_id: str,
                        started: Started) -> None:
         try:

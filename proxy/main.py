@@ -23,7 +23,7 @@ from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
 
-from .app import ProxyApp
+from .app import MAX_HEADER_BYTES, ProxyApp
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
@@ -31,13 +31,14 @@ logger = logging.getLogger("servefleet.proxy")
 
 async def serve(controllers: str, listen: str, request_timeout_s: float | None,
                 drain_timeout_s: float = 30.0, advertise: str | None = None,
-                credentials: Credentials | None = None) -> None:
+                credentials: Credentials | None = None,
+                max_header_bytes: int = MAX_HEADER_BYTES) -> None:
     host, _, port = listen.rpartition(":")
     upstream = UpstreamPool()
     state = ProxyState(upstream)
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
-                       request_timeout_s)
+                       request_timeout_s, max_header_bytes)
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          server_header=False,

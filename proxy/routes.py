@@ -41,11 +41,17 @@ class Target:
         return self.shadow_of[0]
 
 
+# http_options.max_request_body_bytes when the cluster sets none.
+DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
+
+
 class RouteTable:
     def __init__(self, routes: list[Target] | None = None,
-                 request_timeout_s: float = 0.0) -> None:
+                 request_timeout_s: float = 0.0,
+                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         # The cluster's default request timeout; 0: none.
         self.request_timeout_s = request_timeout_s
+        self.max_request_body_bytes = max_request_body_bytes
         # Longest first, so the first match is the longest.
         self.routes = sorted(routes or [], key=lambda t: len(t.route_prefix), reverse=True)
 
@@ -55,7 +61,8 @@ class RouteTable:
                            tuple((t.deployment, t.weight) for t in r.split if t.weight > 0),
                            (r.shadow.deployment, r.shadow.fraction)
                            if r.HasField("shadow") and r.shadow.fraction > 0 else None)
-                    for r in table.routes], table.request_timeout_s)
+                    for r in table.routes], table.request_timeout_s,
+                   table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES)
 
     def match(self, path: str) -> Target | None:
         for target in self.routes:

@@ -51,7 +51,7 @@ from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 
 TOP_KEYS = ("http_options", "applications")
-HTTP_KEYS = ("host", "port", "request_timeout_s")
+HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes")
 APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic")
 TRAFFIC_KEYS = ("split", "shadow")
 SHADOW_KEYS = ("deployment", "fraction")
@@ -117,6 +117,9 @@ def _http_options(value: Any) -> apb.HttpOptions:
     if "request_timeout_s" in value:
         out.request_timeout_s = check_float("http_options.request_timeout_s",
                                             value["request_timeout_s"])
+    if "max_request_body_bytes" in value:
+        out.max_request_body_bytes = check_int("http_options.max_request_body_bytes",
+                                               value["max_request_body_bytes"], (1, 1 << 50))
     return out
 
 

@@ -57,6 +57,7 @@ async def test_the_limit_is_enforced_before_reading_and_while_streaming() -> Non
         await read_body(client(b"123456", b"789012"), limit=10, length=None)
     body = await read_body(client(b"x" * (BUFFER_BYTES + 1), b"y" * 10),
                            limit=BUFFER_BYTES + 5, length=None)
+    assert isinstance(body, StreamedBody)
     with pytest.raises(BodyTooLarge):
         await collect(body)
 
@@ -66,5 +67,6 @@ async def test_a_client_that_leaves_mid_body_is_client_gone() -> None:
         await read_body(client(b"ab", disconnect=True), limit=100, length=None)
     body = await read_body(client(b"x" * (BUFFER_BYTES + 1), disconnect=True),
                            limit=10 * BUFFER_BYTES, length=None)
+    assert isinstance(body, StreamedBody)
     with pytest.raises(ClientGone):
         await collect(body)

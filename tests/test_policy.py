@@ -32,7 +32,7 @@ def test_defaults_depend_on_listening_on_loopback(tmp_path: Path) -> None:
     remote = DeployPolicy.build(loopback=False, cwd=str(tmp_path), default_image="sf:1")
     with pytest.raises(PermissionDenied, match="takes no working dirs"):
         remote.check("r", d.RuntimeOptions(working_dir=str(tmp_path)))
-    with pytest.raises(PermissionDenied, match="r.env: .*--allow-env"):
+    with pytest.raises(PermissionDenied, match=r"r\.env: .*--allow-env"):
         remote.check("r", d.RuntimeOptions(env={"LD_PRELOAD": "/tmp/x.so"}))
 
 

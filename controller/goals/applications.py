@@ -75,6 +75,9 @@ def check_http_options(options: apb.HttpOptions) -> None:
     if not math.isfinite(options.request_timeout_s) or options.request_timeout_s < 0:
         raise InvalidArgument("http_options.request_timeout_s",
                               f"must be >= 0 seconds, got {options.request_timeout_s!r}")
+    if options.max_request_body_bytes > 1 << 50:
+        raise InvalidArgument("http_options.max_request_body_bytes",
+                              f"must be at most {1 << 50}, got {options.max_request_body_bytes}")
 
 
 class ApplicationTable:

@@ -77,12 +77,15 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     host, sep, port = args.listen.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
+    if not 1024 <= args.max_header_bytes <= 16 * 1024 * 1024:
+        raise UsageError("--max-header-bytes: between 1024 and 16777216")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
     controllers = args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
     try:
         asyncio.run(serve(controllers, args.listen, args.request_timeout_s,
-                          credentials=security.proxy_credentials(args)))
+                          credentials=security.proxy_credentials(args),
+                          max_header_bytes=args.max_header_bytes))
     except OSError as e:
         print(f"servefleet proxy: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -151,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
                        help="answer 504 when a request takes longer (default: no limit)")
+    proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
+                       help="answer 431 to requests with more header bytes (default 65536)")
     security.add_tls_flags(proxy, "proxy")
     proxy.set_defaults(run=cmd_proxy)
 

@@ -16,12 +16,13 @@ when its running count passes it (`BodyTooLarge`; the proxy answers 413).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 BUFFER_BYTES = 1 << 20
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
 class BodyTooLarge(Exception):
@@ -44,6 +45,7 @@ class StreamedBody:
         self._limit = limit
         self.pulled = False  # read past `held`: the body can no longer be sent again
         self._done = False
+        self.finished = asyncio.Event()  # every byte was read from the client
 
     @property
     def replayable(self) -> bool:
@@ -65,6 +67,8 @@ class StreamedBody:
             if count > self._limit:
                 raise BodyTooLarge(self._limit)
             self._done = not message.get("more_body")
+            if self._done:
+                self.finished.set()
             if chunk:
                 yield chunk
 

@@ -19,8 +19,9 @@ Per attempt:
    connection are held, so its in-flight count covers the whole response.
 
 A failure after the request was sent (`UpstreamError`) is not retried: the
-replica may have acted on it. Cancelling the caller closes the connection,
-which makes the replica cancel the request in turn.
+replica may have acted on it. Nor is a streamed body once part of it past
+the held buffer was sent (body.py): it cannot be sent again. Cancelling the
+caller closes the connection, which makes the replica cancel the request in turn.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import TypeVar
 from servefleet.wire import REJECTED_HEADER
 
 from .balancer import ReplicaPool
+from .body import StreamedBody, replayable
 from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ class NoReplicaTook(Exception):
 
 
 async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
-                  headers: list[tuple[bytes, bytes]], body: bytes,
+                  headers: list[tuple[bytes, bytes]], body: bytes | StreamedBody,
                   deliver: Callable[[Response], Awaitable[T]], request_id: str = "") -> T:
     """What `deliver` returns for the first answer a replica gave.
 
@@ -61,7 +63,8 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
         try:
             response = await upstream.request(replica.address, method, target, headers, body)
             try:
-                if response.status == 503 and (reason := response.header(REJECTED_HEADER)):
+                if (response.status == 503 and replayable(body)
+                        and (reason := response.header(REJECTED_HEADER))):
                     # Refused unread; drain the short body so the connection stays usable.
                     with contextlib.suppress(UpstreamError):
                         async for _ in response.chunks():

@@ -20,6 +20,8 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
+from .body import StreamedBody, replayable
+
 IDEMPOTENT = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0
@@ -177,18 +179,34 @@ class UpstreamPool:
         return Connection(reader, writer)
 
     async def request(self, address: str, method: str, target: bytes,
-                      headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
-        """Send one request; `target` is the raw path and query, as the client sent it."""
+                      headers: list[tuple[bytes, bytes]],
+                      body: bytes | StreamedBody) -> Response:
+        """Send one request; `target` is the raw path and query, as the client sent it.
+
+        A StreamedBody is sent as it arrives (with the client's length, else
+        chunked); BodyTooLarge and ClientGone from it pass through. A replica
+        that answers before taking the whole body (and closes) is heard out.
+        """
         if b"\r" in target or b"\n" in target or b" " in target:
             raise UpstreamError("refusing a request target with spaces or line breaks", address)
         conn = await self._connect(address)
         head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
                 + address.encode() + b"\r\n"]
         head.extend(k + b": " + v + b"\r\n" for k, v in headers)
-        head.append(b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
+        if isinstance(body, bytes):
+            head.append(b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
+        elif body.length is not None:
+            head.append(b"content-length: " + str(body.length).encode() + b"\r\n\r\n")
+        else:
+            head.append(b"transfer-encoding: chunked\r\n\r\n")
         try:
-            conn.writer.write(b"".join(head) + body)
-            await conn.writer.drain()
+            if isinstance(body, bytes):
+                conn.writer.write(b"".join(head) + body)
+                await conn.writer.drain()
+            else:
+                conn.writer.write(b"".join(head))
+                with contextlib.suppress(OSError):  # an early answer may still be read below
+                    await _send_streamed(conn.writer, body)
             while True:
                 raw = await conn.reader.readuntil(b"\r\n\r\n")
                 status, parsed = _parse_head(raw, address)
@@ -198,7 +216,7 @@ class UpstreamPool:
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
             conn.close()
             received = isinstance(e, asyncio.IncompleteReadError) and bool(e.partial)
-            if conn.reused and not received and method in IDEMPOTENT:
+            if conn.reused and not received and method in IDEMPOTENT and replayable(body):
                 raise NotDelivered(f"kept-alive connection closed: {e!r}") from None
             raise UpstreamError(f"replica failed before answering: {e!r}", address) from None
         except BaseException:  # cancelled, or a malformed answer: never reuse it
@@ -210,3 +228,14 @@ class UpstreamPool:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+async def _send_streamed(writer: asyncio.StreamWriter, body: StreamedBody) -> None:
+    """Write the body as the client sends it, waiting for the replica to take each piece."""
+    chunked = body.length is None
+    async for chunk in body.chunks():
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+        await writer.drain()
+    if chunked:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()

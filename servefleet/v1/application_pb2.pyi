@@ -67,14 +67,16 @@ class ShadowTarget(_message.Message):
     def __init__(self, deployment: _Optional[str] = ..., fraction: _Optional[float] = ...) -> None: ...
 
 class HttpOptions(_message.Message):
-    __slots__ = ("host", "port", "request_timeout_s")
+    __slots__ = ("host", "port", "request_timeout_s", "max_request_body_bytes")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
     host: str
     port: int
     request_timeout_s: float
-    def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., request_timeout_s: _Optional[float] = ...) -> None: ...
+    max_request_body_bytes: int
+    def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ...) -> None: ...
 
 class ApplicationRecord(_message.Message):
     __slots__ = ("spec", "generation", "applied_generation", "build_error", "deployment_names", "deleted", "update_time", "failed_generation")

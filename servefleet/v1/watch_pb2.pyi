@@ -69,12 +69,14 @@ class Snapshot(_message.Message):
     def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
-    __slots__ = ("routes", "request_timeout_s")
+    __slots__ = ("routes", "request_timeout_s", "max_request_body_bytes")
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
     routes: _containers.RepeatedCompositeFieldContainer[Route]
     request_timeout_s: float
-    def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ...) -> None: ...
+    max_request_body_bytes: int
+    def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ...) -> None: ...
 
 class Route(_message.Message):
     __slots__ = ("route_prefix", "application", "deployment", "split", "shadow")
