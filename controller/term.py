@@ -157,7 +157,7 @@ class LeaderTerm:
             if not await self._retry_while_leading(step, store, holding):
                 return False
         self._state = StatePublisher(self.publisher, self.deployments.live, self._serving,
-                                     self.applications.traffic,
+                                     self.applications.spec,
                                      lambda: self.applications.http_options)
         self._state.refresh_all()
         return True

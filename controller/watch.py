@@ -160,14 +160,15 @@ class StatePublisher:
     def __init__(self, publisher: Publisher,
                  goals: Callable[[], list[records_pb2.DeploymentRecord]],
                  running: Callable[[str, str], list[replica_pb2.ReplicaRecord]],
-                 traffic: Callable[[str], application_pb2.TrafficPolicy | None] | None = None,
+                 application: Callable[[str], application_pb2.ApplicationSpec | None]
+                 | None = None,
                  http_options: Callable[[], application_pb2.HttpOptions] | None = None,
                  ) -> None:
         self._publisher = publisher
         self._goals = goals
         self._running = running
-        # An application's traffic policy, for the route of its ingress.
-        self._traffic = traffic or (lambda application: None)
+        # An application's spec (traffic policy, require_token), for its route.
+        self._application = application or (lambda name: None)
         self._http_options = http_options or application_pb2.HttpOptions
 
     def refresh_all(self) -> None:
@@ -207,11 +208,12 @@ class StatePublisher:
                                      max_request_body_bytes=options.max_request_body_bytes)
         for prefix, app, name in routes:
             route = table.routes.add(route_prefix=prefix, application=app, deployment=name)
-            traffic = self._traffic(app)
-            if traffic is not None:
-                route.split.extend(traffic.split)
-                if traffic.HasField("shadow"):
-                    route.shadow.CopyFrom(traffic.shadow)
+            spec = self._application(app)
+            if spec is not None:
+                route.split.extend(spec.traffic.split)
+                if spec.traffic.HasField("shadow"):
+                    route.shadow.CopyFrom(spec.traffic.shadow)
+                route.require_token = spec.require_token
         self._publisher.publish(ROUTES_KEY, routes=table)
 
     def _publish_deployment(self, record: records_pb2.DeploymentRecord) -> None:

@@ -42,7 +42,8 @@ from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
-from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+from servefleet.security.tokens import TokenTable
+from servefleet.wire import CALLER_HEADER, METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
 from .routes import RouteTable
 
@@ -59,7 +60,7 @@ MAX_SHADOWS = 64
 # Host and length are recomputed for the request forwarded. A handle call's
 # marker and the route prefix are the proxy's to say: neither comes from a client.
 NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEADER,
-                              ROUTE_PREFIX_HEADER}
+                              ROUTE_PREFIX_HEADER, CALLER_HEADER}
 
 
 def _and_named_by_connection(headers: list[tuple[bytes, bytes]],
@@ -72,21 +73,42 @@ def _and_named_by_connection(headers: list[tuple[bytes, bytes]],
 
 
 async def _reply(send: Send, status: int, text: str, request_id: str = "",
-                 content_type: bytes = b"text/plain; charset=utf-8") -> None:
+                 content_type: bytes = b"text/plain; charset=utf-8",
+                 extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = text.encode()
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+               *extra]
     if request_id:
         headers.append((REQUEST_ID_HEADER, request_id.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def _upstream_headers(scope: Scope, request_id: str,
-                      route_prefix: str) -> list[tuple[bytes, bytes]]:
+def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
+                      caller: str | None = None) -> list[tuple[bytes, bytes]]:
+    """The headers a replica gets. With `caller` (the name of the token the
+    proxy checked) the token itself stays here and the name goes on."""
     dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
-    return [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
-            ] + [(REQUEST_ID_HEADER, request_id.encode()),
-                 (ROUTE_PREFIX_HEADER, route_prefix.encode())]
+    if caller is not None:
+        dropped = dropped | {b"authorization"}
+    headers = [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
+               ] + [(REQUEST_ID_HEADER, request_id.encode()),
+                    (ROUTE_PREFIX_HEADER, route_prefix.encode())]
+    if caller is not None:
+        headers.append((CALLER_HEADER, caller.encode()))
+    return headers
+
+
+def _caller(scope: Scope, tokens: TokenTable | None) -> str | None:
+    """The name of the request's bearer token, or None when it has no valid one."""
+    if tokens is None:
+        return None
+    for k, v in scope["headers"]:
+        if k == b"authorization":
+            scheme, _, token = v.decode("latin-1").partition(" ")
+            entry = tokens.lookup(token.strip()) if scheme.lower() == "bearer" else None
+            return entry.name if entry is not None else None
+    return None
 
 
 def _raw_target(scope: Scope) -> bytes:
@@ -141,8 +163,11 @@ class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
                  request_timeout_s: float | None = None,
-                 max_header_bytes: int = MAX_HEADER_BYTES) -> None:
+                 max_header_bytes: int = MAX_HEADER_BYTES,
+                 tokens: Callable[[], TokenTable | None] = lambda: None) -> None:
         self._pools = pools
+        # The tokens of --http-tokens (None: none), for routes that require one.
+        self._tokens = tokens
         self._max_header_bytes = max_header_bytes
         self._routes = routes
         self._upstream = upstream
@@ -177,6 +202,14 @@ class ProxyApp:
             await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
             return
+        caller = None
+        if target.require_token:
+            caller = _caller(scope, self._tokens())
+            if caller is None:
+                await _reply(send, 401, "this route needs a bearer token (authorization: "
+                             "Bearer TOKEN)", request_id,
+                             extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
+                return
         deployment = target.pick()
         pool = self._pools(target.application, deployment)
         if pool is None:
@@ -185,7 +218,7 @@ class ProxyApp:
             return
         shadow = target.shadow()
         shadow_pool = self._pools(target.application, shadow) if shadow else None
-        headers = _upstream_headers(scope, request_id, target.route_prefix)
+        headers = _upstream_headers(scope, request_id, target.route_prefix, caller)
         started = Started()
         # The proxy's own --request-timeout-s, else the cluster's http_options.
         timeout = self._timeout or self._routes().request_timeout_s or None

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import uuid
+from dataclasses import dataclass
 
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.security.tls import Credentials
+from servefleet.security.tokens import TokenFileError, TokenTable
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
@@ -29,35 +32,83 @@ from .state import ProxyState
 logger = logging.getLogger("servefleet.proxy")
 
 
-async def serve(controllers: str, listen: str, request_timeout_s: float | None,
-                drain_timeout_s: float = 30.0, advertise: str | None = None,
-                credentials: Credentials | None = None,
-                max_header_bytes: int = MAX_HEADER_BYTES) -> None:
-    host, _, port = listen.rpartition(":")
+@dataclass
+class ProxyOptions:
+    """Settings of one proxy process (`servefleet proxy` flags)."""
+
+    # Controller addresses, comma-separated.
+    controllers: str
+    # HOST:PORT the HTTP ingress binds.
+    listen: str
+    # Seconds before 504; None: the cluster's http_options.request_timeout_s.
+    request_timeout_s: float | None = None
+    # Seconds in-flight requests get to finish on SIGTERM.
+    drain_timeout_s: float = 30.0
+    # The address announced to the controller (default: `listen`).
+    advertise: str | None = None
+    # The proxy's identity towards the controllers (mutual TLS), or None: from the env.
+    credentials: Credentials | None = None
+    # 431 past this many bytes of request headers.
+    max_header_bytes: int = MAX_HEADER_BYTES
+    # HTTPS on the ingress: PEM certificate chain and key. None: plain HTTP.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Bearer tokens for applications with require_token (reread on SIGHUP).
+    http_tokens: str | None = None
+
+
+class HttpTokens:
+    """The --http-tokens table, reloaded on SIGHUP (a broken file keeps the old one)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path
+        self.table = TokenTable.load(path) if path else None
+
+    def reload(self) -> None:
+        if self._path is None:
+            return
+        try:
+            self.table = TokenTable.load(self._path)
+        except TokenFileError as e:
+            logger.error("kept the previous HTTP tokens: %s", e)
+            return
+        logger.info("reloaded %d HTTP tokens from %s", len(self.table), self._path)
+
+
+async def serve(options: ProxyOptions) -> None:
+    """Run a proxy until SIGTERM/SIGINT; OSError when it cannot listen,
+    TokenFileError for an --http-tokens file that does not parse."""
+    host, _, port = options.listen.rpartition(":")
+    tokens = HttpTokens(options.http_tokens)
     upstream = UpstreamPool()
     state = ProxyState(upstream)
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
-                       request_timeout_s, max_header_bytes)
+                       options.request_timeout_s, options.max_header_bytes,
+                       lambda: tokens.table)
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          server_header=False,
-                                         timeout_graceful_shutdown=int(drain_timeout_s))
-        address = advertise or (listen if host not in ("0.0.0.0", "::", "")
-                                else f"{socket.gethostname()}:{port}")
-        watcher = WatchClient(controllers, [ROUTES_KEY, replicas_key()], on_snapshot=state.apply,
-                              kind=watch_pb2.WATCHER_KIND_PROXY, address=address,
-                              watcher_id=f"proxy-{uuid.uuid4().hex[:8]}",
-                              credentials=credentials)
+                                         timeout_graceful_shutdown=int(options.drain_timeout_s),
+                                         ssl_certfile=options.tls_cert,
+                                         ssl_keyfile=options.tls_key)
+        address = options.advertise or (options.listen if host not in ("0.0.0.0", "::", "")
+                                        else f"{socket.gethostname()}:{port}")
+        watcher = WatchClient(options.controllers, [ROUTES_KEY, replicas_key()],
+                              on_snapshot=state.apply, kind=watch_pb2.WATCHER_KIND_PROXY,
+                              address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}",
+                              credentials=options.credentials)
         reporter = LoadReporter(watcher)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
-        logger.info("proxy %s listening on %s, watching %s", watcher.watcher_id, listen,
-                    controllers)
-        notify_ready(f"proxy listening on {listen}")
+        logger.info("proxy %s listening on %s (%s), watching %s", watcher.watcher_id,
+                    options.listen, "HTTPS" if options.tls_cert else "HTTP",
+                    options.controllers)
+        notify_ready(f"proxy listening on {options.listen}")
         stop = asyncio.Event()
         on_stop_signals(stop.set)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, tokens.reload)
         await stop.wait()
         logger.info("draining")
         app.draining = True

@@ -26,6 +26,8 @@ class Target:
     split: tuple[tuple[str, float], ...] = ()
     # (deployment, fraction of requests copied to it), or None.
     shadow_of: tuple[str, float] | None = None
+    # The application wants a bearer token from the proxy's --http-tokens.
+    require_token: bool = False
 
     def pick(self, rng: random.Random | None = None) -> str:
         """The deployment this request goes to."""
@@ -60,7 +62,8 @@ class RouteTable:
         return cls([Target(r.route_prefix, r.application, r.deployment,
                            tuple((t.deployment, t.weight) for t in r.split if t.weight > 0),
                            (r.shadow.deployment, r.shadow.fraction)
-                           if r.HasField("shadow") and r.shadow.fraction > 0 else None)
+                           if r.HasField("shadow") and r.shadow.fraction > 0 else None,
+                           r.require_token)
                     for r in table.routes], table.request_timeout_s,
                    table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES)
 

@@ -38,6 +38,7 @@ import yaml
 from servefleet.options import (
     DEPLOYMENT_OPTIONS,
     OptionError,
+    check_bool,
     check_float,
     check_int,
     check_keys,
@@ -52,7 +53,8 @@ from servefleet.v1 import controller_pb2 as api
 
 TOP_KEYS = ("http_options", "applications")
 HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes")
-APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic")
+APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic",
+            "require_token")
 TRAFFIC_KEYS = ("split", "shadow")
 SHADOW_KEYS = ("deployment", "fraction")
 # Keys a Ray Serve config has, with what to write here instead.
@@ -137,6 +139,8 @@ def _application(path: str, value: Any, base_dir: str) -> apb.ApplicationSpec:
             spec.no_route = True
         else:
             spec.route_prefix = check_str(f"{path}.route_prefix", value["route_prefix"])
+    if value.get("require_token") is not None:
+        spec.require_token = check_bool(f"{path}.require_token", value["require_token"])
     if value.get("args") is not None:
         spec.args_json = to_json(f"{path}.args", check_mapping(f"{path}.args", value["args"]))
     if value.get("runtime") is not None:
@@ -203,9 +207,10 @@ def dump_config(reply: api.ListApplicationsResponse) -> str:
     data: dict[str, Any] = {}
     http = reply.http_options
     if http.ByteSize():
-        data["http_options"] = {k: v for k, v in (("host", http.host), ("port", http.port),
-                                                  ("request_timeout_s", http.request_timeout_s))
-                                if v}
+        data["http_options"] = {k: v for k, v in (
+            ("host", http.host), ("port", http.port),
+            ("request_timeout_s", http.request_timeout_s),
+            ("max_request_body_bytes", http.max_request_body_bytes)) if v}
     data["applications"] = [_app_data(r.spec) for r in reply.applications]
     return yaml.safe_dump(data, sort_keys=False)
 
@@ -217,6 +222,8 @@ def _app_data(spec: apb.ApplicationSpec) -> dict[str, Any]:
     elif spec.HasField("route_prefix"):
         out["route_prefix"] = spec.route_prefix
     out["import_path"] = spec.import_path
+    if spec.require_token:
+        out["require_token"] = True
     if spec.args_json:
         out["args"] = json.loads(spec.args_json)
     if spec.runtime.ByteSize():

@@ -74,6 +74,12 @@ def check_float(path: str, value: Any) -> float:
     return float(value)
 
 
+def check_bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise OptionError(f"{path}: expected true or false, got {_type_name(value)}")
+    return value
+
+
 def check_str(path: str, value: Any) -> str:
     if not isinstance(value, str):
         raise OptionError(f"{path}: expected a string, got {_type_name(value)}")

@@ -27,6 +27,9 @@ METHOD_HEADER = b"x-servefleet-method"
 # The route prefix the proxy matched; an ASGI deployment is served under it as
 # its root_path (a proxy sets it, never forwards a client's).
 ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
+# On routes that require a token: the name of the caller's token, which the
+# proxy checked and kept (a proxy sets it, never forwards a client's).
+CALLER_HEADER = b"x-servefleet-caller"
 
 # -- gRPC ------------------------------------------------------------------------
 

@@ -17,10 +17,12 @@ def write(tmp_path, text: str) -> str:
 
 
 FULL = """
-    http_options: {host: 127.0.0.1, port: 8001, request_timeout_s: 5}
+    http_options: {host: 127.0.0.1, port: 8001, request_timeout_s: 5,
+                   max_request_body_bytes: 1000}
     applications:
       - name: calc
         route_prefix: /calc
+        require_token: true
         import_path: graph_app:builder
         args: {increment: 3}
         runtime: {working_dir: apps, env: {A: "1"}}
@@ -45,7 +47,9 @@ FULL = """
 def test_a_full_config_becomes_the_request(tmp_path) -> None:
     request = load_config(write(tmp_path, FULL))
     assert (request.http_options.port, request.http_options.request_timeout_s) == (8001, 5)
+    assert request.http_options.max_request_body_bytes == 1000
     calc, quiet = request.applications
+    assert calc.require_token and not quiet.require_token
     assert calc.route_prefix == "/calc" and calc.args_json == '{"increment":3}'
     assert calc.runtime.working_dir == str(tmp_path / "apps")  # relative to the file
     assert [(t.deployment, t.weight) for t in calc.traffic.split] == [("Front", 90),

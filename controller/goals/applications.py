@@ -124,9 +124,10 @@ class ApplicationTable:
     def live(self) -> list[apb.ApplicationRecord]:
         return [r for r in self.records() if not r.deleted]
 
-    def traffic(self, name: str) -> apb.TrafficPolicy | None:
+    def spec(self, name: str) -> apb.ApplicationSpec | None:
+        """The live application's spec, or None."""
         record = self._records.get(name)
-        return record.spec.traffic if record is not None and not record.deleted else None
+        return record.spec if record is not None and not record.deleted else None
 
     def owns(self, name: str) -> bool:
         """Whether `name` is an application deployed through DeployApplications."""

@@ -72,7 +72,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
-    from servefleet.proxy.main import serve
+    from servefleet.proxy.main import ProxyOptions, serve
+    from servefleet.security.tokens import TokenFileError
 
     host, sep, port = args.listen.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -81,11 +82,20 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError("--max-header-bytes: between 1024 and 16777216")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
-    controllers = args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path and not os.path.isfile(path):
+            raise UsageError(f"{flag} {path}: no such file")
+    options = ProxyOptions(
+        controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
+        listen=args.listen, request_timeout_s=args.request_timeout_s,
+        credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens)
     try:
-        asyncio.run(serve(controllers, args.listen, args.request_timeout_s,
-                          credentials=security.proxy_credentials(args),
-                          max_header_bytes=args.max_header_bytes))
+        asyncio.run(serve(options))
+    except TokenFileError as e:
+        raise UsageError(f"--http-tokens: {e}") from None
     except OSError as e:
         print(f"servefleet proxy: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -156,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
                        help="answer 431 to requests with more header bytes (default 65536)")
+    proxy.add_argument("--tls-cert", default=None, metavar="FILE",
+                       help="serve HTTPS with this PEM certificate chain (with --tls-key)")
+    proxy.add_argument("--tls-key", default=None, metavar="FILE")
+    proxy.add_argument("--http-tokens", default=None, metavar="FILE",
+                       help="bearer tokens for applications with require_token "
+                            "(servefleet token create; reread on SIGHUP)")
     security.add_tls_flags(proxy, "proxy")
     proxy.set_defaults(run=cmd_proxy)
 

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ApplicationSpec(_message.Message):
-    __slots__ = ("name", "route_prefix", "import_path", "args_json", "runtime", "deployments", "traffic", "no_route")
+    __slots__ = ("name", "route_prefix", "import_path", "args_json", "runtime", "deployments", "traffic", "no_route", "require_token")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     IMPORT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class ApplicationSpec(_message.Message):
     DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     NO_ROUTE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     route_prefix: str
     import_path: str
@@ -28,7 +29,8 @@ class ApplicationSpec(_message.Message):
     deployments: _containers.RepeatedCompositeFieldContainer[DeploymentOverride]
     traffic: TrafficPolicy
     no_route: bool
-    def __init__(self, name: _Optional[str] = ..., route_prefix: _Optional[str] = ..., import_path: _Optional[str] = ..., args_json: _Optional[str] = ..., runtime: _Optional[_Union[_deployment_pb2.RuntimeOptions, _Mapping]] = ..., deployments: _Optional[_Iterable[_Union[DeploymentOverride, _Mapping]]] = ..., traffic: _Optional[_Union[TrafficPolicy, _Mapping]] = ..., no_route: _Optional[bool] = ...) -> None: ...
+    require_token: bool
+    def __init__(self, name: _Optional[str] = ..., route_prefix: _Optional[str] = ..., import_path: _Optional[str] = ..., args_json: _Optional[str] = ..., runtime: _Optional[_Union[_deployment_pb2.RuntimeOptions, _Mapping]] = ..., deployments: _Optional[_Iterable[_Union[DeploymentOverride, _Mapping]]] = ..., traffic: _Optional[_Union[TrafficPolicy, _Mapping]] = ..., no_route: _Optional[bool] = ..., require_token: _Optional[bool] = ...) -> None: ...
 
 class DeploymentOverride(_message.Message):
     __slots__ = ("name", "replica_config", "version", "runtime")

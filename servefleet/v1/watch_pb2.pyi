@@ -79,18 +79,20 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ...) -> None: ...
 
 class Route(_message.Message):
-    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow")
+    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token")
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     route_prefix: str
     application: str
     deployment: str
     split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
     shadow: _application_pb2.ShadowTarget
-    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ...) -> None: ...
+    require_token: bool
+    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
     __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests")
