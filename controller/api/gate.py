@@ -112,6 +112,8 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             else:
                 logger.info("refused %s: %s: %s", fn.__name__, e.code.name, message)
             await context.abort(e.code, message, trailing_metadata=_leader_metadata(hint))
+        except grpc.aio.AbortError:
+            raise  # already answered (a malformed message in a request stream, say)
         except Exception:
             logger.exception("internal error in %s", fn.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}")
