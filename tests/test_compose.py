@@ -7,6 +7,7 @@ Docker engine, unless SERVEFLEET_DOCKER_TESTS=required.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,9 @@ from typing import NoReturn
 import httpx
 import pytest
 
-from servefleet.client import ControllerClient
+from servefleet.client import ControllerClient, ControllerUnreachable
+from servefleet.security.certs import init_certs
+from servefleet.security.tls import PLAIN, Credentials, TlsFiles
 from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -43,8 +46,8 @@ def _compose_command() -> list[str]:
     return []
 
 
-@pytest.fixture
-def compose(tmp_path):
+@contextlib.contextmanager
+def _compose(tmp_path: Path, files: list[Path], env: dict[str, str]):
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         _unavailable("no Docker engine answers")
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
@@ -55,9 +58,11 @@ def compose(tmp_path):
                                              "SF_P2_PORT")}
     project = f"sf{uuid.uuid4().hex[:8]}"
     env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SF_CLUSTER": project,
-           "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE}
+           "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE, **env}
     base = [*_compose_command(), "-p", project, "-f", str(ROOT / "deploy/docker-compose.yml"),
             "-f", str(ROOT / "deploy/docker-compose.host.yml")]
+    for extra in files:
+        base += ["-f", str(extra)]
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run([*base, *args], env=env, capture_output=True, text=True,
@@ -73,6 +78,42 @@ def compose(tmp_path):
         subprocess.run(f"docker ps -aq --filter label=io.servefleet.cluster={project} "
                        "| xargs -r docker rm -f", shell=True, capture_output=True)
         print(logs[-6000:])
+
+
+@pytest.fixture
+def compose(tmp_path):
+    with _compose(tmp_path, [], {}) as running:
+        yield running
+
+
+# The host-network proxies exist only in docker-compose.host.yml: the TLS
+# override (written for the published-ports proxies) does not name them.
+HOST_PROXIES_TLS = """
+version: "3.8"
+services:
+  host-proxy-1: &certs
+    environment: {SERVEFLEET_CERTS: /certs}
+    volumes: ["${SF_CERTS_DIR}:/certs:ro"]
+  host-proxy-2: *certs
+"""
+
+
+@pytest.fixture
+def compose_tls(tmp_path):
+    certs = tmp_path / "certs"
+    init_certs(certs)
+    extra = tmp_path / "host-proxies-tls.yml"
+    extra.write_text(HOST_PROXIES_TLS)
+    with _compose(tmp_path, [ROOT / "deploy/docker-compose.tls.yml", extra],
+                  {"SF_TLS": "s", "SF_CERTS_DIR": str(certs)}) as running:
+        yield (*running, certs)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, params={"text": "a great day"}, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _etcd_image(tmp_path: Path) -> None:
@@ -96,13 +137,7 @@ def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:
     controllers = [f"127.0.0.1:{ports[k]}" for k in ("SF_C1_PORT", "SF_C2_PORT", "SF_C3_PORT")]
     proxies = [f"http://127.0.0.1:{ports[k]}/sentiment" for k in ("SF_P1_PORT", "SF_P2_PORT")]
 
-    def answers(url: str) -> bool:
-        try:
-            return httpx.get(url, params={"text": "a great day"}, timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(lambda: all(answers(url) for url in proxies), 180,
+    wait_for(lambda: all(_answers(url) for url in proxies), 180,
              "the example through both proxies")
     assert httpx.get(proxies[0], params={"text": "a great day"}).json()["label"] == "positive"
 
@@ -143,3 +178,19 @@ def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:
         worker.join(30)
     print(f"{sent} requests while the leader was killed; {len(failures)} failed")
     assert not failures, failures[:5]
+
+
+def test_the_tls_variant_serves_with_certificates_only(compose_tls) -> None:
+    _, ports, _, certs = compose_tls
+    controllers = [f"127.0.0.1:{ports[k]}" for k in ("SF_C1_PORT", "SF_C2_PORT", "SF_C3_PORT")]
+    proxies = [f"http://127.0.0.1:{ports[k]}/sentiment" for k in ("SF_P1_PORT", "SF_P2_PORT")]
+    wait_for(lambda: all(_answers(url) for url in proxies), 180,
+             "the example through both proxies, every gRPC hop on mutual TLS")
+    admin = Credentials(TlsFiles.from_dir(certs, "admin"))
+    with ControllerClient(controllers, timeout=30, credentials=admin) as client:
+        status = client.status()
+        assert status.leader in controllers
+        assert [p for p in status.proxies if p.healthy]
+    with pytest.raises(ControllerUnreachable):
+        with ControllerClient(controllers, timeout=2, credentials=PLAIN) as plain:
+            plain.status()

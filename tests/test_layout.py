@@ -92,3 +92,14 @@ def test_no_hand_written_module_over_400_lines() -> None:
     long = {str(p.relative_to(ROOT)): n for p in sources
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject lists packages one by one: a new folder must be in the list,
+    or `pip install` (and the Docker image) ships without it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert packages - listed == set()
