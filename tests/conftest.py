@@ -73,7 +73,7 @@ class ControllerFleet:
         # Tests put code in tmp dirs: the deploy policy is tested on its own (test_policy.py).
         procs = [ControllerProcess(self.store_url, cluster=self.cluster, lease_ttl=lease_ttl,
                                    runtime=runtime, log_dir=self.log_dir,
-                                   extra_args=["--allow-working-dir", "/"])
+                                   extra_args=["--allow-working-dir", "/", "--allow-image", "*"])
                  for _ in range(count)]
         for proc in procs:
             proc.start(wait=False)
