@@ -1,6 +1,6 @@
 """Data-plane throughput and latency, with wrk, beside the raw app ceiling.
 
-    .venv/bin/python bench/data_plane.py [--duration 10] [--handler async|sync]
+    .venv/bin/python bench/data_plane.py [--duration 10] [--handler async|sync] [--tls]
                                                          (needs Debian's wrk)
 
 Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
@@ -11,11 +11,16 @@ which the replica runs in its thread pool. For 1, 16 and 64
 connections it prints requests/s, p50 and p99 for both, and the proxy's share
 of the ceiling. Goals (issue 4): >= 4,000 rps through one proxy to one replica
 at 16 connections, >= 0.25 of the raw app; p50 <= 1.5 ms at one connection.
+
+With --tls a second proxy serves HTTPS (--tls-cert/--tls-key, a certificate
+from `servefleet certs init`) in front of the same replica, and the same
+runs go to it: TLS on vs off, side by side (issue 13).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -28,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from servefleet.client import ControllerClient
+from servefleet.security.certs import init_certs
 from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.v1 import deployment_pb2 as d
 
@@ -67,15 +73,18 @@ def main() -> None:
     parser.add_argument("--handler", choices=["async", "sync"], default="async",
                         help="the replica's no-op: `async def` like the raw app's handler "
                              "(default), or a plain def, which takes a thread-pool hop")
+    parser.add_argument("--tls", action="store_true",
+                        help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk not found: apt-get install wrk")
     work = tempfile.mkdtemp(prefix="servefleet-dataplane-")
     port = free_port()
     raw = subprocess.Popen([sys.executable, str(HERE / "hello_app.py"), str(port)])
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
-    proxy = None
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
+    proxy = https = None
     try:
+        controller.start()
         _wait_tcp(port, 30, raw, "hello app")
         while not controller.is_leader():
             time.sleep(0.05)
@@ -87,19 +96,29 @@ def main() -> None:
                 replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
         proxy = ProxyProcess([controller.address], log_dir=work).start()
         wait_ok(proxy.url + "/noop")
-        results = {}
+        if args.tls:
+            init_certs(f"{work}/certs")
+            https = ProxyProcess([controller.address], log_dir=work, extra_args=[
+                "--tls-cert", f"{work}/certs/proxy.crt", "--tls-key", f"{work}/certs/proxy.key"])
+            https.start()
+        results, tls_results = {}, {}
         for connections in (1, 16, 64):
             results[connections] = (wrk(f"http://127.0.0.1:{port}/noop", connections,
                                         args.duration),
                                     wrk(proxy.url + "/noop", connections, args.duration))
+            if https is not None:
+                tls_results[connections] = wrk(f"https://127.0.0.1:{https.port}/noop",
+                                               connections, args.duration)
     finally:
-        if proxy is not None:
-            proxy.stop()
-        with ControllerClient(controller.address, timeout=10) as client:
-            client.shutdown()
-        controller.stop()
+        for started in (proxy, https):
+            if started is not None:
+                started.stop()
         raw.terminate()
         raw.wait()
+        with contextlib.suppress(Exception), ControllerClient(controller.address,
+                                                              timeout=10) as client:
+            client.shutdown()
+        controller.stop()
     print(f"servefleet data plane, {args.handler} no-op replica (wrk, 1 thread, "
           f"{args.duration}s per run; goals: >= 4,000 rps and >= 0.25 of raw at 16 "
           "connections, p50 <= 1.5 ms at 1)")
@@ -110,7 +129,17 @@ def main() -> None:
               f"{raw_r['p99']:>8.2f}ms{proxy_r['rps']:>11.0f}{proxy_r['p50']:>9.2f}ms"
               f"{proxy_r['p99']:>9.2f}ms{proxy_r['rps'] / raw_r['rps']:>8.2f}"
               f"{proxy_r['non2xx']:>8.0f}")
-    print(json.dumps({c: {"raw": r, "proxy": p} for c, (r, p) in results.items()}))
+    if tls_results:
+        print("  TLS on the proxy's ingress (same replica, same run):")
+        print(f"  {'connections':<12}{'http rps':>10}{'http p50':>10}{'https rps':>11}"
+              f"{'https p50':>11}{'https p99':>11}{'ratio':>8}")
+        for connections, tls in tls_results.items():
+            plain = results[connections][1]
+            print(f"  {connections:<12}{plain['rps']:>10.0f}{plain['p50']:>8.2f}ms"
+                  f"{tls['rps']:>11.0f}{tls['p50']:>9.2f}ms{tls['p99']:>9.2f}ms"
+                  f"{tls['rps'] / plain['rps']:>8.2f}")
+    print(json.dumps({c: {"raw": r, "proxy": p, "proxy_tls": tls_results.get(c)}
+                      for c, (r, p) in results.items()}))
 
 
 if __name__ == "__main__":
