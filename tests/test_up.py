@@ -208,3 +208,31 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+def test_a_secure_local_cluster_is_two_commands(tmp_path) -> None:
+    """`servefleet certs init DIR` then `servefleet up CONFIG --certs DIR`: the
+    controller, proxy and replicas on mutual TLS; a plain-text client is refused."""
+    from servefleet.client import ControllerUnreachable
+    from servefleet.security.tls import PLAIN, Credentials, TlsFiles
+
+    certs = tmp_path / "certs"
+    subprocess.run([sys.executable, "-m", "servefleet", "certs", "init", str(certs)],
+                   check=True, capture_output=True)
+    config = tmp_path / "serve.yaml"
+    config.write_text(CALC)
+    up = Up(config, tmp_path / "state", f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{free_port()}", "--certs", str(certs))
+    try:
+        up.wait_ready()
+        assert "mutual TLS on every gRPC hop" in up.output
+        assert httpx.get(f"http://{up.http}/calc", params={"x": 2}).json()["call"] == 12
+        admin = Credentials(TlsFiles.from_dir(certs, "admin"))
+        with ControllerClient(up.listen, timeout=10, credentials=admin) as client:
+            assert client.status().leader == up.listen
+        with pytest.raises(ControllerUnreachable):
+            with ControllerClient(up.listen, timeout=1.5, credentials=PLAIN) as plain:
+                plain.status()
+    finally:
+        code = up.stop()
+    assert code == 0, up.output[-3000:]

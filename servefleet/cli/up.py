@@ -82,8 +82,11 @@ class Cluster:
     """The child processes of one `up`."""
 
     def __init__(self, store: str, listen: str, http: str, runtime_dir: str,
-                 controller_args: Sequence[str] = (), proxy_args: Sequence[str] = ()) -> None:
+                 controller_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
+                 credentials: Credentials | None = None) -> None:
         self.listen, self.http, self.runtime_dir = listen, http, runtime_dir
+        # How this `up` calls its own controller (with --certs: the admin certificate).
+        self.credentials = credentials or Credentials()
         self._lock = threading.Lock()
         # Set once the child said it listens: from then on, `listen` is ours.
         self.controller_ready = False
@@ -150,7 +153,8 @@ class Cluster:
             self.controller.terminate()  # not listening: whatever answers there is not ours
         elif self.controller.poll() is None:
             try:
-                with ControllerClient(self.listen, timeout=5) as client:
+                with ControllerClient(self.listen, timeout=5,
+                                      credentials=self.credentials) as client:
                     client.shutdown()
             except ControllerError as e:
                 self.say(f"up        | shutdown failed ({e.details}); stopping the controller")
@@ -214,7 +218,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         code_dirs = [os.getcwd()] + ([os.path.dirname(os.path.abspath(args.config))]
                                      if args.config else [])
         cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
-                          [*certs, *(f"--allow-working-dir={d}" for d in code_dirs)], certs)
+                          [*certs, *(f"--allow-working-dir={d}" for d in code_dirs)], certs,
+                          Credentials(tls))
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
         try:
             if not _start(cluster, request, args, stop):
@@ -236,7 +241,7 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
         cluster.say(f"up        | {problem}")
         return False
     with ControllerClient(cluster.listen, timeout=30,
-                          credentials=Credentials(security.tls_files(args))) as client:
+                          credentials=cluster.credentials) as client:
         try:
             leader = client.status().leader
         except ControllerError as e:
