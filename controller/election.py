@@ -25,10 +25,12 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Sequence
 
 from .clock import Clock
 from .errors import NotLeader, Unavailable
+from .metrics import FENCED_REFUSED, STORE_FAILURES, STORE_TXN
 from .store import Guard, LeaseNotFound, Op, Put, Store, StoreUnavailable
 
 logger = logging.getLogger(__name__)
@@ -232,11 +234,15 @@ class FencedStore:
         token = self._token
         if self._election.revision != token:
             raise NotLeader(self._election.leader)
+        began = time.perf_counter()
         try:
             result = await self._store.txn([Guard(self._leader_key, token)], ops)
         except StoreUnavailable as e:
+            STORE_FAILURES.inc()
             raise Unavailable(f"the store is unavailable: {e}") from e
+        STORE_TXN.observe(time.perf_counter() - began)
         if not result.succeeded:
+            FENCED_REFUSED.inc()
             self._election.mark_lost(
                 f"a write fenced by revision {token} was refused: another controller leads")
             raise NotLeader(None)

@@ -2,6 +2,7 @@
 
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
     /servefleet/<cluster>/controllers/<member id>     lease-bound, a live controller's address
+    /servefleet/<cluster>/metrics-endpoints/<id>      lease-bound, a controller's /metrics address
     /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
     /servefleet/<cluster>/applications/<app>          ApplicationRecord (protobuf bytes)
     /servefleet/<cluster>/http_options                HttpOptions (protobuf bytes)
@@ -19,6 +20,7 @@ class ClusterKeys:
         self.root = f"/servefleet/{cluster}/"
         self.leader = self.root + "leader"
         self.controllers = self.root + "controllers/"
+        self.metrics_endpoints = self.root + "metrics-endpoints/"
         self.deployments = self.root + "deployments/"
         self.replicas = self.root + "replicas/"
         self.applications = self.root + "applications/"

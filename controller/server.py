@@ -25,13 +25,20 @@ import os
 import signal
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from servefleet.grpc_guard import Guard
-from servefleet.lifecycle import can_bind, is_loopback, notify_ready, on_stop_signals
+from servefleet.lifecycle import (
+    can_bind,
+    is_loopback,
+    notify_ready,
+    on_stop_signals,
+    start_http_server,
+)
 from servefleet.security.certs import role_server_name
 from servefleet.security.tls import Credentials, TlsFiles, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
@@ -39,6 +46,7 @@ from servefleet.wire import DEFAULT_CONTROLLER
 
 from .api.auth import Authorizer
 from .api.gate import SERVICE_NAME, LeaderGate, Leadership
+from .api.http import ControllerHttp
 from .api.servicer import ControllerServicer
 from .clock import Clock
 from .election import LeaderElection
@@ -47,6 +55,7 @@ from .goals.policy import DeployPolicy
 from .goals.spec import check_name
 from .keys import ClusterKeys
 from .members import Membership
+from .metrics import TERM, TERMS
 from .reconcile.loop import tune_gc
 from .reconcile.replica_client import GrpcReplicaClient
 from .runtime import Runtime
@@ -106,6 +115,8 @@ class ControllerConfig:
     etcd_tls: TlsFiles | None = None
     # The bearer-token file (servefleet token create); None: no tokens.
     auth_tokens: str | None = None
+    # host:port of the HTTP server for /metrics and /-/metrics-targets; None: none.
+    metrics_listen: str | None = None
     # What deploys may run (goals/policy.py): roots for runtime.working_dir,
     # patterns for runtime.image, and whether runtime.env may be set. Empty /
     # None: the defaults, which depend on whether `listen` is loopback.
@@ -125,7 +136,8 @@ class ControllerConfig:
             check_name("--cluster", self.cluster)
         except InvalidArgument as e:
             raise ValueError(e.message) from None
-        for flag, value in (("--listen", self.listen), ("--advertise", self.advertise)):
+        for flag, value in (("--listen", self.listen), ("--advertise", self.advertise),
+                            ("--metrics-listen", self.metrics_listen)):
             if value is not None:
                 host, sep, port = value.rpartition(":")
                 if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -164,6 +176,14 @@ class ControllerServer:
         self.membership = Membership(self._store, keys.controllers, config.advertised(),
                                      config.lease_ttl, self._clock)
         self._members: asyncio.Task[None] | None = None
+        # Where each live controller serves /metrics (for scrape discovery).
+        self.metrics_members = (
+            Membership(self._store, keys.metrics_endpoints, config.metrics_listen,
+                       config.lease_ttl, self._clock) if config.metrics_listen else None)
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._http: Any = None
+        TERM.identity = config.advertised()
+        TERM.term = lambda: self.term
         self._replica_client = GrpcReplicaClient(
             Credentials(config.tls, server_name=role_server_name("replica")))
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
@@ -243,6 +263,19 @@ class ControllerServer:
                            self.config.listen)
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
         self._members = asyncio.create_task(self.membership.run(), name="membership")
+        await self._start_http()
+
+    async def _start_http(self) -> None:
+        """The metrics server (--metrics-listen); OSError when it cannot bind."""
+        if self.config.metrics_listen is None or self.metrics_members is None:
+            return
+        members = self.metrics_members
+        host, _, port = self.config.metrics_listen.rpartition(":")
+        app = ControllerHttp(lambda: self.term, lambda: members.addresses,
+                             lambda: self.election.leader)
+        self._http = await start_http_server(app, host.strip("[]"), int(port))
+        self._metrics_task = asyncio.create_task(members.run(), name="metrics-membership")
+        logger.info("metrics on http://%s/metrics", self.config.metrics_listen)
 
     def _security_summary(self) -> str:
         parts = ["mutual TLS" if self.config.tls else "plain text"]
@@ -279,6 +312,7 @@ class ControllerServer:
             if await term.load(holding):
                 term.start()
                 self.term = term
+                TERMS.inc()
                 self._leadership.serving = True
                 await self._health.set(SERVICE_NAME, SERVING)
             await asyncio.shield(holding)
@@ -326,6 +360,14 @@ class ControllerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._members
         await self.membership.leave()
+        if self._metrics_task is not None and self.metrics_members is not None:
+            self._metrics_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._metrics_task
+            await self.metrics_members.leave()
+        if self._http is not None:
+            self._http.force_exit = True
+            await self._http.shutdown()
         await self._replica_client.close()
         if self._parts.runtime is not None:
             self._parts.runtime.close()

@@ -32,20 +32,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
 from servefleet.wire import CALLER_HEADER, METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
-from .routes import RouteTable
+from .metrics import CLIENT_LEFT, ProxyMetrics
+from .routes import RouteTable, Target
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +157,12 @@ def _cancel_on_disconnect(receive: Receive, body: bytes | StreamedBody) -> async
 
 
 class Started:
-    """Whether a request's response has begun: a timeout can then only cut it short."""
+    """Whether a request's response has begun (a timeout can then only cut it
+    short), with what status, and which deployment it went to (for metrics)."""
 
     value = False
+    code = 0
+    deployment = ""
 
 
 class ProxyApp:
@@ -175,6 +181,7 @@ class ProxyApp:
         self.draining = False
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
+        self._metrics = ProxyMetrics()
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -196,12 +203,33 @@ class ProxyApp:
             await _reply(send, 200, json.dumps(self._routes().as_json()),
                          content_type=b"application/json")
             return
+        if path == "/-/metrics":
+            await send_metrics(send)
+            return
         target = self._routes().match(path)
         if target is None:
             known = ", ".join(sorted(self._routes().as_json())) or "none yet"
             await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
+            self._metrics.answered("", "", "", 404, 0.0)
             return
+        begun = time.perf_counter()
+        started = Started()
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.code = message["status"]
+            await send(message)
+
+        try:
+            await self._serve_route(scope, receive, noting, target, request_id, started)
+        finally:
+            self._metrics.answered(target.application, started.deployment,
+                                   target.route_prefix, started.code or CLIENT_LEFT,
+                                   time.perf_counter() - begun)
+
+    async def _serve_route(self, scope: Scope, receive: Receive, send: Send, target: Target,
+                           request_id: str, started: Started) -> None:
         caller = None
         if target.require_token:
             caller = _caller(scope, self._tokens())
@@ -210,7 +238,7 @@ class ProxyApp:
                              "Bearer TOKEN)", request_id,
                              extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
                 return
-        deployment = target.pick()
+        deployment = started.deployment = target.pick()
         pool = self._pools(target.application, deployment)
         if pool is None:
             await _reply(send, 503, f"{target.application}/{deployment} has no "
@@ -219,7 +247,6 @@ class ProxyApp:
         shadow = target.shadow()
         shadow_pool = self._pools(target.application, shadow) if shadow else None
         headers = _upstream_headers(scope, request_id, target.route_prefix, caller)
-        started = Started()
         # The proxy's own --request-timeout-s, else the cluster's http_options.
         timeout = self._timeout or self._routes().request_timeout_s or None
         try:
@@ -248,12 +275,16 @@ class ProxyApp:
         the replica, and the replica cancels the request in turn."""
         limit = self._routes().max_request_body_bytes
         body = await read_body(receive, limit, _content_length(scope["headers"]))
-        if (shadow_pool is not None and isinstance(body, bytes)
-                and len(self._shadows) < MAX_SHADOWS and shadow_pool.queued == 0):
-            task = asyncio.create_task(self._mirror(scope, body, headers, shadow_pool,
-                                                    request_id))
-            self._shadows.add(task)
-            task.add_done_callback(self._shadows.discard)
+        if shadow_pool is not None:
+            copy = (isinstance(body, bytes) and len(self._shadows) < MAX_SHADOWS
+                    and shadow_pool.queued == 0)
+            ProxyMetrics.shadow(*shadow_pool.key, sent=copy)
+            if copy:
+                assert isinstance(body, bytes)
+                task = asyncio.create_task(self._mirror(scope, body, headers, shadow_pool,
+                                                        request_id))
+                self._shadows.add(task)
+                task.add_done_callback(self._shadows.discard)
         gone = _cancel_on_disconnect(receive, body)
         try:
             await self._forward(scope, body, headers, send, pool, request_id, started)

@@ -57,8 +57,10 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
             try:
                 await call_user(check, r.executor)
             except Exception as e:
+                r.metrics.health["error"].inc()
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                     f"check_health raised {type(e).__name__}: {e}")
+        r.metrics.health["ok"].inc()
         return rpb.CheckHealthResponse()
 
     async def Reconfigure(self, request: rpb.ReconfigureRequest,

@@ -28,6 +28,7 @@ import concurrent.futures
 import inspect
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,7 @@ from starlette.types import Message, Receive, Scope, Send
 from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
 from .loader import UserDeployment
+from .metrics import ReplicaMetrics
 
 logger = logging.getLogger(__name__)
 # starlette takes response headers as str.
@@ -135,8 +137,9 @@ class ReplicaApp:
     """The ASGI app uvicorn serves in a replica."""
 
     def __init__(self, admission: Admission, executor: concurrent.futures.Executor,
-                 replica_id: str) -> None:
+                 replica_id: str, metrics: ReplicaMetrics | None = None) -> None:
         self.admission = admission
+        self.metrics = metrics or ReplicaMetrics("", "", replica_id, lambda: admission.ongoing)
         self.executor = executor
         self.replica_id = replica_id
         self.deployment: UserDeployment | None = None
@@ -150,6 +153,7 @@ class ReplicaApp:
             return
         reason = self.admission.refusal()
         if reason is not None:
+            self.metrics.rejected[reason].inc()
             headers = {_REJECTED: reason}
             if reason == "draining":
                 headers["connection"] = "close"  # do not reuse a connection to a leaving replica
@@ -158,8 +162,11 @@ class ReplicaApp:
             return
         request_id = self._request_id(scope)
         self.admission.ongoing += 1
+        started = time.perf_counter()
         try:
-            await self._serve(scope, receive, send, request_id)
+            ok = await self._serve(scope, receive, send, request_id)
+            (self.metrics.ok if ok else self.metrics.error).inc()
+            self.metrics.duration.observe(time.perf_counter() - started)
         finally:
             self.admission.ongoing -= 1
 
@@ -172,7 +179,8 @@ class ReplicaApp:
         scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]
         return request_id
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> bool:
+        """Answer the request; False when user code raised."""
         deployment = self.deployment
         assert deployment is not None, "admission lets requests in only once loaded"
 
@@ -189,11 +197,11 @@ class ReplicaApp:
                                              receive, request_id)
             if answer is not None:
                 await answer(scope, receive, send_with_id)
-            return
+            return answer is None or answer.status_code < 500
         try:
             if deployment.is_asgi:
                 await deployment.target(_under_route_prefix(scope), receive, send_with_id)
-                return
+                return True
             if deployment.target is None:
                 response: Response = PlainTextResponse(
                     "this deployment has no __call__: reach it through a handle", 404)
@@ -203,12 +211,15 @@ class ReplicaApp:
                 result = await self._call_until_disconnect(deployment.target, (request,), {},
                                                            receive, request_id)
                 if result is _DISCONNECTED:
-                    return
+                    return True
                 response = to_response(result)
         except Exception as e:
             logger.exception("request %s failed in user code", request_id)
-            response = PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)
+            await PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)(
+                scope, receive, send_with_id)
+            return False
         await response(scope, receive, send_with_id)
+        return True
 
     async def _handle_call(self, deployment: UserDeployment, method: str, scope: Scope,
                            receive: Receive, request_id: str) -> Response | None:

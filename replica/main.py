@@ -30,9 +30,10 @@ from typing import Any
 
 import grpc
 
-from servefleet import handle
+from servefleet import handle, metrics
 from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import on_stop_signals, start_http_server
+from servefleet.metrics.exposition import metrics_app
 from servefleet.security.roles import REPLICA_CONTROL
 from servefleet.security.tls import Credentials, TlsFiles, add_port, peer_role
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
@@ -80,6 +81,17 @@ async def run(settings: ReplicaSettings) -> int:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
         return EXIT_BIND_FAILURE
+    metrics_server = None
+    if settings.metrics_port:
+        metrics.bind_replica(settings.application, settings.deployment, settings.replica_id)
+        try:
+            metrics_server = await start_http_server(metrics_app, settings.host,
+                                                     settings.metrics_port)
+        except OSError:
+            print(f"replica: cannot bind metrics port {settings.metrics_port}", file=sys.stderr)
+            await http.shutdown()
+            await control.stop(0)
+            return EXIT_BIND_FAILURE
     on_stop_signals(replica.request_drain)
     handle.use_loop(asyncio.get_running_loop())  # for handle calls from sync user code
 
@@ -101,6 +113,9 @@ async def run(settings: ReplicaSettings) -> int:
     http.force_exit = replica.admission.ongoing > 0
     http.config.timeout_graceful_shutdown = 1
     await http.shutdown()
+    if metrics_server is not None:
+        metrics_server.force_exit = True
+        await metrics_server.shutdown()
     await control.stop(0.5)
     replica.executor.shutdown(wait=False, cancel_futures=True)
     failed = replica.phase == PHASE.REPLICA_PHASE_FAILED
@@ -115,6 +130,8 @@ def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--control-port", type=int, required=True)
     parser.add_argument("--http-port", type=int, required=True)
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus /metrics here (default: nowhere)")
     parser.add_argument("--config-file", required=True,
                         help="JSON: import_path, init args, user_config, limits")
     args = parser.parse_args(argv)
@@ -123,7 +140,8 @@ def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
     return ReplicaSettings(
         cluster=args.cluster, application=args.application, deployment=args.deployment,
         replica_id=args.replica_id, version=args.version, host=args.host,
-        control_port=args.control_port, http_port=args.http_port, **spec)
+        control_port=args.control_port, http_port=args.http_port,
+        metrics_port=args.metrics_port, **spec)
 
 
 def main(argv: list[str] | None = None) -> int:

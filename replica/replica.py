@@ -36,6 +36,7 @@ from servefleet.v1 import watch_pb2
 
 from . import loader
 from .http import Admission, ReplicaApp, call_user
+from .metrics import ReplicaMetrics
 
 logger = logging.getLogger("servefleet.replica")
 PHASE = rpb.ReplicaPhase
@@ -66,6 +67,8 @@ class ReplicaSettings:
     # The deployment's code hash this replica runs (with `version`, which
     # config snapshots are meant for it).
     code_hash: str = ""
+    # Where /metrics is served (0: not at all).
+    metrics_port: int = 0
     # Controller addresses for the config Watch stream; none: no stream.
     controllers: list[str] = field(default_factory=list)
     # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
@@ -84,7 +87,9 @@ class Replica:
         self.admission = Admission(settings.max_ongoing_requests)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(8, settings.max_ongoing_requests), thread_name_prefix="user")
-        self.app = ReplicaApp(self.admission, self.executor, settings.replica_id)
+        self.metrics = ReplicaMetrics(settings.application, settings.deployment,
+                                      settings.replica_id, lambda: self.admission.ongoing)
+        self.app = ReplicaApp(self.admission, self.executor, settings.replica_id, self.metrics)
         self.app.decode_args = self.decode
         self._drain = asyncio.Event()
         self._config_lock = asyncio.Lock()
@@ -148,7 +153,12 @@ class Replica:
                 self.admission.max_ongoing = max_ongoing_requests
             if user_config_json == self.user_config_json:
                 return False
-            await self.apply_user_config(user_config_json)
+            try:
+                await self.apply_user_config(user_config_json)
+            except Exception:
+                self.metrics.reconfigured["error"].inc()
+                raise
+            self.metrics.reconfigured["ok"].inc()
             return True
 
     def on_config_snapshot(self, snapshot: watch_pb2.Snapshot) -> None:

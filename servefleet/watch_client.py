@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 import grpc
+from prometheus_client import Counter
 
 from servefleet.client import resolve_addresses
 from servefleet.security.tls import Credentials
@@ -25,6 +26,8 @@ from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.wire import LEADER_METADATA_KEY
 
 logger = logging.getLogger(__name__)
+RECONNECTS = Counter("servefleet_watch_reconnects", "Watch streams opened again after one "
+                     "ended or went silent", ["kind"])
 
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -115,6 +118,8 @@ class WatchClient:
                 logger.exception("watch stream to %s failed; reconnecting", address)
             self.connected.clear()
             self.reconnects += 1
+            RECONNECTS.labels(watch_pb2.WatcherKind.Name(self._kind)
+                              .removeprefix("WATCHER_KIND_").lower()).inc()
             if hint and hint != address:
                 if hint not in self.addresses:
                     self.addresses.append(hint)

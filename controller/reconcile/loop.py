@@ -27,12 +27,14 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ..clock import Clock
 from ..errors import NotLeader, Unavailable
+from ..metrics import RECONCILE
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +135,7 @@ class ReconcileLoop:
         for reconciler in self._reconcilers:
             if not self._leading():
                 return  # the term is ending: decide and start nothing more
+            began = time.perf_counter()
             now = self._clock.monotonic()
             try:
                 await reconciler.begin_pass(now)
@@ -150,6 +153,7 @@ class ReconcileLoop:
                 reconciler.end_pass(now)
             except Exception:
                 logger.exception("%s: the end of a pass failed", reconciler.name)
+            RECONCILE.labels(reconciler.name).observe(time.perf_counter() - began)
 
     # -- work -----------------------------------------------------------------------
 

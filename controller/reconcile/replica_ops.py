@@ -137,6 +137,7 @@ class ReplicaOps:
         record.handle = launched.handle
         record.control_address = launched.control_address
         record.http_address = launched.http_address
+        record.metrics_address = launched.metrics_address
         await self._put(record)
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,

@@ -45,6 +45,8 @@ class RuntimeReplica:
     control_address: str
     http_address: str
     alive: bool = True
+    # host:port of the replica's /metrics ("" when it has none).
+    metrics_address: str = ""
     # Known once it exited, when the runtime can tell.
     exit_code: int | None = None
 

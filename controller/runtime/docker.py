@@ -141,6 +141,7 @@ class DockerRuntime:
         bind = self._host if host_network else "0.0.0.0"
         control_port = free_port(self._host) if host_network else 7400
         http_port = free_port(self._host) if host_network else 7401
+        metrics_port = free_port(self._host) if host_network else 7402
         labels = {LABEL + k: v for k, v in {
             "cluster": launch.cluster, "application": launch.application,
             "deployment": launch.deployment, "replica-id": launch.replica_id,
@@ -149,7 +150,8 @@ class DockerRuntime:
                    "--application", launch.application, "--deployment", launch.deployment,
                    "--replica-id", launch.replica_id, "--version", launch.version,
                    "--host", bind, "--control-port", str(control_port),
-                   "--http-port", str(http_port), "--config-file", SETTINGS_PATH]
+                   "--http-port", str(http_port), "--metrics-port", str(metrics_port),
+                   "--config-file", SETTINGS_PATH]
         resources = launch.resources
         options: dict[str, Any] = {
             "name": self._name(launch.cluster, launch.replica_id),
@@ -193,7 +195,8 @@ class DockerRuntime:
             replica_id=launch.replica_id, cluster=launch.cluster,
             application=launch.application, deployment=launch.deployment,
             version=launch.version, handle=container.id,
-            control_address=f"{address}:{control_port}", http_address=f"{address}:{http_port}")
+            control_address=f"{address}:{control_port}", http_address=f"{address}:{http_port}",
+            metrics_address=f"{address}:{metrics_port}")
 
     def _container_ip(self, container: Any) -> str:
         container.reload()
@@ -239,6 +242,8 @@ class DockerRuntime:
             version=labels.get(LABEL + "version", ""), handle=container.id,
             control_address=f"{address}:{flags.get('--control-port', '')}",
             http_address=f"{address}:{flags.get('--http-port', '')}",
+            metrics_address=f"{address}:{flags['--metrics-port']}"
+            if "--metrics-port" in flags else "",
             alive=bool(running),
             exit_code=None if running else state.get("ExitCode"))
 

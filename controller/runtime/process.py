@@ -46,7 +46,10 @@ from .zygote import Zygote
 logger = logging.getLogger(__name__)
 
 _IDENTITY_FLAGS = ("--cluster", "--application", "--deployment", "--replica-id", "--version",
-                   "--host", "--control-port", "--http-port", "--config-file")
+                   "--host", "--control-port", "--http-port", "--metrics-port",
+                   "--config-file")
+# Flags that replicas of older versions were started without.
+_OPTIONAL_FLAGS = ("--metrics-port",)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -92,7 +95,8 @@ def _identity(argv: list[str]) -> dict[str, str] | None:
     for i, arg in enumerate(argv[:-1]):
         if arg in _IDENTITY_FLAGS:
             found[arg.lstrip("-")] = argv[i + 1]
-    return found if all(f.lstrip("-") in found for f in _IDENTITY_FLAGS) else None
+    required = (f for f in _IDENTITY_FLAGS if f not in _OPTIONAL_FLAGS)
+    return found if all(f.lstrip("-") in found for f in required) else None
 
 
 def _forked_identity(pid: int, argv: list[str]) -> dict[str, str] | None:
@@ -129,7 +133,9 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
             application=identity["application"], deployment=identity["deployment"],
             version=identity["version"], handle=f"{pid}:{started}",
             control_address=f"{identity['host']}:{identity['control-port']}",
-            http_address=f"{identity['host']}:{identity['http-port']}"),
+            http_address=f"{identity['host']}:{identity['http-port']}",
+            metrics_address=f"{identity['host']}:{identity['metrics-port']}"
+            if identity.get("metrics-port") else ""),
             identity["config-file"]))
     return found
 
@@ -158,11 +164,13 @@ class ProcessRuntime:
             settings["tls"] = self._replica_tls.as_dict()
         settings_path.write_text(json.dumps(settings))
         control_port, http_port = free_port(self._host), free_port(self._host)
+        metrics_port = free_port(self._host)
         argv = [sys.executable, "-m", "servefleet.replica",
                 "--cluster", launch.cluster, "--application", launch.application,
                 "--deployment", launch.deployment, "--replica-id", launch.replica_id,
                 "--version", launch.version, "--host", self._host,
                 "--control-port", str(control_port), "--http-port", str(http_port),
+                "--metrics-port", str(metrics_port),
                 "--config-file", str(settings_path)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **launch.env}
         cwd = launch.working_dir or os.getcwd()
@@ -185,7 +193,8 @@ class ProcessRuntime:
             application=launch.application, deployment=launch.deployment,
             version=launch.version, handle=handle,
             control_address=f"{self._host}:{control_port}",
-            http_address=f"{self._host}:{http_port}")
+            http_address=f"{self._host}:{http_port}",
+            metrics_address=f"{self._host}:{metrics_port}")
 
     def _alive(self, handle: str) -> bool:
         pid_text, _, started = handle.partition(":")

@@ -59,6 +59,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               docker_image=args.docker_image,
                               docker_network=args.docker_network,
                               docker_code=args.docker_code,
+                              metrics_listen=args.metrics_listen,
                               **security.controller_security(args))
     try:
         config.validate()
@@ -154,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="docker runtime: bind-mount each deployment's working dir from "
                           "this host (default), or find it inside the image (a controller "
                           "that itself runs in a container)")
+    ctl.add_argument("--metrics-listen", default=None, metavar="HOST:PORT",
+                     help="serve /metrics and /-/metrics-targets (Prometheus http_sd) here")
     security.add_controller_flags(ctl)
     ctl.set_defaults(run=cmd_controller)
 

@@ -46,6 +46,8 @@ class ReplicaPool:
     # Called when a request queues while the pool has no replica at all (scaled
     # to zero): the autoscaler should hear of it now, not at the next report.
     on_starved: Callable[[], None] | None = None
+    # (application, deployment), for metrics and logs.
+    key: tuple[str, str] = ("", "")
 
     @property
     def queued(self) -> int:

@@ -35,6 +35,7 @@ from servefleet.wire import REJECTED_HEADER
 
 from .balancer import ReplicaPool
 from .body import StreamedBody, replayable
+from .metrics import RETRIES, retry_reason
 from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                 response.release()
         except NotDelivered as e:
             tried.add(replica.replica_id)
+            RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
             logger.info("request %s not taken by %s (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
             if e.refused:

@@ -15,6 +15,7 @@ from servefleet.v1 import watch_pb2
 from servefleet.wire import REPLICAS_KIND, parse_watch_key
 
 from .balancer import ReplicaPool
+from .metrics import POOLS
 from .upstream import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class ReplicaSets:
         self._upstream = upstream
         # Given to each pool made from now on: see ReplicaPool.on_starved.
         self.on_starved: Callable[[], None] | None = None
+        POOLS.add(self)  # their queued and in-flight counts on /metrics
 
     def get(self, application: str, deployment: str) -> ReplicaPool | None:
         """The deployment's pool; None while no snapshot has named it."""
@@ -46,7 +48,8 @@ class ReplicaSets:
             after: set[str] = set()
         else:
             replicas = snapshot.replicas
-            pool = self.pools.setdefault((app, name), ReplicaPool(on_starved=self.on_starved))
+            pool = self.pools.setdefault((app, name), ReplicaPool(on_starved=self.on_starved,
+                                                                  key=(app, name)))
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
                         replicas.max_ongoing_requests, replicas.max_queued_requests)
             after = {e.http_address for e in replicas.endpoints}

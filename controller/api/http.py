@@ -1,0 +1,80 @@
+"""The controller's HTTP face (--metrics-listen): metrics and scrape discovery.
+
+- GET /metrics: this controller's metrics (Prometheus text format).
+- GET /-/metrics-targets: every scrape target of the cluster, in Prometheus
+  `http_sd` format: the controllers' metrics endpoints, each proxy's
+  /-/metrics on its HTTP port, and each replica's metrics port, labelled
+  with `component` (and `application`, `deployment`, `replica` for
+  replicas). Answered by the leader; a standby answers 503 naming the leader.
+  A Prometheus job with `http_sd_configs: [{url: http://CONTROLLER/-/metrics-targets}]`
+  follows replicas as they come and go.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from servefleet.metrics.exposition import send_metrics
+from servefleet.v1 import watch_pb2
+
+if TYPE_CHECKING:
+    from ..term import LeaderTerm
+
+
+async def _send(send: Any, status: int, body: bytes, content_type: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def scrape_targets(term: LeaderTerm, controllers: list[str]) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = []
+    if controllers:
+        groups.append({"targets": sorted(controllers), "labels": {"component": "controller"}})
+    proxies = sorted({w.address for w in list(term.publisher.watchers.values())
+                      if w.kind == watch_pb2.WATCHER_KIND_PROXY and w.address})
+    if proxies:
+        groups.append({"targets": proxies,
+                       "labels": {"component": "proxy", "__metrics_path__": "/-/metrics"}})
+    records = [r.record for observation in term.observed.deployments.values()
+               for r in observation.replicas]
+    for record in sorted(records, key=lambda r: r.replica_id):
+        if record.metrics_address and not record.stopping:
+            groups.append({"targets": [record.metrics_address],
+                           "labels": {"component": "replica",
+                                      "application": record.application,
+                                      "deployment": record.deployment,
+                                      "replica": record.replica_id}})
+    return groups
+
+
+class ControllerHttp:
+    """ASGI app; `term()` is the serving term or None, `controllers()` the
+    metrics addresses of the live controllers, `leader()` the leader's address."""
+
+    def __init__(self, term: Callable[[], LeaderTerm | None],
+                 controllers: Callable[[], list[str]], leader: Callable[[], str | None]) -> None:
+        self._term = term
+        self._controllers = controllers
+        self._leader = leader
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if path == "/metrics":
+            await send_metrics(send)
+        elif path == "/-/metrics-targets":
+            term = self._term()
+            if term is None:
+                await _send(send, 503, f"not the leader; the leader is {self._leader()}\n"
+                            .encode(), b"text/plain")
+                return
+            body = json.dumps(scrape_targets(term, self._controllers())).encode()
+            await _send(send, 200, body, b"application/json")
+        else:
+            await _send(send, 404, b"servefleet controller: /metrics, /-/metrics-targets\n",
+                        b"text/plain")

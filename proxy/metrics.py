@@ -1,0 +1,58 @@
+"""The proxy's Prometheus metrics (on its HTTP port at /-/metrics).
+
+- servefleet_proxy_requests_total{application, deployment, route, code}:
+  answered requests; `route` is the matched route prefix ("" when none
+  matched), `code` the HTTP status (499: the client left first).
+- servefleet_proxy_request_duration_seconds{application, deployment}: from
+  routing to the end of the answer (histogram).
+- servefleet_proxy_shadow_copies_total{application, deployment, outcome}:
+  copies for a shadow deployment, `sent` or `dropped` (its queue was not
+  empty, or too many were in flight).
+
+Plus, from servefleet/dataplane/metrics.py, retries by reason and queued and
+in-flight requests per deployment, and servefleet_watch_reconnects_total.
+Labels are names from the config and status codes: never paths, request ids
+or user values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from servefleet.metrics.exposition import LATENCY_BUCKETS
+
+REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy",
+                   ["application", "deployment", "route", "code"])
+DURATION = Histogram("servefleet_proxy_request_duration_seconds",
+                     "from routing to the end of the answer", ["application", "deployment"],
+                     buckets=LATENCY_BUCKETS)
+SHADOWS = Counter("servefleet_proxy_shadow_copies", "copies for shadow deployments",
+                  ["application", "deployment", "outcome"])
+CLIENT_LEFT = 499
+
+
+class ProxyMetrics:
+    """Label lookups cached per series: a request costs two dict hits."""
+
+    def __init__(self) -> None:
+        self._requests: dict[tuple[str, str, str, int], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
+
+    def answered(self, application: str, deployment: str, route: str, code: int,
+                 seconds: float) -> None:
+        key = (application, deployment, route, code)
+        counter = self._requests.get(key)
+        if counter is None:
+            counter = self._requests[key] = REQUESTS.labels(application, deployment, route,
+                                                            str(code))
+        counter.inc()
+        histogram = self._durations.get(key[:2])
+        if histogram is None:
+            histogram = self._durations[key[:2]] = DURATION.labels(application, deployment)
+        histogram.observe(seconds)
+
+    @staticmethod
+    def shadow(application: str, deployment: str, sent: bool) -> None:
+        SHADOWS.labels(application, deployment, "sent" if sent else "dropped").inc()

@@ -1,0 +1,45 @@
+"""Serving a process's metrics: /metrics in Prometheus text format.
+
+`metrics_app()` is the ASGI app a metrics port serves (replicas, the
+controller); the proxy answers `/-/metrics` on its own HTTP port through
+`render()`. Every process has one registry, prometheus_client's default:
+servefleet's metrics are defined once per module, user metrics through
+servefleet.metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+# Latency buckets (seconds) for servefleet's own histograms: 0.5 ms to 60 s.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def render() -> tuple[bytes, str]:
+    """(body, content type) of this process's metrics."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+async def send_metrics(send: Any) -> None:
+    body, content_type = render()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def metrics_app(scope: Any, receive: Any, send: Any) -> None:
+    """ASGI: GET /metrics; 404 for anything else."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/metrics":
+        await send_metrics(send)
+        return
+    body = b"servefleet metrics: GET /metrics\n"
+    await send({"type": "http.response.start", "status": 404,
+                "headers": [(b"content-type", b"text/plain"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
