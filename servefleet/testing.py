@@ -291,3 +291,58 @@ class ReplicaProcess:
         self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+class PrometheusServer:
+    """Debian's prometheus on a free loopback port, scraping every second the
+    targets an http_sd URL lists (a controller's /-/metrics-targets)."""
+
+    def __init__(self, sd_url: str, binary: str | None = None) -> None:
+        self.binary = binary or shutil.which("prometheus") or "/usr/bin/prometheus"
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="servefleet-prometheus-"))
+        (self.dir / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: servefleet\n"
+            f"    http_sd_configs: [{{url: '{sd_url}', refresh_interval: 1s}}]\n")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> PrometheusServer:
+        if not os.path.exists(self.binary):
+            raise FileNotFoundError(
+                f"prometheus not found at {self.binary}: apt-get install prometheus")
+        with open(self.dir / "prometheus.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, f"--config.file={self.dir / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.dir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT)
+        _wait_tcp(self.port, 30, self.proc, "prometheus")
+        return self
+
+    def query(self, promql: str) -> list[dict]:
+        """The result vector of an instant query (Prometheus's HTTP API)."""
+        import httpx
+
+        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        reply.raise_for_status()
+        return reply.json()["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def logs(self) -> str:
+        path = self.dir / "prometheus.log"
+        return path.read_text(errors="replace") if path.exists() else ""

@@ -9,7 +9,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet.testing import (
+    ControllerProcess,
+    PrometheusServer,
+    ProxyProcess,
+    free_port,
+    wait_for,
+)
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
 
@@ -126,3 +132,40 @@ def test_the_scrape_targets_follow_the_cluster(cluster_with_metrics) -> None:
         return len([g for g in groups if g["labels"]["component"] == "replica"]) == 2
 
     wait_for(two, 60, "the second replica listed")
+
+
+def test_a_real_prometheus_finds_and_scrapes_the_cluster(cluster_with_metrics) -> None:
+    client, proxy, controller_http = cluster_with_metrics
+    prometheus = PrometheusServer(controller_http + "/-/metrics-targets").start()
+    try:
+        def up(component: str) -> int:
+            return len([r for r in prometheus.query(f'up{{component="{component}"}} == 1')])
+
+        wait_for(lambda: up("proxy") and up("replica") and up("controller"), 60,
+                 "prometheus scraping the controller, the proxy and the replica")
+        query = ('sum(servefleet_proxy_requests_total{deployment="Metered",code="200"})')
+
+        def total() -> float:
+            result = prometheus.query(query)
+            return float(result[0]["value"][1]) if result else 0.0
+
+        wait_for(lambda: total() > 0, 30, "a first sample of the request counter")
+        wait_for(lambda: total() == value(samples(proxy.url + "/-/metrics"),
+                                          "servefleet_proxy_requests_total",
+                                          deployment="Metered", code="200"), 10, "in step")
+        before = total()
+        for _ in range(25):
+            assert httpx.get(proxy.url + "/m").status_code == 200
+        wait_for(lambda: total() == before + 25, 20, "the 25 requests counted in Prometheus")
+
+        # A replica started after Prometheus came up is found and scraped too.
+        client.deploy(d.DeploymentSpec(name="Metered", import_path="metered_app:metered",
+                                       route_prefix="/m",
+                                       runtime=d.RuntimeOptions(working_dir=APPS),
+                                       replica_config=d.ReplicaConfig(
+                                           num_replicas=2, health_check_period_s=0.5)))
+        wait_for(lambda: up("replica") == 2, 60, "the new replica scraped")
+    finally:
+        logs = prometheus.logs()
+        prometheus.stop()
+        print(logs[-3000:])
