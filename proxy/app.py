@@ -43,6 +43,7 @@ from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+from servefleet.logs import REQUEST_ID
 from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
 from servefleet.wire import CALLER_HEADER, METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
@@ -51,6 +52,7 @@ from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import RouteTable, Target
 
 logger = logging.getLogger(__name__)
+access = logging.getLogger("servefleet.proxy.access")
 
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
               b"te", b"trailers", b"transfer-encoding", b"upgrade"}
@@ -182,6 +184,8 @@ class ProxyApp:
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
         self._metrics = ProxyMetrics()
+        # One line per routed request (logger servefleet.proxy.access), with its id.
+        self.access_log = False
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -195,6 +199,7 @@ class ProxyApp:
             return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or uuid.uuid4().hex
+        REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path == "/-/healthz":
             await _reply(send, 503 if self.draining else 200,
                          "draining" if self.draining else "ok")
@@ -224,9 +229,13 @@ class ProxyApp:
         try:
             await self._serve_route(scope, receive, noting, target, request_id, started)
         finally:
+            seconds = time.perf_counter() - begun
             self._metrics.answered(target.application, started.deployment,
-                                   target.route_prefix, started.code or CLIENT_LEFT,
-                                   time.perf_counter() - begun)
+                                   target.route_prefix, started.code or CLIENT_LEFT, seconds)
+            if self.access_log:
+                access.info("%s %s %d %.1fms %s/%s", scope["method"], path,
+                            started.code or CLIENT_LEFT, seconds * 1e3, target.application,
+                            started.deployment)
 
     async def _serve_route(self, scope: Scope, receive: Receive, send: Send, target: Target,
                            request_id: str, started: Started) -> None:

@@ -55,6 +55,8 @@ class ProxyOptions:
     tls_key: str | None = None
     # Bearer tokens for applications with require_token (reread on SIGHUP).
     http_tokens: str | None = None
+    # Log one line per routed request (method, path, status, time, request id).
+    access_log: bool = False
 
 
 class HttpTokens:
@@ -86,6 +88,7 @@ async def serve(options: ProxyOptions) -> None:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        options.request_timeout_s, options.max_header_bytes,
                        lambda: tokens.table)
+        app.access_log = options.access_log
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          server_header=False,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import json
 import logging
@@ -37,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from servefleet.logs import REQUEST_ID
 from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
 
 from .loader import UserDeployment
@@ -56,7 +58,10 @@ async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) 
     """Call user code: coroutines on the loop, everything else in the thread pool."""
     if is_async_callable(fn):
         return await fn(*args)
-    result = await asyncio.get_running_loop().run_in_executor(executor, lambda: fn(*args))
+    # In the request's context: its request id reaches the user's log lines.
+    context = contextvars.copy_context()
+    result = await asyncio.get_running_loop().run_in_executor(
+        executor, lambda: context.run(fn, *args))
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -161,6 +166,7 @@ class ReplicaApp:
                                     headers=headers)(scope, receive, send)
             return
         request_id = self._request_id(scope)
+        REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
@@ -271,8 +277,9 @@ class ReplicaApp:
         try:
             if is_async_callable(target):
                 return await target(*args, **kwargs)
+            context = contextvars.copy_context()
             thread = asyncio.get_running_loop().run_in_executor(
-                self.executor, lambda: target(*args, **kwargs))
+                self.executor, lambda: context.run(target, *args, **kwargs))
             result = await asyncio.shield(thread)
             return (await result) if inspect.isawaitable(result) else result
         except asyncio.CancelledError:

@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from servefleet import handle, metrics
+from servefleet import handle, logs, metrics
 from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.metrics.exposition import metrics_app
@@ -145,10 +145,10 @@ def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = parse_args(argv)
+        logs.configure("replica", fmt=None, application=settings.application,
+                       deployment=settings.deployment, replica=settings.replica_id)
     except (OSError, ValueError, TypeError) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

@@ -35,12 +35,14 @@ import io
 import json
 import logging
 import math
+import os
 import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from servefleet.logs import ENV_FORMAT
 from servefleet.security.tls import TlsFiles
 
 from ..errors import Unavailable
@@ -57,6 +59,12 @@ LABEL = "io.servefleet."
 SETTINGS_PATH = "/run/servefleet/settings.json"
 TLS_DIR = "/run/servefleet/tls"
 DEFAULT_IMAGE = "servefleet:latest"
+
+
+def _log_format_env() -> dict[str, str]:
+    """Replicas log as their controller does (servefleet/logs.py)."""
+    fmt = os.environ.get(ENV_FORMAT)
+    return {ENV_FORMAT: fmt} if fmt else {}
 
 
 class RuntimeStartError(Exception):
@@ -156,7 +164,7 @@ class DockerRuntime:
         options: dict[str, Any] = {
             "name": self._name(launch.cluster, launch.replica_id),
             "labels": labels, "command": command, "detach": True,
-            "environment": {"PYTHONUNBUFFERED": "1", **launch.env},
+            "environment": {"PYTHONUNBUFFERED": "1", **_log_format_env(), **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
             "stop_signal": "SIGTERM", "init": True,
         }

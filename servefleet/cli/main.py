@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 
+from servefleet import logs
 from servefleet.client import ControllerClient, ControllerError, NoControllerRunning
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
@@ -92,7 +92,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
-        tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens)
+        tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
+        access_log=args.access_log)
     try:
         asyncio.run(serve(options))
     except TokenFileError as e:
@@ -126,6 +127,9 @@ def cmd_replicas(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-format", default=None, choices=logs.FORMATS,
+                        help="text (default) or json: one JSON object per line with "
+                             "component and request_id (default: $SERVEFLEET_LOG_FORMAT)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -169,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
                        help="answer 431 to requests with more header bytes (default 65536)")
+    proxy.add_argument("--access-log", action="store_true",
+                       help="log one line per routed request, with its x-request-id")
     proxy.add_argument("--tls-cert", default=None, metavar="FILE",
                        help="serve HTTPS with this PEM certificate chain (with --tls-key)")
     proxy.add_argument("--tls-key", default=None, metavar="FILE")
@@ -206,8 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure(args.command, args.log_level, args.log_format)
+    except ValueError as e:  # a bad SERVEFLEET_LOG_FORMAT
+        print(f"servefleet: {e}", file=sys.stderr)
+        return EXIT_USAGE
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

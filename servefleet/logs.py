@@ -1,0 +1,87 @@
+"""Log records of every servefleet process: text for people, JSON lines for machines.
+
+`configure(component, fmt)` sets up the root logger once per process.
+`--log-format json` (or SERVEFLEET_LOG_FORMAT=json, which replicas inherit
+from the controller that starts them) writes one JSON object per line:
+
+    {"time": "2026-12-03T10:31:02.114Z", "level": "INFO", "component": "replica",
+     "logger": "servefleet.replica", "message": "...", "application": "default",
+     "deployment": "Model", "replica": "Model-1a2b3c4d", "request_id": "9f0e..."}
+
+`application`, `deployment` and `replica` are the process's (replicas);
+`request_id` is set while a request is handled (`REQUEST_ID`, a context
+variable: the proxy and the replica set it from x-request-id, and user code
+run in the replica's thread pool keeps it), so one request's lines can be
+found in the proxy's and the replica's logs alike. Exceptions add `error`
+with the traceback.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+ENV_FORMAT = "SERVEFLEET_LOG_FORMAT"
+FORMATS = ("text", "json")
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _Context(logging.Filter):
+    """Adds the process's fields and the current request id to each record."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__()
+        self.fields = fields
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.servefleet = self.fields
+        record.request_id = REQUEST_ID.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "servefleet", {}),
+        }
+        request_id = getattr(record, "request_id", "")
+        if request_id:
+            entry["request_id"] = request_id
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def log_format(given: str | None = None) -> str:
+    """The format asked for by a flag, else by the environment, else text."""
+    fmt = given or os.environ.get(ENV_FORMAT) or "text"
+    if fmt not in FORMATS:
+        raise ValueError(f"log format {fmt!r}: text or json")
+    return fmt
+
+
+def configure(component: str, level: int | str = logging.INFO, fmt: str | None = None,
+              **fields: str) -> None:
+    """Log to stderr in `fmt` (log_format()) with `component` and `fields` on
+    every JSON line; processes this one starts inherit the format."""
+    fmt = log_format(fmt)
+    os.environ[ENV_FORMAT] = fmt
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
+    handler.addFilter(_Context({"component": component, **fields}))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

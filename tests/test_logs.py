@@ -1,0 +1,74 @@
+"""JSON log lines: one request's id in the proxy's and the replica's logs
+(user code's own lines included), with real processes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import status_pb2
+
+pytestmark = pytest.mark.slow
+APPS = str(Path(__file__).parent / "apps")
+
+
+def json_lines(text: str) -> list[dict]:
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            found.append(json.loads(line))
+    return found
+
+
+def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, cluster,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setenv("SERVEFLEET_LOG_FORMAT", "json")  # the processes below inherit it
+    controller = ControllerProcess(f"sqlite://{tmp_path}/state.db", cluster=cluster,
+                                   log_dir=tmp_path).start()
+    proxy = ProxyProcess([controller.address], log_dir=tmp_path, extra_args=["--access-log"])
+    client = ControllerClient([controller.address], timeout=30)
+    try:
+        client.deploy(d.DeploymentSpec(name="Chatty", import_path="chatty_app:chatty",
+                                       route_prefix="/chat",
+                                       runtime=d.RuntimeOptions(working_dir=APPS)))
+        wait_for(lambda: any(dep.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY
+                             for app in client.status().applications
+                             for dep in app.deployments), 60, "Chatty healthy")
+        proxy.start()
+        wait_for(lambda: httpx.get(proxy.url + "/chat").status_code == 200, 30, "routed")
+        request_id = uuid.uuid4().hex
+        assert httpx.get(proxy.url + "/chat", params={"q": "hello"},
+                         headers={"x-request-id": request_id}).text == "ok"
+        (replica,) = client.replicas(deployment="Chatty")
+        log = Path(controller.runtime_dir) / cluster / f"{replica.record.replica_id}.log"
+
+        def users_line() -> dict | None:
+            return next((e for e in json_lines(log.read_text())
+                         if e.get("logger") == "chatty" and "hello" in e["message"]), None)
+
+        line = wait_for(users_line, 10, "the user's log line")
+        assert line["request_id"] == request_id
+        assert line["message"] == "user code heard hello"
+        assert (line["component"], line["application"], line["deployment"],
+                line["replica"]) == ("replica", "default", "Chatty",
+                                     replica.record.replica_id)
+        assert line["level"] == "WARNING" and line["time"].endswith("Z")
+        at_proxy = [e for e in json_lines(proxy.logs()) if e.get("request_id") == request_id]
+        assert [(e["component"], e["logger"]) for e in at_proxy] == [
+            ("proxy", "servefleet.proxy.access")]
+        assert at_proxy[0]["message"].startswith("GET /chat 200 ")
+        controller_lines = json_lines(controller.logs())
+        assert controller_lines and all(e["component"] == "controller"
+                                        for e in controller_lines)
+    finally:
+        proxy.stop()
+        client.shutdown()
+        client.close()
+        controller.stop()
