@@ -108,6 +108,10 @@ class LeaderTerm:
         self._running: asyncio.Task[None] | None = None
 
     @property
+    def runtime(self) -> Runtime | None:
+        return self._parts.runtime
+
+    @property
     def observed(self) -> ObservedState:
         return self.replicas.observed if self.replicas is not None else ObservedState()
 

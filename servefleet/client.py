@@ -22,7 +22,7 @@ import builtins
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -177,6 +177,19 @@ class ControllerClient:
             backoff = min(1.0, 0.05 * 2 ** min(attempt, 5)) * random.uniform(0.5, 1.0)
             time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
 
+    def stream(self, method: str, request: Any) -> Iterator[Any]:
+        """A server-streaming call on the leader (found with a GetStatus first).
+        ControllerError when the stream is refused or breaks."""
+        self.call("GetStatus", api.GetStatusRequest())  # settles on the leader
+        responses = getattr(self._stub(self.addresses[self._current]), method)(
+            request, metadata=self.credentials.metadata)
+        try:
+            yield from responses
+        except grpc.RpcError as e:
+            raise ControllerError(e.code(), e.details() or "") from None
+        finally:
+            responses.cancel()
+
     # -- the API --------------------------------------------------------------
 
     def deploy(self, spec: deployment_pb2.DeploymentSpec) -> api.DeployResponse:
@@ -230,6 +243,13 @@ class ControllerClient:
     def application_status(self, name: str):
         """The ApplicationStatusInfo of `name` in GetStatus, or None."""
         return next((a for a in self.status().applications if a.name == name), None)
+
+    def logs(self, application: str = "", deployment: str = "", replica_id: str = "",
+             tail_lines: int = 0, follow: bool = False) -> Iterator[api.GetLogsResponse]:
+        """Replicas' output (GetLogs): the last lines, then new ones with `follow`."""
+        return self.stream("GetLogs", api.GetLogsRequest(
+            application=application, deployment=deployment, replica_id=replica_id,
+            tail_lines=tail_lines, follow=follow))
 
     def shutdown(self) -> None:
         # Not retried once it may have arrived: a retry reaching the next leader

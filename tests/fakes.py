@@ -115,6 +115,9 @@ class FakeRuntime:
     def logs(self, replica_id: str, lines: int = 20) -> str:
         return ""
 
+    def read_logs(self, replica_id: str, cursor: str, lines: int) -> tuple[str, str]:
+        return "", cursor
+
     def cleanup(self, replica_id: str) -> None:
         pass
 

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +29,39 @@ def json_lines(text: str) -> list[dict]:
         if line.startswith("{"):
             found.append(json.loads(line))
     return found
+
+
+def check_servefleet_logs(client: ControllerClient, controller: ControllerProcess,
+                          proxy: ProxyProcess, replica_id: str) -> None:
+    """`servefleet logs` (the GetLogs stream): past lines, then followed ones."""
+    out = subprocess.run([sys.executable, "-m", "servefleet", "logs", "Chatty", "--controller",
+                          controller.address, "--tail", "50"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert any(line.startswith(f"{replica_id} | ") and "user code heard hello" in line
+               for line in out.stdout.splitlines())
+    missing = subprocess.run([sys.executable, "-m", "servefleet", "logs", "Nobody",
+                              "--controller", controller.address], capture_output=True,
+                             text=True, timeout=30)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    seen: list[str] = []
+    stream = client.logs(deployment="Chatty", tail_lines=1, follow=True)
+
+    def follow() -> None:
+        for chunk in stream:
+            seen.extend(chunk.lines)
+            if any("followed" in line for line in seen):
+                return
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    time.sleep(1)
+    assert httpx.get(proxy.url + "/chat", params={"q": "followed"}).text == "ok"
+    reader.join(15)
+    assert not reader.is_alive(), seen[-5:]
+    stream.close()  # cancels the GetLogs stream
 
 
 def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, cluster,
@@ -67,6 +104,7 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
         controller_lines = json_lines(controller.logs())
         assert controller_lines and all(e["component"] == "controller"
                                         for e in controller_lines)
+        check_servefleet_logs(client, controller, proxy, replica.record.replica_id)
     finally:
         proxy.stop()
         client.shutdown()

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "servefleet.v1.ControllerService"
 # Methods whose rejection must be a streaming handler of their own shape.
-SERVER_STREAMING = {f"/{SERVICE_NAME}/Watch"}
+SERVER_STREAMING = {f"/{SERVICE_NAME}/Watch", f"/{SERVICE_NAME}/GetLogs"}
 CLIENT_STREAMING = {f"/{SERVICE_NAME}/StreamLoad"}
 
 R = TypeVar("R")

@@ -20,12 +20,13 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, status_pb2, watch_pb2
 from servefleet.wire import check_watch_key
 
-from ..errors import FailedPrecondition, NotLeader
+from ..errors import ApiError, FailedPrecondition, NotLeader
 from ..goals.spec import DEFAULT_APPLICATION
 from ..members import Membership
 from ..term import LeaderTerm
 from ..watch import MAX_WATCH_KEYS, serve_watch
 from .gate import Leadership, api_method
+from .logs import LogStream
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,17 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             report = message.report
             term.load_reports.record(report.reporter_id, report.queued, report.ongoing)
         return api.StreamLoadResponse()
+
+    async def GetLogs(self, request: api.GetLogsRequest,
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[api.GetLogsResponse]:
+        """The matching replicas' output; see controller/api/logs.py."""
+        term = self._term()
+        try:
+            stream = LogStream(term, term.runtime, request)
+        except ApiError as e:
+            await context.abort(e.code, e.message)
+        async for response in stream.run(self._leadership.can_serve):
+            yield response
 
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:

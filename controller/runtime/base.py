@@ -74,6 +74,11 @@ class Runtime(Protocol):
         """The last lines the replica printed, for status messages."""
         ...
 
+    def read_logs(self, replica_id: str, cursor: str, lines: int) -> tuple[str, str]:
+        """(output, cursor): with an empty cursor the last `lines` lines, else
+        what the replica printed since the cursor was returned. Blocking."""
+        ...
+
     def cleanup(self, replica_id: str) -> None:
         """Forget what a stopped replica left behind (settings, logs)."""
         ...

@@ -310,6 +310,21 @@ class DockerRuntime:
         except docker.errors.DockerException:
             return ""
 
+    def read_logs(self, replica_id: str, cursor: str, lines: int) -> tuple[str, str]:
+        """The cursor is the Unix time (seconds) the last read covered."""
+        import docker.errors
+
+        now = time.time()
+        try:
+            container = self._docker().containers.get(self._name(self._cluster, replica_id))
+            if not cursor:
+                data = container.logs(tail=lines)
+            else:
+                data = container.logs(since=float(cursor), until=now)
+            return data.decode(errors="replace"), str(now)
+        except docker.errors.DockerException:
+            return "", cursor
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

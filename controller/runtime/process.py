@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import io
 import json
 import logging
 import os
@@ -265,6 +266,22 @@ class ProcessRuntime:
                 return "".join(deque(f, maxlen=lines))
         except OSError:
             return ""
+
+    def read_logs(self, replica_id: str, cursor: str, lines: int) -> tuple[str, str]:
+        """The cursor is a byte offset into the replica's log file."""
+        _, log_path = self._paths(replica_id)
+        try:
+            with open(log_path, "rb") as f:
+                if not cursor:
+                    text = "".join(deque(io.TextIOWrapper(f, errors="replace"), maxlen=lines))
+                    return text, str(log_path.stat().st_size)
+                f.seek(int(cursor))
+                data = f.read(1 << 20)
+                # Up to the last complete line; the rest comes next time.
+                end = data.rfind(b"\n") + 1
+                return data[:end].decode(errors="replace"), str(int(cursor) + end)
+        except OSError:
+            return "", cursor
 
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Nothing to do: a dead process leaves only files, which cleanup() removes."""

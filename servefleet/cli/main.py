@@ -125,6 +125,20 @@ def cmd_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    if not 1 <= args.tail <= 10_000:
+        raise UsageError("--tail: between 1 and 10000 lines")
+    with _client(args) as client:
+        try:
+            for chunk in client.logs(args.app or "", args.name or "", args.replica or "",
+                                     args.tail, args.follow):
+                for line in chunk.lines:
+                    print(f"{chunk.replica_id} | {line}", flush=args.follow)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
     parser.add_argument("--log-format", default=None, choices=logs.FORMATS,
@@ -202,6 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
     replicas.add_argument("--app", default=None, help="only this application")
     replicas.add_argument("--json", action="store_true")
     replicas.set_defaults(run=cmd_replicas)
+
+    logs_cmd = commands.add_parser("logs", help="replicas' output, from any runtime")
+    _add_controller_flag(logs_cmd)
+    logs_cmd.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    logs_cmd.add_argument("--app", default=None, help="only this application")
+    logs_cmd.add_argument("--replica", default=None, metavar="ID", help="only this replica")
+    logs_cmd.add_argument("--tail", type=int, default=100, metavar="N",
+                          help="past lines of each replica to show first (default 100)")
+    logs_cmd.add_argument("-f", "--follow", action="store_true",
+                          help="keep printing new lines until Ctrl-C")
+    logs_cmd.set_defaults(run=cmd_logs)
 
     apps.add_commands(commands, _add_controller_flag, _client)
     security.add_commands(commands)

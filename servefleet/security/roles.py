@@ -17,8 +17,9 @@ READER = frozenset({"GetDeployment", "ListDeployments", "ListReplicas", "GetStat
                     "ListApplications", "Watch"})
 # Deployers may report load too: handles in their scripts do, and a
 # deployer sets replica counts outright anyway.
+# Logs are the deployer's: replicas' output can carry what their users sent.
 DEPLOYER = READER | {"Deploy", "DeployApplications", "DeleteDeployments",
-                     "DeleteApplications", "SetTraffic", "ReportLoad", "StreamLoad"}
+                     "DeleteApplications", "SetTraffic", "ReportLoad", "StreamLoad", "GetLogs"}
 DATA_PLANE = READER | {"ReportLoad", "StreamLoad"}
 ADMIN = DEPLOYER | DATA_PLANE | {"Shutdown"}
 

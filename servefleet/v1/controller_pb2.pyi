@@ -146,6 +146,32 @@ class ShutdownResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class GetLogsRequest(_message.Message):
+    __slots__ = ("application", "deployment", "replica_id", "tail_lines", "follow")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    deployment: str
+    replica_id: str
+    tail_lines: int
+    follow: bool
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., replica_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class GetLogsResponse(_message.Message):
+    __slots__ = ("replica_id", "application", "deployment", "lines")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    application: str
+    deployment: str
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class DeployApplicationsRequest(_message.Message):
     __slots__ = ("applications", "partial", "http_options", "dry_run")
     APPLICATIONS_FIELD_NUMBER: _ClassVar[int]

@@ -106,6 +106,11 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.ShutdownRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_controller__pb2.ShutdownResponse.FromString,
                 _registered_method=True)
+        self.GetLogs = channel.unary_stream(
+                '/servefleet.v1.ControllerService/GetLogs',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -229,6 +234,16 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLogs(self, request, context):
+        """GetLogs streams what replicas printed, as their runtime keeps it (the
+        process runtime's log files, Docker's container logs): the last
+        `tail_lines` of each matching replica, then, with `follow`, new lines as
+        they come (replicas that start later included) until the client cancels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -301,6 +316,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.Shutdown,
                     request_deserializer=servefleet_dot_v1_dot_controller__pb2.ShutdownRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_controller__pb2.ShutdownResponse.SerializeToString,
+            ),
+            'GetLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetLogs,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -682,6 +702,33 @@ class ControllerService:
             '/servefleet.v1.ControllerService/Shutdown',
             servefleet_dot_v1_dot_controller__pb2.ShutdownRequest.SerializeToString,
             servefleet_dot_v1_dot_controller__pb2.ShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/GetLogs',
+            servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,80 @@
+"""GetLogs: replicas' output through the controller, from any runtime.
+
+`LogStream` picks the replicas that match the request among those the
+leader observes, sends the last lines of each, and with `follow` polls the
+runtime every POLL_S for more (replicas that appear later are picked up,
+ones that go away are dropped). Runtime reads block (files, the Docker API),
+so they run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import replica_pb2
+
+from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..goals.spec import DEFAULT_APPLICATION
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+    from ..term import LeaderTerm
+
+POLL_S = 0.5
+DEFAULT_TAIL = 100
+MAX_TAIL = 10_000
+
+
+class LogStream:
+    def __init__(self, term: LeaderTerm, runtime: Runtime | None,
+                 request: api.GetLogsRequest) -> None:
+        """InvalidArgument, NotFound (a named deployment that does not exist) or
+        FailedPrecondition (no runtime) for a request that cannot be served."""
+        if runtime is None:
+            raise FailedPrecondition("this controller runs no replicas (--runtime none)")
+        if request.tail_lines > MAX_TAIL:
+            raise InvalidArgument("tail_lines", f"at most {MAX_TAIL}, got {request.tail_lines}")
+        self._term = term
+        self._runtime = runtime
+        self._request = request
+        self._application = request.application or (
+            DEFAULT_APPLICATION if request.deployment else "")
+        if request.deployment and (self._application, request.deployment) not in {
+                (r.spec.application, r.spec.name) for r in term.deployments.live()}:
+            raise NotFound(f"no deployment {self._application}/{request.deployment}")
+        self._tail = request.tail_lines or DEFAULT_TAIL
+
+    def _matching(self) -> list[replica_pb2.ReplicaRecord]:
+        request = self._request
+        found = []
+        for (app, name), observation in self._term.observed.deployments.items():
+            if self._application and app != self._application:
+                continue
+            if request.deployment and name != request.deployment:
+                continue
+            found += [r.record for r in observation.replicas
+                      if not request.replica_id or r.record.replica_id == request.replica_id]
+        return sorted(found, key=lambda r: r.replica_id)
+
+    async def run(self, serving: Callable[[], bool]) -> AsyncIterator[api.GetLogsResponse]:
+        cursors: dict[str, str] = {}
+        while True:
+            records = self._matching()
+            for record in records:
+                cursor = cursors.get(record.replica_id, "")
+                text, cursors[record.replica_id] = await asyncio.to_thread(
+                    self._runtime.read_logs, record.replica_id, cursor, self._tail)
+                if text:
+                    yield api.GetLogsResponse(replica_id=record.replica_id,
+                                              application=record.application,
+                                              deployment=record.deployment,
+                                              lines=text.splitlines())
+            live = {r.replica_id for r in records}
+            for gone in set(cursors) - live:
+                del cursors[gone]
+            if not self._request.follow or not serving():
+                return
+            await asyncio.sleep(POLL_S)
