@@ -272,7 +272,8 @@ class ControllerServer:
         members = self.metrics_members
         host, _, port = self.config.metrics_listen.rpartition(":")
         app = ControllerHttp(lambda: self.term, lambda: members.addresses,
-                             lambda: self.election.leader)
+                             lambda: self.election.leader, self.config.cluster,
+                             self._leadership.identity, lambda: self.membership.addresses)
         self._http = await start_http_server(app, host.strip("[]"), int(port))
         self._metrics_task = asyncio.create_task(members.run(), name="metrics-membership")
         logger.info("metrics on http://%s/metrics", self.config.metrics_listen)

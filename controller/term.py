@@ -25,10 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from servefleet.v1 import records_pb2, replica_pb2, status_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import records_pb2, replica_pb2, status_pb2, watch_pb2
 
 from .api.status import Observed, cluster_status
 from .clock import Clock
@@ -74,6 +78,12 @@ class TermParts:
     max_history: int = MAX_DELETED_HISTORY
     # What deploys may run (--allow-working-dir, --allow-image, --allow-env).
     policy: DeployPolicy = field(default_factory=DeployPolicy)
+
+
+def _stamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
 
 
 class LeaderTerm:
@@ -131,6 +141,19 @@ class LeaderTerm:
             for dep in app.deployments:
                 dep.queued_requests = self.load_reports.queued(app.name, dep.name)
         return applications
+
+    def status_response(self, cluster: str, leader: str,
+                        controllers: list[str]) -> api.GetStatusResponse:
+        """GetStatus: applications, proxies (from their Watch streams), controllers."""
+        now = time.time()
+        proxies = sorted((w for w in self.publisher.watchers.values()
+                          if w.kind == watch_pb2.WATCHER_KIND_PROXY), key=lambda w: w.watcher_id)
+        return api.GetStatusResponse(
+            applications=self.status(), cluster=cluster, leader=leader,
+            proxies=[status_pb2.ProxyStatus(id=w.watcher_id, address=w.address,
+                                            healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
+                     for w in proxies],
+            controllers=sorted(controllers))
 
     def _running_count(self, key: tuple[str, str]) -> int:
         observed = self.observed.deployments.get(key)

@@ -1,4 +1,4 @@
-"""The controller's HTTP face (--metrics-listen): metrics and scrape discovery.
+"""The controller's HTTP face (--metrics-listen): metrics, scrape discovery, dashboard.
 
 - GET /metrics: this controller's metrics (Prometheus text format).
 - GET /-/metrics-targets: every scrape target of the cluster, in Prometheus
@@ -8,6 +8,8 @@
   replicas). Answered by the leader; a standby answers 503 naming the leader.
   A Prometheus job with `http_sd_configs: [{url: http://CONTROLLER/-/metrics-targets}]`
   follows replicas as they come and go.
+- GET /-/dashboard: a live page of the cluster; GET /api/status: its data
+  (dashboard.py). A standby answers /api/status 503 with the leader.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from servefleet.metrics.exposition import send_metrics
 from servefleet.v1 import watch_pb2
+
+from . import dashboard
 
 if TYPE_CHECKING:
     from ..term import LeaderTerm
@@ -56,10 +60,15 @@ class ControllerHttp:
     metrics addresses of the live controllers, `leader()` the leader's address."""
 
     def __init__(self, term: Callable[[], LeaderTerm | None],
-                 controllers: Callable[[], list[str]], leader: Callable[[], str | None]) -> None:
+                 controllers: Callable[[], list[str]], leader: Callable[[], str | None],
+                 cluster: str = "", identity: str = "",
+                 grpc_controllers: Callable[[], list[str]] = list) -> None:
         self._term = term
         self._controllers = controllers
         self._leader = leader
+        self._cluster = cluster
+        self._identity = identity
+        self._grpc_controllers = grpc_controllers
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -67,6 +76,17 @@ class ControllerHttp:
         path = scope["path"]
         if path == "/metrics":
             await send_metrics(send)
+        elif path in ("/-/dashboard", "/-/dashboard/"):
+            await _send(send, 200, dashboard.page(), b"text/html; charset=utf-8")
+        elif path == "/api/status":
+            term = self._term()
+            if term is None:
+                await _send(send, 503, json.dumps({"standby": True, "leader": self._leader()})
+                            .encode(), b"application/json")
+                return
+            body = json.dumps(dashboard.snapshot(term, self._cluster, self._identity,
+                                                 self._grpc_controllers())).encode()
+            await _send(send, 200, body, b"application/json")
         elif path == "/-/metrics-targets":
             term = self._term()
             if term is None:
@@ -76,5 +96,5 @@ class ControllerHttp:
             body = json.dumps(scrape_targets(term, self._controllers())).encode()
             await _send(send, 200, body, b"application/json")
         else:
-            await _send(send, 404, b"servefleet controller: /metrics, /-/metrics-targets\n",
-                        b"text/plain")
+            await _send(send, 404, b"servefleet controller: /metrics, /-/metrics-targets, "
+                        b"/-/dashboard, /api/status\n", b"text/plain")

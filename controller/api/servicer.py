@@ -9,15 +9,13 @@ that races the end of a term gets UNAVAILABLE like any standby's.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, status_pb2, watch_pb2
+from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.wire import check_watch_key
 
 from ..errors import ApiError, FailedPrecondition, NotLeader
@@ -29,12 +27,6 @@ from .gate import Leadership, api_method
 from .logs import LogStream
 
 logger = logging.getLogger(__name__)
-
-
-def _stamp(seconds: float) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
@@ -90,18 +82,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def GetStatus(self, request: api.GetStatusRequest,
                         context: Any) -> api.GetStatusResponse:
-        term = self._term()
-        applications = term.status()
-        now = time.time()
-        proxies = sorted((w for w in term.publisher.watchers.values()
-                          if w.kind == watch_pb2.WATCHER_KIND_PROXY), key=lambda w: w.watcher_id)
-        return api.GetStatusResponse(applications=applications, cluster=self._cluster,
-                                     leader=self._leadership.identity,
-                                     proxies=[status_pb2.ProxyStatus(
-                                         id=w.watcher_id, address=w.address,
-                                         healthy=w.healthy(now), last_seen=_stamp(w.last_sent))
-                                         for w in proxies],
-                                     controllers=sorted(self._members.addresses))
+        return self._term().status_response(self._cluster, self._leadership.identity,
+                                            self._members.addresses)
 
     def _check_not_owned(self, application: str) -> None:
         """Deployments of an application deployed from a config change only through it:

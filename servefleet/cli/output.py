@@ -11,66 +11,21 @@ output" section shows the shape.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-from google.protobuf.descriptor import Descriptor, EnumDescriptor
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from servefleet.messages import enum_prefix, message_dict
 from servefleet.v1 import controller_pb2, records_pb2, replica_pb2, status_pb2
 
 
-def _dict(message: Message) -> dict:
-    data = MessageToDict(message, preserving_proto_field_name=True,
-                         always_print_fields_with_no_presence=True)
-    # The upb runtime's Descriptor, which the stubs type apart from the Python one.
-    _shorten_enums(cast(Descriptor, message.DESCRIPTOR), data)
-    return data
-
-
-def enum_prefix(enum: EnumDescriptor) -> str:
-    """"ApplicationStatus" -> "APPLICATION_STATUS_", the prefix buf lint makes
-    every value of an enum carry."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
-
-
-def _short(enum: EnumDescriptor, value: Any) -> Any:
-    prefix = enum_prefix(enum)
-    if isinstance(value, list):
-        return [v.removeprefix(prefix) if isinstance(v, str) else v for v in value]
-    return value.removeprefix(prefix) if isinstance(value, str) else value
-
-
-def _shorten_enums(descriptor: Descriptor, data: dict[str, Any]) -> None:
-    """Replace, in place, the enum values of `data` (a MessageToDict of a
-    `descriptor` message) by their short names."""
-    for field in descriptor.fields:
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        if field.enum_type is not None:
-            data[field.name] = _short(field.enum_type, value)
-        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
-            inner = field.message_type.fields_by_name["value"]
-            for key, item in value.items():
-                if inner.enum_type is not None:
-                    value[key] = _short(inner.enum_type, item)
-                elif inner.message_type is not None and isinstance(item, dict):
-                    _shorten_enums(inner.message_type, item)
-        elif field.message_type is not None:
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, dict):  # well-known types are strings
-                    _shorten_enums(field.message_type, item)
-
-
 def to_json(message: Message) -> str:
-    return json.dumps(_dict(message), indent=2, sort_keys=True)
+    return json.dumps(message_dict(message), indent=2, sort_keys=True)
 
 
 def records_json(records: Sequence[Message]) -> str:
-    return json.dumps([_dict(r) for r in records], indent=2, sort_keys=True)
+    return json.dumps([message_dict(r) for r in records], indent=2, sort_keys=True)
 
 
 def enum_word(enum: Any, value: int) -> str:

@@ -1,0 +1,109 @@
+"""The dashboard in a real headless browser (Debian's chromium through
+chromedriver), and its JSON, against a running cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import status_pb2
+
+pytestmark = pytest.mark.slow
+APPS = str(Path(__file__).parent / "apps")
+
+
+def spec(replicas: int) -> d.DeploymentSpec:
+    return d.DeploymentSpec(name="Hello", import_path="echo_app:hello", route_prefix="/hello",
+                            runtime=d.RuntimeOptions(working_dir=APPS),
+                            replica_config=d.ReplicaConfig(num_replicas=replicas,
+                                                           graceful_shutdown_wait_loop_s=0.1))
+
+
+def healthy(client: ControllerClient, running: int) -> bool:
+    deps = [dep for app in client.status().applications for dep in app.deployments]
+    return len(deps) == 1 and deps[0].status == status_pb2.DEPLOYMENT_STATUS_HEALTHY and \
+        deps[0].replica_states.get("RUNNING", 0) == running
+
+
+@pytest.fixture
+def dashboard(tmp_path, cluster):
+    http = f"127.0.0.1:{free_port()}"
+    controller = ControllerProcess(f"sqlite://{tmp_path}/state.db", cluster=cluster,
+                                   log_dir=tmp_path, extra_args=["--metrics-listen", http]).start()
+    proxy = ProxyProcess([controller.address], log_dir=tmp_path)
+    client = ControllerClient([controller.address], timeout=30)
+    try:
+        client.deploy(spec(1))
+        wait_for(lambda: healthy(client, 1), 60, "Hello healthy")
+        proxy.start()
+        yield client, f"http://{http}"
+    finally:
+        proxy.stop()
+        client.shutdown()
+        client.close()
+        controller.stop()
+
+
+def test_the_json_snapshot(dashboard) -> None:
+    client, base = dashboard
+    wait_for(lambda: httpx.get(base + "/api/status").json()["proxies"], 20, "the proxy listed")
+    data = httpx.get(base + "/api/status").json()
+    (app,) = data["applications"]
+    assert (app["name"], app["route_prefix"], app["status"]) == ("default", "/hello", "RUNNING")
+    (dep,) = app["deployments"]
+    (replica,) = dep["replicas"]
+    assert replica["state"] == "RUNNING" and replica["uptime_s"] >= 0
+    assert replica["replica_id"] == client.replicas()[0].record.replica_id
+    assert data["leader"] in data["controllers"] and data["errors"] == []
+
+
+def _browser():
+    chromium = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if not (chromium and driver):
+        if os.environ.get("SERVEFLEET_BROWSER_TESTS") == "skip":
+            pytest.skip("no chromium/chromedriver (apt-get install chromium chromium-driver)")
+        pytest.fail("chromium and chromium-driver are needed: scripts/setup installs them")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1200,900"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=driver), options=options)
+
+
+def test_the_page_follows_a_scale_change_without_a_reload(dashboard, tmp_path) -> None:
+    from selenium.webdriver.common.by import By
+
+    client, base = dashboard
+    browser = _browser()
+    try:
+        browser.get(base + "/-/dashboard")
+
+        def running() -> str | None:
+            found = browser.find_elements(By.CSS_SELECTOR, '[data-deployment="default/Hello"]')
+            return found[0].get_attribute("data-running") if found else None
+
+        wait_for(lambda: running() == "1", 20, "the deployment on the page")
+        assert "RUNNING" in browser.find_element(By.ID, "applications").text
+        browser.execute_script("window.sameDocument = 42")
+        browser.save_screenshot(str(tmp_path / "dashboard-1.png"))
+        client.deploy(spec(2))
+        wait_for(lambda: running() == "2", 60, "two replicas on the page")
+        assert browser.execute_script("return window.sameDocument") == 42  # no reload
+        rows = browser.find_elements(By.CSS_SELECTOR, "#applications table tr")
+        assert len(rows) == 3  # a header and two replicas
+        browser.save_screenshot(str(tmp_path / "dashboard-2.png"))
+        assert (tmp_path / "dashboard-2.png").stat().st_size > 0
+    finally:
+        browser.quit()
