@@ -10,13 +10,18 @@ starts empty and fills up within one report period.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+
+from servefleet.v1 import controller_pb2 as api
 
 from .clock import Clock
 from .errors import InvalidArgument
 from .goals.spec import check_name
 
 STALE_S = 10.0
+# Traffic figures count only from reports this recent (reporters send every 0.5 s).
+TRAFFIC_STALE_S = 2.0
 MAX_KEYS = 10_000
 MAX_QUEUED = 10_000_000
 Key = tuple[str, str]
@@ -31,13 +36,17 @@ class LoadReports:
         # that reading one deployment's load does not visit every reporter.
         self._totals: dict[Key, tuple[int, int]] = {}
         self._keys: dict[str, Key] = {}  # report keys already checked
+        # reporter -> (when, {deployment: (requests/s, requests, p50 ms, p99 ms)})
+        self._traffic: dict[str, tuple[float, dict[Key, tuple[float, int, float, float]]]] = {}
         self._swept_at = self._clock.monotonic()
 
     def record(self, reporter_id: str, queued: Mapping[str, int],
-               ongoing: Mapping[str, int] | None = None) -> None:
+               ongoing: Mapping[str, int] | None = None,
+               traffic: Mapping[str, api.DeploymentTraffic] | None = None) -> None:
         """Store a report; InvalidArgument (nothing stored) on a bad one."""
         if not reporter_id or len(reporter_id) > 128:
             raise InvalidArgument("reporter_id", "must be 1-128 characters")
+        seen = self._parse_traffic(traffic or {})
         parsed: dict[Key, tuple[int, int]] = {}
         for field, counts in (("queued", queued), ("ongoing", ongoing or {})):
             if len(counts) > MAX_KEYS:
@@ -51,6 +60,37 @@ class LoadReports:
         self._forget(reporter_id)
         self._reports[reporter_id] = (self._clock.monotonic(), parsed)
         self._add(parsed, 1)
+        if seen or reporter_id in self._traffic:
+            self._traffic[reporter_id] = (self._clock.monotonic(), seen)
+
+    def _parse_traffic(self, traffic: Mapping[str, api.DeploymentTraffic]
+                       ) -> dict[Key, tuple[float, int, float, float]]:
+        """{key: (requests per second, requests, p50, p99)}; InvalidArgument when bad."""
+        if len(traffic) > MAX_KEYS:
+            raise InvalidArgument("traffic", f"at most {MAX_KEYS} deployments")
+        out = {}
+        for text, t in traffic.items():
+            key = self._keys.get(text) or self._parse("traffic", text)
+            figures = (t.window_s, t.p50_ms, t.p99_ms)
+            if not (0 < t.window_s <= 3600 and all(math.isfinite(f) and f >= 0 for f in figures)
+                    and t.requests <= MAX_QUEUED * 100):
+                raise InvalidArgument(f"traffic[{text!r}]", "window_s in (0, 3600], finite "
+                                      "non-negative latencies, a sane request count")
+            out[key] = (t.requests / t.window_s, t.requests, t.p50_ms, t.p99_ms)
+        return out
+
+    def traffic(self, application: str, deployment: str) -> tuple[float, float, float] | None:
+        """(requests/s, p50 ms, p99 ms) over the fresh reports: rates added up,
+        p50 weighted by requests, the highest p99; None without any."""
+        now = self._clock.monotonic()
+        key = (application, deployment)
+        found = [figures[key] for at, figures in self._traffic.values()
+                 if now - at < TRAFFIC_STALE_S and key in figures]
+        requests = sum(f[1] for f in found)
+        if not requests:
+            return None
+        return (sum(f[0] for f in found), sum(f[1] * f[2] for f in found) / requests,
+                max(f[3] for f in found))
 
     def _parse(self, field: str, text: str) -> Key:
         """'application/deployment' checked once (then remembered: reporters
@@ -75,6 +115,9 @@ class LoadReports:
                 self._totals.pop(key, None)
 
     def _forget(self, reporter_id: str) -> None:
+        if self._clock.monotonic() - self._traffic.get(reporter_id, (0.0, {}))[0] \
+                >= TRAFFIC_STALE_S:
+            self._traffic.pop(reporter_id, None)
         old = self._reports.pop(reporter_id, None)
         if old is not None:
             self._add(old[1], -1)

@@ -140,6 +140,9 @@ class LeaderTerm:
         for app in applications:
             for dep in app.deployments:
                 dep.queued_requests = self.load_reports.queued(app.name, dep.name)
+                traffic = self.load_reports.traffic(app.name, dep.name)
+                if traffic is not None:
+                    dep.traffic.requests_per_s, dep.traffic.p50_ms, dep.traffic.p99_ms = traffic
         return applications
 
     def status_response(self, cluster: str, leader: str,

@@ -184,6 +184,7 @@ class ProxyApp:
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
         self._metrics = ProxyMetrics()
+        self.traffic = self._metrics.traffic.summary
         # One line per routed request (logger servefleet.proxy.access), with its id.
         self.access_log = False
 

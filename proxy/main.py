@@ -101,7 +101,7 @@ async def serve(options: ProxyOptions) -> None:
                               on_snapshot=state.apply, kind=watch_pb2.WATCHER_KIND_PROXY,
                               address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}",
                               credentials=options.credentials)
-        reporter = LoadReporter(watcher)
+        reporter = LoadReporter(watcher, traffic=app.traffic)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))

@@ -21,6 +21,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from servefleet.dataplane.traffic import TrafficWindow
 from servefleet.metrics.exposition import LATENCY_BUCKETS
 
 REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy",
@@ -37,6 +38,8 @@ class ProxyMetrics:
     """Label lookups cached per series: a request costs two dict hits."""
 
     def __init__(self) -> None:
+        # Recent requests per deployment, for the load reports (GetStatus, dashboard).
+        self.traffic = TrafficWindow()
         self._requests: dict[tuple[str, str, str, int], Any] = {}
         self._durations: dict[tuple[str, str], Any] = {}
 
@@ -52,6 +55,8 @@ class ProxyMetrics:
         if histogram is None:
             histogram = self._durations[key[:2]] = DURATION.labels(application, deployment)
         histogram.observe(seconds)
+        if deployment:
+            self.traffic.add(f"{application}/{deployment}", seconds)
 
     @staticmethod
     def shadow(application: str, deployment: str, sent: bool) -> None:

@@ -43,7 +43,7 @@ def dashboard(tmp_path, cluster):
         client.deploy(spec(1))
         wait_for(lambda: healthy(client, 1), 60, "Hello healthy")
         proxy.start()
-        yield client, f"http://{http}"
+        yield client, f"http://{http}", proxy
     finally:
         proxy.stop()
         client.shutdown()
@@ -52,7 +52,7 @@ def dashboard(tmp_path, cluster):
 
 
 def test_the_json_snapshot(dashboard) -> None:
-    client, base = dashboard
+    client, base, proxy = dashboard
     wait_for(lambda: httpx.get(base + "/api/status").json()["proxies"], 20, "the proxy listed")
     data = httpx.get(base + "/api/status").json()
     (app,) = data["applications"]
@@ -62,6 +62,19 @@ def test_the_json_snapshot(dashboard) -> None:
     assert replica["state"] == "RUNNING" and replica["uptime_s"] >= 0
     assert replica["replica_id"] == client.replicas()[0].record.replica_id
     assert data["leader"] in data["controllers"] and data["errors"] == []
+    assert "traffic" not in dep  # no requests yet
+    for _ in range(20):
+        assert httpx.get(proxy.url + "/hello").status_code == 200
+
+    def traffic() -> dict | None:
+        return httpx.get(base + "/api/status").json()["applications"][0]["deployments"][0] \
+            .get("traffic")
+
+    # The 20 requests in the proxy's 5 s window, once its next report is in.
+    seen = wait_for(lambda: (t := traffic()) and t["requests_per_s"] >= 3.99 and t, 4,
+                    "the proxy's figures in the snapshot")
+    assert seen["requests_per_s"] == pytest.approx(20 / 5, rel=0.01)
+    assert 0 < seen["p50_ms"] <= seen["p99_ms"]
 
 
 def _browser():
@@ -85,7 +98,7 @@ def _browser():
 def test_the_page_follows_a_scale_change_without_a_reload(dashboard, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
-    client, base = dashboard
+    client, base, _ = dashboard
     browser = _browser()
     try:
         browser.get(base + "/-/dashboard")

@@ -121,7 +121,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def ReportLoad(self, request: api.ReportLoadRequest,
                          context: Any) -> api.ReportLoadResponse:
-        self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing)
+        self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing,
+                                         request.traffic)
         return api.ReportLoadResponse()
 
     @api_method
@@ -132,7 +133,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             if self._current() is not term or not self._leadership.can_serve():
                 raise NotLeader(None)  # the reporter goes on with the new leader
             report = message.report
-            term.load_reports.record(report.reporter_id, report.queued, report.ongoing)
+            term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
+                                     report.traffic)
         return api.StreamLoadResponse()
 
     async def GetLogs(self, request: api.GetLogsRequest,

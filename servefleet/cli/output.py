@@ -57,6 +57,10 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
                              + (f"; last change: {auto.reason}" if auto.reason else "")
                              + (f"; POLICY ERROR: {auto.policy_error}"
                                 if auto.policy_error else ""))
+            if dep.HasField("traffic"):
+                t = dep.traffic
+                lines.append(f"    traffic: {t.requests_per_s:.1f} req/s, p50 {t.p50_ms:.1f} ms, "
+                             f"p99 {t.p99_ms:.1f} ms (through the proxies, last seconds)")
     if reply.proxies:
         lines.append("proxies:")
         lines.extend(f"  {p.id} {p.address} {'healthy' if p.healthy else 'UNHEALTHY'}"

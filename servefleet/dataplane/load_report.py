@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -31,8 +31,12 @@ REPORT_PERIOD_S = 0.5
 
 
 class LoadReporter:
-    def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S) -> None:
+    def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
+                 traffic: Callable[[], dict[str, tuple[int, float, float, float]]] | None = None
+                 ) -> None:
         self._watcher = watcher
+        # A proxy's recent requests per deployment (traffic.py), sent along.
+        self._traffic = traffic
         self._period_s = period_s
         self._wake = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
@@ -61,12 +65,14 @@ class LoadReporter:
                     await asyncio.wait_for(self._wake.wait(), self._period_s)
                 self._wake.clear()
                 report = self.counts(sets)
-                if report and self._watcher.connected.is_set():
-                    await self._send(report)
+                traffic = self._traffic() if self._traffic is not None else {}
+                if (report or traffic) and self._watcher.connected.is_set():
+                    await self._send(report, traffic)
         finally:
             await self._close()
 
-    async def _send(self, report: dict[str, tuple[int, int]]) -> None:
+    async def _send(self, report: dict[str, tuple[int, int]],
+                    traffic: dict[str, tuple[int, float, float, float]] | None = None) -> None:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
             await self._close()
@@ -79,7 +85,10 @@ class LoadReporter:
             report=controller_pb2.ReportLoadRequest(
                 reporter_id=self._watcher.watcher_id,
                 queued={k: q for k, (q, _) in report.items()},
-                ongoing={k: o for k, (_, o) in report.items()})))
+                ongoing={k: o for k, (_, o) in report.items()},
+                traffic={k: controller_pb2.DeploymentTraffic(
+                    requests=n, window_s=w, p50_ms=p50, p99_ms=p99)
+                    for k, (n, w, p50, p99) in (traffic or {}).items()})))
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[

@@ -101,7 +101,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
-    __slots__ = ("reporter_id", "queued", "ongoing")
+    __slots__ = ("reporter_id", "queued", "ongoing", "traffic")
     class QueuedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -116,13 +116,34 @@ class ReportLoadRequest(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class TrafficEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DeploymentTraffic
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DeploymentTraffic, _Mapping]] = ...) -> None: ...
     REPORTER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     ONGOING_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     reporter_id: str
     queued: _containers.ScalarMap[str, int]
     ongoing: _containers.ScalarMap[str, int]
-    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    traffic: _containers.MessageMap[str, DeploymentTraffic]
+    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ...) -> None: ...
+
+class DeploymentTraffic(_message.Message):
+    __slots__ = ("requests", "window_s", "p50_ms", "p99_ms")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    requests: int
+    window_s: float
+    p50_ms: float
+    p99_ms: float
+    def __init__(self, requests: _Optional[int] = ..., window_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ...) -> None: ...
 
 class ReportLoadResponse(_message.Message):
     __slots__ = ()

@@ -45,7 +45,7 @@ APPLICATION_STATUS_UNHEALTHY: ApplicationStatus
 APPLICATION_STATUS_DELETING: ApplicationStatus
 
 class DeploymentStatusInfo(_message.Message):
-    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version", "queued_requests", "autoscaling")
+    __slots__ = ("name", "status", "message", "replica_states", "target_replicas", "version", "queued_requests", "autoscaling", "traffic")
     class ReplicaStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,7 @@ class DeploymentStatusInfo(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     AUTOSCALING_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     name: str
     status: DeploymentStatus
     message: str
@@ -69,7 +70,18 @@ class DeploymentStatusInfo(_message.Message):
     version: str
     queued_requests: int
     autoscaling: AutoscalingStatus
-    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingStatus, _Mapping]] = ...) -> None: ...
+    traffic: TrafficStatus
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingStatus, _Mapping]] = ..., traffic: _Optional[_Union[TrafficStatus, _Mapping]] = ...) -> None: ...
+
+class TrafficStatus(_message.Message):
+    __slots__ = ("requests_per_s", "p50_ms", "p99_ms")
+    REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    def __init__(self, requests_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ...) -> None: ...
 
 class AutoscalingStatus(_message.Message):
     __slots__ = ("current_replicas", "target_replicas", "load", "desired_replicas", "reason", "policy_error")
