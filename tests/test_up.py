@@ -40,6 +40,8 @@ class Up:
     def __init__(self, config: Path | None, state: Path, http: str, listen: str,
                  *extra: str) -> None:
         self.http, self.listen, self.state = http, listen, state
+        if "--dashboard" not in extra:
+            extra = (*extra, "--dashboard", f"127.0.0.1:{free_port()}")
         argv = [sys.executable, "-m", "servefleet", "up", *([str(config)] if config else []),
                 "--state-dir", str(state), "--http", http, "--listen", listen, *extra]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -78,8 +80,10 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
     config.write_text(CALC)
     http, listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     state = tmp_path / "state"
+    dashboard = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([sys.executable, "-m", "servefleet", "up", str(config),
-                             "--state-dir", str(state), "--http", http, "--listen", listen],
+                             "--state-dir", str(state), "--http", http, "--listen", listen,
+                             "--dashboard", dashboard],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     stdout = proc.stdout
@@ -90,6 +94,9 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
         wait_for(lambda: any("ready. Try" in line for line in lines), 90, "up to be ready")
         assert any(f"curl http://{http}/calc" in line for line in lines)
         assert httpx.get(f"http://{http}/calc", params={"x": 2}).json()["call"] == 12
+        assert any(f"dashboard http://{dashboard}/-/dashboard" in line for line in lines)
+        assert httpx.get(f"http://{dashboard}/api/status").json()["applications"][0][
+            "name"] == "calc"
         children = _children(proc.pid)
         replicas = _replicas(state)
         assert len(children) == 2 and len(replicas) == 2  # controller, proxy; Front, Adder

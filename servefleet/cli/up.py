@@ -209,6 +209,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     with claim_state_dir(state_dir):
         check_free(args.listen, "--listen")
         check_free(http, "--http" if args.http else "--http (or http_options.port in CONFIG)")
+        dashboard = None if args.dashboard == "off" else args.dashboard
+        if dashboard is not None:
+            check_free(dashboard, "--dashboard (or --dashboard off)")
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -217,10 +220,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         # The config's code is what `up` is asked to run: its directory is allowed.
         code_dirs = [os.getcwd()] + ([os.path.dirname(os.path.abspath(args.config))]
                                      if args.config else [])
+        metrics = ["--metrics-listen", dashboard] if dashboard else []
         cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
-                          [*certs, *(f"--allow-working-dir={d}" for d in code_dirs)], certs,
-                          Credentials(tls))
+                          [*certs, *metrics, *(f"--allow-working-dir={d}" for d in code_dirs)],
+                          certs, Credentials(tls))
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
+        if dashboard:
+            cluster.say(f"up        | dashboard http://{dashboard}/-/dashboard, metrics "
+                        f"http://{dashboard}/metrics (Prometheus: /-/metrics-targets)")
         try:
             if not _start(cluster, request, args, stop):
                 return 1
@@ -308,6 +315,9 @@ def add_command(commands) -> None:
     up.add_argument("--try-file", default=None, metavar="FILE",
                     help="once ready, print the commands in FILE (one a line, {http} is the "
                          "proxy's address) instead of one curl per route")
+    up.add_argument("--dashboard", default="127.0.0.1:8265", metavar="HOST:PORT",
+                    help="where the controller serves its dashboard and /metrics "
+                         "(default %(default)s; `off`: nowhere)")
     up.add_argument("--certs", default=None, metavar="DIR",
                     help="mutual TLS from `servefleet certs init DIR` for the controller, "
                          "the proxy and the replicas")
