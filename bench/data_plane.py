@@ -15,6 +15,10 @@ at 16 connections, >= 0.25 of the raw app; p50 <= 1.5 ms at one connection.
 With --tls a second proxy serves HTTPS (--tls-cert/--tls-key, a certificate
 from `servefleet certs init`) in front of the same replica, and the same
 runs go to it: TLS on vs off, side by side (issue 13).
+
+With --metrics, at 16 connections: a proxy started with --no-metrics beside
+the default one, and the default one again while a client scrapes its
+/-/metrics every 100 ms (issue 14: the cost of counting and of scraping).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +60,29 @@ def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
             "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
+def scraped(base: str, duration: int) -> dict[str, float]:
+    """wrk at 16 connections while another thread GETs /-/metrics every 100 ms."""
+    stop = threading.Event()
+    times: list[float] = []
+
+    def scrape() -> None:
+        with httpx.Client(timeout=5) as http:
+            while not stop.wait(0.1):
+                began = time.perf_counter()
+                http.get(base + "/-/metrics").raise_for_status()
+                times.append(time.perf_counter() - began)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        result = wrk(base + "/noop", 16, duration)
+    finally:
+        stop.set()
+        scraper.join()
+    return {**result, "scrapes": float(len(times)),
+            "scrape_ms": 1e3 * sum(times) / max(1, len(times))}
+
+
 def wait_ok(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,6 +101,8 @@ def main() -> None:
     parser.add_argument("--handler", choices=["async", "sync"], default="async",
                         help="the replica's no-op: `async def` like the raw app's handler "
                              "(default), or a plain def, which takes a thread-pool hop")
+    parser.add_argument("--metrics", action="store_true",
+                        help="also measure --no-metrics, and scraping every 100 ms")
     parser.add_argument("--tls", action="store_true",
                         help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
@@ -82,7 +112,8 @@ def main() -> None:
     port = free_port()
     raw = subprocess.Popen([sys.executable, str(HERE / "hello_app.py"), str(port)])
     controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
-    proxy = https = None
+    proxy = https = bare = None
+    metrics_results: dict[str, dict[str, float]] = {}
     try:
         controller.start()
         _wait_tcp(port, 30, raw, "hello app")
@@ -109,8 +140,16 @@ def main() -> None:
             if https is not None:
                 tls_results[connections] = wrk(f"https://127.0.0.1:{https.port}/noop",
                                                connections, args.duration)
+        if args.metrics:
+            bare = ProxyProcess([controller.address], log_dir=work,
+                                extra_args=["--no-metrics"]).start()
+            wait_ok(bare.url + "/noop")
+            metrics_results = {
+                "on": wrk(proxy.url + "/noop", 16, args.duration),
+                "off": wrk(bare.url + "/noop", 16, args.duration),
+                "scraped": scraped(proxy.url, args.duration)}
     finally:
-        for started in (proxy, https):
+        for started in (proxy, https, bare):
             if started is not None:
                 started.stop()
         raw.terminate()
@@ -138,6 +177,13 @@ def main() -> None:
             print(f"  {connections:<12}{plain['rps']:>10.0f}{plain['p50']:>8.2f}ms"
                   f"{tls['rps']:>11.0f}{tls['p50']:>9.2f}ms{tls['p99']:>9.2f}ms"
                   f"{tls['rps'] / plain['rps']:>8.2f}")
+    if metrics_results:
+        on, off, scraped_r = (metrics_results[k] for k in ("on", "off", "scraped"))
+        print("  Metrics at 16 connections (same replica, same run):")
+        print(f"    --no-metrics {off['rps']:.0f} rps; metrics on {on['rps']:.0f} rps "
+              f"({on['rps'] / off['rps']:.2f} of off); on and scraped every 100 ms "
+              f"{scraped_r['rps']:.0f} rps ({scraped_r['rps'] / on['rps']:.2f} of on, "
+              f"{scraped_r['scrapes']:.0f} scrapes, {scraped_r['scrape_ms']:.1f} ms each)")
     print(json.dumps({c: {"raw": r, "proxy": p, "proxy_tls": tls_results.get(c)}
                       for c, (r, p) in results.items()}))
 

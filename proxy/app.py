@@ -187,6 +187,8 @@ class ProxyApp:
         self.traffic = self._metrics.traffic.summary
         # One line per routed request (logger servefleet.proxy.access), with its id.
         self.access_log = False
+        # Count requests for /-/metrics and the load reports' traffic figures.
+        self.metrics_enabled = True
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -218,6 +220,9 @@ class ProxyApp:
             await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
             self._metrics.answered("", "", "", 404, 0.0)
+            return
+        if not self.metrics_enabled:  # --no-metrics: nothing counted per request
+            await self._serve_route(scope, receive, send, target, request_id, Started())
             return
         begun = time.perf_counter()
         started = Started()

@@ -57,6 +57,8 @@ class ProxyOptions:
     http_tokens: str | None = None
     # Log one line per routed request (method, path, status, time, request id).
     access_log: bool = False
+    # Count requests per deployment (/-/metrics, traffic in GetStatus).
+    metrics: bool = True
 
 
 class HttpTokens:
@@ -89,6 +91,7 @@ async def serve(options: ProxyOptions) -> None:
                        options.request_timeout_s, options.max_header_bytes,
                        lambda: tokens.table)
         app.access_log = options.access_log
+        app.metrics_enabled = options.metrics
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          server_header=False,

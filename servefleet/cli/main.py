@@ -93,7 +93,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
-        access_log=args.access_log)
+        access_log=args.access_log, metrics=args.metrics)
     try:
         asyncio.run(serve(options))
     except TokenFileError as e:
@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
                        help="answer 431 to requests with more header bytes (default 65536)")
+    proxy.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
+                       help="count requests for /-/metrics and the status's traffic figures "
+                            "(default on)")
     proxy.add_argument("--access-log", action="store_true",
                        help="log one line per routed request, with its x-request-id")
     proxy.add_argument("--tls-cert", default=None, metavar="FILE",

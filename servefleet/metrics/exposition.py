@@ -9,9 +9,19 @@ servefleet.metrics.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# No `_created` series beside every counter and histogram: a fifth fewer lines
+# to render (a proxy with 1,000 deployments scrapes in a quarter less time).
+disable_created_metrics()
 
 # Latency buckets (seconds) for servefleet's own histograms: 0.5 ms to 60 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -24,7 +34,9 @@ def render() -> tuple[bytes, str]:
 
 
 async def send_metrics(send: Any) -> None:
-    body, content_type = render()
+    """Answer with the metrics, rendered in a thread: at 1,000 deployments a
+    proxy's take a few hundred ms of CPU, which must not stall its event loop."""
+    body, content_type = await asyncio.to_thread(render)
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", content_type.encode()),
                             (b"content-length", str(len(body)).encode())]})
