@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
 ETCD_IMAGE = "servefleet-etcd:test"
+PROMETHEUS_IMAGE = "servefleet-prometheus:test"
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -53,12 +54,22 @@ def _compose(tmp_path: Path, files: list[Path], env: dict[str, str]):
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
         _unavailable(f"the image {IMAGE} is missing: run scripts/docker-image")
     _etcd_image(tmp_path)
+    _prometheus_image(tmp_path)
     ports = {name: free_port() for name in ("SF_ETCD_PORT", "SF_ETCD_PEER_PORT", "SF_C1_PORT",
                                              "SF_C2_PORT", "SF_C3_PORT", "SF_P1_PORT",
-                                             "SF_P2_PORT")}
+                                             "SF_P2_PORT", "SF_M1_PORT", "SF_M2_PORT",
+                                             "SF_M3_PORT", "SF_PROM_PORT")}
+    prometheus_config = tmp_path / "prometheus.yml"
+    prometheus_config.write_text(
+        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: servefleet\n"
+        "    http_sd_configs:\n" + "".join(
+            f"      - {{url: 'http://127.0.0.1:{ports[k]}/-/metrics-targets', "
+            "refresh_interval: 1s}\n" for k in ("SF_M1_PORT", "SF_M2_PORT", "SF_M3_PORT")))
     project = f"sf{uuid.uuid4().hex[:8]}"
     env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SF_CLUSTER": project,
-           "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE, **env}
+           "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE,
+           "PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
+           "SF_PROMETHEUS_CONFIG": str(prometheus_config), **env}
     base = [*_compose_command(), "-p", project, "-f", str(ROOT / "deploy/docker-compose.yml"),
             "-f", str(ROOT / "deploy/docker-compose.host.yml")]
     for extra in files:
@@ -116,6 +127,25 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _prometheus_image(tmp_path: Path) -> None:
+    """Debian's prometheus binary in the servefleet image (no registry here)."""
+    if subprocess.run(["docker", "image", "inspect", PROMETHEUS_IMAGE],
+                      capture_output=True).returncode == 0:
+        return
+    binary = shutil.which("prometheus")
+    if binary is None:
+        _unavailable("Debian's prometheus is not installed")
+        return
+    context = tmp_path / "prometheus-image"
+    context.mkdir()
+    shutil.copy(binary, context / "prometheus")
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nCOPY prometheus /usr/local/bin/prometheus\n"
+        "RUN mkdir -p /prometheus\nENTRYPOINT [\"/usr/local/bin/prometheus\"]\n")
+    subprocess.run(["docker", "build", "-q", "-t", PROMETHEUS_IMAGE, str(context)], check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+
+
 def _etcd_image(tmp_path: Path) -> None:
     if subprocess.run(["docker", "image", "inspect", ETCD_IMAGE],
                       capture_output=True).returncode == 0:
@@ -140,6 +170,20 @@ def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:
     wait_for(lambda: all(_answers(url) for url in proxies), 180,
              "the example through both proxies")
     assert httpx.get(proxies[0], params={"text": "a great day"}).json()["label"] == "positive"
+
+    # Prometheus (in the compose file) finds and scrapes the replica through
+    # the controllers' /-/metrics-targets.
+    def scraped(component: str) -> int:
+        try:
+            reply = httpx.get(f"http://127.0.0.1:{ports['SF_PROM_PORT']}/api/v1/query",
+                              params={"query": f'up{{component="{component}"}} == 1'},
+                              timeout=5)
+            return len(reply.json()["data"]["result"])
+        except (httpx.HTTPError, KeyError, ValueError):
+            return 0
+
+    wait_for(lambda: scraped("replica") == 1 and scraped("proxy") == 2
+             and scraped("controller") == 3, 60, "Prometheus scraping the compose cluster")
 
     with ControllerClient(controllers, timeout=30) as client:
         leader = client.status().leader

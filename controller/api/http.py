@@ -5,7 +5,8 @@
   `http_sd` format: the controllers' metrics endpoints, each proxy's
   /-/metrics on its HTTP port, and each replica's metrics port, labelled
   with `component` (and `application`, `deployment`, `replica` for
-  replicas). Answered by the leader; a standby answers 503 naming the leader.
+  replicas). A standby lists only the controllers: give Prometheus every
+  controller's URL and it merges what they answer.
   A Prometheus job with `http_sd_configs: [{url: http://CONTROLLER/-/metrics-targets}]`
   follows replicas as they come and go.
 - GET /-/dashboard: a live page of the cluster; GET /api/status: its data
@@ -89,9 +90,11 @@ class ControllerHttp:
             await _send(send, 200, body, b"application/json")
         elif path == "/-/metrics-targets":
             term = self._term()
-            if term is None:
-                await _send(send, 503, f"not the leader; the leader is {self._leader()}\n"
-                            .encode(), b"text/plain")
+            if term is None:  # a standby knows the controllers, not the rest
+                controllers = sorted(self._controllers())
+                groups = [{"targets": controllers, "labels": {"component": "controller"}}]
+                body = json.dumps(groups if controllers else []).encode()
+                await _send(send, 200, body, b"application/json")
                 return
             body = json.dumps(scrape_targets(term, self._controllers())).encode()
             await _send(send, 200, body, b"application/json")
