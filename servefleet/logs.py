@@ -45,6 +45,19 @@ class _Context(logging.Filter):
         return True
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record comes (a test harness
+    may swap it), not to the stream it was when logging was set up."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -77,7 +90,7 @@ def configure(component: str, level: int | str = logging.INFO, fmt: str | None =
     every JSON line; processes this one starts inherit the format."""
     fmt = log_format(fmt)
     os.environ[ENV_FORMAT] = fmt
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
     handler.addFilter(_Context({"component": component, **fields}))
     root = logging.getLogger()

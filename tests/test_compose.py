@@ -182,7 +182,8 @@ def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:
         except (httpx.HTTPError, KeyError, ValueError):
             return 0
 
-    wait_for(lambda: scraped("replica") == 1 and scraped("proxy") == 2
+    # The example runs 2 replicas (examples/sentiment.py).
+    wait_for(lambda: scraped("replica") == 2 and scraped("proxy") == 2
              and scraped("controller") == 3, 60, "Prometheus scraping the compose cluster")
 
     with ControllerClient(controllers, timeout=30) as client:

@@ -146,6 +146,13 @@ def test_containers_serve_scale_get_replaced_and_are_removed(containers, fleet,
             assert httpx.get(proxy.url + "/echo").json()["label"] == "echo"
         finally:
             proxy.stop()
+        # servefleet logs reads the containers' output through the controller,
+        # and so does Prometheus their metrics port.
+        chunks = list(client.logs(deployment="Echo", tail_lines=50))
+        assert {c.replica_id for c in chunks} == ids
+        assert any("ready" in line for c in chunks for line in c.lines)
+        metrics = client.replicas(deployment="Echo")[0].record.metrics_address
+        assert "servefleet_replica_requests_total" in httpx.get(f"http://{metrics}/metrics").text
 
         client.deploy(echo_spec(3))
         wait_for(healthy(client, 3), 90, "scaled up to 3")
