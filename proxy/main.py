@@ -21,7 +21,7 @@ from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.security.tls import Credentials
-from servefleet.security.tokens import TokenFileError, TokenTable
+from servefleet.security.tokens import TokenFile
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
@@ -61,29 +61,11 @@ class ProxyOptions:
     metrics: bool = True
 
 
-class HttpTokens:
-    """The --http-tokens table, reloaded on SIGHUP (a broken file keeps the old one)."""
-
-    def __init__(self, path: str | None) -> None:
-        self._path = path
-        self.table = TokenTable.load(path) if path else None
-
-    def reload(self) -> None:
-        if self._path is None:
-            return
-        try:
-            self.table = TokenTable.load(self._path)
-        except TokenFileError as e:
-            logger.error("kept the previous HTTP tokens: %s", e)
-            return
-        logger.info("reloaded %d HTTP tokens from %s", len(self.table), self._path)
-
-
 async def serve(options: ProxyOptions) -> None:
     """Run a proxy until SIGTERM/SIGINT; OSError when it cannot listen,
     TokenFileError for an --http-tokens file that does not parse."""
     host, _, port = options.listen.rpartition(":")
-    tokens = HttpTokens(options.http_tokens)
+    tokens = TokenFile(options.http_tokens, "HTTP tokens")
     upstream = UpstreamPool()
     state = ProxyState(upstream)
     try:

@@ -32,6 +32,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _terminate(proc: subprocess.Popen | None, timeout: float) -> int | None:
+    """SIGTERM, then SIGKILL after `timeout` seconds; the exit code (None: never started)."""
+    if proc is None or proc.poll() is not None:
+        return proc.returncode if proc else None
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def wait_for(predicate, timeout: float = 60, what: str = ""):
     """Poll `predicate` every 0.1 s until it returns something truthy; return that."""
     deadline = time.monotonic() + timeout
@@ -100,13 +112,7 @@ class EtcdServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _terminate(self.proc, 10)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
@@ -231,14 +237,7 @@ class ProxyProcess:
         return self
 
     def stop(self, timeout: float = 15) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return _terminate(self.proc, timeout)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -334,13 +333,7 @@ class PrometheusServer:
         return reply.json()["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _terminate(self.proc, 10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def logs(self) -> str:

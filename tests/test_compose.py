@@ -127,39 +127,31 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _prometheus_image(tmp_path: Path) -> None:
-    """Debian's prometheus binary in the servefleet image (no registry here)."""
-    if subprocess.run(["docker", "image", "inspect", PROMETHEUS_IMAGE],
-                      capture_output=True).returncode == 0:
+def _binary_image(tmp_path: Path, tag: str, binary: str, package: str,
+                  tail: str = "ENTRYPOINT []") -> None:
+    """A Debian binary in the servefleet image (no registry here), built once."""
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
         return
-    binary = shutil.which("prometheus")
-    if binary is None:
-        _unavailable("Debian's prometheus is not installed")
+    found = shutil.which(binary)
+    if found is None:
+        _unavailable(f"Debian's {package} is not installed")
         return
-    context = tmp_path / "prometheus-image"
+    context = tmp_path / f"{binary}-image"
     context.mkdir()
-    shutil.copy(binary, context / "prometheus")
+    shutil.copy(found, context / binary)
     (context / "Dockerfile").write_text(
-        f"FROM {IMAGE}\nCOPY prometheus /usr/local/bin/prometheus\n"
-        "RUN mkdir -p /prometheus\nENTRYPOINT [\"/usr/local/bin/prometheus\"]\n")
-    subprocess.run(["docker", "build", "-q", "-t", PROMETHEUS_IMAGE, str(context)], check=True,
+        f"FROM {IMAGE}\nCOPY {binary} /usr/local/bin/{binary}\n{tail}\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
                    capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
 
 
 def _etcd_image(tmp_path: Path) -> None:
-    if subprocess.run(["docker", "image", "inspect", ETCD_IMAGE],
-                      capture_output=True).returncode == 0:
-        return
-    etcd = shutil.which("etcd")
-    if etcd is None:
-        _unavailable("Debian's etcd-server is not installed")
-    context = tmp_path / "etcd-image"
-    context.mkdir()
-    shutil.copy(etcd, context / "etcd")
-    (context / "Dockerfile").write_text(
-        f"FROM {IMAGE}\nCOPY etcd /usr/local/bin/etcd\nENTRYPOINT []\n")
-    subprocess.run(["docker", "build", "-q", "-t", ETCD_IMAGE, str(context)], check=True,
-                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    _binary_image(tmp_path, ETCD_IMAGE, "etcd", "etcd-server")
+
+
+def _prometheus_image(tmp_path: Path) -> None:
+    _binary_image(tmp_path, PROMETHEUS_IMAGE, "prometheus", "prometheus",
+                  'RUN mkdir -p /prometheus\nENTRYPOINT ["/usr/local/bin/prometheus"]')
 
 
 def test_the_cluster_comes_up_and_survives_killing_the_leader(compose) -> None:

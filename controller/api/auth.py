@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from servefleet.grpc_guard import Refused
 from servefleet.security.roles import CONTROLLER_API, may_call, unwatchable_key
 from servefleet.security.tls import TOKEN_METADATA_KEY, peer_role
-from servefleet.security.tokens import TokenFileError, TokenTable
+from servefleet.security.tokens import TokenFile, TokenTable
 
 from ..errors import ApiError, PermissionDenied, Unauthenticated
 
@@ -52,23 +52,17 @@ def bearer_token(metadata: Any) -> str | None:
 class Authorizer:
     def __init__(self, tokens_path: str | Path | None = None, tls: bool = False) -> None:
         """TokenFileError when `tokens_path` cannot be read or parsed."""
-        self._path = Path(tokens_path) if tokens_path else None
+        self._file = TokenFile(tokens_path)
         self._tls = tls
-        self.tokens = TokenTable.load(self._path) if self._path else None
+        self.reload = self._file.reload
+
+    @property
+    def tokens(self) -> TokenTable | None:
+        return self._file.table
 
     @property
     def enabled(self) -> bool:
         return self.tokens is not None or self._tls
-
-    def reload(self) -> None:
-        if self._path is None:
-            return
-        try:
-            self.tokens = TokenTable.load(self._path)
-        except TokenFileError as e:
-            logger.error("kept the previous tokens: %s", e)
-            return
-        logger.info("reloaded %d tokens from %s", len(self.tokens), self._path)
 
     def role(self, context: CallContext) -> str:
         """The caller's role; Unauthenticated when it has none."""

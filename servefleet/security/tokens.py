@@ -11,6 +11,7 @@ and a controller already running keeps its previous table.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import secrets
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .roles import TOKEN_ROLES
 
+logger = logging.getLogger(__name__)
 PREFIX = "sft_"
 HASH_PREFIX = "sha256:"
 
@@ -99,6 +101,30 @@ def revoke(path: str | Path, name: str) -> None:
     if len(kept) == len(entries):
         raise TokenFileError(f"{path}: no token named {name[:64]!r}")
     _write(path, kept)
+
+
+class TokenFile:
+    """A token file's table, read at start and again by `reload` (on SIGHUP).
+
+    TokenFileError at start when the file cannot be used; on reload a broken
+    file leaves the previous table in force, with an error logged. `table`
+    is None when no file was given (no tokens at all).
+    """
+
+    def __init__(self, path: str | Path | None, what: str = "tokens") -> None:
+        self._path = Path(path) if path else None
+        self._what = what
+        self.table = TokenTable.load(self._path) if self._path else None
+
+    def reload(self) -> None:
+        if self._path is None:
+            return
+        try:
+            self.table = TokenTable.load(self._path)
+        except TokenFileError as e:
+            logger.error("kept the previous %s: %s", self._what, e)
+            return
+        logger.info("reloaded %d %s from %s", len(self.table), self._what, self._path)
 
 
 class TokenTable:
