@@ -1,0 +1,110 @@
+"""The settings of one controller process (`servefleet controller` flags).
+
+Every field documents its meaning and default; `validate` checks them all in
+one place and names the flag at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from servefleet.lifecycle import is_loopback
+from servefleet.security.tls import TlsFiles
+from servefleet.wire import DEFAULT_CONTROLLER
+
+from .errors import InvalidArgument
+from .goals.policy import DeployPolicy
+from .goals.spec import check_name
+
+RUNTIMES = ("process", "docker", "none")
+
+
+@dataclass
+class ControllerConfig:
+    """Settings of one controller process."""
+
+    # Where hard state lives: etcd://host:port[,host:port...] or sqlite:///path.
+    store_url: str
+    # host:port the gRPC server binds.
+    listen: str = DEFAULT_CONTROLLER
+    # host:port other processes use to reach this controller; it is written
+    # to the leader key. Default: `listen`, or this host's name when `listen`
+    # binds every interface.
+    advertise: str | None = None
+    # Controllers with the same store and cluster name elect one leader;
+    # clusters are isolated from each other by key prefix.
+    cluster: str = "default"
+    # Seconds the leader's lease lives without renewal (renewed every TTL/3);
+    # how long a standby waits after the leader dies without resigning.
+    lease_ttl: float = 5.0
+    # Seconds in-flight calls get to finish on shutdown.
+    shutdown_grace_s: float = 2.0
+    # Where replicas run: "process" (local child processes) or "none" (goals
+    # are stored and served, but no replicas are run: a control-plane-only
+    # controller, as the API tests use).
+    runtime: str = "process"
+    # Where the process runtime keeps replica settings and logs.
+    runtime_dir: str = "~/.servefleet/runtime"
+    # Docker runtime: the image of deployments that name none, and the network
+    # replica containers join ("host": they bind loopback ports like processes).
+    docker_image: str = "servefleet:latest"
+    docker_network: str = "host"
+    # Docker runtime: bind-mount each deployment's working dir from this host
+    # ("mount"), or take it as a path inside the image ("image").
+    docker_code: str = "mount"
+    # Mutual TLS: this controller's CA, certificate and key, for its gRPC
+    # server, its calls to replicas and (by default) to etcd. None: plain text.
+    tls: TlsFiles | None = None
+    # What replicas get for their control servers and their calls to the
+    # controllers; needed with `tls`.
+    replica_tls: TlsFiles | None = None
+    # The client certificate for an etcds:// store; default: `tls`.
+    etcd_tls: TlsFiles | None = None
+    # The bearer-token file (servefleet token create); None: no tokens.
+    auth_tokens: str | None = None
+    # host:port of the HTTP server for /metrics and /-/metrics-targets; None: none.
+    metrics_listen: str | None = None
+    # What deploys may run (goals/policy.py): roots for runtime.working_dir,
+    # patterns for runtime.image, and whether runtime.env may be set. Empty /
+    # None: the defaults, which depend on whether `listen` is loopback.
+    allow_working_dirs: tuple[str, ...] = ()
+    allow_images: tuple[str, ...] = ()
+    allow_env: bool | None = None
+
+    def deploy_policy(self) -> DeployPolicy:
+        return DeployPolicy.build(loopback=is_loopback(self.listen), cwd=os.getcwd(),
+                                  default_image=self.docker_image,
+                                  working_dirs=self.allow_working_dirs,
+                                  images=self.allow_images, allow_env=self.allow_env)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the setting that is wrong."""
+        try:
+            check_name("--cluster", self.cluster)
+        except InvalidArgument as e:
+            raise ValueError(e.message) from None
+        for flag, value in (("--listen", self.listen), ("--advertise", self.advertise),
+                            ("--metrics-listen", self.metrics_listen)):
+            if value is not None:
+                host, sep, port = value.rpartition(":")
+                if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
+        if self.docker_code not in ("mount", "image"):
+            raise ValueError(f"--docker-code {self.docker_code!r}: mount or image")
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"--runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
+        if self.tls is not None and self.replica_tls is None:
+            raise ValueError("TLS: replicas need certificates of their own: --certs DIR "
+                             "(with DIR/replica.crt), or --replica-cert and --replica-key")
+        if not 0.5 <= self.lease_ttl <= 300:
+            raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
+
+    def advertised(self) -> str:
+        if self.advertise:
+            return self.advertise
+        host, _, port = self.listen.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::", ""):
+            return f"{socket.gethostname()}:{port}"
+        return self.listen
