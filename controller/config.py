@@ -77,7 +77,11 @@ class ControllerConfig:
         return DeployPolicy.build(loopback=is_loopback(self.listen), cwd=os.getcwd(),
                                   default_image=self.docker_image,
                                   working_dirs=self.allow_working_dirs,
-                                  images=self.allow_images, allow_env=self.allow_env)
+                                  images=self.allow_images, allow_env=self.allow_env,
+                                  # --runtime none runs no replicas; Docker with
+                                  # code in the image runs none from this host.
+                                  code_on_host=self.runtime == "process" or (
+                                      self.runtime == "docker" and self.docker_code == "mount"))
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""

@@ -36,6 +36,29 @@ def test_defaults_depend_on_listening_on_loopback(tmp_path: Path) -> None:
         remote.check("r", d.RuntimeOptions(env={"LD_PRELOAD": "/tmp/x.so"}))
 
 
+def test_import_paths_name_user_code(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("x = 1\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    strict = DeployPolicy.build(loopback=True, cwd=str(tmp_path), default_image="sf:1")
+    strict.check_import("p", "model:App", "")  # the controller's directory
+    strict.check_import("p", "pkg.sub:App", str(tmp_path))
+    for path, message in [("os:system", "standard library"),
+                          ("subprocess:Popen", "standard library"),
+                          ("servefleet.api:deployment", "servefleet itself"),
+                          ("yaml:load", "is not a file or package")]:
+        with pytest.raises(PermissionDenied, match=message):
+            strict.check_import("p", path, str(tmp_path))
+    anywhere = DeployPolicy.build(loopback=True, cwd=str(tmp_path), default_image="sf:1",
+                                  working_dirs=["/"])
+    anywhere.check_import("p", "yaml:load", "")  # --allow-working-dir /: trusted
+    with pytest.raises(PermissionDenied, match="standard library"):
+        anywhere.check_import("p", "subprocess:Popen", "")
+    in_image = DeployPolicy.build(loopback=False, cwd="/", default_image="sf:1",
+                                  working_dirs=["/opt/models"], code_on_host=False)
+    in_image.check_import("p", "model:App", "/opt/models")  # not on this host to check
+
+
 def test_flags_replace_the_defaults_and_symlinks_are_resolved(tmp_path: Path) -> None:
     allowed, outside = tmp_path / "models", tmp_path / "secrets"
     allowed.mkdir()
@@ -56,6 +79,7 @@ def test_a_controller_refuses_specs_outside_its_policy_and_writes_nothing(
         tmp_path: Path, cluster: str) -> None:
     code = tmp_path / "code"
     code.mkdir()
+    (code / "m.py").write_text("def app(request):\n    return 'ok'\n")
     url = f"sqlite://{tmp_path}/state.db"
     controller = ControllerProcess(url, cluster=cluster, runtime="none", log_dir=tmp_path,
                                    extra_args=["--allow-working-dir", str(code),
@@ -77,7 +101,17 @@ def test_a_controller_refuses_specs_outside_its_policy_and_writes_nothing(
                                                    runtime=runtime))
                 assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
                 assert refused.value.details.startswith(field)
+            # (Installed packages are refused too when replicas run on this host:
+            # test_import_paths_name_user_code; this controller runs none.)
+            for import_path, field in (("subprocess:Popen", "standard library"),):
+                with pytest.raises(ControllerError, match=field) as refused:
+                    client.deploy(d.DeploymentSpec(name="M", import_path=import_path,
+                                                   runtime=d.RuntimeOptions(
+                                                       working_dir=str(code))))
+                assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+                assert refused.value.details.startswith("spec.import_path: ")
             app = apb.ApplicationSpec(name="a", import_path="m:app",
+                                      runtime=d.RuntimeOptions(working_dir=str(code)),
                                       deployments=[apb.DeploymentOverride(
                                           name="M", runtime=d.RuntimeOptions(env={"A": "1"}))])
             with pytest.raises(ControllerError, match=r"applications\[0\]\.deployments\[0\]"):

@@ -140,13 +140,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def GetLogs(self, request: api.GetLogsRequest,
                       context: grpc.aio.ServicerContext) -> AsyncIterator[api.GetLogsResponse]:
         """The matching replicas' output; see controller/api/logs.py."""
-        term = self._term()
         try:
+            term = self._term()
             stream = LogStream(term, term.runtime, request)
+            async for response in stream.run(self._leadership.can_serve):
+                yield response
         except ApiError as e:
             await context.abort(e.code, e.message)
-        async for response in stream.run(self._leadership.can_serve):
-            yield response
+        except Exception:
+            logger.exception("GetLogs failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in GetLogs")
 
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:

@@ -125,9 +125,11 @@ class ApplicationTable:
         return [r for r in self.records() if not r.deleted]
 
     def spec(self, name: str) -> apb.ApplicationSpec | None:
-        """The live application's spec, or None."""
+        """The application's spec, or None. A deleted one's too, while its
+        deployments are being removed: its routes keep their require_token
+        (fail closed) and traffic policy until they are gone."""
         record = self._records.get(name)
-        return record.spec if record is not None and not record.deleted else None
+        return record.spec if record is not None else None
 
     def owns(self, name: str) -> bool:
         """Whether `name` is an application deployed through DeployApplications."""
@@ -185,6 +187,8 @@ class ApplicationTable:
         policy = self._deployments.policy
         for i, spec in enumerate(specs):  # all checked before any file is read
             policy.check(f"applications[{i}].runtime", spec.runtime)
+            policy.check_import(f"applications[{i}].import_path", spec.import_path,
+                                spec.runtime.working_dir)
             for j, override in enumerate(spec.deployments):
                 policy.check(f"applications[{i}].deployments[{j}].runtime", override.runtime)
         digests = WorkingDirDigests()

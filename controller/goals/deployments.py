@@ -152,6 +152,7 @@ class DeploymentTable:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
         self.policy.check("spec.runtime", goal.runtime)
+        self.policy.check_import("spec.import_path", goal.import_path, goal.runtime.working_dir)
         await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:

@@ -12,6 +12,13 @@ choosing, so the operator bounds them with controller flags:
   name. Default: only the controller's --docker-image.
 - `--allow-env` / `--no-allow-env`: whether a spec may set `runtime.env`.
   Default: allowed on loopback, refused otherwise.
+- `import_path` names user code, never the standard library's (a deployment
+  `subprocess:Popen` with init args would run any command). Unless the roots
+  allow everything (`--allow-working-dir /`), its top-level module must also
+  be a file or package in the spec's working dir (the controller's directory
+  when it names none), so installed packages cannot be borrowed either. With
+  `--docker-code image` the code is inside the image, which --allow-image
+  vouches for: only the standard-library rule applies.
 
 A spec outside the policy is refused with PERMISSION_DENIED naming the field
 and the rule, before anything is read from disk or written to the store.
@@ -20,7 +27,9 @@ and the rule, before anything is read from disk or written to the store.
 from __future__ import annotations
 
 import fnmatch
+import importlib.machinery
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,21 +45,44 @@ class DeployPolicy:
     # fnmatch patterns for runtime.image. Empty: no image may be named.
     image_patterns: tuple[str, ...] = ("*",)
     allow_env: bool = True
+    # Whether user code is on this host (process runtime, Docker with mounted
+    # working dirs): then import paths are checked against the files there.
+    code_on_host: bool = True
+    cwd: str = "/"
 
     @classmethod
     def build(cls, *, loopback: bool, cwd: str, default_image: str,
               working_dirs: Sequence[str] = (), images: Sequence[str] = (),
-              allow_env: bool | None = None) -> DeployPolicy:
+              allow_env: bool | None = None, code_on_host: bool = True) -> DeployPolicy:
         """The policy from the flags, with the defaults described above."""
         roots = working_dirs or ([cwd] if loopback else [])
         return cls(tuple(os.path.realpath(r) for r in roots),
                    tuple(images) or (default_image,),
-                   loopback if allow_env is None else allow_env)
+                   loopback if allow_env is None else allow_env, code_on_host,
+                   os.path.realpath(cwd))
+
+    def check_import(self, field: str, import_path: str, working_dir: str) -> None:
+        """PermissionDenied naming `field` when `import_path` is not user code."""
+        top = import_path.partition(":")[0].partition(".")[0]
+        if top in sys.stdlib_module_names or top in sys.builtin_module_names \
+                or top in ("servefleet", "controller", "proxy", "replica"):
+            raise PermissionDenied(f"{field}: {import_path[:200]!r} names the standard library "
+                                   "or servefleet itself, not user code")
+        if "/" in self.working_dir_roots or not self.code_on_host:
+            return
+        where = working_dir or self.cwd
+        if importlib.machinery.PathFinder.find_spec(top, [where]) is None:
+            raise PermissionDenied(f"{field}: module {top!r} is not a file or package in "
+                                   f"{where[:200]!r}; this controller runs only code from its "
+                                   "allowed working dirs")
 
     def describe(self) -> str:
         dirs = ", ".join(self.working_dir_roots) or "none"
+        strict = self.code_on_host and "/" not in self.working_dir_roots
+        imports = "the working dir only" if strict else "anywhere but the standard library"
         return (f"working dirs below: {dirs}; images: {', '.join(self.image_patterns)}; "
-                f"runtime.env {'allowed' if self.allow_env else 'refused'}")
+                f"runtime.env {'allowed' if self.allow_env else 'refused'}; "
+                f"import paths from {imports}")
 
     def check(self, field: str, runtime: pb.RuntimeOptions) -> None:
         """PermissionDenied naming `field`.<part> when `runtime` breaks the policy."""
