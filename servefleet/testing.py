@@ -72,7 +72,7 @@ class EtcdServer:
 
     def __init__(self, binary: str | None = None, certs: str | Path | None = None) -> None:
         """With `certs` (a `servefleet certs init` directory): TLS with
-        DIR/etcd.crt, and clients must present a certificate of DIR/ca.crt."""
+        DIR/etcd.crt, and clients must present a certificate of DIR/etcd-ca.crt."""
         self.binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
         self.certs = Path(certs) if certs else None
         self.client_port = free_port()
@@ -105,7 +105,7 @@ class EtcdServer:
         if self.certs:
             cmd += ["--cert-file", str(self.certs / "etcd.crt"),
                     "--key-file", str(self.certs / "etcd.key"),
-                    "--trusted-ca-file", str(self.certs / "ca.crt"), "--client-cert-auth"]
+                    "--trusted-ca-file", str(self.certs / "etcd-ca.crt"), "--client-cert-auth"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         _wait_tcp(self.client_port, 30, self.proc, "etcd")

@@ -124,3 +124,29 @@ def test_the_standby_takes_over_on_tls(secure: dict) -> None:
              30, "the standby leads")
     wait_for(lambda: healthy(admin), 30, "Hello healthy under the new leader")
     assert httpx.get(proxy.url + "/hello", params={"name": "again"}).text == "hello again"
+
+
+def test_etcd_opens_only_to_the_controllers_etcd_certificate(secure: dict, certs: Path) -> None:
+    """etcd has a CA of its own: the replica's key, which user code holds, and
+    every other certificate of the cluster's CA are refused."""
+    import asyncio
+
+    from servefleet.controller.store import StoreUnavailable, open_store
+
+    url = secure["etcd"].url
+
+    async def read(files: TlsFiles) -> int:
+        store = open_store(url, files)
+        try:
+            return await store.revision()
+        finally:
+            await store.close()
+
+    controller = TlsFiles(certs / "etcd-ca.crt", certs / "etcd-client.crt",
+                          certs / "etcd-client.key")
+    assert asyncio.run(read(controller)) > 0
+    for role in ("replica", "admin", "controller"):
+        with pytest.raises(StoreUnavailable):
+            asyncio.run(read(TlsFiles(certs / "etcd-ca.crt", certs / f"{role}.crt",
+                                      certs / f"{role}.key")))
+

@@ -68,7 +68,8 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replica-key", metavar="FILE", default=None)
     for part in ("ca", "cert", "key"):
         group.add_argument(f"--etcd-{part}", metavar="FILE", default=None,
-                           help=f"for an etcds:// store: the {part} file (default: the "
+                           help=f"for an etcds:// store: the {part} file (default: "
+                                "etcd-ca.crt and etcd-client.* under --certs, else the "
                                 "controller's own)")
     group.add_argument("--auth-tokens", metavar="FILE", default=None,
                        help="bearer tokens callers may present (servefleet token create); "
@@ -100,6 +101,11 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             except TlsConfigError as e:
                 raise UsageError(f"--replica-cert/--replica-key: {e}") from None
     etcd = None
+    directory = args.certs or os.environ.get(ENV_CERTS)
+    if own is not None and directory and Path(directory, "etcd-client.crt").exists():
+        # certs init's etcd CA: the controller's own certificate would not open etcd.
+        base = Path(directory).expanduser()
+        etcd = TlsFiles(base / "etcd-ca.crt", base / "etcd-client.crt", base / "etcd-client.key")
     if args.etcd_ca or args.etcd_cert or args.etcd_key:
         try:
             etcd = TlsFiles.from_settings("controller", None, args.etcd_ca, args.etcd_cert,

@@ -9,6 +9,11 @@ which run wherever a runtime placed them). Each certificate also names
 localhost, 127.0.0.1, ::1 and any `hosts` given, and serves both as a server
 and as a client certificate.
 
+etcd gets a CA of its own (etcd-ca.crt), which signs only its server
+certificate and the controllers' client certificate for it (etcd-client):
+etcd's client-certificate auth accepts any certificate of the CA it trusts,
+and replicas (user code) hold replica.key.
+
 Keys are ECDSA P-256 (cheap handshakes) and written with mode 0600. This is
 for development and test clusters: a production cluster should have its
 certificates issued by the operator's own CA with the same OUs.
@@ -29,7 +34,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 # "client" carries no role of its own: a caller presenting it also sends a
 # token (with mutual TLS on, every caller needs some certificate of the CA).
-ROLES = ("controller", "proxy", "replica", "admin", "client", "etcd")
+ROLES = ("controller", "proxy", "replica", "admin", "client")
 ORGANIZATION = "servefleet"
 
 
@@ -78,9 +83,50 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurve
             .not_valid_after(now + datetime.timedelta(days=days)))
 
 
+def _make_ca(out: Path, stem: str, common_name: str,
+             days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, list[Path]]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = _name(common_name, "ca")
+    cert = (_builder(name, name, key.public_key(), days)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    paths = [out / f"{stem}.crt", out / f"{stem}.key"]
+    _write_cert(paths[0], cert)
+    _write_key(paths[1], key)
+    return key, name, paths
+
+
+def _issue(out: Path, stem: str, role: str, hosts: list[str], days: int,
+           ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name) -> list[Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (_builder(_name(f"servefleet-{stem}", role), ca_name, key.public_key(), days)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(_alt_names(role, hosts)), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = [out / f"{stem}.crt", out / f"{stem}.key"]
+    _write_cert(paths[0], cert)
+    _write_key(paths[1], key)
+    return paths
+
+
 def init_certs(directory: str | Path, *, hosts: Iterable[str] = (), days: int = 365,
                force: bool = False) -> list[Path]:
-    """Write ca.crt/ca.key and <role>.crt/<role>.key for every role; return the paths.
+    """Write the cluster's CA (ca.crt/ca.key) and <role>.crt/<role>.key for
+    every role, and etcd's own CA (etcd-ca.crt) with etcd's server
+    certificate (etcd.crt) and the controllers' client certificate for it
+    (etcd-client.crt): etcd trusts only that CA, so no certificate handed to
+    proxies, replicas or people opens the store. Returns the paths.
 
     FileExistsError (nothing written) when DIR already holds a ca.crt and
     `force` is not set; ValueError for an empty host name.
@@ -92,35 +138,11 @@ def init_certs(directory: str | Path, *, hosts: Iterable[str] = (), days: int = 
     if (out / "ca.crt").exists() and not force:
         raise FileExistsError(f"{out / 'ca.crt'} exists; pass --force to replace every file")
     out.mkdir(parents=True, exist_ok=True)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("servefleet development CA", "ca")
-    ca = (_builder(ca_name, ca_name, ca_key.public_key(), days)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(
-              digital_signature=True, key_cert_sign=True, crl_sign=True,
-              content_commitment=False, key_encipherment=False, data_encipherment=False,
-              key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                         critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    written = [out / "ca.crt", out / "ca.key"]
-    _write_cert(written[0], ca)
-    _write_key(written[1], ca_key)
-
+    ca_key, ca_name, written = _make_ca(out, "ca", "servefleet development CA", days)
     for role in ROLES:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (_builder(_name(f"servefleet-{role}", role), ca_name, key.public_key(), days)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.SubjectAlternativeName(_alt_names(role, hosts)),
-                               critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]),
-                               critical=False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                    ca_key.public_key()), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        _write_cert(out / f"{role}.crt", cert)
-        _write_key(out / f"{role}.key", key)
-        written += [out / f"{role}.crt", out / f"{role}.key"]
+        written += _issue(out, role, role, hosts, days, ca_key, ca_name)
+    etcd_key, etcd_name, paths = _make_ca(out, "etcd-ca", "servefleet etcd CA", days)
+    written += paths
+    written += _issue(out, "etcd", "etcd", hosts, days, etcd_key, etcd_name)
+    written += _issue(out, "etcd-client", "controller", hosts, days, etcd_key, etcd_name)
     return written
