@@ -135,6 +135,10 @@ async def test_the_authorizer_decides_from_token_then_certificate(tmp_path: Path
     with pytest.raises(Refused, match="config/a/b"):
         await auth.check("Watch", watch, FakeContext(reader))
     await auth.check("Watch", watch, FakeContext(ou="replica"))
+    as_proxy = watch_pb2.WatchRequest(known={"routes": ""}, kind=watch_pb2.WATCHER_KIND_PROXY)
+    with pytest.raises(Refused, match="only admin or proxy may watch as a WATCHER_KIND_PROXY"):
+        await auth.check("Watch", as_proxy, FakeContext(reader))
+    await auth.check("Watch", as_proxy, FakeContext(ou="proxy"))
 
 
 def test_reload_keeps_the_old_table_when_the_file_breaks(tmp_path: Path) -> None:

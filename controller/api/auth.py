@@ -27,10 +27,15 @@ from servefleet.grpc_guard import Refused
 from servefleet.security.roles import CONTROLLER_API, may_call, unwatchable_key
 from servefleet.security.tls import TOKEN_METADATA_KEY, peer_role
 from servefleet.security.tokens import TokenFile, TokenTable
+from servefleet.v1 import watch_pb2
 
 from ..errors import ApiError, PermissionDenied, Unauthenticated
 
 logger = logging.getLogger(__name__)
+# Watch streams that announce themselves as a component (and so appear in
+# status and in the scrape targets) need that component's role.
+KINDS_BY_ROLE = {watch_pb2.WATCHER_KIND_PROXY: frozenset({"proxy", "admin"}),
+                 watch_pb2.WATCHER_KIND_REPLICA: frozenset({"replica", "admin"})}
 
 
 class CallContext(Protocol):
@@ -92,6 +97,11 @@ class Authorizer:
             if not may_call(role, method):
                 raise PermissionDenied(f"{method}: the role {role!r} may not call it")
             if method == "Watch" and request is not None:
+                kind = KINDS_BY_ROLE.get(request.kind)
+                if kind is not None and role not in kind:
+                    raise PermissionDenied(f"Watch: only {' or '.join(sorted(kind))} may "
+                                           f"watch as a {watch_pb2.WatcherKind.Name(request.kind)}"
+                                           f" (the role is {role!r})")
                 key = unwatchable_key(role, list(request.known))
                 if key is not None:
                     raise PermissionDenied(f"Watch: known[{key[:200]!r}]: the role {role!r} "

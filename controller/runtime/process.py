@@ -38,7 +38,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
-from servefleet.security.tls import TlsFiles
+from servefleet.security.tls import ENV_TOKEN, TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
 
 from .base import ReplicaLaunch, RuntimeReplica
@@ -173,7 +173,9 @@ class ProcessRuntime:
                 "--control-port", str(control_port), "--http-port", str(http_port),
                 "--metrics-port", str(metrics_port),
                 "--config-file", str(settings_path)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **launch.env}
+        # The controller's token is its own, not user code's.
+        env = {**{k: v for k, v in os.environ.items() if k != ENV_TOKEN},
+               "PYTHONUNBUFFERED": "1", **launch.env}
         cwd = launch.working_dir or os.getcwd()
         pid = await self._zygote.fork({"args": argv[3:], "env": env, "cwd": cwd,
                                        "log": str(log_path), "identity": _identity(argv)})
