@@ -103,9 +103,12 @@ def test_the_page_follows_a_scale_change_without_a_reload(dashboard, tmp_path) -
     try:
         browser.get(base + "/-/dashboard")
 
+        # Read in one script: the page re-renders every second, so an element
+        # found by one call can be gone (stale) by the next.
         def running() -> str | None:
-            found = browser.find_elements(By.CSS_SELECTOR, '[data-deployment="default/Hello"]')
-            return found[0].get_attribute("data-running") if found else None
+            return browser.execute_script(
+                "const e = document.querySelector('[data-deployment=\"default/Hello\"]');"
+                "return e ? e.dataset.running : null;")
 
         wait_for(lambda: running() == "1", 20, "the deployment on the page")
         assert "RUNNING" in browser.find_element(By.ID, "applications").text
@@ -114,8 +117,9 @@ def test_the_page_follows_a_scale_change_without_a_reload(dashboard, tmp_path) -
         client.deploy(spec(2))
         wait_for(lambda: running() == "2", 60, "two replicas on the page")
         assert browser.execute_script("return window.sameDocument") == 42  # no reload
-        rows = browser.find_elements(By.CSS_SELECTOR, "#applications table tr")
-        assert len(rows) == 3  # a header and two replicas
+        rows = browser.execute_script(
+            "return document.querySelectorAll('#applications table tr').length;")
+        assert rows == 3  # a header and two replicas
         browser.save_screenshot(str(tmp_path / "dashboard-2.png"))
         assert (tmp_path / "dashboard-2.png").stat().st_size > 0
     finally:
