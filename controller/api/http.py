@@ -19,20 +19,13 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from servefleet.metrics.exposition import send_metrics
+from servefleet.metrics.exposition import send_body, send_metrics
 from servefleet.v1 import watch_pb2
 
 from . import dashboard
 
 if TYPE_CHECKING:
     from ..term import LeaderTerm
-
-
-async def _send(send: Any, status: int, body: bytes, content_type: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def scrape_targets(term: LeaderTerm, controllers: list[str]) -> list[dict[str, Any]]:
@@ -78,26 +71,26 @@ class ControllerHttp:
         if path == "/metrics":
             await send_metrics(send)
         elif path in ("/-/dashboard", "/-/dashboard/"):
-            await _send(send, 200, dashboard.page(), b"text/html; charset=utf-8")
+            await send_body(send, 200, dashboard.page(), b"text/html; charset=utf-8")
         elif path == "/api/status":
             term = self._term()
             if term is None:
-                await _send(send, 503, json.dumps({"standby": True, "leader": self._leader()})
+                await send_body(send, 503, json.dumps({"standby": True, "leader": self._leader()})
                             .encode(), b"application/json")
                 return
             body = json.dumps(dashboard.snapshot(term, self._cluster, self._identity,
                                                  self._grpc_controllers())).encode()
-            await _send(send, 200, body, b"application/json")
+            await send_body(send, 200, body, b"application/json")
         elif path == "/-/metrics-targets":
             term = self._term()
             if term is None:  # a standby knows the controllers, not the rest
                 controllers = sorted(self._controllers())
                 groups = [{"targets": controllers, "labels": {"component": "controller"}}]
                 body = json.dumps(groups if controllers else []).encode()
-                await _send(send, 200, body, b"application/json")
+                await send_body(send, 200, body, b"application/json")
                 return
             body = json.dumps(scrape_targets(term, self._controllers())).encode()
-            await _send(send, 200, body, b"application/json")
+            await send_body(send, 200, body, b"application/json")
         else:
-            await _send(send, 404, b"servefleet controller: /metrics, /-/metrics-targets, "
+            await send_body(send, 404, b"servefleet controller: /metrics, /-/metrics-targets, "
                         b"/-/dashboard, /api/status\n", b"text/plain")

@@ -33,14 +33,20 @@ def render() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
+async def send_body(send: Any, status: int, body: bytes, content_type: bytes) -> None:
+    """A whole ASGI response: the small HTTP servers' (metrics ports, the
+    controller's HTTP face) one way to answer."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def send_metrics(send: Any) -> None:
     """Answer with the metrics, rendered in a thread: at 1,000 deployments a
     proxy's take a few hundred ms of CPU, which must not stall its event loop."""
     body, content_type = await asyncio.to_thread(render)
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", content_type.encode()),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    await send_body(send, 200, body, content_type.encode())
 
 
 async def metrics_app(scope: Any, receive: Any, send: Any) -> None:
@@ -50,8 +56,4 @@ async def metrics_app(scope: Any, receive: Any, send: Any) -> None:
     if scope["path"] == "/metrics":
         await send_metrics(send)
         return
-    body = b"servefleet metrics: GET /metrics\n"
-    await send({"type": "http.response.start", "status": 404,
-                "headers": [(b"content-type", b"text/plain"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    await send_body(send, 404, b"servefleet metrics: GET /metrics\n", b"text/plain")
