@@ -214,16 +214,24 @@ class StatePublisher:
                 if spec.traffic.HasField("shadow"):
                     route.shadow.CopyFrom(spec.traffic.shadow)
                 route.require_token = spec.require_token
+        for record in live:
+            if record.spec.grpc_servicer_functions:
+                owner = self._application(record.spec.application)
+                table.grpc_routes.add(
+                    application=record.spec.application, deployment=record.spec.name,
+                    services=record.spec.grpc_services,
+                    require_token=owner is not None and owner.require_token)
         self._publisher.publish(ROUTES_KEY, routes=table)
 
     def _publish_deployment(self, record: records_pb2.DeploymentRecord) -> None:
         app, name = record.spec.application, record.spec.name
         config = record.spec.replica_config
-        endpoints = sorted((r.replica_id, r.http_address) for r in self._running(app, name))
+        endpoints = sorted((r.replica_id, r.http_address, r.grpc_address)
+                           for r in self._running(app, name))
         self._publisher.publish(replicas_key(app, name), replicas=watch_pb2.ReplicaSet(
             application=app, deployment=name,
-            endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a)
-                       for i, a in endpoints],
+            endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a, grpc_address=g)
+                       for i, a, g in endpoints],
             max_ongoing_requests=config.max_ongoing_requests,
             max_queued_requests=config.max_queued_requests))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(

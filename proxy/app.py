@@ -183,8 +183,8 @@ class ProxyApp:
         self.draining = False
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
-        self._metrics = ProxyMetrics()
-        self.traffic = self._metrics.traffic.summary
+        self.metrics = ProxyMetrics()
+        self.traffic = self.metrics.traffic.summary
         # One line per routed request (logger servefleet.proxy.access), with its id.
         self.access_log = False
         # Count requests for /-/metrics and the load reports' traffic figures.
@@ -219,7 +219,7 @@ class ProxyApp:
             known = ", ".join(sorted(self._routes().as_json())) or "none yet"
             await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
-            self._metrics.answered("", "", "", 404, 0.0)
+            self.metrics.answered("", "", "", 404, 0.0)
             return
         if not self.metrics_enabled:  # --no-metrics: nothing counted per request
             await self._serve_route(scope, receive, send, target, request_id, Started())
@@ -236,7 +236,7 @@ class ProxyApp:
             await self._serve_route(scope, receive, noting, target, request_id, started)
         finally:
             seconds = time.perf_counter() - begun
-            self._metrics.answered(target.application, started.deployment,
+            self.metrics.answered(target.application, started.deployment,
                                    target.route_prefix, started.code or CLIENT_LEFT, seconds)
             if self.access_log:
                 access.info("%s %s %d %.1fms %s/%s", scope["method"], path,

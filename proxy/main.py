@@ -17,6 +17,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 
+from servefleet.dataplane.grpc_forward import GrpcChannels
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
@@ -27,6 +28,7 @@ from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
 
 from .app import MAX_HEADER_BYTES, ProxyApp
+from .grpc_ingress import GrpcProxy, start_grpc_ingress
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
@@ -59,6 +61,8 @@ class ProxyOptions:
     access_log: bool = False
     # Count requests per deployment (/-/metrics, traffic in GetStatus).
     metrics: bool = True
+    # HOST:PORT of the gRPC ingress (grpc_ingress.py); None: no gRPC.
+    grpc_listen: str | None = None
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -80,6 +84,19 @@ async def serve(options: ProxyOptions) -> None:
                                          timeout_graceful_shutdown=int(options.drain_timeout_s),
                                          ssl_certfile=options.tls_cert,
                                          ssl_keyfile=options.tls_key)
+        grpc_server = checks = None
+        if options.grpc_listen:
+            channels = state.replica_sets.channels = GrpcChannels()
+            grpc_proxy = GrpcProxy(state.replica_sets.get, lambda: state.routes, channels,
+                                   options.request_timeout_s, lambda: tokens.table,
+                                   app.metrics if options.metrics else None)
+            try:
+                grpc_server, checks = await start_grpc_ingress(
+                    grpc_proxy, lambda: state.routes, options.grpc_listen,
+                    options.tls_cert, options.tls_key)
+            except OSError:
+                await server.shutdown()
+                raise
         address = options.advertise or (options.listen if host not in ("0.0.0.0", "::", "")
                                         else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(options.controllers, [ROUTES_KEY, replicas_key()],
@@ -90,8 +107,9 @@ async def serve(options: ProxyOptions) -> None:
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
-        logger.info("proxy %s listening on %s (%s), watching %s", watcher.watcher_id,
+        logger.info("proxy %s listening on %s (%s)%s, watching %s", watcher.watcher_id,
                     options.listen, "HTTPS" if options.tls_cert else "HTTP",
+                    f" and {options.grpc_listen} (gRPC)" if options.grpc_listen else "",
                     options.controllers)
         notify_ready(f"proxy listening on {options.listen}")
         stop = asyncio.Event()
@@ -100,7 +118,14 @@ async def serve(options: ProxyOptions) -> None:
         await stop.wait()
         logger.info("draining")
         app.draining = True
+        if grpc_server is not None and checks is not None:
+            grpc_proxy.draining = True
+            await checks.enter_graceful_shutdown()  # health: NOT_SERVING
+            stopped = asyncio.ensure_future(grpc_server.stop(options.drain_timeout_s))
         await server.shutdown()
+        if grpc_server is not None:
+            await stopped
+            await channels.close()
         reporting.cancel()
         await watcher.close()
     finally:

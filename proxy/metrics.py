@@ -5,6 +5,9 @@
   matched), `code` the HTTP status (499: the client left first).
 - servefleet_proxy_request_duration_seconds{application, deployment}: from
   routing to the end of the answer (histogram).
+- servefleet_proxy_grpc_calls_total{application, deployment, service, code}:
+  gRPC ingress calls; `code` the gRPC status name (CANCELLED: the client
+  left first); their durations go to the same histogram as HTTP requests.
 - servefleet_proxy_shadow_copies_total{application, deployment, outcome}:
   copies for a shadow deployment, `sent` or `dropped` (its queue was not
   empty, or too many were in flight).
@@ -29,6 +32,8 @@ REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy"
 DURATION = Histogram("servefleet_proxy_request_duration_seconds",
                      "from routing to the end of the answer", ["application", "deployment"],
                      buckets=LATENCY_BUCKETS)
+GRPC_CALLS = Counter("servefleet_proxy_grpc_calls", "gRPC calls answered by the proxy",
+                     ["application", "deployment", "service", "code"])
 SHADOWS = Counter("servefleet_proxy_shadow_copies", "copies for shadow deployments",
                   ["application", "deployment", "outcome"])
 CLIENT_LEFT = 499
@@ -42,6 +47,7 @@ class ProxyMetrics:
         self.traffic = TrafficWindow()
         self._requests: dict[tuple[str, str, str, int], Any] = {}
         self._durations: dict[tuple[str, str], Any] = {}
+        self._grpc: dict[tuple[str, str, str, str], Any] = {}
 
     def answered(self, application: str, deployment: str, route: str, code: int,
                  seconds: float) -> None:
@@ -56,6 +62,24 @@ class ProxyMetrics:
             histogram = self._durations[key[:2]] = DURATION.labels(application, deployment)
         histogram.observe(seconds)
         if deployment:
+            self.traffic.add(f"{application}/{deployment}", seconds)
+
+    def grpc_answered(self, application: str, deployment: str, service: str, code: str,
+                      seconds: float) -> None:
+        if not deployment:  # unrouted: the names are the client's, not the config's
+            application = service = ""
+        key = (application, deployment, service, code)
+        counter = self._grpc.get(key)
+        if counter is None:
+            counter = self._grpc[key] = GRPC_CALLS.labels(application, deployment, service,
+                                                          code)
+        counter.inc()
+        if deployment:
+            histogram = self._durations.get((application, deployment))
+            if histogram is None:
+                histogram = self._durations[(application, deployment)] = DURATION.labels(
+                    application, deployment)
+            histogram.observe(seconds)
             self.traffic.add(f"{application}/{deployment}", seconds)
 
     @staticmethod

@@ -43,6 +43,21 @@ class Target:
         return self.shadow_of[0]
 
 
+@dataclass(frozen=True)
+class GrpcTarget:
+    """Where a proxy sends an application's gRPC calls."""
+
+    application: str
+    deployment: str
+    # Full service names, when the build found them (empty: unknown).
+    services: frozenset[str] = frozenset()
+    require_token: bool = False
+
+
+class NoGrpcRoute(Exception):
+    """No application takes the call: NOT_FOUND with this message."""
+
+
 # http_options.max_request_body_bytes when the cluster sets none.
 DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 
@@ -50,12 +65,14 @@ DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 class RouteTable:
     def __init__(self, routes: list[Target] | None = None,
                  request_timeout_s: float = 0.0,
-                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 grpc: list[GrpcTarget] | None = None) -> None:
         # The cluster's default request timeout; 0: none.
         self.request_timeout_s = request_timeout_s
         self.max_request_body_bytes = max_request_body_bytes
         # Longest first, so the first match is the longest.
         self.routes = sorted(routes or [], key=lambda t: len(t.route_prefix), reverse=True)
+        self.grpc = grpc or []
 
     @classmethod
     def from_snapshot(cls, table: watch_pb2.RouteTable) -> RouteTable:
@@ -65,7 +82,9 @@ class RouteTable:
                            if r.HasField("shadow") and r.shadow.fraction > 0 else None,
                            r.require_token)
                     for r in table.routes], table.request_timeout_s,
-                   table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES)
+                   table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                   [GrpcTarget(r.application, r.deployment, frozenset(r.services),
+                               r.require_token) for r in table.grpc_routes])
 
     def match(self, path: str) -> Target | None:
         for target in self.routes:
@@ -73,6 +92,30 @@ class RouteTable:
             if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
                 return target
         return None
+
+    def grpc_target(self, application: str, service: str) -> GrpcTarget:
+        """The deployment that serves `service` for `application` (Ray Serve's
+        `application` metadata); without an application, the one application
+        serving `service`, or the only one serving gRPC. NoGrpcRoute otherwise."""
+        if application:
+            candidates = [t for t in self.grpc if t.application == application]
+            if not candidates:
+                known = ", ".join(sorted({t.application for t in self.grpc})) or "none"
+                raise NoGrpcRoute(f"application {application!r} serves no gRPC here; "
+                                  f"applications with gRPC: {known}")
+        else:
+            candidates = [t for t in self.grpc if service in t.services] or (
+                self.grpc if len({t.application for t in self.grpc}) == 1 else [])
+            if not candidates:
+                known = ", ".join(sorted({t.application for t in self.grpc})) or "none"
+                raise NoGrpcRoute(f"no application serves {service}; set the 'application' "
+                                  f"metadata key (applications with gRPC: {known})")
+            if len({t.application for t in candidates}) > 1:
+                names = ", ".join(sorted({t.application for t in candidates}))
+                raise NoGrpcRoute(f"{service} is served by several applications ({names}); "
+                                  "set the 'application' metadata key")
+        # Within the application, the deployment listing the service, else the first.
+        return next((t for t in candidates if service in t.services), candidates[0])
 
     def as_json(self) -> dict[str, str]:
         return {t.route_prefix: f"{t.application}/{t.deployment}" for t in

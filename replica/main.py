@@ -34,6 +34,7 @@ from servefleet import handle, logs, metrics
 from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.metrics.exposition import metrics_app
+from servefleet.replica_command import add_arguments
 from servefleet.security.roles import REPLICA_CONTROL
 from servefleet.security.tls import Credentials, TlsFiles, add_port, peer_role
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
@@ -81,6 +82,19 @@ async def run(settings: ReplicaSettings) -> int:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
         return EXIT_BIND_FAILURE
+    ingress = None
+    if settings.grpc_port:
+        # The user's services: plain gRPC like the HTTP port (the proxy's hop).
+        ingress = grpc.aio.server(handlers=[replica.grpc.generic_handler()],
+                                  options=[("grpc.so_reuseport", 0)])
+        try:
+            ingress.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+        except RuntimeError:
+            print(f"replica: cannot bind gRPC port {settings.grpc_port}", file=sys.stderr)
+            await http.shutdown()
+            await control.stop(0)
+            return EXIT_BIND_FAILURE
+        await ingress.start()
     metrics_server = None
     if settings.metrics_port:
         metrics.bind_replica(settings.application, settings.deployment, settings.replica_id)
@@ -90,6 +104,8 @@ async def run(settings: ReplicaSettings) -> int:
         except OSError:
             print(f"replica: cannot bind metrics port {settings.metrics_port}", file=sys.stderr)
             await http.shutdown()
+            if ingress is not None:
+                await ingress.stop(0)
             await control.stop(0)
             return EXIT_BIND_FAILURE
     on_stop_signals(replica.request_drain)
@@ -113,6 +129,8 @@ async def run(settings: ReplicaSettings) -> int:
     http.force_exit = replica.admission.ongoing > 0
     http.config.timeout_graceful_shutdown = 1
     await http.shutdown()
+    if ingress is not None:
+        await ingress.stop(0.5)
     if metrics_server is not None:
         metrics_server.force_exit = True
         await metrics_server.shutdown()
@@ -125,15 +143,7 @@ async def run(settings: ReplicaSettings) -> int:
 
 def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
     parser = argparse.ArgumentParser(prog="servefleet-replica")
-    for flag in ("cluster", "application", "deployment", "replica-id", "version"):
-        parser.add_argument(f"--{flag}", required=True)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--control-port", type=int, required=True)
-    parser.add_argument("--http-port", type=int, required=True)
-    parser.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus /metrics here (default: nowhere)")
-    parser.add_argument("--config-file", required=True,
-                        help="JSON: import_path, init args, user_config, limits")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     with open(args.config_file) as f:
         spec: dict[str, Any] = json.load(f)
@@ -141,7 +151,7 @@ def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
         cluster=args.cluster, application=args.application, deployment=args.deployment,
         replica_id=args.replica_id, version=args.version, host=args.host,
         control_port=args.control_port, http_port=args.http_port,
-        metrics_port=args.metrics_port, **spec)
+        metrics_port=args.metrics_port, grpc_port=args.grpc_port, **spec)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
 
 from . import loader
+from .grpc_ingress import GrpcIngress
 from .http import Admission, ReplicaApp, call_user
 from .metrics import ReplicaMetrics
 
@@ -69,6 +70,10 @@ class ReplicaSettings:
     code_hash: str = ""
     # Where /metrics is served (0: not at all).
     metrics_port: int = 0
+    # Where the user's gRPC services are served (0: not at all), and their
+    # generated add_XServicer_to_server functions (import paths).
+    grpc_port: int = 0
+    grpc_servicer_functions: list[str] = field(default_factory=list)
     # Controller addresses for the config Watch stream; none: no stream.
     controllers: list[str] = field(default_factory=list)
     # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
@@ -91,6 +96,9 @@ class Replica:
                                       settings.replica_id, lambda: self.admission.ongoing)
         self.app = ReplicaApp(self.admission, self.executor, settings.replica_id, self.metrics)
         self.app.decode_args = self.decode
+        # The user's gRPC services (grpc_ingress.py), when the deployment has any.
+        self.grpc = GrpcIngress(self.admission, self.executor, settings.replica_id, self.metrics)
+        self.grpc_services: list[str] = []
         self._drain = asyncio.Event()
         self._config_lock = asyncio.Lock()
         # The newest config from the Watch stream not yet applied.
@@ -114,6 +122,9 @@ class Replica:
             loop = asyncio.get_running_loop()
             obj = await loop.run_in_executor(self.executor, loader.import_attr, s.import_path,
                                              s.working_dir)
+            if s.grpc_servicer_functions:
+                self.grpc_services = await loop.run_in_executor(
+                    self.executor, self.grpc.register, s.grpc_servicer_functions, s.working_dir)
             self.deployment = await loop.run_in_executor(
                 self.executor, loader.build, obj, args, kwargs, bool(s.user_config_json))
             if s.user_config_json:
@@ -127,6 +138,7 @@ class Replica:
             asyncio.get_running_loop().call_later(FAILED_LINGER_S, self._drain.set)
             return
         self.app.deployment = self.deployment
+        self.grpc.deployment = self.deployment
         self.admission.ready = True
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)

@@ -1,6 +1,7 @@
 """The build step: import an application's code and report its deployment graph.
 
     python -m servefleet.build IMPORT_PATH --output FILE [--working-dir D] [--args-file F]
+        [--grpc-servicer-function PATH ...]
 
 The controller runs this in the application's runtime (its working
 directory and environment), once per change of the application, and reads
@@ -11,7 +12,8 @@ because user code may print while it is imported.
 IMPORT_PATH may name a bound application, a deployment (bound with no
 arguments), or a builder function: called with the args object, it returns
 a bound application (Ray Serve's application builders). Args for anything
-but a builder are an error.
+but a builder are an error. With gRPC servicer functions, the graph also
+names the services they register (`grpc_services`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import traceback
 from typing import Any
 
 from servefleet.api import Application, Deployment, graph_of
+from servefleet.grpc_servicers import services_of
 from servefleet.replica.loader import import_attr
 
 
@@ -43,10 +46,15 @@ def resolve(obj: Any, args: dict[str, Any]) -> Application:
                     "application (Deployment.bind(...)), a deployment or a builder function")
 
 
-def build(import_path: str, working_dir: str, args: dict[str, Any]) -> dict[str, Any]:
+def build(import_path: str, working_dir: str, args: dict[str, Any],
+          grpc_servicer_functions: list[str] | None = None) -> dict[str, Any]:
     try:
         app = resolve(import_attr(import_path, working_dir), args)
-        return {"ok": True, "graph": graph_of(app)}
+        graph = graph_of(app)
+        if grpc_servicer_functions:
+            # The services the ingress will serve, by name, for the proxies' routing.
+            graph["grpc_services"] = services_of(grpc_servicer_functions, working_dir)
+        return {"ok": True, "graph": graph}
     except BaseException as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc()}
@@ -58,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--working-dir", default="")
     parser.add_argument("--args-file", default="", help="JSON object for a builder function")
+    parser.add_argument("--grpc-servicer-function", action="append", default=[],
+                        help="import path of a generated add_XServicer_to_server function")
     ns = parser.parse_args(argv)
     args = {}
     if ns.args_file:
         with open(ns.args_file) as f:
             args = json.load(f)
-    result = build(ns.import_path, ns.working_dir, args)
+    result = build(ns.import_path, ns.working_dir, args, ns.grpc_servicer_function)
     with open(ns.output, "w") as f:
         json.dump(result, f)
     sys.stdout.flush()

@@ -4,6 +4,10 @@
       host: 127.0.0.1
       port: 8000
       request_timeout_s: 30
+    grpc_options:                     # servefleet up's proxy serves gRPC here
+      port: 9000
+      grpc_servicer_functions:        # for applications that list none themselves
+        - classifier_pb2_grpc:add_ClassifierServicer_to_server
     applications:
       - name: sentiment
         route_prefix: /sentiment      # null: no HTTP route; unset: "/"
@@ -51,10 +55,11 @@ from servefleet.options import (
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 
-TOP_KEYS = ("http_options", "applications")
+TOP_KEYS = ("http_options", "grpc_options", "applications")
+GRPC_KEYS = ("host", "port", "grpc_servicer_functions")
 HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes")
 APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic",
-            "require_token")
+            "require_token", "grpc_servicer_functions")
 TRAFFIC_KEYS = ("split", "shadow")
 SHADOW_KEYS = ("deployment", "fraction")
 # Keys a Ray Serve config has, with what to write here instead.
@@ -103,9 +108,49 @@ def parse_config(data: Any, base_dir: str) -> api.DeployApplicationsRequest:
         raise OptionError("applications: required (a list of applications)")
     if not isinstance(apps, list):
         raise OptionError(f"applications: expected a list, got {type(apps).__name__}")
+    grpc = _grpc_options(data.get("grpc_options"))
     for i, app in enumerate(apps):
-        request.applications.append(_application(f"applications[{i}]", app, base_dir))
+        spec = _application(f"applications[{i}]", app, base_dir)
+        if not spec.grpc_servicer_functions:  # grpc_options' serve every application
+            spec.grpc_servicer_functions.extend(grpc.get("grpc_servicer_functions", []))
+        request.applications.append(spec)
     return request
+
+
+def _servicer_functions(path: str, value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise OptionError(f"{path}: expected a list of import paths "
+                          "(module_pb2_grpc:add_XServicer_to_server)")
+    return [check_str(f"{path}[{i}]", v) for i, v in enumerate(value)]
+
+
+def _grpc_options(value: Any) -> dict[str, Any]:
+    """Ray Serve's grpc_options: the servicer functions (for every application
+    that lists none itself) and where `servefleet up` serves gRPC."""
+    if value is None:
+        return {}
+    value = check_mapping("grpc_options", value)
+    _keys("grpc_options", value, GRPC_KEYS)
+    out: dict[str, Any] = {}
+    if "host" in value:
+        out["host"] = check_str("grpc_options.host", value["host"])
+    if "port" in value:
+        out["port"] = check_int("grpc_options.port", value["port"], (1, 65535))
+    if value.get("grpc_servicer_functions") is not None:
+        out["grpc_servicer_functions"] = _servicer_functions(
+            "grpc_options.grpc_servicer_functions", value["grpc_servicer_functions"])
+    return out
+
+
+def grpc_listen_of(path: str) -> str | None:
+    """HOST:PORT of the config's grpc_options (for `servefleet up`), or None."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+        grpc = _grpc_options(data.get("grpc_options") if isinstance(data, dict) else None)
+    except (OSError, yaml.YAMLError, OptionError):
+        return None  # load_config reports what is wrong with the file
+    return f"{grpc.get('host', '127.0.0.1')}:{grpc['port']}" if "port" in grpc else None
 
 
 def _http_options(value: Any) -> apb.HttpOptions:
@@ -161,6 +206,9 @@ def _application(path: str, value: Any, base_dir: str) -> apb.ApplicationSpec:
         spec.deployments.append(to_override(dpath, entry, name))
     if value.get("traffic") is not None:
         spec.traffic.CopyFrom(parse_traffic(f"{path}.traffic", value["traffic"]))
+    if value.get("grpc_servicer_functions") is not None:
+        spec.grpc_servicer_functions.extend(_servicer_functions(
+            f"{path}.grpc_servicer_functions", value["grpc_servicer_functions"]))
     return spec
 
 
@@ -224,6 +272,8 @@ def _app_data(spec: apb.ApplicationSpec) -> dict[str, Any]:
     out["import_path"] = spec.import_path
     if spec.require_token:
         out["require_token"] = True
+    if spec.grpc_servicer_functions:
+        out["grpc_servicer_functions"] = list(spec.grpc_servicer_functions)
     if spec.args_json:
         out["args"] = json.loads(spec.args_json)
     if spec.runtime.ByteSize():

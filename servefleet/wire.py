@@ -33,6 +33,15 @@ CALLER_HEADER = b"x-servefleet-caller"
 
 # -- gRPC ------------------------------------------------------------------------
 
+# gRPC ingress (proxy -> replica), as metadata keys (lower case, as gRPC sends them):
+# the application a call is for (Ray Serve's key), set by the caller;
+APPLICATION_METADATA_KEY = "application"
+# the request id, as x-request-id is for HTTP;
+REQUEST_ID_METADATA_KEY = "x-request-id"
+# on a replica's refusal (RESOURCE_EXHAUSTED, UNAVAILABLE), trailing: it never
+# processed the call, which may go to another replica; the value says why.
+REJECTED_METADATA_KEY = "x-servefleet-rejected"
+
 # Trailing metadata on a standby's UNAVAILABLE: the leader's address, to go to.
 LEADER_METADATA_KEY = "servefleet-leader"
 # The environment variable naming the controllers (ADDR[,ADDR...]) for the SDK and CLI.

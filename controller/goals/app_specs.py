@@ -23,7 +23,7 @@ from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument
-from .spec import IMPORT_PATH_RE, canonical_json, check_name, normalize_spec
+from .spec import IMPORT_PATH_RE, canonical_json, check_grpc, check_name, normalize_spec
 
 DEFAULT_ROUTE_PREFIX = "/"
 # One application is applied in one transaction: its deployments and its record
@@ -76,6 +76,7 @@ def normalize_application(spec: apb.ApplicationSpec, field: str) -> apb.Applicat
                                   f"{override.name!r} is listed twice")
         seen.add(override.name)
     check_traffic(f"{field}.traffic", out.traffic)
+    check_grpc(field, out.grpc_servicer_functions)
     return out
 
 
@@ -145,8 +146,12 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             if layer.HasField("version"):
                 deployment.version = layer.version
         route = route_of(spec)
-        if name == graph.get("ingress") and route is not None:
-            deployment.route_prefix = route
+        if name == graph.get("ingress"):
+            if route is not None:
+                deployment.route_prefix = route
+            # The application's gRPC services are the ingress deployment's.
+            deployment.grpc_servicer_functions.extend(spec.grpc_servicer_functions)
+            deployment.grpc_services.extend(graph.get("grpc_services") or [])
         try:
             out.append(normalize_spec(deployment))
         except InvalidArgument as e:

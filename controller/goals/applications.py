@@ -189,6 +189,9 @@ class ApplicationTable:
             policy.check(f"applications[{i}].runtime", spec.runtime)
             policy.check_import(f"applications[{i}].import_path", spec.import_path,
                                 spec.runtime.working_dir)
+            for j, path in enumerate(spec.grpc_servicer_functions):
+                policy.check_import(f"applications[{i}].grpc_servicer_functions[{j}]", path,
+                                    spec.runtime.working_dir)
             for j, override in enumerate(spec.deployments):
                 policy.check(f"applications[{i}].deployments[{j}].runtime", override.runtime)
         digests = WorkingDirDigests()

@@ -153,6 +153,9 @@ class DeploymentTable:
         goal = normalize_spec(spec)
         self.policy.check("spec.runtime", goal.runtime)
         self.policy.check_import("spec.import_path", goal.import_path, goal.runtime.working_dir)
+        for i, path in enumerate(goal.grpc_servicer_functions):
+            self.policy.check_import(f"spec.grpc_servicer_functions[{i}]", path,
+                                     goal.runtime.working_dir)
         await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:

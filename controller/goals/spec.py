@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
@@ -34,6 +35,7 @@ NAME_RULE = ("must be 1-63 letters, digits, '-' or '_', starting and ending "
              "with a letter or digit")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 IMPORT_PATH_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+SERVICE_NAME_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 VERSION_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 ROUTE_SEGMENT = r"[A-Za-z0-9._~!$&'()*+,;=:@%-]+"
 ROUTE_PREFIX_RE = re.compile(rf"^/({ROUTE_SEGMENT}(/{ROUTE_SEGMENT})*)?$")
@@ -48,6 +50,7 @@ MAX_SECONDS = 86_400.0
 MAX_ENV_VARS = 256
 MAX_EXCLUDES = 256
 MAX_CUSTOM_RESOURCES = 32
+MAX_GRPC_SERVICES = 32
 
 _REPLICA_DEFAULTS: dict[str, float] = {
     "num_replicas": 1,
@@ -251,7 +254,29 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
             f"and be at most 256 URL path characters, got {out.route_prefix!r}")
     _normalize_replica_config("spec.replica_config", out.replica_config)
     _normalize_runtime("spec.runtime", out.runtime)
+    check_grpc("spec", out.grpc_servicer_functions, out.grpc_services)
     return out
+
+
+def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = ()) -> None:
+    """grpc_servicer_functions are import paths, each once; grpc_services are
+    full service names."""
+    if len(functions) > MAX_GRPC_SERVICES or len(services) > MAX_GRPC_SERVICES:
+        raise InvalidArgument(f"{field}.grpc_servicer_functions",
+                              f"at most {MAX_GRPC_SERVICES} services, got {len(functions)}")
+    for i, path in enumerate(functions):
+        if not IMPORT_PATH_RE.fullmatch(path) or len(path) > 512:
+            raise InvalidArgument(f"{field}.grpc_servicer_functions[{i}]",
+                                  "must look like 'package.module_pb2_grpc:add_XServicer_to_"
+                                  f"server', got {path[:200]!r}")
+        if path in functions[:i]:
+            raise InvalidArgument(f"{field}.grpc_servicer_functions[{i}]",
+                                  f"{path!r} is listed twice")
+    for i, name in enumerate(services):
+        if not SERVICE_NAME_RE.fullmatch(name) or len(name) > 512:
+            raise InvalidArgument(f"{field}.grpc_services[{i}]",
+                                  f"must be a full gRPC service name (package.Service), got "
+                                  f"{name[:200]!r}")
 
 
 def code_hash(spec: pb.DeploymentSpec) -> str:
@@ -268,6 +293,8 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         code["image"] = spec.runtime.image
     if spec.runtime.working_dir_digest:  # the files under working_dir (code_digest.py)
         code["working_dir_files"] = spec.runtime.working_dir_digest
+    if spec.grpc_servicer_functions:
+        code["grpc_servicer_functions"] = list(spec.grpc_servicer_functions)
     blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

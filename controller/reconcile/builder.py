@@ -45,6 +45,8 @@ async def run_build(spec: application_pb2.ApplicationSpec,
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "servefleet.build", spec.import_path, "--output", output,
                 "--working-dir", working_dir, "--args-file", args_file,
+                *(a for f in spec.grpc_servicer_functions
+                  for a in ("--grpc-servicer-function", f)),
                 cwd=working_dir or None, env={**os.environ, **spec.runtime.env},
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)

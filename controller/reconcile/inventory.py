@@ -75,6 +75,7 @@ class Inventory:
                 record.control_address = seen.control_address
                 record.http_address = seen.http_address
                 record.metrics_address = seen.metrics_address
+                record.grpc_address = seen.grpc_address
             adopted.append(record)
         for orphan in running.values():
             self._stop_orphan(orphan)

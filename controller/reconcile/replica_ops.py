@@ -133,11 +133,13 @@ class ReplicaOps:
                 "max_ongoing_requests": config.max_ongoing_requests,
                 "graceful_shutdown_timeout_s": config.graceful_shutdown_timeout_s,
                 "graceful_shutdown_wait_loop_s": config.graceful_shutdown_wait_loop_s,
+                "grpc_servicer_functions": list(spec.grpc_servicer_functions),
             }))
         record.handle = launched.handle
         record.control_address = launched.control_address
         record.http_address = launched.http_address
         record.metrics_address = launched.metrics_address
+        record.grpc_address = launched.grpc_address
         await self._put(record)
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,

@@ -31,6 +31,11 @@ class ReplicaLaunch:
     image: str = ""
     resources: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def serves_grpc(self) -> bool:
+        """The replica serves the user's gRPC services (it gets a gRPC port)."""
+        return bool(self.settings.get("grpc_servicer_functions"))
+
 
 @dataclass
 class RuntimeReplica:
@@ -47,6 +52,8 @@ class RuntimeReplica:
     alive: bool = True
     # host:port of the replica's /metrics ("" when it has none).
     metrics_address: str = ""
+    # host:port of the user's gRPC services ("" when it serves none).
+    grpc_address: str = ""
     # Known once it exited, when the runtime can tell.
     exit_code: int | None = None
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.logs import ENV_FORMAT
+from servefleet.replica_command import MODULE, ReplicaCommand
 from servefleet.security.tls import TlsFiles
 
 from ..errors import Unavailable
@@ -147,23 +148,24 @@ class DockerRuntime:
         image = launch.image or self._image
         host_network = self._network == "host"
         bind = self._host if host_network else "0.0.0.0"
-        control_port = free_port(self._host) if host_network else 7400
-        http_port = free_port(self._host) if host_network else 7401
-        metrics_port = free_port(self._host) if host_network else 7402
+        grpc = launch.serves_grpc
+        command = ReplicaCommand(
+            cluster=launch.cluster, application=launch.application,
+            deployment=launch.deployment, replica_id=launch.replica_id,
+            version=launch.version, host=bind, config_file=SETTINGS_PATH,
+            control_port=free_port(self._host) if host_network else 7400,
+            http_port=free_port(self._host) if host_network else 7401,
+            metrics_port=free_port(self._host) if host_network else 7402,
+            grpc_port=(free_port(self._host) if host_network else 7403) if grpc else 0)
         labels = {LABEL + k: v for k, v in {
             "cluster": launch.cluster, "application": launch.application,
             "deployment": launch.deployment, "replica-id": launch.replica_id,
             "version": launch.version}.items()}
-        command = ["python3", "-m", "servefleet.replica", "--cluster", launch.cluster,
-                   "--application", launch.application, "--deployment", launch.deployment,
-                   "--replica-id", launch.replica_id, "--version", launch.version,
-                   "--host", bind, "--control-port", str(control_port),
-                   "--http-port", str(http_port), "--metrics-port", str(metrics_port),
-                   "--config-file", SETTINGS_PATH]
         resources = launch.resources
         options: dict[str, Any] = {
             "name": self._name(launch.cluster, launch.replica_id),
-            "labels": labels, "command": command, "detach": True,
+            "labels": labels, "command": ["python3", "-m", MODULE, *command.argv()],
+            "detach": True,
             "environment": {"PYTHONUNBUFFERED": "1", **_log_format_env(), **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
             "stop_signal": "SIGTERM", "init": True,
@@ -203,8 +205,10 @@ class DockerRuntime:
             replica_id=launch.replica_id, cluster=launch.cluster,
             application=launch.application, deployment=launch.deployment,
             version=launch.version, handle=container.id,
-            control_address=f"{address}:{control_port}", http_address=f"{address}:{http_port}",
-            metrics_address=f"{address}:{metrics_port}")
+            control_address=command.address(command.control_port, address),
+            http_address=command.address(command.http_port, address),
+            metrics_address=command.address(command.metrics_port, address),
+            grpc_address=command.address(command.grpc_port, address))
 
     def _container_ip(self, container: Any) -> str:
         container.reload()
@@ -239,7 +243,7 @@ class DockerRuntime:
         state = container.attrs.get("State", {})
         running = state.get("Running", container.status == "running")
         argv = container.attrs.get("Config", {}).get("Cmd") or []
-        flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+        command = ReplicaCommand.parse(argv)
         address = self._host if self._network == "host" else (
             self._container_ip(container) if running else "")
         return RuntimeReplica(
@@ -248,10 +252,10 @@ class DockerRuntime:
             application=labels.get(LABEL + "application", ""),
             deployment=labels.get(LABEL + "deployment", ""),
             version=labels.get(LABEL + "version", ""), handle=container.id,
-            control_address=f"{address}:{flags.get('--control-port', '')}",
-            http_address=f"{address}:{flags.get('--http-port', '')}",
-            metrics_address=f"{address}:{flags['--metrics-port']}"
-            if "--metrics-port" in flags else "",
+            control_address=command.address(command.control_port, address) if command else "",
+            http_address=command.address(command.http_port, address) if command else "",
+            metrics_address=command.address(command.metrics_port, address) if command else "",
+            grpc_address=command.address(command.grpc_port, address) if command else "",
             alive=bool(running),
             exit_code=None if running else state.get("ExitCode"))
 

@@ -38,6 +38,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from servefleet.replica_command import MODULE, ReplicaCommand
 from servefleet.security.tls import ENV_TOKEN, TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
 
@@ -45,13 +46,6 @@ from .base import ReplicaLaunch, RuntimeReplica
 from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
-
-_IDENTITY_FLAGS = ("--cluster", "--application", "--deployment", "--replica-id", "--version",
-                   "--host", "--control-port", "--http-port", "--metrics-port",
-                   "--config-file")
-# Flags that replicas of older versions were started without.
-_OPTIONAL_FLAGS = ("--metrics-port",)
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -89,18 +83,7 @@ def _read_cmdline(pid: int) -> list[str]:
         return []
 
 
-def _identity(argv: list[str]) -> dict[str, str] | None:
-    if "servefleet.replica" not in argv:
-        return None
-    found = {}
-    for i, arg in enumerate(argv[:-1]):
-        if arg in _IDENTITY_FLAGS:
-            found[arg.lstrip("-")] = argv[i + 1]
-    required = (f for f in _IDENTITY_FLAGS if f not in _OPTIONAL_FLAGS)
-    return found if all(f.lstrip("-") in found for f in required) else None
-
-
-def _forked_identity(pid: int, argv: list[str]) -> dict[str, str] | None:
+def _forked_command(pid: int, argv: list[str]) -> ReplicaCommand | None:
     """The identity a zygote recorded for its child `pid` (whose command line
     is the zygote's), if the record is of this very process."""
     if "servefleet.replica.zygote" not in argv or "--state-dir" not in argv[:-1]:
@@ -112,7 +95,7 @@ def _forked_identity(pid: int, argv: list[str]) -> dict[str, str] | None:
         return None  # the zygote itself, or a record gone
     if recorded.get("start_time") != _start_time(pid):
         return None
-    return {k: str(v) for k, v in recorded.items()}
+    return ReplicaCommand.from_identity({k: str(v) for k, v in recorded.items()})
 
 
 def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
@@ -123,21 +106,21 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
             continue
         pid = int(entry)
         argv = _read_cmdline(pid)
-        identity = _identity(argv) or _forked_identity(pid, argv)
-        if identity is None or identity["cluster"] != cluster:
+        command = ReplicaCommand.parse(argv) or _forked_command(pid, argv)
+        if command is None or command.cluster != cluster:
             continue
         started = _start_time(pid)
         if started is None:
             continue
         found.append((RuntimeReplica(
-            replica_id=identity["replica-id"], cluster=cluster,
-            application=identity["application"], deployment=identity["deployment"],
-            version=identity["version"], handle=f"{pid}:{started}",
-            control_address=f"{identity['host']}:{identity['control-port']}",
-            http_address=f"{identity['host']}:{identity['http-port']}",
-            metrics_address=f"{identity['host']}:{identity['metrics-port']}"
-            if identity.get("metrics-port") else ""),
-            identity["config-file"]))
+            replica_id=command.replica_id, cluster=cluster,
+            application=command.application, deployment=command.deployment,
+            version=command.version, handle=f"{pid}:{started}",
+            control_address=command.address(command.control_port),
+            http_address=command.address(command.http_port),
+            metrics_address=command.address(command.metrics_port),
+            grpc_address=command.address(command.grpc_port)),
+            command.config_file))
     return found
 
 
@@ -164,21 +147,20 @@ class ProcessRuntime:
         if self._replica_tls is not None:
             settings["tls"] = self._replica_tls.as_dict()
         settings_path.write_text(json.dumps(settings))
-        control_port, http_port = free_port(self._host), free_port(self._host)
-        metrics_port = free_port(self._host)
-        argv = [sys.executable, "-m", "servefleet.replica",
-                "--cluster", launch.cluster, "--application", launch.application,
-                "--deployment", launch.deployment, "--replica-id", launch.replica_id,
-                "--version", launch.version, "--host", self._host,
-                "--control-port", str(control_port), "--http-port", str(http_port),
-                "--metrics-port", str(metrics_port),
-                "--config-file", str(settings_path)]
+        command = ReplicaCommand(
+            cluster=launch.cluster, application=launch.application,
+            deployment=launch.deployment, replica_id=launch.replica_id,
+            version=launch.version, host=self._host, control_port=free_port(self._host),
+            http_port=free_port(self._host), metrics_port=free_port(self._host),
+            grpc_port=free_port(self._host) if launch.serves_grpc else 0,
+            config_file=str(settings_path))
+        argv = [sys.executable, "-m", MODULE, *command.argv()]
         # The controller's token is its own, not user code's.
         env = {**{k: v for k, v in os.environ.items() if k != ENV_TOKEN},
                "PYTHONUNBUFFERED": "1", **launch.env}
         cwd = launch.working_dir or os.getcwd()
         pid = await self._zygote.fork({"args": argv[3:], "env": env, "cwd": cwd,
-                                       "log": str(log_path), "identity": _identity(argv)})
+                                       "log": str(log_path), "identity": command.identity()})
         if pid is not None:
             self._forked.add(pid)
         else:
@@ -195,9 +177,10 @@ class ProcessRuntime:
             replica_id=launch.replica_id, cluster=launch.cluster,
             application=launch.application, deployment=launch.deployment,
             version=launch.version, handle=handle,
-            control_address=f"{self._host}:{control_port}",
-            http_address=f"{self._host}:{http_port}",
-            metrics_address=f"{self._host}:{metrics_port}")
+            control_address=command.address(command.control_port),
+            http_address=command.address(command.http_port),
+            metrics_address=command.address(command.metrics_port),
+            grpc_address=command.address(command.grpc_port))
 
     def _alive(self, handle: str) -> bool:
         pid_text, _, started = handle.partition(":")

@@ -83,6 +83,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError("--max-header-bytes: between 1024 and 16777216")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
+    if args.grpc_listen is not None:
+        ghost, gsep, gport = args.grpc_listen.rpartition(":")
+        if not gsep or not ghost or not gport.isdigit():
+            raise UsageError(f"--grpc-listen {args.grpc_listen!r}: expected HOST:PORT")
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
@@ -93,7 +97,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
-        access_log=args.access_log, metrics=args.metrics)
+        access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen)
     try:
         asyncio.run(serve(options))
     except TokenFileError as e:
@@ -178,11 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_controller_flags(ctl)
     ctl.set_defaults(run=cmd_controller)
 
-    proxy = commands.add_parser("proxy", help="run an HTTP proxy")
+    proxy = commands.add_parser("proxy", help="run an HTTP (and gRPC) proxy")
     proxy.add_argument("--controller", metavar="ADDR[,ADDR...]", default=None,
                        help=f"controller addresses (default: ${ENV_CONTROLLER}, "
                             f"else {DEFAULT_CONTROLLER})")
     proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT")
+    proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
+                       help="also serve gRPC ingress here: users' services, routed by the "
+                            "'application' metadata key (default: none)")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",

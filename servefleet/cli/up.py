@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.config_file import ConfigError, load_config
+from servefleet.config_file import ConfigError, grpc_listen_of, load_config
 from servefleet.lifecycle import NOTIFY_ENV, can_bind, is_loopback
 from servefleet.security.tls import Credentials
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
@@ -202,6 +202,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if http is None and request is not None and request.http_options.port:
         http = f"{request.http_options.host or '127.0.0.1'}:{request.http_options.port}"
     http = http or DEFAULT_HTTP
+    grpc_listen = args.grpc or (grpc_listen_of(args.config) if args.config else None)
     state_dir = os.path.abspath(os.path.expanduser(args.state_dir))
     os.makedirs(state_dir, exist_ok=True)
     store = args.store or f"sqlite://{os.path.join(state_dir, 'state.db')}"
@@ -209,6 +210,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     with claim_state_dir(state_dir):
         check_free(args.listen, "--listen")
         check_free(http, "--http" if args.http else "--http (or http_options.port in CONFIG)")
+        if grpc_listen:
+            check_free(grpc_listen, "--grpc" if args.grpc else "grpc_options.port in CONFIG")
         dashboard = None if args.dashboard == "off" else args.dashboard
         if dashboard is not None:
             check_free(dashboard, "--dashboard (or --dashboard off)")
@@ -223,8 +226,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         metrics = ["--metrics-listen", dashboard] if dashboard else []
         cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
                           [*certs, *metrics, *(f"--allow-working-dir={d}" for d in code_dirs)],
-                          certs, Credentials(tls))
+                          [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else [])],
+                          Credentials(tls))
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
+        if grpc_listen:
+            cluster.say(f"up        | gRPC ingress on {grpc_listen} (metadata 'application' "
+                        "names the application)")
         if dashboard:
             cluster.say(f"up        | dashboard http://{dashboard}/-/dashboard, metrics "
                         f"http://{dashboard}/metrics (Prometheus: /-/metrics-targets)")
@@ -308,6 +315,9 @@ def add_command(commands) -> None:
                          f"else {DEFAULT_HTTP})")
     up.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT",
                     help="where the controller listens (default %(default)s)")
+    up.add_argument("--grpc", default=None, metavar="HOST:PORT",
+                    help="where the proxy serves gRPC ingress (default: the config's "
+                         "grpc_options.port, else nowhere)")
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
     up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",

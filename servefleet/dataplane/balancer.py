@@ -31,6 +31,8 @@ class Replica:
     replica_id: str
     address: str
     in_flight: int = 0
+    # host:port of its gRPC server ("" when the deployment serves no gRPC).
+    grpc_address: str = ""
 
 
 @dataclass
@@ -54,12 +56,14 @@ class ReplicaPool:
         return len(self._waiters)
 
     def update(self, endpoints: list[tuple[str, str]], max_ongoing: int,
-               max_queued: int) -> None:
-        """Apply a replica-set snapshot: the controller's word replaces local guesses."""
+               max_queued: int, grpc_addresses: dict[str, str] | None = None) -> None:
+        """Apply a replica-set snapshot: the controller's word replaces local guesses.
+        `endpoints` are (replica id, HTTP address); `grpc_addresses` by replica id."""
         current = dict(self.replicas)
         self.replicas = {rid: current.get(rid) or Replica(rid, addr) for rid, addr in endpoints}
         for rid, addr in endpoints:
             self.replicas[rid].address = addr
+            self.replicas[rid].grpc_address = (grpc_addresses or {}).get(rid, "")
         self._down.clear()
         self.max_ongoing, self.max_queued = max(1, max_ongoing), max_queued
         self._wake()

@@ -15,6 +15,7 @@ from servefleet.v1 import watch_pb2
 from servefleet.wire import REPLICAS_KIND, parse_watch_key
 
 from .balancer import ReplicaPool
+from .grpc_forward import GrpcChannels
 from .metrics import POOLS
 from .upstream import UpstreamPool
 
@@ -27,6 +28,9 @@ class ReplicaSets:
         self._upstream = upstream
         # Given to each pool made from now on: see ReplicaPool.on_starved.
         self.on_starved: Callable[[], None] | None = None
+        # The gRPC channels to replicas (a proxy with gRPC ingress), whose
+        # connections to replicas that left are closed too.
+        self.channels: GrpcChannels | None = None
         POOLS.add(self)  # their queued and in-flight counts on /metrics
 
     def get(self, application: str, deployment: str) -> ReplicaPool | None:
@@ -41,19 +45,28 @@ class ReplicaSets:
             return
         pool = self.pools.get((app, name))
         before = {r.address for r in pool.replicas.values()} if pool else set()
+        grpc_before = {r.grpc_address for r in pool.replicas.values()
+                       if r.grpc_address} if pool else set()
         if snapshot.deleted:
             if pool is not None:
                 pool.close()
             self.pools.pop((app, name), None)
             after: set[str] = set()
+            grpc_after: set[str] = set()
         else:
             replicas = snapshot.replicas
             pool = self.pools.setdefault((app, name), ReplicaPool(on_starved=self.on_starved,
                                                                   key=(app, name)))
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
-                        replicas.max_ongoing_requests, replicas.max_queued_requests)
+                        replicas.max_ongoing_requests, replicas.max_queued_requests,
+                        {e.replica_id: e.grpc_address for e in replicas.endpoints
+                         if e.grpc_address})
             after = {e.http_address for e in replicas.endpoints}
+            grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
         for address in before - after:
             self._upstream.forget(address)  # gone: drop its idle connections
+        if self.channels is not None:
+            for address in grpc_before - grpc_after:
+                self.channels.forget(address)
         if not snapshot.deleted:
             logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))

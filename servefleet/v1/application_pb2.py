@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from servefleet.v1 import deployment_pb2 as servefleet_dot_v1_dot_deployment__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fservefleet/v1/application.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eservefleet/v1/deployment.proto\"\xb3\x02\n\x0f\x41pplicationSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x0croute_prefix\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bimport_path\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\x12.\n\x07runtime\x18\x05 \x01(\x0b\x32\x1d.servefleet.v1.RuntimeOptions\x12\x36\n\x0b\x64\x65ployments\x18\x06 \x03(\x0b\x32!.servefleet.v1.DeploymentOverride\x12-\n\x07traffic\x18\x07 \x01(\x0b\x32\x1c.servefleet.v1.TrafficPolicy\x12\x10\n\x08no_route\x18\x08 \x01(\x08\x12\x15\n\rrequire_token\x18\t \x01(\x08\x42\x0f\n\r_route_prefix\"\xaa\x01\n\x12\x44\x65ploymentOverride\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x34\n\x0ereplica_config\x18\x02 \x01(\x0b\x32\x1c.servefleet.v1.ReplicaConfig\x12\x14\n\x07version\x18\x03 \x01(\tH\x00\x88\x01\x01\x12.\n\x07runtime\x18\x04 \x01(\x0b\x32\x1d.servefleet.v1.RuntimeOptionsB\n\n\x08_version\"n\n\rTrafficPolicy\x12\x30\n\x05split\x18\x01 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12+\n\x06shadow\x18\x02 \x01(\x0b\x32\x1b.servefleet.v1.ShadowTarget\"8\n\x12WeightedDeployment\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"4\n\x0cShadowTarget\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x10\n\x08\x66raction\x18\x02 \x01(\x01\"d\n\x0bHttpOptions\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x19\n\x11request_timeout_s\x18\x03 \x01(\x01\x12\x1e\n\x16max_request_body_bytes\x18\x04 \x01(\x04\"\xfd\x01\n\x11\x41pplicationRecord\x12,\n\x04spec\x18\x01 \x01(\x0b\x32\x1e.servefleet.v1.ApplicationSpec\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x1a\n\x12\x61pplied_generation\x18\x03 \x01(\x04\x12\x13\n\x0b\x62uild_error\x18\x04 \x01(\t\x12\x18\n\x10\x64\x65ployment_names\x18\x05 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x66\x61iled_generation\x18\x08 \x01(\x04\x42j\n\x10io.servefleet.v1B\x10\x41pplicationProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fservefleet/v1/application.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eservefleet/v1/deployment.proto\"\xd4\x02\n\x0f\x41pplicationSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x0croute_prefix\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bimport_path\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\x12.\n\x07runtime\x18\x05 \x01(\x0b\x32\x1d.servefleet.v1.RuntimeOptions\x12\x36\n\x0b\x64\x65ployments\x18\x06 \x03(\x0b\x32!.servefleet.v1.DeploymentOverride\x12-\n\x07traffic\x18\x07 \x01(\x0b\x32\x1c.servefleet.v1.TrafficPolicy\x12\x10\n\x08no_route\x18\x08 \x01(\x08\x12\x15\n\rrequire_token\x18\t \x01(\x08\x12\x1f\n\x17grpc_servicer_functions\x18\n \x03(\tB\x0f\n\r_route_prefix\"\xaa\x01\n\x12\x44\x65ploymentOverride\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x34\n\x0ereplica_config\x18\x02 \x01(\x0b\x32\x1c.servefleet.v1.ReplicaConfig\x12\x14\n\x07version\x18\x03 \x01(\tH\x00\x88\x01\x01\x12.\n\x07runtime\x18\x04 \x01(\x0b\x32\x1d.servefleet.v1.RuntimeOptionsB\n\n\x08_version\"n\n\rTrafficPolicy\x12\x30\n\x05split\x18\x01 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12+\n\x06shadow\x18\x02 \x01(\x0b\x32\x1b.servefleet.v1.ShadowTarget\"8\n\x12WeightedDeployment\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"4\n\x0cShadowTarget\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x10\n\x08\x66raction\x18\x02 \x01(\x01\"d\n\x0bHttpOptions\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x19\n\x11request_timeout_s\x18\x03 \x01(\x01\x12\x1e\n\x16max_request_body_bytes\x18\x04 \x01(\x04\"\xfd\x01\n\x11\x41pplicationRecord\x12,\n\x04spec\x18\x01 \x01(\x0b\x32\x1e.servefleet.v1.ApplicationSpec\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x1a\n\x12\x61pplied_generation\x18\x03 \x01(\x04\x12\x13\n\x0b\x62uild_error\x18\x04 \x01(\t\x12\x18\n\x10\x64\x65ployment_names\x18\x05 \x03(\t\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x66\x61iled_generation\x18\x08 \x01(\x04\x42j\n\x10io.servefleet.v1B\x10\x41pplicationProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,17 +35,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\020ApplicationProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_APPLICATIONSPEC']._serialized_start=116
-  _globals['_APPLICATIONSPEC']._serialized_end=423
-  _globals['_DEPLOYMENTOVERRIDE']._serialized_start=426
-  _globals['_DEPLOYMENTOVERRIDE']._serialized_end=596
-  _globals['_TRAFFICPOLICY']._serialized_start=598
-  _globals['_TRAFFICPOLICY']._serialized_end=708
-  _globals['_WEIGHTEDDEPLOYMENT']._serialized_start=710
-  _globals['_WEIGHTEDDEPLOYMENT']._serialized_end=766
-  _globals['_SHADOWTARGET']._serialized_start=768
-  _globals['_SHADOWTARGET']._serialized_end=820
-  _globals['_HTTPOPTIONS']._serialized_start=822
-  _globals['_HTTPOPTIONS']._serialized_end=922
-  _globals['_APPLICATIONRECORD']._serialized_start=925
-  _globals['_APPLICATIONRECORD']._serialized_end=1178
+  _globals['_APPLICATIONSPEC']._serialized_end=456
+  _globals['_DEPLOYMENTOVERRIDE']._serialized_start=459
+  _globals['_DEPLOYMENTOVERRIDE']._serialized_end=629
+  _globals['_TRAFFICPOLICY']._serialized_start=631
+  _globals['_TRAFFICPOLICY']._serialized_end=741
+  _globals['_WEIGHTEDDEPLOYMENT']._serialized_start=743
+  _globals['_WEIGHTEDDEPLOYMENT']._serialized_end=799
+  _globals['_SHADOWTARGET']._serialized_start=801
+  _globals['_SHADOWTARGET']._serialized_end=853
+  _globals['_HTTPOPTIONS']._serialized_start=855
+  _globals['_HTTPOPTIONS']._serialized_end=955
+  _globals['_APPLICATIONRECORD']._serialized_start=958
+  _globals['_APPLICATIONRECORD']._serialized_end=1211
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ApplicationSpec(_message.Message):
-    __slots__ = ("name", "route_prefix", "import_path", "args_json", "runtime", "deployments", "traffic", "no_route", "require_token")
+    __slots__ = ("name", "route_prefix", "import_path", "args_json", "runtime", "deployments", "traffic", "no_route", "require_token", "grpc_servicer_functions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     IMPORT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class ApplicationSpec(_message.Message):
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     NO_ROUTE_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GRPC_SERVICER_FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     route_prefix: str
     import_path: str
@@ -30,7 +31,8 @@ class ApplicationSpec(_message.Message):
     traffic: TrafficPolicy
     no_route: bool
     require_token: bool
-    def __init__(self, name: _Optional[str] = ..., route_prefix: _Optional[str] = ..., import_path: _Optional[str] = ..., args_json: _Optional[str] = ..., runtime: _Optional[_Union[_deployment_pb2.RuntimeOptions, _Mapping]] = ..., deployments: _Optional[_Iterable[_Union[DeploymentOverride, _Mapping]]] = ..., traffic: _Optional[_Union[TrafficPolicy, _Mapping]] = ..., no_route: _Optional[bool] = ..., require_token: _Optional[bool] = ...) -> None: ...
+    grpc_servicer_functions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., route_prefix: _Optional[str] = ..., import_path: _Optional[str] = ..., args_json: _Optional[str] = ..., runtime: _Optional[_Union[_deployment_pb2.RuntimeOptions, _Mapping]] = ..., deployments: _Optional[_Iterable[_Union[DeploymentOverride, _Mapping]]] = ..., traffic: _Optional[_Union[TrafficPolicy, _Mapping]] = ..., no_route: _Optional[bool] = ..., require_token: _Optional[bool] = ..., grpc_servicer_functions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeploymentOverride(_message.Message):
     __slots__ = ("name", "replica_config", "version", "runtime")

@@ -36,7 +36,7 @@ REPLICA_PHASE_FAILED: ReplicaPhase
 REPLICA_PHASE_DRAINING: ReplicaPhase
 
 class ReplicaRecord(_message.Message):
-    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address")
+    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address", "grpc_address")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class ReplicaRecord(_message.Message):
     CREATED_TIME_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     application: str
     deployment: str
@@ -63,7 +64,8 @@ class ReplicaRecord(_message.Message):
     created_time: _timestamp_pb2.Timestamp
     stopping: bool
     metrics_address: str
-    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+    grpc_address: str
+    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("record", "state", "message")

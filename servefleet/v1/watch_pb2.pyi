@@ -69,14 +69,28 @@ class Snapshot(_message.Message):
     def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
-    __slots__ = ("routes", "request_timeout_s", "max_request_body_bytes")
+    __slots__ = ("routes", "request_timeout_s", "max_request_body_bytes", "grpc_routes")
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ROUTES_FIELD_NUMBER: _ClassVar[int]
     routes: _containers.RepeatedCompositeFieldContainer[Route]
     request_timeout_s: float
     max_request_body_bytes: int
-    def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ...) -> None: ...
+    grpc_routes: _containers.RepeatedCompositeFieldContainer[GrpcRoute]
+    def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ..., grpc_routes: _Optional[_Iterable[_Union[GrpcRoute, _Mapping]]] = ...) -> None: ...
+
+class GrpcRoute(_message.Message):
+    __slots__ = ("application", "deployment", "services", "require_token")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    SERVICES_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    deployment: str
+    services: _containers.RepeatedScalarFieldContainer[str]
+    require_token: bool
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ...) -> None: ...
 
 class Route(_message.Message):
     __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token")
@@ -109,12 +123,14 @@ class ReplicaSet(_message.Message):
     def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
-    __slots__ = ("replica_id", "http_address")
+    __slots__ = ("replica_id", "http_address", "grpc_address")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     http_address: str
-    def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ...) -> None: ...
+    grpc_address: str
+    def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
 
 class DeploymentConfig(_message.Message):
     __slots__ = ("user_config_json", "max_ongoing_requests", "version", "code_hash")

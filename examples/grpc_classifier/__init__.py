@@ -1,0 +1,1 @@
+"""The gRPC example: a text classifier with a unary and a server-streaming RPC."""

@@ -1,0 +1,246 @@
+"""The proxy's gRPC ingress: users' own gRPC services, routed to replicas as raw bytes.
+
+`servefleet proxy --grpc-listen HOST:PORT` serves every method path
+(`/package.Service/Method`) with one generic handler, so the proxy needs none
+of the users' protos. Per call:
+
+1. route: the `application` metadata key names the application (Ray
+   Serve's key); without it, the one application whose ingress serves the
+   call's service, or the only application serving gRPC (routes.py). None:
+   NOT_FOUND naming the applications there are.
+2. an application with require_token wants `authorization: Bearer TOKEN`
+   (the --http-tokens file): UNAUTHENTICATED otherwise; the token stays here
+   and its name goes on as `x-servefleet-caller`.
+3. forward (servefleet/dataplane/grpc_forward.py): the same pool, queue and
+   balancer as HTTP; a call no replica processed is retried on another one.
+   The deadline is the client's, bounded by the request timeout (the
+   proxy's --request-timeout-s, else the cluster's); it goes on to the
+   replica. `x-request-id` is kept or made up.
+4. relay the messages and the trailing metadata; the replica's status is
+   the call's status. A client that cancels cancels the replica's call.
+
+Statuses of the proxy's own: NOT_FOUND (no route), UNAUTHENTICATED,
+UNAVAILABLE (no replica yet, overloaded past max_queued_requests, no replica
+took it: all retryable), DEADLINE_EXCEEDED. The port also serves
+grpc.health.v1 and servefleet.v1.IngressService (ListApplications, Healthz).
+Unary and server-streaming RPCs are forwarded; client and bidirectional
+streaming are not (UNIMPLEMENTED from the replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
+from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
+from servefleet.logs import REQUEST_ID
+from servefleet.security.tokens import TokenTable
+from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
+from servefleet.wire import (
+    APPLICATION_METADATA_KEY,
+    CALLER_HEADER,
+    REJECTED_METADATA_KEY,
+    REQUEST_ID_METADATA_KEY,
+)
+
+from .metrics import ProxyMetrics
+from .routes import NoGrpcRoute, RouteTable
+
+logger = logging.getLogger(__name__)
+_CALLER = CALLER_HEADER.decode()
+# Not forwarded: the transport's own, and what only the proxy may say.
+_DROPPED = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
+                      "grpc-accept-encoding", _CALLER})
+_OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name,
+                 "/grpc.health.v1.Health/")
+_Code = grpc.StatusCode
+# Method handlers kept per method path, up to this many.
+_MAX_CACHED_METHODS = 1024
+
+
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
+def _caller(metadata: tuple[tuple[str, Any], ...], tokens: TokenTable | None) -> str | None:
+    if tokens is None:
+        return None
+    value = next((v for k, v in metadata if k == "authorization"), None)
+    if not isinstance(value, str):
+        return None
+    scheme, _, token = value.partition(" ")
+    entry = tokens.lookup(token.strip()) if scheme.lower() == "bearer" else None
+    return entry.name if entry is not None else None
+
+
+class GrpcProxy:
+    def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
+                 routes: Callable[[], RouteTable], channels: GrpcChannels,
+                 request_timeout_s: float | None = None,
+                 tokens: Callable[[], TokenTable | None] = lambda: None,
+                 metrics: ProxyMetrics | None = None) -> None:
+        self._pools = pools
+        self._routes = routes
+        self._channels = channels
+        self._timeout = request_timeout_s
+        self._tokens = tokens
+        self._metrics = metrics
+        self.draining = False
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        handle = self.handle
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+                method: str = call.method
+                if method.startswith(_OWN_SERVICES):
+                    return None
+                found = handlers.get(method)
+                if found is None:
+                    found = grpc.unary_stream_rpc_method_handler(partial(handle, method))
+                    if len(handlers) < _MAX_CACHED_METHODS:  # clients choose the names
+                        handlers[method] = found
+                return found
+
+        return Handler()
+
+    async def handle(self, method: str, request: bytes,
+                     context: grpc.aio.ServicerContext) -> None:
+        """Forward one call (unary or server-streaming: on the wire, the same)."""
+        service = method[1:].rpartition("/")[0]
+        metadata = tuple(context.invocation_metadata() or ())
+        request_id = next((str(v) for k, v in metadata if k == REQUEST_ID_METADATA_KEY and v),
+                          "") or uuid.uuid4().hex
+        REQUEST_ID.set(request_id)
+        begun = time.perf_counter()
+        application = next((str(v) for k, v in metadata if k == APPLICATION_METADATA_KEY), "")
+        deployment, code = "", _Code.OK
+        try:
+            try:
+                target = self._routes().grpc_target(application, service)
+            except NoGrpcRoute as e:
+                raise _Abort(_Code.NOT_FOUND, str(e)) from None
+            application, deployment = target.application, target.deployment
+            if service not in target.services:
+                service = ""  # the client's word, not a name from the config (metric labels)
+            caller = None
+            if target.require_token:
+                caller = _caller(metadata, self._tokens())
+                if caller is None:
+                    raise _Abort(_Code.UNAUTHENTICATED, "this application needs a bearer "
+                                 "token (metadata authorization: Bearer TOKEN)")
+            pool = self._pools(application, deployment)
+            if pool is None:
+                raise _Abort(_Code.UNAVAILABLE, f"{application}/{deployment} has no replicas "
+                             "known yet")
+            forwarded = [(k, v) for k, v in metadata
+                         if k not in _DROPPED and k != REQUEST_ID_METADATA_KEY
+                         and not k.startswith(":") and not (caller and k == "authorization")]
+            forwarded.append((REQUEST_ID_METADATA_KEY, request_id))
+            if caller is not None:
+                forwarded.append((_CALLER, caller))
+            limit = self._timeout or self._routes().request_timeout_s or None
+            remaining = context.time_remaining()
+            if remaining is not None and limit is not None:
+                limit = min(limit, remaining)
+            elif remaining is not None:
+                limit = remaining
+            code = await self._forward(pool, method, request, forwarded, limit, context,
+                                       request_id)
+        except _Abort as e:
+            code = e.code
+            await context.abort(e.code, str(e))
+        except asyncio.CancelledError:
+            code = _Code.CANCELLED
+            raise
+        finally:
+            if self._metrics is not None:
+                self._metrics.grpc_answered(application, deployment, service, code.name,
+                                            time.perf_counter() - begun)
+
+    async def _forward(self, pool: ReplicaPool, method: str, request: bytes,
+                       metadata: list[tuple[str, Any]], timeout: float | None,
+                       context: grpc.aio.ServicerContext, request_id: str) -> grpc.StatusCode:
+        async def relay(answer: Answer) -> None:
+            async for message in answer.messages():
+                await context.write(message)
+            trailing = [(k, v) for k, v in await answer.trailing_metadata()
+                        if k != REJECTED_METADATA_KEY]
+            if trailing:
+                context.set_trailing_metadata(trailing)
+
+        try:
+            async with asyncio.timeout(timeout):
+                await forward_grpc(pool, self._channels, method, request, metadata,
+                                   timeout, relay, request_id)
+            return _Code.OK
+        except CallFailed as e:
+            trailing = [(k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY]
+            await context.abort(e.code, e.details, trailing_metadata=tuple(trailing))
+            return e.code  # not reached: abort raises
+        except TimeoutError:
+            raise _Abort(_Code.DEADLINE_EXCEEDED, f"no answer within {timeout:g}s") from None
+        except Overloaded as e:
+            raise _Abort(_Code.UNAVAILABLE, f"{pool.key[0]}/{pool.key[1]} is overloaded: "
+                         f"{e}") from None
+        except NoReplicaTook:
+            raise _Abort(_Code.UNAVAILABLE, f"no replica took the call after {MAX_ATTEMPTS} "
+                         "attempts") from None
+
+
+class IngressService(ingress_pb2_grpc.IngressServiceServicer):
+    """ListApplications and Healthz (Ray Serve's RayServeAPIService shape)."""
+
+    def __init__(self, proxy: GrpcProxy, routes: Callable[[], RouteTable]) -> None:
+        self._proxy, self._routes = proxy, routes
+
+    async def ListApplications(self, request: Any, context: Any) -> Any:
+        services: dict[str, set[str]] = {}
+        for target in self._routes().grpc:
+            services.setdefault(target.application, set()).update(target.services)
+        return ingress_pb2.ListIngressApplicationsResponse(applications=[
+            ingress_pb2.IngressApplication(name=name, services=sorted(found))
+            for name, found in sorted(services.items())])
+
+    async def Healthz(self, request: Any, context: Any) -> Any:
+        if self._proxy.draining:
+            await context.abort(_Code.UNAVAILABLE, "draining")
+        return ingress_pb2.HealthzResponse(message="success")
+
+
+async def start_grpc_ingress(proxy: GrpcProxy, routes: Callable[[], RouteTable], listen: str,
+                             tls_cert: str | None = None, tls_key: str | None = None
+                             ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """Bind and start the gRPC ingress; OSError when it cannot listen."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                      ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    checks = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    ingress_pb2_grpc.add_IngressServiceServicer_to_server(IngressService(proxy, routes), server)
+    server.add_generic_rpc_handlers((proxy.generic_handler(),))
+    try:
+        if tls_cert and tls_key:
+            with open(tls_key, "rb") as k, open(tls_cert, "rb") as c:
+                credentials = grpc.ssl_server_credentials([(k.read(), c.read())])
+            server.add_secure_port(listen, credentials)
+        else:
+            server.add_insecure_port(listen)
+    except RuntimeError as e:
+        raise OSError(f"cannot listen for gRPC on {listen}: {e}") from None
+    await server.start()
+    await checks.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, checks

@@ -1,0 +1,254 @@
+"""The replica's gRPC face: the user's own services, served from the deployment's methods.
+
+The deployment's settings name generated `add_XServicer_to_server`
+functions (servefleet/grpc_servicers.py learns their RPCs). Each RPC
+`/package.Service/Method` calls the deployment's method `Method` with the
+request message: it returns the response message (unary) or yields messages
+(server streaming); `async def` runs on the loop, plain methods in the
+replica's thread pool, as for HTTP. A method that takes a `grpc_context`
+parameter gets a `GrpcContext` to read the call's metadata and set its own
+status code, details and trailing metadata (Ray Serve's shape). Client and
+bidirectional streaming RPCs answer UNIMPLEMENTED.
+
+Admission is the HTTP side's (one count of requests in flight): a call
+refused before user code gets RESOURCE_EXHAUSTED (overloaded) or UNAVAILABLE
+(loading, draining) with the trailing metadata `x-servefleet-rejected`,
+meaning "never processed": the caller may send it to another replica.
+A user exception is UNKNOWN with its message. A call the client cancels,
+or whose deadline passes, cancels async user code at its next await; a
+thread running sync code keeps the call's slot until it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+
+from servefleet.grpc_servicers import Rpc, rpcs_of
+from servefleet.logs import REQUEST_ID
+from servefleet.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
+
+from .http import Admission, is_async_callable
+from .loader import UserDeployment
+from .metrics import ReplicaMetrics
+
+logger = logging.getLogger(__name__)
+_END = object()
+_REFUSAL_CODES = {"overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "loading": grpc.StatusCode.UNAVAILABLE,
+                  "draining": grpc.StatusCode.UNAVAILABLE}
+
+
+class GrpcContext:
+    """What a user method taking `grpc_context` gets: the call's metadata in,
+    its status code, details and trailing metadata out."""
+
+    def __init__(self, metadata: Sequence[tuple[str, Any]], deadline: float | None) -> None:
+        self._metadata = tuple(metadata)
+        self._deadline = deadline
+        self._code = grpc.StatusCode.OK
+        self._details = ""
+        self._trailing: tuple[tuple[str, Any], ...] = ()
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def details(self) -> str:
+        return self._details
+
+    def set_trailing_metadata(self, metadata: Sequence[tuple[str, Any]]) -> None:
+        self._trailing = tuple(metadata)
+
+    def trailing_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return self._trailing
+
+
+def _takes_context(fn: Any) -> bool:
+    try:
+        return "grpc_context" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class GrpcIngress:
+    """The generic handler of the replica's gRPC server."""
+
+    def __init__(self, admission: Admission, executor: Any, replica_id: str,
+                 metrics: ReplicaMetrics) -> None:
+        self.admission = admission
+        self.executor = executor
+        self.replica_id = replica_id
+        self.metrics = metrics
+        self.deployment: UserDeployment | None = None
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def register(self, servicer_functions: list[str], working_dir: str) -> list[str]:
+        """Learn the RPCs of the generated functions; returns the service names.
+        Raises LoadError naming a function that is not one."""
+        services: list[str] = []
+        for path in servicer_functions:
+            for rpc in rpcs_of(path, working_dir):
+                self._handlers[rpc.path] = self._handler(rpc)
+                if rpc.service not in services:
+                    services.append(rpc.service)
+        return services
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """For the server, made before the user's code is loaded: until then
+        every call is refused as "loading" (never processed)."""
+        ingress = self
+
+        async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> None:
+            await ingress._admit_or_abort(context)
+
+        loading: grpc.RpcMethodHandler = grpc.unary_unary_rpc_method_handler(refuse)
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+                if ingress.deployment is None:
+                    return loading
+                return ingress._handlers.get(call.method)
+
+        return Handler()
+
+    def _handler(self, rpc: Rpc) -> grpc.RpcMethodHandler:
+        kwargs = {"request_deserializer": rpc.request_deserializer,
+                  "response_serializer": rpc.response_serializer}
+        if rpc.request_streaming:
+            async def unsupported(request: Any, context: grpc.aio.ServicerContext) -> None:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                    f"{rpc.path}: client-streaming RPCs are not supported")
+            if rpc.response_streaming:
+                return grpc.stream_stream_rpc_method_handler(unsupported, **kwargs)
+            return grpc.stream_unary_rpc_method_handler(unsupported, **kwargs)
+        if rpc.response_streaming:
+            async def stream(request: Any, context: grpc.aio.ServicerContext
+                             ) -> AsyncIterator[Any]:
+                async for item in self._serve_stream(rpc, request, context):
+                    yield item
+            return grpc.unary_stream_rpc_method_handler(stream, **kwargs)
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await self._serve_unary(rpc, request, context)
+        return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
+
+    # -- per call ------------------------------------------------------------------
+
+    async def _admit_or_abort(self, context: grpc.aio.ServicerContext) -> None:
+        reason = self.admission.refusal() if self.deployment is not None else "loading"
+        if reason is not None:
+            self.metrics.rejected[reason].inc()
+            await context.abort(_REFUSAL_CODES[reason], f"replica {self.replica_id} is {reason}",
+                                trailing_metadata=((REJECTED_METADATA_KEY, reason),))
+
+    async def _admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
+                     ) -> tuple[Callable[..., Any], GrpcContext]:
+        await self._admit_or_abort(context)
+        deployment = self.deployment
+        assert deployment is not None, "admission lets calls in only once loaded"
+        fn = getattr(deployment.instance, rpc.method, None)
+        if not callable(fn) or inspect.isclass(deployment.instance):
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                f"the deployment has no method {rpc.method} for {rpc.path}")
+        metadata = tuple(context.invocation_metadata() or ())
+        request_id = next((v for k, v in metadata if k == REQUEST_ID_METADATA_KEY), "")
+        REQUEST_ID.set(str(request_id) or uuid.uuid4().hex)
+        remaining = context.time_remaining()
+        return fn, GrpcContext(metadata, None if remaining is None
+                               else time.monotonic() + remaining)
+
+    async def _finish(self, user: GrpcContext, context: grpc.aio.ServicerContext) -> None:
+        if user.trailing_metadata():
+            context.set_trailing_metadata(user.trailing_metadata())
+        if user.code() != grpc.StatusCode.OK:
+            await context.abort(user.code(), user.details())
+
+    async def _call(self, fn: Callable[..., Any], request: Any, user: GrpcContext) -> Any:
+        kwargs = {"grpc_context": user} if _takes_context(fn) else {}
+        if is_async_callable(fn):
+            return await fn(request, **kwargs)
+        ctx = contextvars.copy_context()
+        thread = asyncio.get_running_loop().run_in_executor(
+            self.executor, lambda: ctx.run(fn, request, **kwargs))
+        try:
+            result = await asyncio.shield(thread)
+        except asyncio.CancelledError:
+            await asyncio.wait({thread})  # the slot is held until the thread is done
+            raise
+        return (await result) if inspect.isawaitable(result) else result
+
+    async def _serve_unary(self, rpc: Rpc, request: Any,
+                           context: grpc.aio.ServicerContext) -> Any:
+        fn, user = await self._admit(rpc, context)
+        self.admission.ongoing += 1
+        started = time.perf_counter()
+        try:
+            try:
+                response = await self._call(fn, request, user)
+            except asyncio.CancelledError:
+                logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
+                raise
+            except Exception as e:
+                self.metrics.error.inc()
+                logger.exception("gRPC call %s failed in user code", rpc.path)
+                await context.abort(grpc.StatusCode.UNKNOWN, f"{type(e).__name__}: {e}")
+            self.metrics.ok.inc()
+            self.metrics.duration.observe(time.perf_counter() - started)
+            await self._finish(user, context)
+            return response
+        finally:
+            self.admission.ongoing -= 1
+
+    async def _serve_stream(self, rpc: Rpc, request: Any,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        fn, user = await self._admit(rpc, context)
+        self.admission.ongoing += 1
+        started = time.perf_counter()
+        try:
+            try:
+                result = await self._call(fn, request, user)
+                if inspect.isasyncgen(result):
+                    async for item in result:
+                        yield item
+                elif inspect.isgenerator(result) or isinstance(result, list | tuple):
+                    items = iter(result)
+                    loop = asyncio.get_running_loop()
+                    while (item := await loop.run_in_executor(self.executor, next, items,
+                                                              _END)) is not _END:
+                        yield item
+                else:
+                    raise TypeError(f"{rpc.method} must yield its responses (server-streaming "
+                                    f"RPC), returned {type(result).__name__}")
+            except asyncio.CancelledError:
+                logger.info("gRPC stream %s cancelled (client left or deadline passed)",
+                            rpc.path)
+                raise
+            except Exception as e:
+                self.metrics.error.inc()
+                logger.exception("gRPC stream %s failed in user code", rpc.path)
+                await context.abort(grpc.StatusCode.UNKNOWN, f"{type(e).__name__}: {e}")
+            self.metrics.ok.inc()
+            self.metrics.duration.observe(time.perf_counter() - started)
+            await self._finish(user, context)
+        finally:
+            self.admission.ongoing -= 1
