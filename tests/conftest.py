@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +182,12 @@ def served(fleet, tmp_path):
         p.stop()
     with ControllerClient(fleet.addresses(), timeout=30) as client:  # a test may restart it
         client.shutdown()
+
+
+@pytest.fixture(scope="session")
+def node_grpc() -> str:
+    """NODE_PATH with @grpc/grpc-js and @grpc/proto-loader (scripts/setup installs them)."""
+    modules = Path(__file__).resolve().parent.parent / ".build" / "node" / "node_modules"
+    if not (modules / "@grpc" / "grpc-js").is_dir() or shutil.which("node") is None:
+        pytest.fail("node and the Node gRPC packages are missing: run scripts/setup")
+    return str(modules)
