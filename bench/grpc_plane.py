@@ -1,0 +1,151 @@
+"""gRPC ingress throughput and latency, beside a raw grpc.aio server with the same servicer.
+
+    .venv/bin/python bench/grpc_plane.py [--duration 10] [--processes 4]
+
+Runs, all on 127.0.0.1 in one go: the no-op servicer
+(examples/grpc_classifier/noop.py) on a bare grpc.aio server (the ceiling,
+bench/grpc_noop.py), and `servefleet proxy
+--grpc-listen` in front of one replica of the same class (controller on
+sqlite, process runtime). The load is unary Predict calls from grpc.aio
+clients (ghz is not available here) spread over --processes processes, for 1
+and 16 concurrent callers; it prints calls/s, p50 and p99 for both and the
+proxy's share of the ceiling. Goal (issue 15): >= 0.3 of the raw server's
+calls/s at 16 callers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet.v1 import deployment_pb2 as d
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "examples"))
+
+from grpc_classifier import classifier_pb2, classifier_pb2_grpc  # noqa: E402
+
+
+async def _callers(target: str, callers: int, seconds: float, metadata) -> list[float]:
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = classifier_pb2_grpc.ClassifierStub(channel)
+        request = classifier_pb2.PredictRequest(text="x")
+        await stub.Predict(request, metadata=metadata, timeout=10)  # connect first
+        end = time.perf_counter() + seconds
+
+        async def caller() -> None:
+            while (start := time.perf_counter()) < end:
+                await stub.Predict(request, metadata=metadata, timeout=10)
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*[caller() for _ in range(callers)])
+    return latencies
+
+
+def _client(target: str, callers: int, seconds: float, metadata, out) -> None:
+    out.put(asyncio.run(_callers(target, callers, seconds, metadata)))
+
+
+def load(target: str, callers: int, processes: int, seconds: float,
+         metadata=()) -> dict[str, float]:
+    """`callers` concurrent callers spread over up to `processes` processes."""
+    processes = min(processes, callers)
+    share = [callers // processes + (i < callers % processes) for i in range(processes)]
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(target, n, seconds, metadata, out))
+             for n in share]
+    for p in procs:
+        p.start()
+    latencies = sorted(x for _ in procs for x in out.get(timeout=seconds + 60))
+    for p in procs:
+        p.join()
+    return {"rps": len(latencies) / seconds,
+            "p50": latencies[len(latencies) // 2] * 1e3,
+            "p99": latencies[int(len(latencies) * 0.99)] * 1e3}
+
+
+def wait_answers(target: str, metadata, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        stub = classifier_pb2_grpc.ClassifierStub(channel)
+        while True:
+            try:
+                stub.Predict(classifier_pb2.PredictRequest(), metadata=metadata, timeout=5)
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=10)
+    parser.add_argument("--processes", type=int, default=4,
+                        help="client processes the callers are spread over (default 4)")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="servefleet-grpcplane-")
+    raw_port, grpc_port = free_port(), free_port()
+    raw = subprocess.Popen([sys.executable, str(HERE / "grpc_noop.py"), str(raw_port)])
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
+    proxy = None
+    metadata = (("application", "bench"),)
+    results = {}
+    try:
+        _wait_tcp(raw_port, 30, raw, "raw gRPC server")
+        controller.start()
+        while not controller.is_leader():
+            time.sleep(0.05)
+        with ControllerClient(controller.address) as client:
+            client.deploy(d.DeploymentSpec(
+                name="Noop", application="bench", import_path="grpc_classifier.noop:Noop",
+                grpc_servicer_functions=["grpc_classifier.classifier_pb2_grpc:"
+                                         "add_ClassifierServicer_to_server"],
+                runtime=d.RuntimeOptions(working_dir=str(HERE.parent / "examples")),
+                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
+        proxy = ProxyProcess([controller.address], log_dir=work,
+                             extra_args=["--grpc-listen", f"127.0.0.1:{grpc_port}"]).start()
+        wait_answers(f"127.0.0.1:{grpc_port}", metadata)
+        for callers in (1, 16):
+            results[callers] = (
+                load(f"127.0.0.1:{raw_port}", callers, args.processes, args.duration),
+                load(f"127.0.0.1:{grpc_port}", callers, args.processes, args.duration,
+                     metadata))
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        raw.terminate()
+        raw.wait()
+        with contextlib.suppress(Exception), ControllerClient(controller.address,
+                                                              timeout=10) as client:
+            client.shutdown()
+        controller.stop()
+    print(f"servefleet gRPC ingress, unary no-op (grpc.aio clients in up to {args.processes} "
+          f"processes, {args.duration:g}s per run; {os.cpu_count()} cores; goal: >= 0.3 of "
+          "raw at 16 callers)")
+    print(f"  {'callers':<10}{'raw calls/s':>12}{'raw p50':>10}{'raw p99':>10}"
+          f"{'proxy calls/s':>15}{'proxy p50':>11}{'proxy p99':>11}{'ratio':>8}")
+    for callers, (raw_r, proxy_r) in results.items():
+        print(f"  {callers:<10}{raw_r['rps']:>12.0f}{raw_r['p50']:>8.2f}ms"
+              f"{raw_r['p99']:>8.2f}ms{proxy_r['rps']:>15.0f}{proxy_r['p50']:>9.2f}ms"
+              f"{proxy_r['p99']:>9.2f}ms{proxy_r['rps'] / raw_r['rps']:>8.2f}")
+    print(json.dumps({c: {"raw": r, "proxy": p} for c, (r, p) in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
