@@ -31,6 +31,7 @@ import grpc
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent
@@ -112,12 +113,11 @@ def main() -> None:
         while not controller.is_leader():
             time.sleep(0.05)
         with ControllerClient(controller.address) as client:
-            client.deploy(d.DeploymentSpec(
-                name="Noop", application="bench", import_path="grpc_classifier.noop:Noop",
+            client.deploy_applications([apb.ApplicationSpec(
+                name="bench", import_path="grpc_classifier.noop:app", no_route=True,
                 grpc_servicer_functions=["grpc_classifier.classifier_pb2_grpc:"
                                          "add_ClassifierServicer_to_server"],
-                runtime=d.RuntimeOptions(working_dir=str(HERE.parent / "examples")),
-                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
+                runtime=d.RuntimeOptions(working_dir=str(HERE.parent / "examples")))])
         proxy = ProxyProcess([controller.address], log_dir=work,
                              extra_args=["--grpc-listen", f"127.0.0.1:{grpc_port}"]).start()
         wait_answers(f"127.0.0.1:{grpc_port}", metadata)

@@ -220,6 +220,7 @@ class StatePublisher:
                 table.grpc_routes.add(
                     application=record.spec.application, deployment=record.spec.name,
                     services=record.spec.grpc_services,
+                    streaming_methods=record.spec.grpc_streaming_methods,
                     require_token=owner is not None and owner.require_token)
         self._publisher.publish(ROUTES_KEY, routes=table)
 

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -69,9 +69,12 @@ _MAX_CACHED_METHODS = 1024
 
 
 class _Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    """End the call with this status (and trailing metadata)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str,
+                 trailing: tuple[tuple[str, Any], ...] = ()) -> None:
         super().__init__(details)
-        self.code = code
+        self.code, self.trailing = code, trailing
 
 
 def _caller(metadata: tuple[tuple[str, Any], ...], tokens: TokenTable | None) -> str | None:
@@ -100,26 +103,56 @@ class GrpcProxy:
         self.draining = False
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        handlers: dict[str, grpc.RpcMethodHandler] = {}
-        handle = self.handle
+        """Every method but the port's own: unary-unary for RPCs the route table
+        knows to be unary (the cheaper call), unary-stream for the rest."""
+        handlers: dict[tuple[str, bool], grpc.RpcMethodHandler] = {}
+        proxy = self
 
         class Handler(grpc.GenericRpcHandler):
             def service(self, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
                 method: str = call.method
                 if method.startswith(_OWN_SERVICES):
                     return None
-                found = handlers.get(method)
+                unary = proxy._routes().grpc_unary(method)
+                found = handlers.get((method, unary))
                 if found is None:
-                    found = grpc.unary_stream_rpc_method_handler(partial(handle, method))
+                    if unary:
+                        found = grpc.unary_unary_rpc_method_handler(
+                            partial(proxy.handle_unary, method))
+                    else:
+                        found = grpc.unary_stream_rpc_method_handler(
+                            partial(proxy.handle, method))
                     if len(handlers) < _MAX_CACHED_METHODS:  # clients choose the names
-                        handlers[method] = found
+                        handlers[(method, unary)] = found
                 return found
 
         return Handler()
 
     async def handle(self, method: str, request: bytes,
                      context: grpc.aio.ServicerContext) -> None:
-        """Forward one call (unary or server-streaming: on the wire, the same)."""
+        """Forward one call of any shape the proxy forwards (unary or server
+        streaming: on the wire, the same), writing the messages as they come."""
+        async def relay(answer: Answer) -> None:
+            async for message in answer.messages():
+                await context.write(message)
+            await _pass_trailing(answer, context)
+
+        await self._call(method, request, context, relay, unary=False)
+
+    async def handle_unary(self, method: str, request: bytes,
+                           context: grpc.aio.ServicerContext) -> bytes | None:
+        """Forward one call of an RPC known to be unary."""
+        answer: list[bytes | None] = [None]
+
+        async def relay(got: Answer) -> None:
+            answer[0] = got.first
+            await _pass_trailing(got, context)
+
+        await self._call(method, request, context, relay, unary=True)
+        return answer[0]
+
+    async def _call(self, method: str, request: bytes, context: grpc.aio.ServicerContext,
+                    relay: Callable[[Answer], Awaitable[None]], unary: bool) -> None:
         service = method[1:].rpartition("/")[0]
         metadata = tuple(context.invocation_metadata() or ())
         request_id = next((str(v) for k, v in metadata if k == REQUEST_ID_METADATA_KEY and v),
@@ -154,15 +187,13 @@ class GrpcProxy:
                 forwarded.append((_CALLER, caller))
             limit = self._timeout or self._routes().request_timeout_s or None
             remaining = context.time_remaining()
-            if remaining is not None and limit is not None:
-                limit = min(limit, remaining)
-            elif remaining is not None:
-                limit = remaining
-            code = await self._forward(pool, method, request, forwarded, limit, context,
-                                       request_id)
+            if remaining is not None:
+                limit = remaining if limit is None else min(limit, remaining)
+            await self._forward(pool, method, request, forwarded, limit, relay, request_id,
+                                unary)
         except _Abort as e:
             code = e.code
-            await context.abort(e.code, str(e))
+            await context.abort(e.code, str(e), trailing_metadata=e.trailing)
         except asyncio.CancelledError:
             code = _Code.CANCELLED
             raise
@@ -173,24 +204,15 @@ class GrpcProxy:
 
     async def _forward(self, pool: ReplicaPool, method: str, request: bytes,
                        metadata: list[tuple[str, Any]], timeout: float | None,
-                       context: grpc.aio.ServicerContext, request_id: str) -> grpc.StatusCode:
-        async def relay(answer: Answer) -> None:
-            async for message in answer.messages():
-                await context.write(message)
-            trailing = [(k, v) for k, v in await answer.trailing_metadata()
-                        if k != REJECTED_METADATA_KEY]
-            if trailing:
-                context.set_trailing_metadata(trailing)
-
+                       relay: Callable[[Answer], Awaitable[None]], request_id: str,
+                       unary: bool) -> None:
         try:
             async with asyncio.timeout(timeout):
                 await forward_grpc(pool, self._channels, method, request, metadata,
-                                   timeout, relay, request_id)
-            return _Code.OK
+                                   timeout, relay, request_id, unary)
         except CallFailed as e:
-            trailing = [(k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY]
-            await context.abort(e.code, e.details, trailing_metadata=tuple(trailing))
-            return e.code  # not reached: abort raises
+            raise _Abort(e.code, e.details, tuple(
+                (k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY)) from None
         except TimeoutError:
             raise _Abort(_Code.DEADLINE_EXCEEDED, f"no answer within {timeout:g}s") from None
         except Overloaded as e:
@@ -199,6 +221,13 @@ class GrpcProxy:
         except NoReplicaTook:
             raise _Abort(_Code.UNAVAILABLE, f"no replica took the call after {MAX_ATTEMPTS} "
                          "attempts") from None
+
+
+async def _pass_trailing(answer: Answer, context: grpc.aio.ServicerContext) -> None:
+    trailing = [(k, v) for k, v in await answer.trailing_metadata()
+                if k != REJECTED_METADATA_KEY]
+    if trailing:
+        context.set_trailing_metadata(trailing)
 
 
 class IngressService(ingress_pb2_grpc.IngressServiceServicer):

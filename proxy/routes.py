@@ -52,6 +52,8 @@ class GrpcTarget:
     # Full service names, when the build found them (empty: unknown).
     services: frozenset[str] = frozenset()
     require_token: bool = False
+    # Paths of the RPCs of `services` that stream.
+    streaming: frozenset[str] = frozenset()
 
 
 class NoGrpcRoute(Exception):
@@ -73,6 +75,9 @@ class RouteTable:
         # Longest first, so the first match is the longest.
         self.routes = sorted(routes or [], key=lambda t: len(t.route_prefix), reverse=True)
         self.grpc = grpc or []
+        # Services whose RPC shapes are known, and which of their RPCs stream.
+        self._grpc_known = frozenset(s for t in self.grpc for s in t.services)
+        self._grpc_streaming = frozenset(m for t in self.grpc for m in t.streaming)
 
     @classmethod
     def from_snapshot(cls, table: watch_pb2.RouteTable) -> RouteTable:
@@ -84,7 +89,8 @@ class RouteTable:
                     for r in table.routes], table.request_timeout_s,
                    table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES,
                    [GrpcTarget(r.application, r.deployment, frozenset(r.services),
-                               r.require_token) for r in table.grpc_routes])
+                               r.require_token, frozenset(r.streaming_methods))
+                    for r in table.grpc_routes])
 
     def match(self, path: str) -> Target | None:
         for target in self.routes:
@@ -92,6 +98,11 @@ class RouteTable:
             if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
                 return target
         return None
+
+    def grpc_unary(self, method: str) -> bool:
+        """Whether `method` (/package.Service/Method) is known to be unary."""
+        service = method[1:].rpartition("/")[0]
+        return service in self._grpc_known and method not in self._grpc_streaming
 
     def grpc_target(self, application: str, service: str) -> GrpcTarget:
         """The deployment that serves `service` for `application` (Ray Serve's

@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -90,6 +91,13 @@ def _takes_context(fn: Any) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _Target:
+    fn: Callable[..., Any]
+    takes_context: bool
+    is_async: bool
+
+
 class GrpcIngress:
     """The generic handler of the replica's gRPC server."""
 
@@ -101,6 +109,7 @@ class GrpcIngress:
         self.metrics = metrics
         self.deployment: UserDeployment | None = None
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._targets: dict[str, _Target] = {}
 
     def register(self, servicer_functions: list[str], working_dir: str) -> list[str]:
         """Learn the RPCs of the generated functions; returns the service names.
@@ -161,31 +170,49 @@ class GrpcIngress:
             await context.abort(_REFUSAL_CODES[reason], f"replica {self.replica_id} is {reason}",
                                 trailing_metadata=((REJECTED_METADATA_KEY, reason),))
 
+    def _target(self, rpc: Rpc) -> _Target | None:
+        """The user's method for `rpc` and how to call it, found once."""
+        found = self._targets.get(rpc.path)
+        if found is None:
+            deployment = self.deployment
+            assert deployment is not None, "admission lets calls in only once loaded"
+            fn = getattr(deployment.instance, rpc.method, None)
+            if not callable(fn) or inspect.isclass(deployment.instance):
+                return None
+            found = self._targets[rpc.path] = _Target(fn, _takes_context(fn),
+                                                      is_async_callable(fn))
+        return found
+
     async def _admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
-                     ) -> tuple[Callable[..., Any], GrpcContext]:
+                     ) -> tuple[_Target, GrpcContext | None]:
         await self._admit_or_abort(context)
-        deployment = self.deployment
-        assert deployment is not None, "admission lets calls in only once loaded"
-        fn = getattr(deployment.instance, rpc.method, None)
-        if not callable(fn) or inspect.isclass(deployment.instance):
+        target = self._target(rpc)
+        if target is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED,
                                 f"the deployment has no method {rpc.method} for {rpc.path}")
-        metadata = tuple(context.invocation_metadata() or ())
+            raise AssertionError("not reached")
+        metadata = context.invocation_metadata() or ()
         request_id = next((v for k, v in metadata if k == REQUEST_ID_METADATA_KEY), "")
         REQUEST_ID.set(str(request_id) or uuid.uuid4().hex)
+        if not target.takes_context:
+            return target, None
         remaining = context.time_remaining()
-        return fn, GrpcContext(metadata, None if remaining is None
-                               else time.monotonic() + remaining)
+        return target, GrpcContext(tuple(metadata), None if remaining is None
+                                   else time.monotonic() + remaining)
 
-    async def _finish(self, user: GrpcContext, context: grpc.aio.ServicerContext) -> None:
+    async def _finish(self, user: GrpcContext | None,
+                      context: grpc.aio.ServicerContext) -> None:
+        if user is None:
+            return
         if user.trailing_metadata():
             context.set_trailing_metadata(user.trailing_metadata())
         if user.code() != grpc.StatusCode.OK:
             await context.abort(user.code(), user.details())
 
-    async def _call(self, fn: Callable[..., Any], request: Any, user: GrpcContext) -> Any:
-        kwargs = {"grpc_context": user} if _takes_context(fn) else {}
-        if is_async_callable(fn):
+    async def _call(self, target: _Target, request: Any, user: GrpcContext | None) -> Any:
+        fn = target.fn
+        kwargs = {"grpc_context": user} if user is not None else {}
+        if target.is_async:
             return await fn(request, **kwargs)
         ctx = contextvars.copy_context()
         thread = asyncio.get_running_loop().run_in_executor(
@@ -199,12 +226,12 @@ class GrpcIngress:
 
     async def _serve_unary(self, rpc: Rpc, request: Any,
                            context: grpc.aio.ServicerContext) -> Any:
-        fn, user = await self._admit(rpc, context)
+        target, user = await self._admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
             try:
-                response = await self._call(fn, request, user)
+                response = await self._call(target, request, user)
             except asyncio.CancelledError:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
@@ -221,12 +248,12 @@ class GrpcIngress:
 
     async def _serve_stream(self, rpc: Rpc, request: Any,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        fn, user = await self._admit(rpc, context)
+        target, user = await self._admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
             try:
-                result = await self._call(fn, request, user)
+                result = await self._call(target, request, user)
                 if inspect.isasyncgen(result):
                     async for item in result:
                         yield item

@@ -53,7 +53,8 @@ def build(import_path: str, working_dir: str, args: dict[str, Any],
         graph = graph_of(app)
         if grpc_servicer_functions:
             # The services the ingress will serve, by name, for the proxies' routing.
-            graph["grpc_services"] = services_of(grpc_servicer_functions, working_dir)
+            graph["grpc_services"], graph["grpc_streaming_methods"] = services_of(
+                grpc_servicer_functions, working_dir)
         return {"ok": True, "graph": graph}
     except BaseException as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}",

@@ -84,11 +84,15 @@ def rpcs_of(import_path: str, working_dir: str = "") -> list[Rpc]:
             for method, h in handlers.items()]
 
 
-def services_of(import_paths: list[str], working_dir: str = "") -> list[str]:
-    """The full service names the functions register, in order, each once."""
+def services_of(import_paths: list[str], working_dir: str = "") -> tuple[list[str], list[str]]:
+    """The full service names the functions register, in order, each once,
+    and the paths of their RPCs that stream (requests or responses)."""
     names: list[str] = []
+    streaming: list[str] = []
     for path in import_paths:
         for rpc in rpcs_of(path, working_dir):
             if rpc.service not in names:
                 names.append(rpc.service)
-    return names
+            if rpc.request_streaming or rpc.response_streaming:
+                streaming.append(rpc.path)
+    return names, streaming

@@ -152,6 +152,7 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             # The application's gRPC services are the ingress deployment's.
             deployment.grpc_servicer_functions.extend(spec.grpc_servicer_functions)
             deployment.grpc_services.extend(graph.get("grpc_services") or [])
+            deployment.grpc_streaming_methods.extend(graph.get("grpc_streaming_methods") or [])
         try:
             out.append(normalize_spec(deployment))
         except InvalidArgument as e:

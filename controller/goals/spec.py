@@ -254,13 +254,22 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
             f"and be at most 256 URL path characters, got {out.route_prefix!r}")
     _normalize_replica_config("spec.replica_config", out.replica_config)
     _normalize_runtime("spec.runtime", out.runtime)
-    check_grpc("spec", out.grpc_servicer_functions, out.grpc_services)
+    check_grpc("spec", out.grpc_servicer_functions, out.grpc_services,
+               out.grpc_streaming_methods)
     return out
 
 
-def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = ()) -> None:
+def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = (),
+               streaming: Sequence[str] = ()) -> None:
     """grpc_servicer_functions are import paths, each once; grpc_services are
-    full service names."""
+    full service names; grpc_streaming_methods are /Service/Method paths."""
+    for i, path in enumerate(streaming):
+        service, _, method = path[1:].rpartition("/")
+        if (not path.startswith("/") or not SERVICE_NAME_RE.fullmatch(service)
+                or not re.fullmatch(_IDENT, method) or len(path) > 512 or i >= 4096):
+            raise InvalidArgument(f"{field}.grpc_streaming_methods[{i}]",
+                                  f"must be a method path (/package.Service/Method), at most "
+                                  f"4096 of them, got {path[:200]!r}")
     if len(functions) > MAX_GRPC_SERVICES or len(services) > MAX_GRPC_SERVICES:
         raise InvalidArgument(f"{field}.grpc_servicer_functions",
                               f"at most {MAX_GRPC_SERVICES} services, got {len(functions)}")

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from grpc_classifier import classifier_pb2, classifier_pb2_grpc
 
+from servefleet import deployment
+
 
 class Noop(classifier_pb2_grpc.ClassifierServicer):
     async def Predict(self, request, context=None):
         return classifier_pb2.PredictReply(label="ok")
+
+
+# As an application (the build names its gRPC services and which RPCs stream).
+app = deployment(Noop).options(max_ongoing_requests=100).bind()

@@ -38,6 +38,7 @@ Metadata = Sequence[tuple[str, str | bytes]]
 # What a channel that cannot reach its replica reports (grpc-core's wording).
 _CONNECT_FAILURES = ("failed to connect", "connection refused", "connections to all backends",
                      "dns resolution failed")
+_MAX_CACHED_CALLS = 4096
 # Messages up to 64 MiB (gRPC's default is 4); retries are this module's to do.
 _OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -49,18 +50,21 @@ class GrpcChannels:
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._calls: dict[tuple[str, str], Any] = {}
+        self._calls: dict[tuple[str, str, bool], Any] = {}
         self._closing: set[Any] = set()
 
-    def call(self, address: str, method: str) -> Any:
-        """A unary-stream multicallable for raw bytes on `method` at `address`."""
-        found = self._calls.get((address, method))
+    def call(self, address: str, method: str, unary: bool = False) -> Any:
+        """A multicallable for raw bytes on `method` at `address`: unary-unary,
+        or unary-stream (which serves unary RPCs too, at some cost)."""
+        found = self._calls.get((address, method, unary))
         if found is None:
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = grpc.aio.insecure_channel(address,
                                                                               options=_OPTIONS)
-            found = self._calls[(address, method)] = channel.unary_stream(method)
+            found = channel.unary_unary(method) if unary else channel.unary_stream(method)
+            if len(self._calls) < _MAX_CACHED_CALLS:  # clients choose the method names
+                self._calls[(address, method, unary)] = found
         return found
 
     def forget(self, address: str) -> None:
@@ -109,10 +113,16 @@ def _not_processed(error: grpc.aio.AioRpcError) -> NotProcessed | None:
 
 
 class Answer:
-    """A replica's answer to a call, once its first message or status came."""
+    """A replica's answer to a call, once its first message or status came
+    (for a unary call, its only message)."""
 
-    def __init__(self, call: Any, first: Any) -> None:
-        self._call, self._first = call, first
+    def __init__(self, call: Any, first: Any, unary: bool = False) -> None:
+        self._call, self._first, self._unary = call, first, unary
+
+    @property
+    def first(self) -> bytes | None:
+        """The first message; None when there was none."""
+        return None if self._first is grpc.aio.EOF else self._first
 
     async def initial_metadata(self) -> Metadata:
         return tuple(await self._call.initial_metadata() or ())
@@ -122,6 +132,8 @@ class Answer:
         if self._first is grpc.aio.EOF:
             return
         yield self._first
+        if self._unary:
+            return
         try:
             while (message := await self._call.read()) is not grpc.aio.EOF:
                 yield message
@@ -135,8 +147,10 @@ class Answer:
 
 async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, request: bytes,
                        metadata: Metadata, timeout: float | None,
-                       relay: Callable[[Answer], Awaitable[None]], request_id: str = "") -> None:
-    """Send the call to a replica of `pool` and `relay` its answer.
+                       relay: Callable[[Answer], Awaitable[None]], request_id: str = "",
+                       unary: bool = False) -> None:
+    """Send the call to a replica of `pool` and `relay` its answer. `unary`:
+    the RPC is known to answer one message (a cheaper call).
 
     Raises `Overloaded` (from the pool), `NoReplicaTook`, `CallFailed` (the
     replica's error status, before any message) and what `relay` raises.
@@ -148,17 +162,17 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
         try:
             if not replica.grpc_address:
                 raise NotProcessed("it serves no gRPC (yet)", refused=False)
-            call = channels.call(replica.grpc_address, method)(
+            call = channels.call(replica.grpc_address, method, unary)(
                 request, metadata=metadata, timeout=timeout)
             try:
-                first = await call.read()
+                first = (await call) if unary else (await call.read())
             except grpc.aio.AioRpcError as e:
                 skipped = _not_processed(e)
                 if skipped is not None:
                     raise skipped from None
                 raise CallFailed(e.code(), e.details() or "",
                                  tuple(e.trailing_metadata() or ())) from None
-            await relay(Answer(call, first))
+            await relay(Answer(call, first, unary))
             return
         except NotProcessed as e:
             tried.add(replica.replica_id)
