@@ -240,7 +240,7 @@ class IngressService(ingress_pb2_grpc.IngressServiceServicer):
         services: dict[str, set[str]] = {}
         for target in self._routes().grpc:
             services.setdefault(target.application, set()).update(target.services)
-        return ingress_pb2.ListIngressApplicationsResponse(applications=[
+        return ingress_pb2.IngressServiceListApplicationsResponse(applications=[
             ingress_pb2.IngressApplication(name=name, services=sorted(found))
             for name, found in sorted(services.items())])
 

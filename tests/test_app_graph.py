@@ -148,3 +148,18 @@ def test_a_file_autoscaling_config_replaces_the_code_num_replicas() -> None:
     adder = deployment_specs(normalize_application(spec, "app"), graph)[1]
     assert not adder.replica_config.HasField("num_replicas")
     assert adder.replica_config.autoscaling_config.max_replicas == 3
+
+
+def test_the_build_names_the_grpc_services_and_refuses_what_is_not_a_servicer() -> None:
+    examples = str(Path(__file__).parent.parent / "examples")
+    servicer = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
+    graph = build("grpc_classifier.app:app", examples, {}, [servicer])["graph"]
+    assert graph["grpc_services"] == ["classifier.v1.Classifier"]
+    assert graph["grpc_streaming_methods"] == ["/classifier.v1.Classifier/PredictStream"]
+    wrong = build("grpc_classifier.app:app", examples, {},
+                  ["grpc_classifier.classifier_pb2_grpc:ClassifierStub"])
+    assert not wrong["ok"] and "is not a generated add_XServicer_to_server function" in \
+        wrong["error"]
+    missing = build("grpc_classifier.app:app", examples, {},
+                    ["grpc_classifier.classifier_pb2_grpc:add_Nope_to_server"])
+    assert not missing["ok"] and "has no attribute 'add_Nope_to_server'" in missing["error"]

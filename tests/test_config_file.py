@@ -6,7 +6,13 @@ import textwrap
 
 import pytest
 
-from servefleet.config_file import ConfigError, dump_config, load_config, parse_config
+from servefleet.config_file import (
+    ConfigError,
+    dump_config,
+    grpc_listen_of,
+    load_config,
+    parse_config,
+)
 from servefleet.v1 import controller_pb2 as api
 
 
@@ -95,6 +101,12 @@ def test_dump_writes_back_what_load_reads(tmp_path) -> None:
     ("applications: [{name: a, import_path: m:a, args: [1]}]",
      "applications[0].args: expected a mapping"),
     ("applications: [: bad", "not valid YAML"),
+    ("grpc_options: {port: 0}\napplications: []", "grpc_options.port: must be between"),
+    ("grpc_options: {grpc_servicer_functions: m:f}\napplications: []",
+     "grpc_options.grpc_servicer_functions: expected a list of import paths"),
+    ("grpc_options: {servicers: []}\napplications: []", "grpc_options.servicers: unknown key"),
+    ("applications: [{name: a, import_path: m:a, grpc_servicer_functions: [3]}]",
+     "applications[0].grpc_servicer_functions[0]: expected a string, got 3"),
     # Out of the options' bounds: named, with the range, not a protobuf ValueError.
     ("applications: [{name: a, import_path: m:a, deployments: [{name: D, num_replicas: -1}]}]",
      "applications[0].deployments[0].num_replicas: must be between 0 and 10000, got -1"),
@@ -123,3 +135,24 @@ def test_errors_name_the_file_and_the_path(tmp_path, text: str, message: str) ->
 def test_a_missing_file_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(str(tmp_path / "nope.yaml"))
+
+
+def test_grpc_options_serve_every_application_that_lists_none(tmp_path) -> None:
+    path = write(tmp_path, """
+        grpc_options:
+          port: 9001
+          grpc_servicer_functions: [pb_grpc:add_AServicer_to_server]
+        applications:
+          - {name: one, import_path: m:a}
+          - {name: two, import_path: m:b, grpc_servicer_functions: [pb_grpc:add_B_to_server]}
+    """)
+    request = load_config(path)
+    assert [list(a.grpc_servicer_functions) for a in request.applications] == [
+        ["pb_grpc:add_AServicer_to_server"], ["pb_grpc:add_B_to_server"]]
+    assert grpc_listen_of(path) == "127.0.0.1:9001"
+    assert grpc_listen_of(write(tmp_path, "applications: []")) is None
+    reply = api.ListApplicationsResponse()
+    for spec in request.applications:
+        reply.applications.add(spec=spec)
+    again = parse_config(__import__("yaml").safe_load(dump_config(reply)), "/")
+    assert list(again.applications) == list(request.applications)

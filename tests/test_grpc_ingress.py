@@ -19,6 +19,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from servefleet import get_deployment_handle
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, free_port, wait_for
 from servefleet.v1 import application_pb2 as apb
@@ -74,8 +75,10 @@ def _predict(stub, text: str, app: str | None = "clf", **kwargs):
     return stub.Predict(pb.PredictRequest(text=text), **kwargs)
 
 
-def test_calls_statuses_deadlines_and_cancellation(grpc_cluster, tmp_path) -> None:
+def test_calls_statuses_deadlines_and_cancellation(grpc_cluster, sqlite_fleet,
+                                                   tmp_path) -> None:
     client, proxy, target = grpc_cluster
+    controllers = sqlite_fleet.addresses()
     marks = tmp_path / "marks"
     marks.mkdir()
     client.deploy_applications([_application(marks)])
@@ -98,8 +101,12 @@ def test_calls_statuses_deadlines_and_cancellation(grpc_cluster, tmp_path) -> No
     words = [r.word for r in stub.PredictStream(pb.PredictRequest(text="a b c"), timeout=10,
                                                 metadata=(("application", "clf"),))]
     assert words == ["a", "b", "c"]
-    # HTTP to the same deployment still works beside gRPC.
+    # HTTP and handle calls to the same deployment work beside gRPC.
     assert httpx.get(proxy.url + "/clf", timeout=10).json() == {"label": "v1", "http": True}
+
+    async def by_handle() -> str:
+        return await get_deployment_handle("Model", "clf", controllers).describe.remote("h")
+    assert asyncio.run(by_handle()) == "h v1"
 
     def status_of(text: str, app: str | None = "clf", **kwargs) -> grpc.RpcError:
         with pytest.raises(grpc.RpcError) as raised:
@@ -133,7 +140,7 @@ def test_calls_statuses_deadlines_and_cancellation(grpc_cluster, tmp_path) -> No
                                                        timeout=5)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     apps = ingress_pb2_grpc.IngressServiceStub(channel).ListApplications(
-        ingress_pb2.ListIngressApplicationsRequest(), timeout=5)
+        ingress_pb2.IngressServiceListApplicationsRequest(), timeout=5)
     assert [(a.name, list(a.services)) for a in apps.applications] == [
         ("clf", ["classifier.v1.Classifier"])]
     channel.close()

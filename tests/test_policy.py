@@ -110,6 +110,17 @@ def test_a_controller_refuses_specs_outside_its_policy_and_writes_nothing(
                                                        working_dir=str(code))))
                 assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
                 assert refused.value.details.startswith("spec.import_path: ")
+            # gRPC servicer functions are user code too: the same rule.
+            with pytest.raises(ControllerError, match="standard library") as refused:
+                client.deploy(d.DeploymentSpec(
+                    name="M", import_path="m:app", grpc_servicer_functions=["os:system"],
+                    runtime=d.RuntimeOptions(working_dir=str(code))))
+            assert refused.value.details.startswith("spec.grpc_servicer_functions[0]: ")
+            with pytest.raises(ControllerError, match="standard library") as refused:
+                client.deploy_applications([apb.ApplicationSpec(
+                    name="g", import_path="m:app", grpc_servicer_functions=["m:f", "os:system"],
+                    runtime=d.RuntimeOptions(working_dir=str(code)))])
+            assert refused.value.details.startswith("applications[0].grpc_servicer_functions[1]")
             app = apb.ApplicationSpec(name="a", import_path="m:app",
                                       runtime=d.RuntimeOptions(working_dir=str(code)),
                                       deployments=[apb.DeploymentOverride(

@@ -166,3 +166,24 @@ def test_json_that_cannot_be_stored_as_json_is_refused(text: str) -> None:
 
 def test_versions_with_a_trailing_newline_are_refused() -> None:
     assert refused(spec(version="v1\n")).field == "spec.version"
+
+
+def test_grpc_fields_are_checked_and_the_servicers_are_code() -> None:
+    servicer = "pkg.svc_pb2_grpc:add_SvcServicer_to_server"
+    good = normalize_spec(spec(grpc_servicer_functions=[servicer],
+                               grpc_services=["pkg.Svc"],
+                               grpc_streaming_methods=["/pkg.Svc/Stream"]))
+    assert list(good.grpc_servicer_functions) == [servicer]
+    # New servicers are new code (new replicas); a spec without any keeps its hash.
+    assert code_hash(good) != code_hash(spec()) == code_hash(normalize_spec(spec()))
+    cases = [
+        (spec(grpc_servicer_functions=["not a path"]), "spec.grpc_servicer_functions[0]"),
+        (spec(grpc_servicer_functions=[servicer, servicer]),
+         "spec.grpc_servicer_functions[1]"),
+        (spec(grpc_servicer_functions=[f"m{i}:f" for i in range(33)]),
+         "spec.grpc_servicer_functions"),
+        (spec(grpc_services=["pkg..Svc"]), "spec.grpc_services[0]"),
+        (spec(grpc_streaming_methods=["pkg.Svc/Stream"]), "spec.grpc_streaming_methods[0]"),
+    ]
+    for bad, field in cases:
+        assert refused(bad).field == field

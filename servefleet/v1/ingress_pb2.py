@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/ingress.proto\x12\rservefleet.v1\" \n\x1eListIngressApplicationsRequest\"Z\n\x1fListIngressApplicationsResponse\x12\x37\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32!.servefleet.v1.IngressApplication\"4\n\x12IngressApplication\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08services\x18\x02 \x03(\t\"\x10\n\x0eHealthzRequest\"\"\n\x0fHealthzResponse\x12\x0f\n\x07message\x18\x01 \x01(\t2\xcd\x01\n\x0eIngressService\x12q\n\x10ListApplications\x12-.servefleet.v1.ListIngressApplicationsRequest\x1a..servefleet.v1.ListIngressApplicationsResponse\x12H\n\x07Healthz\x12\x1d.servefleet.v1.HealthzRequest\x1a\x1e.servefleet.v1.HealthzResponseBf\n\x10io.servefleet.v1B\x0cIngressProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/ingress.proto\x12\rservefleet.v1\"\'\n%IngressServiceListApplicationsRequest\"a\n&IngressServiceListApplicationsResponse\x12\x37\n\x0c\x61pplications\x18\x01 \x03(\x0b\x32!.servefleet.v1.IngressApplication\"4\n\x12IngressApplication\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08services\x18\x02 \x03(\t\"\x10\n\x0eHealthzRequest\"\"\n\x0fHealthzResponse\x12\x0f\n\x07message\x18\x01 \x01(\t2\xdb\x01\n\x0eIngressService\x12\x7f\n\x10ListApplications\x12\x34.servefleet.v1.IngressServiceListApplicationsRequest\x1a\x35.servefleet.v1.IngressServiceListApplicationsResponse\x12H\n\x07Healthz\x12\x1d.servefleet.v1.HealthzRequest\x1a\x1e.servefleet.v1.HealthzResponseBf\n\x10io.servefleet.v1B\x0cIngressProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,16 +32,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'servefleet.v1.ingress_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\014IngressProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
-  _globals['_LISTINGRESSAPPLICATIONSREQUEST']._serialized_start=46
-  _globals['_LISTINGRESSAPPLICATIONSREQUEST']._serialized_end=78
-  _globals['_LISTINGRESSAPPLICATIONSRESPONSE']._serialized_start=80
-  _globals['_LISTINGRESSAPPLICATIONSRESPONSE']._serialized_end=170
-  _globals['_INGRESSAPPLICATION']._serialized_start=172
-  _globals['_INGRESSAPPLICATION']._serialized_end=224
-  _globals['_HEALTHZREQUEST']._serialized_start=226
-  _globals['_HEALTHZREQUEST']._serialized_end=242
-  _globals['_HEALTHZRESPONSE']._serialized_start=244
-  _globals['_HEALTHZRESPONSE']._serialized_end=278
-  _globals['_INGRESSSERVICE']._serialized_start=281
-  _globals['_INGRESSSERVICE']._serialized_end=486
+  _globals['_INGRESSSERVICELISTAPPLICATIONSREQUEST']._serialized_start=46
+  _globals['_INGRESSSERVICELISTAPPLICATIONSREQUEST']._serialized_end=85
+  _globals['_INGRESSSERVICELISTAPPLICATIONSRESPONSE']._serialized_start=87
+  _globals['_INGRESSSERVICELISTAPPLICATIONSRESPONSE']._serialized_end=184
+  _globals['_INGRESSAPPLICATION']._serialized_start=186
+  _globals['_INGRESSAPPLICATION']._serialized_end=238
+  _globals['_HEALTHZREQUEST']._serialized_start=240
+  _globals['_HEALTHZREQUEST']._serialized_end=256
+  _globals['_HEALTHZRESPONSE']._serialized_start=258
+  _globals['_HEALTHZRESPONSE']._serialized_end=292
+  _globals['_INGRESSSERVICE']._serialized_start=295
+  _globals['_INGRESSSERVICE']._serialized_end=514
 # @@protoc_insertion_point(module_scope)

@@ -6,11 +6,11 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class ListIngressApplicationsRequest(_message.Message):
+class IngressServiceListApplicationsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class ListIngressApplicationsResponse(_message.Message):
+class IngressServiceListApplicationsResponse(_message.Message):
     __slots__ = ("applications",)
     APPLICATIONS_FIELD_NUMBER: _ClassVar[int]
     applications: _containers.RepeatedCompositeFieldContainer[IngressApplication]

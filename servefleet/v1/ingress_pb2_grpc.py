@@ -36,8 +36,8 @@ class IngressServiceStub:
         """
         self.ListApplications = channel.unary_unary(
                 '/servefleet.v1.IngressService/ListApplications',
-                request_serializer=servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsRequest.SerializeToString,
-                response_deserializer=servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsResponse.FromString,
+                request_serializer=servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsResponse.FromString,
                 _registered_method=True)
         self.Healthz = channel.unary_unary(
                 '/servefleet.v1.IngressService/Healthz',
@@ -68,8 +68,8 @@ def add_IngressServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ListApplications': grpc.unary_unary_rpc_method_handler(
                     servicer.ListApplications,
-                    request_deserializer=servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsRequest.FromString,
-                    response_serializer=servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsResponse.SerializeToString,
+                    request_deserializer=servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsResponse.SerializeToString,
             ),
             'Healthz': grpc.unary_unary_rpc_method_handler(
                     servicer.Healthz,
@@ -102,8 +102,8 @@ class IngressService:
             request,
             target,
             '/servefleet.v1.IngressService/ListApplications',
-            servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsRequest.SerializeToString,
-            servefleet_dot_v1_dot_ingress__pb2.ListIngressApplicationsResponse.FromString,
+            servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsRequest.SerializeToString,
+            servefleet_dot_v1_dot_ingress__pb2.IngressServiceListApplicationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

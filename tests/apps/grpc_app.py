@@ -66,6 +66,10 @@ class Model:
     async def __call__(self, request) -> dict:
         return {"label": self.label, "http": True}
 
+    def describe(self, prefix: str) -> str:
+        """For handle calls (JSON in, JSON out), beside the gRPC methods."""
+        return f"{prefix} {self.label}"
+
 
 def build(args: dict):
     """The application, with the folder for cancellation marks from its args."""
