@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,7 +31,7 @@ def test_routing_by_application_then_by_service() -> None:
         table.grpc_target("nope", "pkg.Classifier")
     with pytest.raises(NoGrpcRoute, match=r"served by several applications \(b, c\)"):
         table.grpc_target("", "pkg.Shared")
-    with pytest.raises(NoGrpcRoute, match="no application serves pkg.Unknown"):
+    with pytest.raises(NoGrpcRoute, match=r"no application serves pkg\.Unknown"):
         table.grpc_target("", "pkg.Unknown")
     # One application with gRPC whose services are unknown (deployed without a build).
     lone = GrpcTarget("solo", "Model")
@@ -65,7 +67,7 @@ async def test_the_ingress_port_serves_tls_health_and_its_own_services(tmp_path)
             assert [(a.name, list(a.services)) for a in listed.applications] == [
                 ("a", ["pkg.Classifier"])]
             # Routed, but no replica set known yet: UNAVAILABLE, which clients may retry.
-            call = channel.unary_unary("/pkg.Classifier/Predict")
+            call: Any = channel.unary_unary("/pkg.Classifier/Predict")
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await call(b"", metadata=(("application", "a"),), timeout=5)
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
