@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from servefleet import get_deployment_handle
+from servefleet.cli.output import replicas_text
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, free_port, wait_for
 from servefleet.v1 import application_pb2 as apb
@@ -257,6 +258,8 @@ def test_a_full_replica_refuses_with_resource_exhausted_and_the_marker(grpc_clus
                          for r in client.replicas("clf", "Model")), 60, "running")
     replica = next(iter(client.replicas("clf", "Model"))).record
     assert replica.grpc_address
+    assert "GRPC" in replicas_text(client.replicas()) and replica.grpc_address in \
+        replicas_text(client.replicas())  # `servefleet replicas`
     # Straight to the replica, as a second proxy that does not know it is busy would.
     channel = grpc.insecure_channel(replica.grpc_address)
     stub = pb_grpc.ClassifierStub(channel)

@@ -77,12 +77,15 @@ def _table(rows: Sequence[tuple[str, ...]]) -> str:
 def replicas_text(infos: Sequence[replica_pb2.ReplicaInfo]) -> str:
     if not infos:
         return "no replicas"
-    rows = [("REPLICA", "DEPLOYMENT", "STATE", "VERSION", "SLOT", "HTTP", "PID", "MESSAGE")]
+    grpc = any(info.record.grpc_address for info in infos)  # a column only when used
+    rows = [("REPLICA", "DEPLOYMENT", "STATE", "VERSION", "SLOT", "HTTP",
+             *(("GRPC",) if grpc else ()), "PID", "MESSAGE")]
     for info in infos:
         r = info.record
         rows.append((r.replica_id, f"{r.application}/{r.deployment}",
                      enum_word(replica_pb2.ReplicaState, info.state),
                      r.version, str(r.slot), r.http_address or "-",
+                     *((r.grpc_address or "-",) if grpc else ()),
                      r.handle.partition(":")[0] or "-",
                      info.message.splitlines()[0] if info.message else ""))
     return _table(rows)
