@@ -26,10 +26,11 @@ import signal
 from typing import Any
 
 import grpc
+from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from servefleet.grpc_guard import Guard
+from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import (
     can_bind,
     is_loopback,
@@ -57,6 +58,7 @@ from .runtime import Runtime
 from .runtime.process import ProcessRuntime
 from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
+from .xds.ads import AggregatedDiscovery
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +140,13 @@ class ControllerServer:
                                on_shutdown=lambda: self.request_stop(stop_replicas=True)),
             server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.xds = AggregatedDiscovery(lambda: self.term.publisher if self.term else None,
+                                       self._leadership.can_serve,
+                                       self._leadership.abort_not_leader, self._check_xds)
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.xds, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
+            ads_pb2.DESCRIPTOR.services_by_name["AggregatedDiscoveryService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ], server)
@@ -169,6 +176,13 @@ class ControllerServer:
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
         self._members = asyncio.create_task(self.membership.run(), name="membership")
         await self._start_http()
+
+    async def _check_xds(self, context: grpc.aio.ServicerContext) -> None:
+        """xDS clients read what Watch streams do: the same rule (auth.py)."""
+        try:
+            await self.authorizer.check("Watch", None, context)
+        except Refused as e:
+            await context.abort(e.code, f"StreamAggregatedResources: {e.message}")
 
     async def _start_http(self) -> None:
         """The metrics server (--metrics-listen); OSError when it cannot bind."""

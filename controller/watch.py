@@ -101,6 +101,14 @@ class Publisher:
     def keys(self) -> list[str]:
         return list(self._snapshots)
 
+    def snapshot(self, key: str) -> watch_pb2.Snapshot | None:
+        """The current snapshot of `key` (shared: do not modify it)."""
+        return self._snapshots.get(key)
+
+    def snapshots(self, prefix: str) -> list[watch_pb2.Snapshot]:
+        """The current snapshots of the keys under `prefix` (shared)."""
+        return [s for k, s in self._snapshots.items() if k.startswith(prefix)]
+
     def close(self) -> None:
         """End the term's streams: each notices at once and finishes."""
         self.closed = True
@@ -221,6 +229,7 @@ class StatePublisher:
                     application=record.spec.application, deployment=record.spec.name,
                     services=record.spec.grpc_services,
                     streaming_methods=record.spec.grpc_streaming_methods,
+                    split=owner.traffic.split if owner is not None else (),
                     require_token=owner is not None and owner.require_token)
         self._publisher.publish(ROUTES_KEY, routes=table)
 

@@ -166,7 +166,7 @@ class GrpcProxy:
                 target = self._routes().grpc_target(application, service)
             except NoGrpcRoute as e:
                 raise _Abort(_Code.NOT_FOUND, str(e)) from None
-            application, deployment = target.application, target.deployment
+            application, deployment = target.application, target.pick()
             if service not in target.services:
                 service = ""  # the client's word, not a name from the config (metric labels)
             caller = None

@@ -54,6 +54,15 @@ class GrpcTarget:
     require_token: bool = False
     # Paths of the RPCs of `services` that stream.
     streaming: frozenset[str] = frozenset()
+    # (deployment, weight) pairs: the application's traffic split.
+    split: tuple[tuple[str, float], ...] = ()
+
+    def pick(self, rng: random.Random | None = None) -> str:
+        """The deployment this call goes to."""
+        if not self.split:
+            return self.deployment
+        names, weights = zip(*self.split, strict=True)
+        return (rng or random).choices(names, weights)[0]
 
 
 class NoGrpcRoute(Exception):
@@ -89,7 +98,9 @@ class RouteTable:
                     for r in table.routes], table.request_timeout_s,
                    table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES,
                    [GrpcTarget(r.application, r.deployment, frozenset(r.services),
-                               r.require_token, frozenset(r.streaming_methods))
+                               r.require_token, frozenset(r.streaming_methods),
+                               tuple((t.deployment, t.weight) for t in r.split
+                                     if t.weight > 0))
                     for r in table.grpc_routes])
 
     def match(self, path: str) -> Target | None:

@@ -11,9 +11,10 @@ status code, details and trailing metadata (Ray Serve's shape). Client and
 bidirectional streaming RPCs answer UNIMPLEMENTED.
 
 Admission is the HTTP side's (one count of requests in flight): a call
-refused before user code gets RESOURCE_EXHAUSTED (overloaded) or UNAVAILABLE
-(loading, draining) with the trailing metadata `x-servefleet-rejected`,
-meaning "never processed": the caller may send it to another replica.
+refused before user code (overloaded, loading, draining) gets
+RESOURCE_EXHAUSTED with the trailing metadata `x-servefleet-rejected`,
+meaning "never processed": the caller may send it to another replica (the
+proxy does; proxyless xDS clients do by the route's retry policy).
 A user exception is UNKNOWN with its message. A call the client cancels,
 or whose deadline passes, cancels async user code at its next await; a
 thread running sync code keeps the call's slot until it is done.
@@ -43,9 +44,9 @@ from .metrics import ReplicaMetrics
 
 logger = logging.getLogger(__name__)
 _END = object()
-_REFUSAL_CODES = {"overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
-                  "loading": grpc.StatusCode.UNAVAILABLE,
-                  "draining": grpc.StatusCode.UNAVAILABLE}
+# Every refusal is RESOURCE_EXHAUSTED: proxyless xDS clients retry that code
+# on another replica (the route's retry policy, controller/xds/resources.py).
+_REFUSED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class GrpcContext:
@@ -167,7 +168,7 @@ class GrpcIngress:
         reason = self.admission.refusal() if self.deployment is not None else "loading"
         if reason is not None:
             self.metrics.rejected[reason].inc()
-            await context.abort(_REFUSAL_CODES[reason], f"replica {self.replica_id} is {reason}",
+            await context.abort(_REFUSED, f"replica {self.replica_id} is {reason}",
                                 trailing_metadata=((REJECTED_METADATA_KEY, reason),))
 
     def _target(self, rpc: Rpc) -> _Target | None:

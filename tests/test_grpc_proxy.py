@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from typing import Any
 
 import grpc
@@ -14,7 +16,8 @@ from servefleet.proxy.grpc_ingress import GrpcProxy, start_grpc_ingress
 from servefleet.proxy.routes import GrpcTarget, NoGrpcRoute, RouteTable
 from servefleet.security.certs import init_certs
 from servefleet.testing import free_port
-from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import ingress_pb2, ingress_pb2_grpc, watch_pb2
 
 A = GrpcTarget("a", "Model", frozenset({"pkg.Classifier"}),
                streaming=frozenset({"/pkg.Classifier/Stream"}))
@@ -91,3 +94,15 @@ async def test_the_ingress_port_serves_tls_health_and_its_own_services(tmp_path)
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await server.stop(0)
+
+
+def test_a_traffic_split_picks_the_deployment_by_weight() -> None:
+    table = watch_pb2.RouteTable(grpc_routes=[watch_pb2.GrpcRoute(
+        application="a", deployment="Model", services=["pkg.S"],
+        split=[apb.WeightedDeployment(deployment="Model", weight=80),
+               apb.WeightedDeployment(deployment="Canary", weight=20),
+               apb.WeightedDeployment(deployment="Off", weight=0)])])
+    target = RouteTable.from_snapshot(table).grpc_target("a", "pkg.S")
+    rng = random.Random(7)
+    picks = Counter(target.pick(rng) for _ in range(10_000))
+    assert set(picks) == {"Model", "Canary"} and 1_800 < picks["Canary"] < 2_200

@@ -146,10 +146,12 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             if layer.HasField("version"):
                 deployment.version = layer.version
         route = route_of(spec)
-        if name == graph.get("ingress"):
-            if route is not None:
+        split = {t.deployment for t in spec.traffic.split}
+        if name == graph.get("ingress") or name in split:
+            if route is not None and name == graph.get("ingress"):
                 deployment.route_prefix = route
-            # The application's gRPC services are the ingress deployment's.
+            # The application's gRPC services are the ingress deployment's, and
+            # those of the deployments a traffic split sends its calls to.
             deployment.grpc_servicer_functions.extend(spec.grpc_servicer_functions)
             deployment.grpc_services.extend(graph.get("grpc_services") or [])
             deployment.grpc_streaming_methods.extend(graph.get("grpc_streaming_methods") or [])

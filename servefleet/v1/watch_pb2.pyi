@@ -81,18 +81,20 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ..., grpc_routes: _Optional[_Iterable[_Union[GrpcRoute, _Mapping]]] = ...) -> None: ...
 
 class GrpcRoute(_message.Message):
-    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods")
+    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     services: _containers.RepeatedScalarFieldContainer[str]
     require_token: bool
     streaming_methods: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ...) -> None: ...
+    split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ...) -> None: ...
 
 class Route(_message.Message):
     __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token")

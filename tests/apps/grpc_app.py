@@ -32,7 +32,7 @@ SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server
 
 @deployment
 class Model:
-    def __init__(self, label: str = "v1", marks: str = "") -> None:
+    def __init__(self, label: str = "v1", marks: str = "", other=None) -> None:
         self.label, self.marks = label, marks
 
     async def Predict(self, request, grpc_context) -> PredictReply:
@@ -74,3 +74,9 @@ class Model:
 def build(args: dict):
     """The application, with the folder for cancellation marks from its args."""
     return Model.bind(marks=args.get("marks", ""))
+
+
+def split(args: dict):
+    """Two deployments of the model (labels "main" and "canary"), for a traffic split."""
+    canary = Model.options(name="Canary").bind(label="canary")
+    return Model.bind(label="main", other=canary)

@@ -1,0 +1,156 @@
+"""xDS resources from the Watch snapshots (pure): one source of routing truth.
+
+For proxyless gRPC clients (gRFC A27), per application whose ingress serves
+gRPC (the route table's `grpc_routes`):
+
+- LDS: a Listener named after the application (the client's target is
+  `xds:///<application>`) whose api_listener is an HttpConnectionManager
+  taking its routes over RDS, with the router filter;
+- RDS: a RouteConfiguration of the same name: every call to the ingress
+  deployment's cluster, or, with a traffic split, `weighted_clusters` by the
+  split's weights; RESOURCE_EXHAUSTED (a replica's "never processed"
+  refusal) is retried up to 3 times (gRFC A44);
+- CDS: a Cluster per deployment (`<application>/<deployment>`), EDS, round
+  robin;
+- EDS: its ClusterLoadAssignment: the gRPC addresses of its RUNNING replicas
+  (the replica-set snapshot: a replica leaves it before it drains), HEALTHY,
+  in one locality of weight 1 (gRPC ignores localities without a weight).
+
+Each resource's version is the digest of its bytes, so every leader builds
+the same versions from the same state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import api_listener_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from google.protobuf import any_pb2, wrappers_pb2
+
+from servefleet.v1 import watch_pb2
+
+LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
+ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+ENDPOINTS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINTS)
+_ADS = config_source_pb2.ConfigSource(ads=config_source_pb2.AggregatedConfigSource(),
+                                      resource_api_version=config_source_pb2.V3)
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    packed: any_pb2.Any
+    version: str
+
+
+@dataclass
+class Resources:
+    """Every resource by type URL and name."""
+
+    by_type: dict[str, dict[str, Resource]] = field(
+        default_factory=lambda: {t: {} for t in TYPES})
+
+    def add(self, type_url: str, name: str, message: object) -> None:
+        packed = any_pb2.Any()
+        packed.Pack(message)  # type: ignore[arg-type]
+        version = hashlib.sha256(packed.value).hexdigest()[:16]
+        self.by_type[type_url][name] = Resource(name, packed, version)
+
+
+def cluster_name(application: str, deployment: str) -> str:
+    return f"{application}/{deployment}"
+
+
+def _listener(application: str) -> listener_pb2.Listener:
+    router = any_pb2.Any()
+    router.Pack(router_pb2.Router())
+    manager = hcm_pb2.HttpConnectionManager(
+        rds=hcm_pb2.Rds(config_source=_ADS, route_config_name=application),
+        http_filters=[hcm_pb2.HttpFilter(name="envoy.filters.http.router",
+                                         typed_config=router)])
+    packed = any_pb2.Any()
+    packed.Pack(manager)
+    return listener_pb2.Listener(name=application,
+                                 api_listener=api_listener_pb2.ApiListener(api_listener=packed))
+
+
+def _routes(application: str, clusters: list[tuple[str, float]]) -> route_pb2.RouteConfiguration:
+    action = route_components_pb2.RouteAction()
+    if len(clusters) == 1:
+        action.cluster = clusters[0][0]
+    else:
+        # Weights are relative in the split; xDS wants integers.
+        total = sum(w for _, w in clusters)
+        for name, weight in clusters:
+            action.weighted_clusters.clusters.add(
+                name=name, weight=wrappers_pb2.UInt32Value(
+                    value=max(1, round(weight / total * 10_000))))
+    # A replica refuses a call it will not process (full, loading, draining)
+    # with RESOURCE_EXHAUSTED: retry those elsewhere, as the proxies do.
+    action.retry_policy.CopyFrom(route_components_pb2.RetryPolicy(
+        retry_on="resource-exhausted", num_retries=wrappers_pb2.UInt32Value(value=3)))
+    host = route_components_pb2.VirtualHost(
+        name=application, domains=["*"],
+        routes=[route_components_pb2.Route(match=route_components_pb2.RouteMatch(prefix=""),
+                                           route=action)])
+    return route_pb2.RouteConfiguration(name=application, virtual_hosts=[host])
+
+
+def _cluster(name: str) -> cluster_pb2.Cluster:
+    return cluster_pb2.Cluster(
+        name=name, type=cluster_pb2.Cluster.EDS, lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=_ADS,
+                                                                service_name=name))
+
+
+def _endpoints(name: str, addresses: Iterable[str]) -> endpoint_pb2.ClusterLoadAssignment:
+    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
+    found = sorted(addresses)
+    if found:
+        locality = assignment.endpoints.add(
+            load_balancing_weight=wrappers_pb2.UInt32Value(value=1),
+            locality=base_pb2.Locality())
+        for address in found:
+            host, _, port = address.rpartition(":")
+            locality.lb_endpoints.add(
+                health_status=health_check_pb2.HEALTHY,
+                endpoint=endpoint_components_pb2.Endpoint(address=address_pb2.Address(
+                    socket_address=address_pb2.SocketAddress(
+                        address=host.strip("[]"), port_value=int(port)))))
+    return assignment
+
+
+def build(routes: watch_pb2.RouteTable | None,
+          replica_sets: dict[tuple[str, str], watch_pb2.ReplicaSet]) -> Resources:
+    """The resources for the current route table and replica sets."""
+    out = Resources()
+    if routes is None:
+        return out
+    for route in routes.grpc_routes:
+        app = route.application
+        if app in out.by_type[LISTENER]:
+            continue  # an application's first gRPC deployment is its ingress
+        targets = [(t.deployment, t.weight) for t in route.split if t.weight > 0] or [
+            (route.deployment, 1.0)]
+        out.add(LISTENER, app, _listener(app))
+        out.add(ROUTE, app, _routes(app, [(cluster_name(app, d), w) for d, w in targets]))
+        for deployment, _ in targets:
+            name = cluster_name(app, deployment)
+            out.add(CLUSTER, name, _cluster(name))
+            replicas = replica_sets.get((app, deployment))
+            out.add(ENDPOINTS, name, _endpoints(
+                name, (e.grpc_address for e in replicas.endpoints if e.grpc_address)
+                if replicas is not None else ()))
+    return out

@@ -1,0 +1,39 @@
+"""The bootstrap a proxyless gRPC client needs to reach servefleet's xDS server.
+
+gRPC clients in every language read it from the file named by
+GRPC_XDS_BOOTSTRAP (or the JSON itself in GRPC_XDS_BOOTSTRAP_CONFIG), then
+resolve `xds:///<application>` through the controllers' ADS. Every
+controller is listed as a server, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+
+def bootstrap(controllers: Sequence[str], node_id: str = "", ca: str | None = None,
+              cert: str | None = None, key: str | None = None) -> dict[str, Any]:
+    """The bootstrap JSON (as a dict). With a CA, the channel to the controllers
+    is TLS (and mutual TLS with a certificate and key), as gRPC's `tls`
+    channel credentials with file-watcher certificate providers."""
+    if ca:
+        config: dict[str, Any] = {"ca_certificate_file": ca}
+        if cert and key:
+            config.update(certificate_file=cert, private_key_file=key)
+        creds = [{"type": "tls", "config": config}]
+    else:
+        creds = [{"type": "insecure"}]
+    return {
+        "xds_servers": [{"server_uri": address, "channel_creds": creds,
+                         "server_features": ["xds_v3"]} for address in controllers],
+        "node": {"id": node_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
+                 "cluster": "servefleet-client", "locality": {}},
+    }
+
+
+def render(controllers: Sequence[str], **kwargs: Any) -> str:
+    return json.dumps(bootstrap(controllers, **kwargs), indent=2) + "\n"

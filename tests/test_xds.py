@@ -1,0 +1,148 @@
+"""The controller as an xDS server, with real proxyless gRPC clients (grpcio's
+xDS resolver, `xds:///<application>`) calling replicas with no proxy hop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import wait_for
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import deployment_pb2 as dpb
+from servefleet.v1 import replica_pb2
+from servefleet.xds_bootstrap import render
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = str(ROOT / "tests" / "apps")
+SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
+pytestmark = pytest.mark.slow
+
+
+class XdsLoad:
+    """tests/xds_load.py in a process of its own; `last` is its latest report."""
+
+    def __init__(self, controllers: list[str], application: str, callers: int = 4) -> None:
+        env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "xds_load.py"), application,
+             "--callers", str(callers)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            text=True)
+        self.last: dict[str, Any] = {"replicas": {}, "labels": {}, "failed": []}
+        self.output: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.last = json.loads(line)
+            except ValueError:
+                self.output.append(line)
+
+    def calls(self) -> int:
+        return sum(self.last["replicas"].values())
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        """Calls per replica since the counts `before`."""
+        now = self.last["replicas"]
+        return {k: v - before.get(k, 0) for k, v in now.items() if v > before.get(k, 0)}
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
+        self._reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _model(replicas: int, version: str = "v1", label: str = "one") -> dpb.DeploymentSpec:
+    return dpb.DeploymentSpec(
+        name="Model", application="clf", import_path="grpc_app:Model", version=version,
+        init_kwargs_json=json.dumps({"label": label}), grpc_servicer_functions=[SERVICER],
+        runtime=dpb.RuntimeOptions(working_dir=APPS),
+        replica_config=dpb.ReplicaConfig(num_replicas=replicas, max_ongoing_requests=8,
+                                         graceful_shutdown_wait_loop_s=0.2,
+                                         graceful_shutdown_timeout_s=5))
+
+
+def _running_pids(client: ControllerClient, deployment: str = "Model") -> set[str]:
+    return {r.record.handle.split(":")[0] for r in client.replicas("clf", deployment)
+            if r.state == replica_pb2.REPLICA_STATE_RUNNING}
+
+
+@pytest.fixture
+def cluster(sqlite_fleet):
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        yield client, sqlite_fleet.addresses()
+        client.shutdown()
+
+
+def test_proxyless_calls_follow_scaling_and_rollouts(cluster) -> None:
+    client, controllers = cluster
+    client.deploy(_model(1))
+    wait_for(lambda: len(_running_pids(client)) == 1, 60, "1 replica running")
+    load = XdsLoad(controllers, "clf")
+    try:
+        wait_for(lambda: load.calls() > 50, 30, f"proxyless calls ({load.output[-3:]})")
+        # The answers come from the replicas themselves (their pids), no proxy between.
+        assert set(load.last["replicas"]) == _running_pids(client)
+
+        # Scale 1 -> 3: within a few seconds every replica gets calls.
+        client.deploy(_model(3))
+        wait_for(lambda: len(_running_pids(client)) == 3, 60, "3 replicas running")
+        before = dict(load.last["replicas"])
+        wait_for(lambda: set(load.since(before)) == _running_pids(client), 5,
+                 "calls reaching all 3 replicas")
+
+        # Scale 3 -> 1: the removed replicas get no new calls, and no call fails.
+        client.deploy(_model(1))
+        wait_for(lambda: len(client.replicas("clf", "Model")) == 1, 60, "2 replicas stopped")
+        before = dict(load.last["replicas"])
+        wait_for(lambda: sum(load.since(before).values()) > 100, 30, "calls after scale-down")
+        assert set(load.since(before)) == _running_pids(client)
+
+        # A rolling update under proxyless load fails no call.
+        client.deploy(_model(2, "v2", "two"))
+        wait_for(lambda: {r.record.version for r in client.replicas("clf", "Model")} == {"v2"}
+                 and len(_running_pids(client)) == 2, 90, "rollout to v2")
+        before = dict(load.last["labels"])
+        wait_for(lambda: load.last["labels"].get("two", 0) > before.get("two", 0) + 100, 30,
+                 "calls to v2")
+    finally:
+        load.stop()
+    print(f"proxyless: {load.calls()} calls, failed: {load.last['failed'][:5]}")
+    assert load.last["failed"] == []
+
+
+def test_a_weighted_split_shows_in_the_call_counts(cluster) -> None:
+    client, controllers = cluster
+    client.deploy_applications([apb.ApplicationSpec(
+        name="clf", import_path="grpc_app:split", no_route=True,
+        grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS),
+        traffic=apb.TrafficPolicy(split=[apb.WeightedDeployment(deployment="Model", weight=80),
+                                         apb.WeightedDeployment(deployment="Canary",
+                                                                weight=20)]))])
+    wait_for(lambda: _running_pids(client, "Model") and _running_pids(client, "Canary"), 90,
+             "both deployments running")
+    load = XdsLoad(controllers, "clf")
+    try:
+        wait_for(lambda: load.calls() > 2000, 60, f"2,000 proxyless calls ({load.output[-3:]})")
+    finally:
+        load.stop()
+    labels = load.last["labels"]
+    share = labels.get("canary", 0) / sum(labels.values())
+    print(f"weighted split 80/20 over xDS: {labels}, canary share {share:.3f}")
+    assert 0.15 < share < 0.25 and load.last["failed"] == []
