@@ -142,7 +142,8 @@ class ControllerServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.xds = AggregatedDiscovery(lambda: self.term.publisher if self.term else None,
                                        self._leadership.can_serve,
-                                       self._leadership.abort_not_leader, self._check_xds)
+                                       self._leadership.abort_not_leader, self._check_xds,
+                                       self._leadership.hint, self._peer_channel)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.xds, server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
@@ -176,6 +177,13 @@ class ControllerServer:
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
         self._members = asyncio.create_task(self.membership.run(), name="membership")
         await self._start_http()
+
+    def _peer_channel(self, address: str) -> grpc.aio.Channel:
+        """A channel to another controller, as this controller (its certificate)."""
+        credentials = Credentials(self.config.tls,
+                                  server_name=role_server_name("controller")
+                                  if self.config.tls else None)
+        return credentials.aio_channel(address)
 
     async def _check_xds(self, context: grpc.aio.ServicerContext) -> None:
         """xDS clients read what Watch streams do: the same rule (auth.py)."""

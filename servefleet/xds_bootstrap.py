@@ -3,7 +3,9 @@
 gRPC clients in every language read it from the file named by
 GRPC_XDS_BOOTSTRAP (or the JSON itself in GRPC_XDS_BOOTSTRAP_CONFIG), then
 resolve `xds:///<application>` through the controllers' ADS. Every
-controller is listed as a server, in order.
+controller is listed: as one server whose channel holds all their addresses
+when they are IPv4 addresses without TLS (a dead controller's stream moves
+to the next one, which relays to the leader), else one server each, in order.
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ def bootstrap(controllers: Sequence[str], node_id: str = "", ca: str | None = No
         creds = [{"type": "tls", "config": config}]
     else:
         creds = [{"type": "insecure"}]
+    if not ca and len(controllers) > 1 and all(_ipv4(a) for a in controllers):
+        # One server whose channel has every controller's address: when the one
+        # it is connected to dies, it connects to the next (which relays to the
+        # leader, or is the leader by then).
+        uris = ["ipv4:" + ",".join(controllers)]
+    else:
+        uris = list(controllers)  # in order: gRPC falls back to the next (gRFC A71)
     return {
-        "xds_servers": [{"server_uri": address, "channel_creds": creds,
-                         "server_features": ["xds_v3"]} for address in controllers],
+        "xds_servers": [{"server_uri": uri, "channel_creds": creds,
+                         "server_features": ["xds_v3"]} for uri in uris],
         "node": {"id": node_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
                  "cluster": "servefleet-client", "locality": {}},
     }
@@ -37,3 +46,10 @@ def bootstrap(controllers: Sequence[str], node_id: str = "", ca: str | None = No
 
 def render(controllers: Sequence[str], **kwargs: Any) -> str:
     return json.dumps(bootstrap(controllers, **kwargs), indent=2) + "\n"
+
+
+def _ipv4(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    parts = host.split(".")
+    return port.isdigit() and len(parts) == 4 and all(p.isdigit() and int(p) < 256
+                                                      for p in parts)

@@ -3,6 +3,7 @@ xDS resolver, `xds:///<application>`) calling replicas with no proxy hop."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -82,7 +83,7 @@ def _running_pids(client: ControllerClient, deployment: str = "Model") -> set[st
 
 
 @pytest.fixture
-def cluster(sqlite_fleet):
+def xds_cluster(sqlite_fleet):
     sqlite_fleet.start(1, runtime="process")
     sqlite_fleet.leader()
     with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
@@ -90,8 +91,8 @@ def cluster(sqlite_fleet):
         client.shutdown()
 
 
-def test_proxyless_calls_follow_scaling_and_rollouts(cluster) -> None:
-    client, controllers = cluster
+def test_proxyless_calls_follow_scaling_and_rollouts(xds_cluster) -> None:
+    client, controllers = xds_cluster
     client.deploy(_model(1))
     wait_for(lambda: len(_running_pids(client)) == 1, 60, "1 replica running")
     load = XdsLoad(controllers, "clf")
@@ -127,8 +128,8 @@ def test_proxyless_calls_follow_scaling_and_rollouts(cluster) -> None:
     assert load.last["failed"] == []
 
 
-def test_a_weighted_split_shows_in_the_call_counts(cluster) -> None:
-    client, controllers = cluster
+def test_a_weighted_split_shows_in_the_call_counts(xds_cluster) -> None:
+    client, controllers = xds_cluster
     client.deploy_applications([apb.ApplicationSpec(
         name="clf", import_path="grpc_app:split", no_route=True,
         grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS),
@@ -146,3 +147,33 @@ def test_a_weighted_split_shows_in_the_call_counts(cluster) -> None:
     share = labels.get("canary", 0) / sum(labels.values())
     print(f"weighted split 80/20 over xDS: {labels}, canary share {share:.3f}")
     assert 0.15 < share < 0.25 and load.last["failed"] == []
+
+
+def test_the_client_rides_out_a_leader_crash(etcd_fleet) -> None:
+    etcd_fleet.start(2, runtime="process", lease_ttl=2.0)
+    leader = etcd_fleet.leader()
+    with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
+        client.deploy(_model(2))
+        wait_for(lambda: len(_running_pids(client)) == 2, 60, "2 replicas running")
+        load = XdsLoad(etcd_fleet.addresses(), "clf")
+        try:
+            wait_for(lambda: load.calls() > 100, 30, f"proxyless calls ({load.output[-3:]})")
+            leader.kill()
+            at_kill = load.calls()
+            # The client keeps calling the replicas it knows while no controller leads.
+            wait_for(lambda: load.calls() > at_kill + 300, 30, "calls after the crash")
+            new = etcd_fleet.leader(timeout=30)
+            assert new is not leader
+            # It reaches the new leader (directly or through a relay) and picks up a change.
+            client.deploy(_model(3))
+            wait_for(lambda: len(_running_pids(client)) == 3, 60, "3 replicas running")
+            before = dict(load.last["replicas"])
+            wait_for(lambda: set(load.since(before)) == _running_pids(client), 15,
+                     "calls reaching the replica started by the new leader")
+        finally:
+            load.stop()
+            with contextlib.suppress(Exception):
+                client.shutdown()
+    print(f"leader crash under proxyless load: {load.calls()} calls, "
+          f"failed: {load.last['failed'][:5]}")
+    assert load.last["failed"] == []

@@ -18,8 +18,11 @@ asked for and what it was last sent:
 - a request with an old nonce is stale (the client had not seen the latest
   response yet) and only updates the subscription.
 
-Standby controllers, and a leader whose term ends, end the stream with
-UNAVAILABLE and the leader's address in the trailing metadata, as Watch does.
+A standby controller relays the stream to the leader (so a client whose
+bootstrap lists every controller reaches the leader through any of them);
+a leader whose term ends, or a standby that knows no leader, ends the stream
+with UNAVAILABLE and the leader's address in the trailing metadata, as Watch
+does. The client then opens a new stream, which the next leader serves.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,11 +95,16 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def __init__(self, publisher: Callable[[], Publisher | None],
                  can_serve: Callable[[], bool],
                  abort_not_leader: Callable[[grpc.aio.ServicerContext], Any],
-                 check: Callable[[grpc.aio.ServicerContext], Any] | None = None) -> None:
+                 check: Callable[[grpc.aio.ServicerContext], Any] | None = None,
+                 leader: Callable[[], Awaitable[str | None]] | None = None,
+                 connect: Callable[[str], grpc.aio.Channel] | None = None) -> None:
         self._publisher = publisher
         self._can_serve = can_serve
         self._abort_not_leader = abort_not_leader
         self._check = check
+        # On a standby: where the leader is, and a channel to it (the relay).
+        self._leader = leader
+        self._connect = connect
         self._cache = ResourceCache()
         self._nonces = itertools.count(1)
         self.clients: dict[int, XdsClient] = {}
@@ -108,8 +116,49 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             await self._check(context)
         publisher = self._publisher()
         if publisher is None or not self._can_serve():
+            # A standby relays the stream to the leader: a client whose
+            # bootstrap lists every controller reaches the leader through any.
+            leader = await self._leader() if self._leader is not None else None
+            if leader is not None and self._connect is not None:
+                async for response in self._relay(leader, request_iterator, context):
+                    yield response
             await self._abort_not_leader(context)
             return
+        async for response in self._serve(publisher, request_iterator, context):
+            yield response
+        await self._abort_not_leader(context)
+
+    async def _relay(self, leader: str, request_iterator: Any,
+                     context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
+        """Pass the stream on to the leader until either side ends it."""
+        assert self._connect is not None
+        metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
+                         if k == "authorization")
+        channel = self._connect(leader)
+        upstream = ads_pb2_grpc.AggregatedDiscoveryServiceStub(
+            channel).StreamAggregatedResources(metadata=metadata)
+
+        async def pump() -> None:
+            async for request in request_iterator:
+                await upstream.write(request)
+            await upstream.done_writing()
+
+        pumping = asyncio.create_task(pump())
+        logger.info("relaying an xDS stream from %s to the leader %s", context.peer(), leader)
+        try:
+            async for response in upstream:
+                yield response
+        except grpc.aio.AioRpcError as e:
+            logger.info("the relayed xDS stream ended: %s %s", e.code().name, e.details())
+        finally:
+            pumping.cancel()
+            upstream.cancel()
+            await channel.close()
+
+    async def _serve(self, publisher: Publisher, request_iterator: Any,
+                     context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
         client = XdsClient(node_id="", peer=context.peer())
         self.clients[id(client)] = client
         inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
@@ -138,7 +187,6 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
             self.clients.pop(id(client), None)
-        await self._abort_not_leader(context)
 
     async def _next(self, inbox: asyncio.Queue, publisher: Publisher, seen: int) -> Any:
         """The next request, _GONE when the client left, or None after a change."""
