@@ -6,11 +6,15 @@ Runs, all on 127.0.0.1 in one go: the no-op servicer
 (examples/grpc_classifier/noop.py) on a bare grpc.aio server (the ceiling,
 bench/grpc_noop.py), and `servefleet proxy
 --grpc-listen` in front of one replica of the same class (controller on
-sqlite, process runtime). The load is unary Predict calls from grpc.aio
-clients (ghz is not available here) spread over --processes processes, for 1
-and 16 concurrent callers; it prints calls/s, p50 and p99 for both and the
-proxy's share of the ceiling. Goal (issue 15): >= 0.3 of the raw server's
-calls/s at 16 callers.
+sqlite, process runtime), and proxyless gRPC clients (`xds:///bench`,
+through the controller's xDS server) calling that replica directly. The load
+is unary Predict calls from grpc.aio clients (ghz is not available here)
+spread over --processes processes, for 1 and 16 concurrent callers; it
+prints calls/s and p50 for the three and each one's share of the ceiling.
+Goals: >= 0.3 of the raw server's calls/s at 16 callers through the proxy
+(issue 15), >= 0.8 proxyless (issue 16). Then the time from a new replica
+turning RUNNING to the first proxyless call it answers (bench/xds_pickup.py;
+goal <= 1 s).
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
+from servefleet.xds_bootstrap import render
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))
 
+import xds_pickup  # noqa: E402
 from grpc_classifier import classifier_pb2, classifier_pb2_grpc  # noqa: E402
 
 
@@ -121,11 +127,16 @@ def main() -> None:
         proxy = ProxyProcess([controller.address], log_dir=work,
                              extra_args=["--grpc-listen", f"127.0.0.1:{grpc_port}"]).start()
         wait_answers(f"127.0.0.1:{grpc_port}", metadata)
+        # Proxyless clients read the bootstrap from the environment they inherit.
+        os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = render([controller.address])
+        wait_answers("xds:///bench", ())
         for callers in (1, 16):
             results[callers] = (
                 load(f"127.0.0.1:{raw_port}", callers, args.processes, args.duration),
                 load(f"127.0.0.1:{grpc_port}", callers, args.processes, args.duration,
-                     metadata))
+                     metadata),
+                load("xds:///bench", callers, args.processes, args.duration))
+        pickup = xds_pickup.measure(controller.address)
     finally:
         if proxy is not None:
             proxy.stop()
@@ -135,16 +146,23 @@ def main() -> None:
                                                               timeout=10) as client:
             client.shutdown()
         controller.stop()
-    print(f"servefleet gRPC ingress, unary no-op (grpc.aio clients in up to {args.processes} "
-          f"processes, {args.duration:g}s per run; {os.cpu_count()} cores; goal: >= 0.3 of "
-          "raw at 16 callers)")
-    print(f"  {'callers':<10}{'raw calls/s':>12}{'raw p50':>10}{'raw p99':>10}"
-          f"{'proxy calls/s':>15}{'proxy p50':>11}{'proxy p99':>11}{'ratio':>8}")
-    for callers, (raw_r, proxy_r) in results.items():
-        print(f"  {callers:<10}{raw_r['rps']:>12.0f}{raw_r['p50']:>8.2f}ms"
-              f"{raw_r['p99']:>8.2f}ms{proxy_r['rps']:>15.0f}{proxy_r['p50']:>9.2f}ms"
-              f"{proxy_r['p99']:>9.2f}ms{proxy_r['rps'] / raw_r['rps']:>8.2f}")
-    print(json.dumps({c: {"raw": r, "proxy": p} for c, (r, p) in results.items()}))
+    print(f"servefleet gRPC, unary no-op (grpc.aio clients in up to {args.processes} "
+          f"processes, {args.duration:g}s per run; {os.cpu_count()} cores; goals: proxy >= 0.3 "
+          "and proxyless xDS >= 0.8 of raw at 16 callers)")
+    print(f"  {'callers':<9}{'raw calls/s':>12}{'p50':>8}{'proxy calls/s':>15}{'p50':>8}"
+          f"{'ratio':>7}{'xDS calls/s':>13}{'p50':>8}{'ratio':>7}")
+    for callers, (raw_r, proxy_r, xds_r) in results.items():
+        print(f"  {callers:<9}{raw_r['rps']:>12.0f}{raw_r['p50']:>6.2f}ms"
+              f"{proxy_r['rps']:>15.0f}{proxy_r['p50']:>6.2f}ms"
+              f"{proxy_r['rps'] / raw_r['rps']:>7.2f}{xds_r['rps']:>13.0f}"
+              f"{xds_r['p50']:>6.2f}ms{xds_r['rps'] / raw_r['rps']:>7.2f}")
+    pickup_ms = sorted(x * 1e3 for x in pickup)
+    print(f"  a new replica RUNNING -> its first proxyless call, {len(pickup_ms)} replicas "
+          f"added one by one: p50 {pickup_ms[len(pickup_ms) // 2]:.0f} ms, max "
+          f"{pickup_ms[-1]:.0f} ms (goal <= 1 s)")
+    print(json.dumps({"calls": {c: {"raw": r, "proxy": p, "xds": x}
+                                for c, (r, p, x) in results.items()},
+                      "pickup_s": pickup}))
 
 
 if __name__ == "__main__":

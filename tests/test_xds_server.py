@@ -16,11 +16,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2, json_format
 from google.rpc import status_pb2
 
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
-from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS, LISTENER, ROUTE, build
+from servefleet.controller.xds.build import build
+from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS, LISTENER, ROUTE
 from servefleet.testing import free_port
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import watch_pb2
@@ -168,3 +170,45 @@ async def test_versions_acks_and_nacks(ads) -> None:
                                                       resource_names=["clf/Model"]))
     assert (await second.next()).version_info == changed.version_info
     second.close()
+
+
+def test_envoy_http_resources_round_trip_and_keep_servefleet_routing() -> None:
+    table = watch_pb2.RouteTable(request_timeout_s=2.5, routes=[
+        watch_pb2.Route(route_prefix="/", application="site", deployment="Web"),
+        watch_pb2.Route(route_prefix="/api", application="api", deployment="Front",
+                        split=[apb.WeightedDeployment(deployment="Front", weight=90),
+                               apb.WeightedDeployment(deployment="Canary", weight=10)],
+                        shadow=apb.ShadowTarget(deployment="Shadow", fraction=0.25)),
+        watch_pb2.Route(route_prefix="/secret", application="sec", deployment="S",
+                        require_token=True)])
+    sets = {("site", "Web"): watch_pb2.ReplicaSet(endpoints=[
+        watch_pb2.ReplicaEndpoint(replica_id="w", http_address="127.0.0.1:7001")])}
+    built = build(table, sets)
+    for by_name in built.by_type.values():  # every resource survives the xds-protos types
+        for resource in by_name.values():
+            parsed = json_format.Parse(json_format.MessageToJson(resource.packed),
+                                       any_pb2.Any())
+            assert parsed == resource.packed
+    config = _unpack(built.by_type[ROUTE]["servefleet-http"], route_pb2.RouteConfiguration)
+    routes = config.virtual_hosts[0].routes
+    # Longest prefix first; "/api" matches itself and "/api/...", never "/apix".
+    assert [(r.match.path, r.match.prefix) for r in routes] == [
+        ("/api", ""), ("", "/api/"), ("", "/")]
+    api = routes[0].route
+    assert [(c.name, c.weight.value) for c in api.weighted_clusters.clusters] == [
+        ("servefleet-http/api/Front", 9000), ("servefleet-http/api/Canary", 1000)]
+    assert api.request_mirror_policies[0].cluster == "servefleet-http/api/Shadow"
+    assert api.request_mirror_policies[0].runtime_fraction.default_value.numerator == 250_000
+    assert api.timeout.seconds == 2 and api.timeout.nanos == 500_000_000
+    assert api.retry_policy.retriable_headers[0].name == "x-servefleet-rejected"
+    assert routes[0].request_headers_to_add[0].header.value == "/api"
+    assert "x-servefleet-caller" in config.request_headers_to_remove
+    # A route that wants a token is not handed to an Envoy, which cannot check it.
+    assert not any(r.name.startswith("sec") for r in routes)
+    assert built.wildcard[CLUSTER] == {"servefleet-http/site/Web", "servefleet-http/api/Front",
+                                       "servefleet-http/api/Canary",
+                                       "servefleet-http/api/Shadow"}
+    web = _unpack(built.by_type[ENDPOINTS]["servefleet-http/site/Web"],
+                  endpoint_pb2.ClusterLoadAssignment)
+    assert web.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value == 7001
+    assert built.wildcard[LISTENER] == set()  # Envoy's listener is its own (docs/xds.md)

@@ -42,7 +42,8 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from servefleet.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
 from ..watch import Publisher
-from .resources import CLUSTER, LISTENER, TYPES, Resources, build
+from .build import build
+from .resources import CLUSTER, LISTENER, TYPES, Resources
 
 logger = logging.getLogger(__name__)
 # Types whose responses carry the whole subscribed set (state of the world).
@@ -232,7 +233,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         out = []
         for type_url, sub in client.subscriptions.items():
             available = resources.by_type[type_url]
-            chosen = sorted(available) if sub.wildcard else sorted(
+            chosen = sorted(resources.wildcard[type_url]) if sub.wildcard else sorted(
                 n for n in sub.names if n in available)
             if not chosen and type_url not in _WHOLE_SET and not sub.dirty:
                 continue

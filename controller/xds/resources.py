@@ -16,6 +16,8 @@ gRPC (the route table's `grpc_routes`):
   (the replica-set snapshot: a replica leaves it before it drains), HEALTHY,
   in one locality of weight 1 (gRPC ignores localities without a weight).
 
+envoy_http.py adds an Envoy's HTTP-side resources; build.py puts both together.
+
 Each resource's version is the digest of its bytes, so every leader builds
 the same versions from the same state.
 """
@@ -44,7 +46,7 @@ ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINTS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINTS)
-_ADS = config_source_pb2.ConfigSource(ads=config_source_pb2.AggregatedConfigSource(),
+ADS = config_source_pb2.ConfigSource(ads=config_source_pb2.AggregatedConfigSource(),
                                       resource_api_version=config_source_pb2.V3)
 
 
@@ -57,10 +59,13 @@ class Resource:
 
 @dataclass
 class Resources:
-    """Every resource by type URL and name."""
+    """Every resource by type URL and name, and the names a wildcard
+    subscriber gets (an Envoy's CDS: the HTTP side; a proxyless gRPC client
+    always names what it wants)."""
 
     by_type: dict[str, dict[str, Resource]] = field(
         default_factory=lambda: {t: {} for t in TYPES})
+    wildcard: dict[str, set[str]] = field(default_factory=lambda: {t: set() for t in TYPES})
 
     def add(self, type_url: str, name: str, message: object) -> None:
         packed = any_pb2.Any()
@@ -77,7 +82,7 @@ def _listener(application: str) -> listener_pb2.Listener:
     router = any_pb2.Any()
     router.Pack(router_pb2.Router())
     manager = hcm_pb2.HttpConnectionManager(
-        rds=hcm_pb2.Rds(config_source=_ADS, route_config_name=application),
+        rds=hcm_pb2.Rds(config_source=ADS, route_config_name=application),
         http_filters=[hcm_pb2.HttpFilter(name="envoy.filters.http.router",
                                          typed_config=router)])
     packed = any_pb2.Any()
@@ -111,11 +116,11 @@ def _routes(application: str, clusters: list[tuple[str, float]]) -> route_pb2.Ro
 def _cluster(name: str) -> cluster_pb2.Cluster:
     return cluster_pb2.Cluster(
         name=name, type=cluster_pb2.Cluster.EDS, lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=_ADS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ADS,
                                                                 service_name=name))
 
 
-def _endpoints(name: str, addresses: Iterable[str]) -> endpoint_pb2.ClusterLoadAssignment:
+def endpoints(name: str, addresses: Iterable[str]) -> endpoint_pb2.ClusterLoadAssignment:
     assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
     found = sorted(addresses)
     if found:
@@ -132,12 +137,9 @@ def _endpoints(name: str, addresses: Iterable[str]) -> endpoint_pb2.ClusterLoadA
     return assignment
 
 
-def build(routes: watch_pb2.RouteTable | None,
-          replica_sets: dict[tuple[str, str], watch_pb2.ReplicaSet]) -> Resources:
-    """The resources for the current route table and replica sets."""
-    out = Resources()
-    if routes is None:
-        return out
+def grpc_resources(out: Resources, routes: watch_pb2.RouteTable,
+                   replica_sets: dict[tuple[str, str], watch_pb2.ReplicaSet]) -> None:
+    """Add the proxyless gRPC clients' resources to `out`."""
     for route in routes.grpc_routes:
         app = route.application
         if app in out.by_type[LISTENER]:
@@ -150,7 +152,6 @@ def build(routes: watch_pb2.RouteTable | None,
             name = cluster_name(app, deployment)
             out.add(CLUSTER, name, _cluster(name))
             replicas = replica_sets.get((app, deployment))
-            out.add(ENDPOINTS, name, _endpoints(
+            out.add(ENDPOINTS, name, endpoints(
                 name, (e.grpc_address for e in replicas.endpoints if e.grpc_address)
                 if replicas is not None else ()))
-    return out
