@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.testing import wait_for
+from servefleet.security.certs import init_certs
+from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import replica_pb2
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.slow
 class XdsLoad:
     """tests/xds_load.py in a process of its own; `last` is its latest report."""
 
-    def __init__(self, controllers: list[str], application: str, callers: int = 4) -> None:
-        env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers)}
+    def __init__(self, controllers: list[str], application: str, callers: int = 4,
+                 **bootstrap: Any) -> None:
+        env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers, **bootstrap)}
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "xds_load.py"), application,
              "--callers", str(callers)],
@@ -176,4 +178,32 @@ def test_the_client_rides_out_a_leader_crash(etcd_fleet) -> None:
                 client.shutdown()
     print(f"leader crash under proxyless load: {load.calls()} calls, "
           f"failed: {load.last['failed'][:5]}")
+    assert load.last["failed"] == []
+
+
+def test_a_client_with_a_certificate_reaches_a_controller_with_mutual_tls(tmp_path) -> None:
+    certs = tmp_path / "certs"
+    init_certs(certs)
+    controller = ControllerProcess(f"sqlite://{tmp_path}/state.db", certs=certs,
+                                   log_dir=tmp_path, runtime="process",
+                                   extra_args=["--allow-working-dir", "/"]).start()
+    try:
+        with ControllerClient([controller.address], timeout=30,
+                              credentials=controller.credentials) as client:
+            client.deploy(_model(2))
+            wait_for(lambda: len(_running_pids(client)) == 2, 60, "2 replicas running")
+            # A client without a certificate is refused at the TLS handshake.
+            plain = XdsLoad([controller.address], "clf", callers=1)
+            load = XdsLoad([controller.address], "clf", ca=str(certs / "ca.crt"),
+                           cert=str(certs / "proxy.crt"), key=str(certs / "proxy.key"))
+            try:
+                wait_for(lambda: set(load.last["replicas"]) == _running_pids(client), 30,
+                         f"proxyless calls over TLS reaching both replicas ({load.output[-3:]})")
+                assert plain.calls() == 0 and plain.last["failed"]
+            finally:
+                load.stop()
+                plain.stop()
+            client.shutdown()
+    finally:
+        controller.stop()
     assert load.last["failed"] == []
