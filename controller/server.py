@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc
+from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -59,6 +60,7 @@ from .runtime.process import ProcessRuntime
 from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
 from .xds.ads import AggregatedDiscovery
+from .xds.csds import ClientStatus
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +147,12 @@ class ControllerServer:
                                        self._leadership.abort_not_leader, self._check_xds,
                                        self._leadership.hint, self._peer_channel)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.xds, server)
+        csds_pb2_grpc.add_ClientStatusDiscoveryServiceServicer_to_server(
+            ClientStatus(self.xds, self._check_xds), server)
         reflection.enable_server_reflection([
             controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name,
             ads_pb2.DESCRIPTOR.services_by_name["AggregatedDiscoveryService"].full_name,
+            csds_pb2.DESCRIPTOR.services_by_name["ClientStatusDiscoveryService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ], server)

@@ -8,6 +8,7 @@ import asyncio
 
 import grpc
 import pytest
+from envoy.admin.v3 import config_dump_shared_pb2 as dump
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -16,12 +17,14 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from envoy.service.status.v3 import csds_pb2
 from google.protobuf import any_pb2, json_format
 from google.rpc import status_pb2
 
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
 from servefleet.controller.xds.build import build
+from servefleet.controller.xds.csds import ClientStatus
 from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS, LISTENER, ROUTE
 from servefleet.testing import free_port
 from servefleet.v1 import application_pb2 as apb
@@ -152,6 +155,15 @@ async def test_versions_acks_and_nacks(ads) -> None:
     assert client.node_id == "client-1"
     assert client.subscriptions[ENDPOINTS].nack == "bad endpoint"
     assert client.subscriptions[LISTENER].acked_version == first.version_info
+    # CSDS: what the client was sent, ACKed or NACKed.
+    status = await ClientStatus(service).FetchClientStatus(csds_pb2.ClientStatusRequest(),
+                                                           None)
+    (config,) = status.config
+    assert config.node.id == "client-1"
+    states = {(c.type_url.rpartition(".")[2], c.name): c.client_status
+              for c in config.generic_xds_configs}
+    assert states == {("Listener", "clf"): dump.ACKED,
+                      ("ClusterLoadAssignment", "clf/Model"): dump.NACKED}
     # A change is sent (only the type that changed), with a new version.
     publisher.publish(replicas_key("clf", "Model"),
                       replicas=_replicas("127.0.0.1:5001", "127.0.0.1:5002"))

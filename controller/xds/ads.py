@@ -81,6 +81,8 @@ class _Subscription:
     nack: str = ""
     # Set when the client asked for something new: answer even if unchanged.
     dirty: bool = True
+    # What the last response carried, by name (for CSDS).
+    sent: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -248,6 +250,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     sub.acked_version == version:
                 continue  # asked again for what it has and acknowledged
             sub.sent_version, sub.nonce = version, str(next(self._nonces))
+            sub.sent = {n: available[n].packed for n in chosen}
             out.append(discovery_pb2.DiscoveryResponse(
                 version_info=version, type_url=type_url, nonce=sub.nonce,
                 resources=[available[n].packed for n in chosen]))
