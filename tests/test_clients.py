@@ -1,0 +1,48 @@
+"""The clients in other languages against a real cluster: two controllers on
+etcd, the process runtime and a proxy. Each client's own test suite runs the
+same scenario (deploy, wait RUNNING, call through the proxy, the leader
+SIGKILLed, delete); this starts the cluster and hands it the addresses."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ProxyProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster_env(etcd_fleet, tmp_path):
+    etcd_fleet.start(2, runtime="process", lease_ttl=2.0)
+    etcd_fleet.leader()
+    proxy = ProxyProcess(etcd_fleet.addresses(), log_dir=tmp_path).start()
+    env = {**os.environ,
+           "SERVEFLEET_CONTROLLER": ",".join(etcd_fleet.addresses()),
+           "SERVEFLEET_TEST_PROXY": proxy.url,
+           "SERVEFLEET_TEST_APPS": str(ROOT / "tests" / "apps"),
+           "SERVEFLEET_TEST_PIDS": json.dumps({p.address: p.proc.pid
+                                               for p in etcd_fleet.started})}
+    yield env
+    proxy.stop()
+    with contextlib.suppress(Exception), ControllerClient(etcd_fleet.addresses(),
+                                                          timeout=15) as client:
+        client.shutdown()
+
+
+def test_the_node_client(cluster_env, node_grpc) -> None:
+    assert shutil.which("node"), "node is missing: run scripts/setup"
+    out = subprocess.run(["node", "--test", "test/"], cwd=ROOT / "clients" / "node",
+                         env={**cluster_env, "NODE_PATH": node_grpc}, capture_output=True,
+                         text=True, timeout=180)
+    print(out.stdout[-3000:], out.stderr[-3000:])
+    assert out.returncode == 0 and "# pass 1" in out.stdout and "# fail 0" in out.stdout
