@@ -46,3 +46,30 @@ def test_the_node_client(cluster_env, node_grpc) -> None:
                          text=True, timeout=180)
     print(out.stdout[-3000:], out.stderr[-3000:])
     assert out.returncode == 0 and "# pass 1" in out.stdout and "# fail 0" in out.stdout
+
+
+def test_the_go_client(cluster_env, tmp_path) -> None:
+    """GOPATH mode with Debian's Go packages (no module proxy is reachable):
+    the repository is linked in at the path go_package names."""
+    assert shutil.which("go"), "go is missing: run scripts/setup"
+    gopath = tmp_path / "gopath"
+    (gopath / "src" / "github.com" / "servefleet").mkdir(parents=True)
+    (gopath / "src" / "github.com" / "servefleet" / "servefleet").symlink_to(ROOT)
+    env = {**cluster_env, "GO111MODULE": "off", "GOFLAGS": "",
+           "GOPATH": f"{gopath}:/usr/share/gocode",
+           "GOCACHE": str(ROOT / ".build" / "go-cache")}
+    out = subprocess.run(["go", "test", "-count=1", "-v",
+                          "github.com/servefleet/servefleet/clients/go/servefleet"],
+                         cwd=gopath / "src" / "github.com" / "servefleet" / "servefleet",
+                         env=env, capture_output=True, text=True, timeout=300)
+    print(out.stdout[-3000:], out.stderr[-3000:])
+    assert out.returncode == 0 and "--- PASS: TestDeployCallFailOverDelete" in out.stdout
+
+
+def test_the_java_client(cluster_env) -> None:
+    """Built with Debian's jars by clients/java/build, JUnit 4."""
+    assert shutil.which("javac"), "a JDK is missing: run scripts/setup"
+    out = subprocess.run([str(ROOT / "clients" / "java" / "build"), "test"], cwd=ROOT,
+                         env=cluster_env, capture_output=True, text=True, timeout=600)
+    print(out.stdout[-3000:], out.stderr[-3000:])
+    assert out.returncode == 0 and "OK (1 test)" in out.stdout
