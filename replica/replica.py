@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet import handle
+from servefleet.batching import batch_sizes
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
 
@@ -137,12 +138,23 @@ class Replica:
                          self.traceback)
             asyncio.get_running_loop().call_later(FAILED_LINGER_S, self._drain.set)
             return
+        self._warn_about_batches()
         self.app.deployment = self.deployment
         self.grpc.deployment = self.deployment
         self.admission.ready = True
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)
         self._follow_config()
+
+    def _warn_about_batches(self) -> None:
+        """Batches cannot fill past max_ongoing_requests: say so (batching.py)."""
+        assert self.deployment is not None
+        for name, size in batch_sizes(self.deployment.instance).items():
+            if size > self.admission.max_ongoing:
+                logger.warning("%s: @batch(max_batch_size=%d) but max_ongoing_requests is %d: "
+                               "a batch never holds more than %d calls; raise "
+                               "max_ongoing_requests to at least %d", name, size,
+                               self.admission.max_ongoing, self.admission.max_ongoing, size)
 
     async def apply_user_config(self, user_config_json: str) -> None:
         reconfigure = self.deployment.reconfigure if self.deployment else None

@@ -9,6 +9,7 @@ the repository's top-level controller/, proxy/ and replica/ folders.
 __version__ = "0.1.0"
 
 from servefleet.api import Application, Deployment, deployment
+from servefleet.batching import batch
 from servefleet.handle import (
            DeploymentHandle,
            DeploymentResponse,
@@ -17,4 +18,4 @@ from servefleet.handle import (
 )
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse", "HandleError",
-           "deployment", "get_deployment_handle"]
+           "batch", "deployment", "get_deployment_handle"]
