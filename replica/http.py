@@ -31,15 +31,22 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from servefleet.logs import REQUEST_ID
-from servefleet.wire import METHOD_HEADER, REJECTED_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+from servefleet.wire import (
+    METHOD_HEADER,
+    REJECTED_HEADER,
+    REQUEST_ID_HEADER,
+    ROUTE_PREFIX_HEADER,
+    STREAM_HEADER,
+)
 
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
@@ -104,6 +111,28 @@ def _unbound(app: Any) -> str:
 async def _wait_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def _json_lines(items: Any, request_id: str) -> AsyncIterator[bytes]:
+    """A generator's yields as JSON lines; its exception as a last `error` line.
+    A caller that leaves cancels this, and so the user's generator."""
+    from servefleet.api import encode
+
+    try:
+        if inspect.isasyncgen(items):
+            async for item in items:
+                yield json.dumps({"item": encode(item, _unbound, "a yield")}).encode() + b"\n"
+        else:
+            async for item in iterate_in_threadpool(items):
+                yield json.dumps({"item": encode(item, _unbound, "a yield")}).encode() + b"\n"
+    except Exception as e:
+        logger.exception("request %s: streaming handle call failed", request_id)
+        yield json.dumps({"error": f"{type(e).__name__}: {e}"}).encode() + b"\n"
+    finally:
+        if inspect.isasyncgen(items):
+            await items.aclose()
+        else:
+            items.close()
 
 
 def to_response(result: Any) -> Response:
@@ -242,12 +271,21 @@ class ReplicaApp:
             return JSONResponse({"error": f"bad handle call body: {e}"}, 400)
         from servefleet.api import encode
 
+        stream = any(k == STREAM_HEADER for k, _ in scope["headers"])
         try:
             result = await self._call_until_disconnect(fn, args, kwargs, receive, request_id)
             if result is _DISCONNECTED:
                 return None
-            if inspect.isgenerator(result) or inspect.isasyncgen(result):
-                raise TypeError("handle calls cannot return generators (yet)")
+            generator = inspect.isgenerator(result) or inspect.isasyncgen(result)
+            if stream and generator:
+                return StreamingResponse(_json_lines(result, request_id),
+                                         media_type="application/x-ndjson")
+            if stream:
+                return JSONResponse({"error": f"{method} is not a generator: call it without "
+                                              "stream=True"}, 400)
+            if generator:
+                raise TypeError(f"{method} is a generator: call it with "
+                                "handle.options(stream=True)")
             return JSONResponse({"result": encode(result, _unbound, "the result")})
         except Exception as e:
             logger.exception("request %s: handle call %s failed", request_id, method)

@@ -3,6 +3,7 @@
     result = await handle.remote(1, x=2)          # its __call__
     result = await handle.add.remote(1)           # a named method
     response = handle.remote(1); ...; await response   # calls run concurrently
+    async for token in handle.options(stream=True).tokens.remote(5): ...
 
 In a replica, every bound deployment among the init args arrives as a
 handle (servefleet/api.py marks them). Outside, `get_deployment_handle`
@@ -20,12 +21,19 @@ the proxy; only the framing differs.
 
 Sync code (a deployment's plain `def` method, run in a thread) can call
 `handle.remote(...).result()`: the call runs on the replica's event loop.
+
+A streaming call (`options(stream=True)`, for a generator method) sends the
+header `x-servefleet-stream`; the replica answers one JSON line per yield,
+and the handle hands them out as they come, reading at most STREAM_BUFFER
+ahead of its consumer. A consumer that stops early cancels the call, which
+closes its connection, which cancels the generator at the replica.
+`.result()` of a unary call waits DEFAULT_RESULT_TIMEOUT_S (60 s) unless
+given a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -41,22 +49,21 @@ from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.replica_sets import ReplicaSets
 from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
+from servefleet.responses import (
+    _END,
+    DeploymentResponse,
+    DeploymentResponseGenerator,
+    HandleError,
+)
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
-from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, replicas_key
+from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, STREAM_HEADER, replicas_key
 
 logger = logging.getLogger(__name__)
 
 # How long a first call waits for the target's replica set to be known.
 DISCOVERY_TIMEOUT_S = 30.0
 
-
-class HandleError(Exception):
-    """A handle call failed: the target raised, or no replica could take it."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class HandleRouter:
@@ -121,6 +128,47 @@ class HandleRouter:
             return decode(payload.get("result"), self.application, self._watch.addresses)
         raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
 
+    async def stream(self, deployment: str, method: str, args: tuple, kwargs: dict,
+                     out: asyncio.Queue) -> None:
+        """Send a streaming call; put each item on `out`, then _END (or a
+        HandleError). Cancelling this closes the connection, which cancels
+        the generator at the replica."""
+        body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
+                           "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
+        request_id = uuid.uuid4().hex
+        headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
+                   (STREAM_HEADER, b"1"), (REQUEST_ID_HEADER, request_id.encode())]
+
+        async def deliver(response: Response) -> None:
+            if response.status != 200:
+                status, payload = await _read_answer(response)
+                raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}",
+                                  status)
+            pending = b""
+            async for chunk in response.chunks():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    item = json.loads(line)
+                    if "error" in item:
+                        raise HandleError(f"{deployment}.{method}: {item['error']}", 500)
+                    await out.put(decode(item.get("item"), self.application,
+                                         self._watch.addresses))
+
+        try:
+            pool = await self.pool(deployment)
+            await forward(pool, self.upstream, "POST", b"/", headers, body, deliver, request_id)
+            await out.put(_END)
+        except Overloaded as e:
+            await out.put(HandleError(f"{deployment} is overloaded: {e}", 503))
+        except NoReplicaTook:
+            await out.put(HandleError(f"no replica of {deployment} took the call after "
+                                      f"{MAX_ATTEMPTS} attempts", 503))
+        except UpstreamError as e:
+            await out.put(HandleError(f"the replica at {e.address} failed: {e}", 502))
+        except HandleError as e:
+            await out.put(e)
+
     async def close(self) -> None:
         self._reporting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -164,43 +212,35 @@ def _router(application: str, controllers: Sequence[str]) -> HandleRouter:
     return router
 
 
-class DeploymentResponse:
-    """The pending result of `remote()`: await it, or `.result()` from sync code."""
-
-    def __init__(self, future: asyncio.Future | concurrent.futures.Future) -> None:
-        self._future = future
-
-    def __await__(self):
-        future = self._future
-        if isinstance(future, concurrent.futures.Future):
-            future = asyncio.wrap_future(future)
-        return future.__await__()
-
-    def result(self, timeout: float | None = None) -> Any:
-        if isinstance(self._future, concurrent.futures.Future):
-            return self._future.result(timeout)
-        raise RuntimeError("result() would block the event loop: use `await` in async code")
-
-
 class DeploymentHandle:
     def __init__(self, deployment: str, application: str = "default",
                  controllers: str | Sequence[str] | None = None,
-                 method: str = "__call__") -> None:
+                 method: str = "__call__", stream: bool = False) -> None:
         self.deployment = deployment
         self.application = application
         self.controllers = resolve_addresses(controllers)
         self.method = method
+        self.stream = stream
 
-    def options(self, *, method_name: str | None = None) -> DeploymentHandle:
+    def options(self, *, method_name: str | None = None,
+                stream: bool | None = None) -> DeploymentHandle:
+        """A handle calling another method, or (stream=True) a generator method
+        whose yields `remote()` returns as an iterator."""
         return DeploymentHandle(self.deployment, self.application, self.controllers,
-                                method_name or self.method)
+                                method_name or self.method,
+                                self.stream if stream is None else stream)
 
     def __getattr__(self, name: str) -> DeploymentHandle:
         if name.startswith("_"):
             raise AttributeError(name)
         return self.options(method_name=name)
 
-    def remote(self, *args: Any, **kwargs: Any) -> DeploymentResponse:
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """A DeploymentResponse (await it, or `.result()`), or with stream=True
+        a DeploymentResponseGenerator."""
+        if self.stream:
+            return self._remote_stream(args, kwargs)
+
         async def call() -> Any:
             router = _router(self.application, self.controllers)
             return await router.call(self.deployment, self.method, args, kwargs)
@@ -215,6 +255,21 @@ class DeploymentHandle:
             raise RuntimeError("handle calls need an event loop: call them from async code, "
                                "or from a deployment's code in a replica")
         return DeploymentResponse(asyncio.run_coroutine_threadsafe(call(), _replica_loop))
+
+    def _remote_stream(self, args: tuple, kwargs: dict) -> DeploymentResponseGenerator:
+        async def start(out: asyncio.Queue) -> None:
+            router = _router(self.application, self.controllers)
+            await router.stream(self.deployment, self.method, args, kwargs, out)
+
+        try:
+            asyncio.get_running_loop()
+            return DeploymentResponseGenerator(start, None)
+        except RuntimeError:
+            pass
+        if _replica_loop is None or _replica_loop.is_closed():
+            raise RuntimeError("handle calls need an event loop: call them from async code, "
+                               "or from a deployment's code in a replica")
+        return DeploymentResponseGenerator(start, _replica_loop)
 
     def _servefleet_marker(self) -> dict[str, Any]:
         return {HANDLE_MARKER: {"deployment": self.deployment,

@@ -24,6 +24,9 @@ REQUEST_ID_HEADER = b"x-request-id"
 REJECTED_HEADER = b"x-servefleet-rejected"
 # Marks a handle call; the value is the method to call (a proxy never forwards it).
 METHOD_HEADER = b"x-servefleet-method"
+# On a handle call: stream the generator method's yields back as JSON lines
+# (`{"item": ...}` each, `{"error": ...}` if it raises), not one answer.
+STREAM_HEADER = b"x-servefleet-stream"
 # The route prefix the proxy matched; an ASGI deployment is served under it as
 # its root_path (a proxy sets it, never forwards a client's).
 ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
