@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 from servefleet.api import Application, Deployment, deployment
 from servefleet.batching import batch
 from servefleet.handle import DeploymentHandle, get_deployment_handle
+from servefleet.local import local_url, run, shutdown
 from servefleet.responses import DeploymentResponse, DeploymentResponseGenerator, HandleError
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse",
            "DeploymentResponseGenerator", "HandleError", "batch", "deployment",
-           "get_deployment_handle"]
+           "get_deployment_handle", "local_url", "run", "shutdown"]
