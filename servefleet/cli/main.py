@@ -26,7 +26,7 @@ from servefleet.client import (
 )
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
-from . import apps, output, security, up
+from . import apps, build_config, output, security, up
 from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
 
 # A command whose every controller address refuses connections gives up after
@@ -276,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     apps.add_commands(commands, _add_controller_flag, _client)
     security.add_commands(commands)
     up.add_command(commands)
+    build_config.add_command(commands)
     return parser
 
 
