@@ -46,7 +46,14 @@ from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError,
 from servefleet.logs import REQUEST_ID
 from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
-from servefleet.wire import CALLER_HEADER, METHOD_HEADER, REQUEST_ID_HEADER, ROUTE_PREFIX_HEADER
+from servefleet.wire import (
+    CALLER_HEADER,
+    METHOD_HEADER,
+    MODEL_ID_HEADER,
+    MODELS_HEADER,
+    REQUEST_ID_HEADER,
+    ROUTE_PREFIX_HEADER,
+)
 
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import RouteTable, Target
@@ -334,9 +341,11 @@ class ProxyApp:
                        headers: list[tuple[bytes, bytes]],
                        send: Send, pool: ReplicaPool, request_id: str,
                        started: Started) -> None:
+        model = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), b"")
         try:
             await forward(pool, self._upstream, scope["method"], _raw_target(scope), headers,
-                          body, partial(_stream_back, send, request_id, started), request_id)
+                          body, partial(_stream_back, send, request_id, started), request_id,
+                          model.decode("latin-1"))
         except UpstreamError as e:
             await _reply(send, 502, f"replica failed: {e}", request_id)
         except NoReplicaTook:
@@ -348,7 +357,7 @@ async def _stream_back(send: Send, request_id: str, started: Started,
                        response: Response) -> None:
     """Send a replica's answer on to the client as it comes."""
     started.value = True
-    dropped = _and_named_by_connection(response.headers, HOP_BY_HOP)
+    dropped = _and_named_by_connection(response.headers, HOP_BY_HOP | {MODELS_HEADER})
     await send({"type": "http.response.start", "status": response.status,
                 "headers": [(k, v) for k, v in response.headers if k not in dropped]})
     try:

@@ -40,8 +40,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.types import Message, Receive, Scope, Send
 
 from servefleet.logs import REQUEST_ID
+from servefleet.multiplex import MODEL_ID, loaded_model_ids
 from servefleet.wire import (
     METHOD_HEADER,
+    MODEL_ID_HEADER,
+    MODELS_HEADER,
     REJECTED_HEADER,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
@@ -196,6 +199,9 @@ class ReplicaApp:
             return
         request_id = self._request_id(scope)
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
+        model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
+        if model_id is not None:
+            MODEL_ID.set(model_id.decode("latin-1"))
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
@@ -222,8 +228,11 @@ class ReplicaApp:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
-                message = {**message, "headers": [*headers,
-                                                  (REQUEST_ID_HEADER, request_id.encode())]}
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                models = loaded_model_ids()
+                if models:  # what this replica holds, for the routers (multiplex.py)
+                    headers.append((MODELS_HEADER, ",".join(models).encode("latin-1")))
+                message = {**message, "headers": headers}
             await send(message)
 
         method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)

@@ -12,8 +12,10 @@ from servefleet.api import Application, Deployment, deployment
 from servefleet.batching import batch
 from servefleet.handle import DeploymentHandle, get_deployment_handle
 from servefleet.local import local_url, run, shutdown
+from servefleet.multiplex import get_multiplexed_model_id, multiplexed
 from servefleet.responses import DeploymentResponse, DeploymentResponseGenerator, HandleError
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse",
            "DeploymentResponseGenerator", "HandleError", "batch", "deployment",
-           "get_deployment_handle", "local_url", "run", "shutdown"]
+           "get_deployment_handle", "get_multiplexed_model_id", "local_url", "multiplexed",
+           "run", "shutdown"]

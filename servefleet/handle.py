@@ -57,7 +57,13 @@ from servefleet.responses import (
 )
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
-from servefleet.wire import METHOD_HEADER, REQUEST_ID_HEADER, STREAM_HEADER, replicas_key
+from servefleet.wire import (
+    METHOD_HEADER,
+    MODEL_ID_HEADER,
+    REQUEST_ID_HEADER,
+    STREAM_HEADER,
+    replicas_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +113,19 @@ class HandleRouter:
                 pass
         return pool
 
-    async def call(self, deployment: str, method: str, args: tuple, kwargs: dict) -> Any:
+    async def call(self, deployment: str, method: str, args: tuple, kwargs: dict,
+                   model_id: str = "") -> Any:
         body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
                            "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
         request_id = uuid.uuid4().hex
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
                    (REQUEST_ID_HEADER, request_id.encode())]
+        if model_id:
+            headers.append((MODEL_ID_HEADER, model_id.encode("latin-1")))
         pool = await self.pool(deployment)
         try:
             status, payload = await forward(pool, self.upstream, "POST", b"/", headers, body,
-                                            _read_answer, request_id)
+                                            _read_answer, request_id, model_id)
         except Overloaded as e:
             raise HandleError(f"{deployment} is overloaded: {e}", 503) from None
         except NoReplicaTook:
@@ -129,7 +138,7 @@ class HandleRouter:
         raise HandleError(f"{deployment}.{method}: {payload.get('error', status)}", status)
 
     async def stream(self, deployment: str, method: str, args: tuple, kwargs: dict,
-                     out: asyncio.Queue) -> None:
+                     out: asyncio.Queue, model_id: str = "") -> None:
         """Send a streaming call; put each item on `out`, then _END (or a
         HandleError). Cancelling this closes the connection, which cancels
         the generator at the replica."""
@@ -138,6 +147,8 @@ class HandleRouter:
         request_id = uuid.uuid4().hex
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
                    (STREAM_HEADER, b"1"), (REQUEST_ID_HEADER, request_id.encode())]
+        if model_id:
+            headers.append((MODEL_ID_HEADER, model_id.encode("latin-1")))
 
         async def deliver(response: Response) -> None:
             if response.status != 200:
@@ -157,7 +168,8 @@ class HandleRouter:
 
         try:
             pool = await self.pool(deployment)
-            await forward(pool, self.upstream, "POST", b"/", headers, body, deliver, request_id)
+            await forward(pool, self.upstream, "POST", b"/", headers, body, deliver, request_id,
+                          model_id)
             await out.put(_END)
         except Overloaded as e:
             await out.put(HandleError(f"{deployment} is overloaded: {e}", 503))
@@ -215,20 +227,25 @@ def _router(application: str, controllers: Sequence[str]) -> HandleRouter:
 class DeploymentHandle:
     def __init__(self, deployment: str, application: str = "default",
                  controllers: str | Sequence[str] | None = None,
-                 method: str = "__call__", stream: bool = False) -> None:
+                 method: str = "__call__", stream: bool = False,
+                 multiplexed_model_id: str = "") -> None:
         self.deployment = deployment
         self.application = application
         self.controllers = resolve_addresses(controllers)
         self.method = method
         self.stream = stream
+        self.multiplexed_model_id = multiplexed_model_id
 
-    def options(self, *, method_name: str | None = None,
-                stream: bool | None = None) -> DeploymentHandle:
+    def options(self, *, method_name: str | None = None, stream: bool | None = None,
+                multiplexed_model_id: str | None = None) -> DeploymentHandle:
         """A handle calling another method, or (stream=True) a generator method
-        whose yields `remote()` returns as an iterator."""
+        whose yields `remote()` returns as an iterator, or for a multiplexed
+        model (sent where it is loaded; multiplex.py)."""
         return DeploymentHandle(self.deployment, self.application, self.controllers,
                                 method_name or self.method,
-                                self.stream if stream is None else stream)
+                                self.stream if stream is None else stream,
+                                self.multiplexed_model_id if multiplexed_model_id is None
+                                else multiplexed_model_id)
 
     def __getattr__(self, name: str) -> DeploymentHandle:
         if name.startswith("_"):
@@ -243,7 +260,8 @@ class DeploymentHandle:
 
         async def call() -> Any:
             router = _router(self.application, self.controllers)
-            return await router.call(self.deployment, self.method, args, kwargs)
+            return await router.call(self.deployment, self.method, args, kwargs,
+                                     self.multiplexed_model_id)
 
         try:
             loop = asyncio.get_running_loop()
@@ -259,7 +277,8 @@ class DeploymentHandle:
     def _remote_stream(self, args: tuple, kwargs: dict) -> DeploymentResponseGenerator:
         async def start(out: asyncio.Queue) -> None:
             router = _router(self.application, self.controllers)
-            await router.stream(self.deployment, self.method, args, kwargs, out)
+            await router.stream(self.deployment, self.method, args, kwargs, out,
+                                self.multiplexed_model_id)
 
         try:
             asyncio.get_running_loop()

@@ -24,6 +24,11 @@ REQUEST_ID_HEADER = b"x-request-id"
 REJECTED_HEADER = b"x-servefleet-rejected"
 # Marks a handle call; the value is the method to call (a proxy never forwards it).
 METHOD_HEADER = b"x-servefleet-method"
+# The model a request is for (multiplex.py); Ray Serve's header name.
+MODEL_ID_HEADER = b"serve_multiplexed_model_id"
+# On a replica's answer: the models it holds now, comma-separated (routers
+# send a model's requests where it is loaded).
+MODELS_HEADER = b"x-servefleet-models"
 # On a handle call: stream the generator method's yields back as JSON lines
 # (`{"item": ...}` each, `{"error": ...}` if it raises), not one answer.
 STREAM_HEADER = b"x-servefleet-stream"

@@ -6,12 +6,15 @@ among those below their `max_ongoing_requests` and takes the less loaded
 replica is full, or there is none yet, the request waits in a FIFO queue;
 past `max_queued_requests` waiting (-1: no limit) it is refused with
 `Overloaded`. A replica that failed a connection is set aside until the next
-replica-set snapshot names it again.
+replica-set snapshot names it again. A request for a multiplexed model
+(multiplex.py) goes to a replica that holds it, else to one with room that
+holds the fewest models (ties: the model's rendezvous-hash order).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +36,13 @@ class Replica:
     in_flight: int = 0
     # host:port of its gRPC server ("" when the deployment serves no gRPC).
     grpc_address: str = ""
+    # The multiplexed models it said it holds in its last answer.
+    models: frozenset[str] = frozenset()
+
+
+def _rank(model_id: str, replica_id: str) -> bytes:
+    """Rendezvous hashing: every router orders a model's replicas the same way."""
+    return hashlib.blake2b(f"{model_id}\0{replica_id}".encode(), digest_size=8).digest()
 
 
 @dataclass
@@ -76,25 +86,43 @@ class ReplicaPool:
                 if r.in_flight < self.max_ongoing and r.replica_id not in self._down
                 and r.replica_id not in exclude]
 
-    def _pick(self, exclude: set[str]) -> Replica | None:
+    def _pick(self, exclude: set[str], model_id: str = "") -> Replica | None:
         # Excluded replicas (tried already) only when nothing else has room: a
         # retry on the same replica beats waiting for one that may never free up.
         candidates = self._candidates(exclude) or self._candidates(set())
         if not candidates:
             return None
+        if model_id:
+            return self._pick_for_model(candidates, model_id)
         if len(candidates) == 1:
             return candidates[0]
         a, b = random.sample(candidates, 2)
         return a if a.in_flight <= b.in_flight else b
 
-    async def acquire(self, exclude: set[str] | None = None) -> Replica:
+    @staticmethod
+    def _pick_for_model(candidates: list[Replica], model_id: str) -> Replica:
+        """A replica holding the model, the least loaded of them; else, among
+        those with room, one holding the fewest models (it has space, or evicts
+        least), ties broken by the model's rendezvous order, the same for every
+        router. A hot model's holders fill up, and it spreads to the next."""
+        holders = [r for r in candidates if model_id in r.models]
+        if holders:
+            return min(holders, key=lambda r: r.in_flight)
+        return min(candidates, key=lambda r: (len(r.models), _rank(model_id, r.replica_id)))
+
+    def note_models(self, replica: Replica, header: bytes | None) -> None:
+        """What a replica's answer said it holds (`x-servefleet-models`)."""
+        replica.models = frozenset(header.decode("latin-1").split(",")) if header \
+            else frozenset()
+
+    async def acquire(self, exclude: set[str] | None = None, model_id: str = "") -> Replica:
         """A replica with room for one more request; waits in the queue if none.
 
         First come, first served: while others wait, a newcomer queues behind
         them, and a freed slot is handed to the oldest waiter directly.
         """
         if not self._waiters:
-            replica = self._pick(exclude or set())
+            replica = self._pick(exclude or set(), model_id)
             if replica is not None:
                 replica.in_flight += 1
                 self.ongoing += 1

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from servefleet.wire import REJECTED_HEADER
+from servefleet.wire import MODELS_HEADER, REJECTED_HEADER
 
 from .balancer import ReplicaPool
 from .body import StreamedBody, replayable
@@ -51,7 +51,8 @@ class NoReplicaTook(Exception):
 
 async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
                   headers: list[tuple[bytes, bytes]], body: bytes | StreamedBody,
-                  deliver: Callable[[Response], Awaitable[T]], request_id: str = "") -> T:
+                  deliver: Callable[[Response], Awaitable[T]], request_id: str = "",
+                  model_id: str = "") -> T:
     """What `deliver` returns for the first answer a replica gave.
 
     Raises `Overloaded` (from the pool), `NoReplicaTook`, `UpstreamError`
@@ -60,9 +61,10 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     """
     tried: set[str] = set()
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        replica = await pool.acquire(exclude=tried)
+        replica = await pool.acquire(exclude=tried, model_id=model_id)
         try:
             response = await upstream.request(replica.address, method, target, headers, body)
+            pool.note_models(replica, response.header(MODELS_HEADER))
             try:
                 if (response.status == 503 and replayable(body)
                         and (reason := response.header(REJECTED_HEADER))):
