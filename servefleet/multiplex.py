@@ -39,7 +39,7 @@ from typing import Any
 
 DEFAULT_MAX_MODELS = 3
 # The model of the request being served (set by the replica from the header).
-MODEL_ID: contextvars.ContextVar[str] = contextvars.ContextVar("servefleet_model_id", default="")
+MODEL_ID: contextvars.ContextVar[str] = contextvars.ContextVar("multiplexed_model_id", default="")
 # Every multiplexed cache of this process, for the models header.
 _caches: list[_ModelCache] = []
 
