@@ -18,7 +18,7 @@ from .errors import InvalidArgument
 from .goals.policy import DeployPolicy
 from .goals.spec import check_name
 
-RUNTIMES = ("process", "docker", "none")
+RUNTIMES = ("process", "docker", "swarm", "none")
 
 
 @dataclass
@@ -78,10 +78,12 @@ class ControllerConfig:
                                   default_image=self.docker_image,
                                   working_dirs=self.allow_working_dirs,
                                   images=self.allow_images, allow_env=self.allow_env,
-                                  # --runtime none runs no replicas; Docker with
-                                  # code in the image runs none from this host.
+                                  # --runtime none runs no replicas; Docker (or
+                                  # Swarm) with code in the image runs none from
+                                  # this host.
                                   code_on_host=self.runtime == "process" or (
-                                      self.runtime == "docker" and self.docker_code == "mount"))
+                                      self.runtime in ("docker", "swarm")
+                                      and self.docker_code == "mount"))
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that is wrong."""

@@ -112,6 +112,12 @@ class ControllerServer:
     def _make_runtime(self) -> Runtime | None:
         if self.config.runtime == "none":
             return None
+        if self.config.runtime == "swarm":
+            from .runtime.swarm import SwarmRuntime
+
+            return SwarmRuntime(self.config.cluster, self.config.docker_image,
+                                mount_working_dir=self.config.docker_code == "mount",
+                                replica_tls=self.config.replica_tls)
         if self.config.runtime == "docker":
             from .runtime.docker import DockerRuntime
 

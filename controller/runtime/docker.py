@@ -72,9 +72,10 @@ class RuntimeStartError(Exception):
     """The runtime could not start the replica (a clear reason, no Docker jargon dump)."""
 
 
-def _settings_tar(settings: dict[str, Any], tls: TlsFiles | None) -> bytes:
-    """The settings file and, with TLS, the replica's certificate files
-    (under TLS_DIR; the settings name them there)."""
+def settings_files(settings: dict[str, Any], tls: TlsFiles | None
+                   ) -> list[tuple[str, bytes, int]]:
+    """(path, content, mode) of the settings file and, with TLS, the replica's
+    certificate files (under TLS_DIR; the settings name them there)."""
     files: list[tuple[str, bytes, int]] = []
     if tls is not None:
         inside = TlsFiles(Path(TLS_DIR, "ca.crt"), Path(TLS_DIR, "replica.crt"),
@@ -84,6 +85,12 @@ def _settings_tar(settings: dict[str, Any], tls: TlsFiles | None) -> bytes:
                   (str(inside.cert), tls.cert.read_bytes(), 0o644),
                   (str(inside.key), tls.key.read_bytes(), 0o600)]
     files.append((SETTINGS_PATH, json.dumps(settings).encode(), 0o644))
+    return files
+
+
+def _settings_tar(settings: dict[str, Any], tls: TlsFiles | None) -> bytes:
+    """settings_files as a tar, for a container's put_archive."""
+    files = settings_files(settings, tls)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path, data, mode in files:

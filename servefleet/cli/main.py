@@ -184,10 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--cluster", default="default", metavar="NAME")
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
-    ctl.add_argument("--runtime", default="process", choices=["process", "docker", "none"],
+    ctl.add_argument("--runtime", default="process",
+                     choices=["process", "docker", "swarm", "none"],
                      help="where replicas run: local processes (default), Docker "
-                          "containers, or none: store and serve goals without running "
-                          "replicas")
+                          "containers, Docker Swarm services (the docker flags apply), or "
+                          "none: store and serve goals without running replicas")
     ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
                      help="process runtime: replica settings and logs (default %(default)s)")
     ctl.add_argument("--docker-image", default="servefleet:latest", metavar="IMAGE",

@@ -1,0 +1,97 @@
+"""The Swarm runtime against a real single-node swarm on the test engine.
+
+The engine and image are the Docker runtime tests' (test_docker_runtime.py:
+skipped without them unless SERVEFLEET_DOCKER_TESTS=required). The swarm is
+initialised here when the engine is not in one (advertising 127.0.0.1, host
+networking only) and left again afterwards, so the engine ends as it began.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+import pytest
+from test_docker_runtime import LABEL, deployment, docker_client, echo_spec, healthy
+
+from servefleet.client import ControllerClient
+from servefleet.testing import ProxyProcess, wait_for
+from servefleet.v1 import replica_pb2
+
+pytestmark = pytest.mark.slow
+__all__ = ["docker_client"]  # the engine fixture, shared
+
+
+@pytest.fixture(scope="module")
+def swarm(docker_client):
+    state = docker_client.info().get("Swarm", {}).get("LocalNodeState")
+    joined = False
+    if state != "active":
+        out = subprocess.run(["docker", "swarm", "init", "--advertise-addr", "127.0.0.1"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"docker swarm init failed: {out.stderr}"
+        joined = True
+    yield docker_client
+    if joined:
+        subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True,
+                       timeout=60)
+
+
+@pytest.fixture
+def services(swarm, cluster):
+    def find() -> list:
+        return swarm.services.list(filters={"label": f"{LABEL}cluster={cluster}"})
+
+    yield find
+    for service in find():
+        service.remove()
+
+
+def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_fleet,
+                                                        tmp_path) -> None:
+    sqlite_fleet.start(1, runtime="swarm")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        try:
+            client.deploy(echo_spec(2))
+            wait_for(healthy(client, 2), 120, "2 service replicas RUNNING")
+            found = services()
+            ids = {r.record.replica_id for r in client.replicas(deployment="Echo")}
+            assert {s.attrs["Spec"]["Labels"][LABEL + "replica-id"] for s in found} == ids
+            spec = found[0].attrs["Spec"]
+            assert spec["TaskTemplate"]["RestartPolicy"]["Condition"] == "none"
+            assert spec["TaskTemplate"]["Resources"]["Limits"]["NanoCPUs"] == 500_000_000
+            url = proxy.url + "/echo"
+            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+            assert httpx.get(url, timeout=10).json()["label"] == "echo"
+
+            # A replica's container killed: Swarm reports its task failed (it
+            # restarts nothing), and the controller replaces the replica.
+            victim = next(iter(client.replicas(deployment="Echo"))).record
+            container = swarm.containers.list(filters={
+                "label": f"com.docker.swarm.service.id={victim.handle}"})[0]
+            container.kill()
+            wait_for(lambda: victim.replica_id not in {
+                r.record.replica_id for r in client.replicas(deployment="Echo")}
+                and healthy(client, 2)(), 120, "the killed replica replaced")
+
+            # A replica no node can take: a clear reason in the status, not a hang.
+            spec = echo_spec(1)
+            spec.name = "Gpu"
+            spec.route_prefix = "/gpu"
+            spec.replica_config.resources.num_gpus = 1
+            client.deploy(spec)
+
+            def refused() -> str:
+                dep = deployment(client, "Gpu")
+                return dep.message if dep is not None and "Swarm" in dep.message else ""
+            wait_for(refused, 90, "the refusal in the status")
+            assert "no node can take it" in refused() or "insufficient" in refused()
+            assert not [r for r in client.replicas(deployment="Gpu")
+                        if r.state == replica_pb2.REPLICA_STATE_RUNNING]
+        finally:
+            proxy.stop()
+            client.shutdown()
+    wait_for(lambda: not services(), 60, "the services removed")
+
