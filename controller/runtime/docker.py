@@ -283,11 +283,15 @@ class DockerRuntime:
             import docker.errors
 
             try:
-                return self._replica(self._docker().containers.get(handle))
+                return self._look_up(handle)
             except docker.errors.NotFound:
                 return None
 
         return await self._call(get)
+
+    def _look_up(self, handle: str) -> RuntimeReplica:
+        """The replica `handle` names (NotFound when it is gone)."""
+        return self._replica(self._docker().containers.get(handle))
 
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Remove the cluster's containers that are not running (exited, created,

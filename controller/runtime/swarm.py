@@ -237,19 +237,8 @@ class SwarmRuntime(DockerRuntime):
 
         return await self._call(find)
 
-    async def inspect(self, handle: str) -> RuntimeReplica | None:
-        if not handle:
-            return None
-
-        def get() -> RuntimeReplica | None:
-            import docker.errors
-
-            try:
-                return self._service_replica(self._docker().services.get(handle))
-            except docker.errors.NotFound:
-                return None
-
-        return await self._call(get)
+    def _look_up(self, handle: str) -> RuntimeReplica:
+        return self._service_replica(self._docker().services.get(handle))
 
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         """Remove the cluster's services whose task ended, unless a record in
