@@ -301,6 +301,9 @@ def _runtime_data(runtime) -> dict[str, Any]:
         out["env"] = dict(runtime.env)
     if runtime.excludes:
         out["excludes"] = list(runtime.excludes)
+    if runtime.HasField("placement"):
+        out["placement"] = {k: list(getattr(runtime.placement, k))
+                            for k in ("constraints", "spread") if getattr(runtime.placement, k)}
     return out
 
 

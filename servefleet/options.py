@@ -49,7 +49,8 @@ AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_de
                      "metrics_interval_s", "look_back_period_s", "upscaling_factor",
                      "downscaling_factor", "downscale_to_zero_delay_s")
 AUTOSCALING_STR = ("aggregation_function", "policy")
-RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes")
+RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes", "placement")
+PLACEMENT_KEYS = ("constraints", "spread")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
                       "version", "runtime")
 
@@ -126,6 +127,17 @@ def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
                               f"{_type_name(value['excludes'])}")
         out.excludes.extend(check_str(f"{path}.excludes[{i}]", pattern)
                             for i, pattern in enumerate(value["excludes"]))
+    if value.get("placement") is not None:
+        ppath = f"{path}.placement"
+        placement = check_mapping(ppath, value["placement"])
+        check_keys(ppath, placement, PLACEMENT_KEYS)
+        for key in PLACEMENT_KEYS:
+            items = placement.get(key) or []
+            if not isinstance(items, list):
+                raise OptionError(f"{ppath}.{key}: expected a list of strings, got "
+                                  f"{_type_name(items)}")
+            getattr(out.placement, key).extend(
+                check_str(f"{ppath}.{key}[{i}]", item) for i, item in enumerate(items))
     return out
 
 

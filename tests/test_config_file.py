@@ -31,7 +31,9 @@ FULL = """
         require_token: true
         import_path: graph_app:builder
         args: {increment: 3}
-        runtime: {working_dir: apps, env: {A: "1"}}
+        runtime: {working_dir: apps, env: {A: "1"},
+                  placement: {constraints: ["node.labels.gpu == true"],
+                              spread: [node.labels.zone]}}
         traffic:
           split: {Front: 90, Canary: 10}
           shadow: {deployment: Shadow, fraction: 0.25}
@@ -102,6 +104,10 @@ def test_dump_writes_back_what_load_reads(tmp_path) -> None:
      "applications[0].args: expected a mapping"),
     ("applications: [: bad", "not valid YAML"),
     ("grpc_options: {port: 0}\napplications: []", "grpc_options.port: must be between"),
+    ("applications: [{name: a, import_path: m:a, runtime: {placement: {constraints: x}}}]",
+     "applications[0].runtime.placement.constraints: expected a list of strings"),
+    ("applications: [{name: a, import_path: m:a, runtime: {placement: {zones: []}}}]",
+     "applications[0].runtime.placement.zones: unknown key"),
     ("grpc_options: {grpc_servicer_functions: m:f}\napplications: []",
      "grpc_options.grpc_servicer_functions: expected a list of import paths"),
     ("grpc_options: {servicers: []}\napplications: []", "grpc_options.servicers: unknown key"),

@@ -187,3 +187,19 @@ def test_grpc_fields_are_checked_and_the_servicers_are_code() -> None:
     ]
     for bad, field in cases:
         assert refused(bad).field == field
+
+
+def test_placement_is_checked_and_moves_replicas() -> None:
+    placed = spec(runtime=d.RuntimeOptions(placement=d.Placement(
+        constraints=["node.labels.gpu == true", "node.role!=manager"],
+        spread=["node.labels.zone"])))
+    assert code_hash(normalize_spec(placed)) != code_hash(normalize_spec(spec()))
+    for runtime, field in [
+        (d.RuntimeOptions(placement=d.Placement(constraints=["gpu"])),
+         "spec.runtime.placement.constraints[0]"),
+        (d.RuntimeOptions(placement=d.Placement(spread=["node.labels.zone == a"])),
+         "spec.runtime.placement.spread[0]"),
+        (d.RuntimeOptions(placement=d.Placement(spread=["node.id"] * 9)),
+         "spec.runtime.placement.spread"),
+    ]:
+        assert refused(spec(runtime=runtime)).field == field

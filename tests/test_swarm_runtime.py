@@ -76,19 +76,34 @@ def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_
                 r.record.replica_id for r in client.replicas(deployment="Echo")}
                 and healthy(client, 2)(), 120, "the killed replica replaced")
 
+            # runtime.placement becomes the service's constraints and preferences.
+            placed = echo_spec(1)
+            placed.name, placed.route_prefix = "Placed", "/placed"
+            placed.runtime.placement.constraints.append("node.role == manager")
+            placed.runtime.placement.spread.append("node.labels.zone")
+            client.deploy(placed)
+            wait_for(lambda: any(r.state == replica_pb2.REPLICA_STATE_RUNNING
+                                 for r in client.replicas(deployment="Placed")), 90,
+                     "the placed replica RUNNING")
+            (service,) = [s for s in services() if s.name.endswith(next(iter(
+                client.replicas(deployment="Placed"))).record.replica_id)]
+            placement = service.attrs["Spec"]["TaskTemplate"]["Placement"]
+            assert placement["Constraints"] == ["node.role == manager"]
+            assert placement["Preferences"] == [{"Spread": {"SpreadDescriptor":
+                                                            "node.labels.zone"}}]
+
             # A replica no node can take: a clear reason in the status, not a hang.
-            spec = echo_spec(1)
-            spec.name = "Gpu"
-            spec.route_prefix = "/gpu"
-            spec.replica_config.resources.num_gpus = 1
-            client.deploy(spec)
+            nowhere = echo_spec(1)
+            nowhere.name, nowhere.route_prefix = "Nowhere", "/nowhere"
+            nowhere.runtime.placement.constraints.append("node.labels.gpu == true")
+            client.deploy(nowhere)
 
             def refused() -> str:
-                dep = deployment(client, "Gpu")
+                dep = deployment(client, "Nowhere")
                 return dep.message if dep is not None and "Swarm" in dep.message else ""
             wait_for(refused, 90, "the refusal in the status")
-            assert "no node can take it" in refused() or "insufficient" in refused()
-            assert not [r for r in client.replicas(deployment="Gpu")
+            assert "no node can take it" in refused(), refused()
+            assert not [r for r in client.replicas(deployment="Nowhere")
                         if r.state == replica_pb2.REPLICA_STATE_RUNNING]
         finally:
             proxy.stop()

@@ -36,6 +36,10 @@ NAME_RULE = ("must be 1-63 letters, digits, '-' or '_', starting and ending "
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 IMPORT_PATH_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 SERVICE_NAME_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
+# Swarm's placement: `node.<attr>[.<more>] ==|!= value`, and attributes to spread over.
+_NODE_ATTR = r"(node|engine)\.[A-Za-z0-9_.-]+"
+PLACEMENT_CONSTRAINT_RE = re.compile(rf"^{_NODE_ATTR}\s*(==|!=)\s*[\x21-\x7e]+$")
+PLACEMENT_SPREAD_RE = re.compile(rf"^{_NODE_ATTR}$")
 VERSION_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
 ROUTE_SEGMENT = r"[A-Za-z0-9._~!$&'()*+,;=:@%-]+"
 ROUTE_PREFIX_RE = re.compile(rf"^/({ROUTE_SEGMENT}(/{ROUTE_SEGMENT})*)?$")
@@ -215,6 +219,19 @@ def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
             raise InvalidArgument(f"{field}.excludes[{i}]",
                                   "must be 1-256 characters without NUL, and not a '!' "
                                   f"negation, got {pattern!r}")
+    placement = runtime.placement
+    for key, most, rule in (("constraints", 32, PLACEMENT_CONSTRAINT_RE),
+                            ("spread", 8, PLACEMENT_SPREAD_RE)):
+        items = getattr(placement, key)
+        if len(items) > most:
+            raise InvalidArgument(f"{field}.placement.{key}", f"at most {most}")
+        for i, item in enumerate(items):
+            if len(item) > 256 or not rule.fullmatch(item):
+                raise InvalidArgument(
+                    f"{field}.placement.{key}[{i}]",
+                    "must be a node attribute and a comparison, as Docker writes them "
+                    "(node.labels.gpu == true)" if key == "constraints" else
+                    "must be a node attribute to spread over (node.labels.zone)")
     if len(runtime.env) > MAX_ENV_VARS:
         raise InvalidArgument(f"{field}.env", f"at most {MAX_ENV_VARS} variables")
     for key, value in runtime.env.items():
@@ -290,7 +307,7 @@ def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = (
 
 def code_hash(spec: pb.DeploymentSpec) -> str:
     """A digest of what defines a replica's code; a change means new replicas."""
-    code = {
+    code: dict[str, Any] = {
         "import_path": spec.import_path,
         "init_args": spec.init_args_json,
         "init_kwargs": spec.init_kwargs_json,
@@ -304,6 +321,9 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         code["working_dir_files"] = spec.runtime.working_dir_digest
     if spec.grpc_servicer_functions:
         code["grpc_servicer_functions"] = list(spec.grpc_servicer_functions)
+    if spec.runtime.HasField("placement"):  # where replicas run: new ones elsewhere
+        code["placement"] = [list(spec.runtime.placement.constraints),
+                             list(spec.runtime.placement.spread)]
     blob = json.dumps(code, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -118,6 +118,8 @@ class ReplicaOps:
             replica_id=record.replica_id, version=record.version,
             working_dir=spec.runtime.working_dir, env=dict(spec.runtime.env),
             image=spec.runtime.image,
+            constraints=list(spec.runtime.placement.constraints),
+            spread=list(spec.runtime.placement.spread),
             resources={"num_cpus": config.resources.num_cpus,
                        "num_gpus": config.resources.num_gpus,
                        "memory_bytes": float(config.resources.memory_bytes)},

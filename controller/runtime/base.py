@@ -30,6 +30,9 @@ class ReplicaLaunch:
     # (num_cpus, num_gpus, memory_bytes; 0 means none).
     image: str = ""
     resources: dict[str, float] = field(default_factory=dict)
+    # Swarm runtime: node constraints and attributes to spread over (runtime.placement).
+    constraints: list[str] = field(default_factory=list)
+    spread: list[str] = field(default_factory=list)
 
     @property
     def serves_grpc(self) -> bool:

@@ -1,7 +1,8 @@
 """The Swarm runtime: each replica is a Docker Swarm service with one task.
 
-Swarm places the task on a node that satisfies the constraints and has the
-resources; servefleet's controller still decides everything else, as with
+Swarm places the task on a node that satisfies the deployment's
+`runtime.placement` constraints (spread over its `spread` attributes) and
+has the resources; servefleet's controller still decides everything else, as with
 the Docker runtime (docker.py, whose engine access, labels and image this
 shares):
 
@@ -117,6 +118,8 @@ class SwarmRuntime(DockerRuntime):
                     cpu_limit=nano, cpu_reservation=nano, mem_limit=memory,
                     mem_reservation=memory,
                     generic_resources={"gpu": gpus} if gpus else None),
+                "constraints": launch.constraints or None,
+                "preferences": [("spread", attribute) for attribute in launch.spread] or None,
             }
             if launch.working_dir:
                 if self._mount:

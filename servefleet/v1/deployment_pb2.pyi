@@ -112,7 +112,7 @@ class Resources(_message.Message):
     def __init__(self, num_cpus: _Optional[float] = ..., num_gpus: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., custom: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RuntimeOptions(_message.Message):
-    __slots__ = ("working_dir", "env", "image", "excludes", "working_dir_digest")
+    __slots__ = ("working_dir", "env", "image", "excludes", "working_dir_digest", "placement")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,9 +125,19 @@ class RuntimeOptions(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     EXCLUDES_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     working_dir: str
     env: _containers.ScalarMap[str, str]
     image: str
     excludes: _containers.RepeatedScalarFieldContainer[str]
     working_dir_digest: str
-    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., image: _Optional[str] = ..., excludes: _Optional[_Iterable[str]] = ..., working_dir_digest: _Optional[str] = ...) -> None: ...
+    placement: Placement
+    def __init__(self, working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., image: _Optional[str] = ..., excludes: _Optional[_Iterable[str]] = ..., working_dir_digest: _Optional[str] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ...) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("constraints", "spread")
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    SPREAD_FIELD_NUMBER: _ClassVar[int]
+    constraints: _containers.RepeatedScalarFieldContainer[str]
+    spread: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, constraints: _Optional[_Iterable[str]] = ..., spread: _Optional[_Iterable[str]] = ...) -> None: ...
