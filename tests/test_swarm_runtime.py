@@ -110,3 +110,25 @@ def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_
             client.shutdown()
     wait_for(lambda: not services(), 60, "the services removed")
 
+
+
+def test_a_new_leader_adopts_the_services_without_restarting_them(services, etcd_fleet,
+                                                                  tmp_path) -> None:
+    etcd_fleet.start(2, runtime="swarm", lease_ttl=2.0)
+    leader = etcd_fleet.leader()
+    with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
+        try:
+            client.deploy(echo_spec(2))
+            wait_for(healthy(client, 2), 120, "2 service replicas RUNNING")
+            before = {s.id: s.attrs["UpdatedAt"] for s in services()}
+            records = {r.record.replica_id for r in client.replicas(deployment="Echo")}
+            leader.kill()
+            new = etcd_fleet.leader(timeout=30)
+            assert new is not leader
+            wait_for(healthy(client, 2), 60, "HEALTHY under the new leader")
+            # The same services, untouched: adopted by their labels, not replaced.
+            assert {s.id: s.attrs["UpdatedAt"] for s in services()} == before
+            assert {r.record.replica_id for r in client.replicas(deployment="Echo")} == records
+        finally:
+            client.shutdown()
+    wait_for(lambda: not services(), 60, "the services removed")

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,10 @@ def test_proxyless_calls_follow_scaling_and_rollouts(xds_cluster) -> None:
         # Scale 3 -> 1: the removed replicas get no new calls, and no call fails.
         client.deploy(_model(1))
         wait_for(lambda: len(client.replicas("clf", "Model")) == 1, 60, "2 replicas stopped")
+        # Counts from a report made after they stopped (reports come every 0.2 s:
+        # an older one may lack their last answers; seen in a CI run).
+        stopped = time.time()
+        wait_for(lambda: load.last.get("t", 0) > stopped + 0.3, 10, "a fresh report")
         before = dict(load.last["replicas"])
         wait_for(lambda: sum(load.since(before).values()) > 100, 30, "calls after scale-down")
         assert set(load.since(before)) == _running_pids(client)
