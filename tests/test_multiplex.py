@@ -79,6 +79,20 @@ async def test_routing_prefers_holders_then_agrees_across_routers() -> None:
     assert (await one.acquire(model_id="m")).replica_id != other.replica_id
 
 
+async def test_a_queued_request_for_a_model_goes_to_a_holder_when_slots_free() -> None:
+    for _ in range(20):  # without the model in mind, half of these would go elsewhere
+        pool = _pool(2)
+        holder = pool.replicas["r0"]
+        pool.note_models(holder, b"m")
+        for _ in range(4):
+            await pool.acquire()  # both replicas full
+        waiting = asyncio.ensure_future(pool.acquire(model_id="m"))
+        await asyncio.sleep(0)
+        # Room appears on both at once (a snapshot raises max_ongoing_requests).
+        pool.update([("r0", "h:0"), ("r1", "h:1")], max_ongoing=3, max_queued=-1)
+        assert (await waiting) is holder
+
+
 @pytest.mark.slow
 def test_requests_go_where_their_model_is_loaded(sqlite_fleet, tmp_path) -> None:
     import httpx

@@ -53,6 +53,9 @@ class ReplicaPool:
     _down: set[str] = field(default_factory=set)
     # Queued requests, oldest first; each is handed its replica when one frees up.
     _waiters: deque[asyncio.Future[Replica]] = field(default_factory=deque)
+    # The model a queued request is for, by id() of its waiter (multiplexing:
+    # a freed slot is handed out with the oldest waiter's model in mind).
+    _models: dict[int, str] = field(default_factory=dict)
     # Requests handed a replica and not yet released (the load this pool adds).
     ongoing: int = 0
     # Called when a request queues while the pool has no replica at all (scaled
@@ -131,6 +134,8 @@ class ReplicaPool:
             raise Overloaded(f"{len(self._waiters)} requests already queued")
         waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        if model_id:
+            self._models[id(waiter)] = model_id
         if not self.replicas and self.on_starved is not None:
             self.on_starved()
         try:
@@ -140,6 +145,7 @@ class ReplicaPool:
                 self.release(waiter.result())  # handed a slot as we left: pass it on
             raise
         finally:
+            self._models.pop(id(waiter), None)
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
@@ -158,7 +164,7 @@ class ReplicaPool:
     def _wake(self) -> None:
         """Hand free slots to queued requests, oldest first."""
         while self._waiters:
-            replica = self._pick(set())
+            replica = self._pick(set(), self._models.get(id(self._waiters[0]), ""))
             if replica is None:
                 return
             waiter = self._waiters.popleft()
