@@ -26,6 +26,7 @@ import traceback
 from typing import Any
 
 from servefleet.api import Application, Deployment, graph_of
+from servefleet.batching import batch_sizes
 from servefleet.grpc_servicers import services_of
 from servefleet.replica.loader import import_attr
 
@@ -51,6 +52,14 @@ def build(import_path: str, working_dir: str, args: dict[str, Any],
     try:
         app = resolve(import_attr(import_path, working_dir), args)
         graph = graph_of(app)
+        for node in graph["deployments"]:
+            try:
+                target = import_attr(node["import_path"], working_dir)
+            except Exception:
+                continue  # not importable by its path: the replica will say so
+            sizes = batch_sizes(getattr(target, "func_or_class", target))
+            if sizes:  # the controller warns when max_ongoing_requests is below them
+                node["batch_sizes"] = sizes
         if grpc_servicer_functions:
             # The services the ingress will serve, by name, for the proxies' routing.
             graph["grpc_services"], graph["grpc_streaming_methods"] = services_of(

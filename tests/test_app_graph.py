@@ -163,3 +163,21 @@ def test_the_build_names_the_grpc_services_and_refuses_what_is_not_a_servicer() 
     missing = build("grpc_classifier.app:app", examples, {},
                     ["grpc_classifier.classifier_pb2_grpc:add_Nope_to_server"])
     assert not missing["ok"] and "has no attribute 'add_Nope_to_server'" in missing["error"]
+
+
+def test_the_build_reports_batch_sizes_and_the_controller_warns(caplog) -> None:
+    from servefleet.controller.reconcile.builds import _warn_about_batches
+    from servefleet.v1 import deployment_pb2 as dpb
+
+    graph = build("batch_app:Batcher", APPS, {})["graph"]
+    assert graph["deployments"][0]["batch_sizes"] == {"predict": 8}
+    low = dpb.DeploymentSpec(name="Batcher",
+                             replica_config=dpb.ReplicaConfig(max_ongoing_requests=4))
+    with caplog.at_level("WARNING"):
+        _warn_about_batches("b", [low], graph)
+    assert "Batcher.predict has @batch(max_batch_size=8) but max_ongoing_requests is 4" \
+        in caplog.text
+    caplog.clear()
+    low.replica_config.max_ongoing_requests = 16
+    _warn_about_batches("b", [low], graph)
+    assert caplog.text == ""

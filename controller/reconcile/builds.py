@@ -82,6 +82,19 @@ class BuildReconciler:
             return
         try:
             specs = deployment_specs(record.spec, result.graph)
+            _warn_about_batches(name, specs, result.graph)
             await self._table.apply_build(name, generation, specs)
         except (InvalidArgument, AlreadyExists) as e:
             await self._table.fail_build(name, generation, e.message)
+
+
+def _warn_about_batches(application: str, specs: list, graph: dict) -> None:
+    """Batches never fill past max_ongoing_requests (servefleet/batching.py)."""
+    sizes = {n["name"]: n.get("batch_sizes") or {} for n in graph.get("deployments") or []}
+    for spec in specs:
+        limit = spec.replica_config.max_ongoing_requests
+        for method, size in sizes.get(spec.name, {}).items():
+            if size > limit:
+                logger.warning("application %s: %s.%s has @batch(max_batch_size=%d) but "
+                               "max_ongoing_requests is %d: its batches never hold more than "
+                               "%d calls", application, spec.name, method, size, limit, limit)
