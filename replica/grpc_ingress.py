@@ -237,12 +237,8 @@ class GrpcIngress:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
-                self.metrics.error.inc()
-                logger.exception("gRPC call %s failed in user code", rpc.path)
-                await context.abort(grpc.StatusCode.UNKNOWN, f"{type(e).__name__}: {e}")
-            self.metrics.ok.inc()
-            self.metrics.duration.observe(time.perf_counter() - started)
-            await self._finish(user, context)
+                await self._failed(rpc, context, e)
+            await self._succeeded(started, user, context)
             return response
         finally:
             self.admission.ongoing -= 1
@@ -254,29 +250,41 @@ class GrpcIngress:
         started = time.perf_counter()
         try:
             try:
-                result = await self._call(target, request, user)
-                if inspect.isasyncgen(result):
-                    async for item in result:
-                        yield item
-                elif inspect.isgenerator(result) or isinstance(result, list | tuple):
-                    items = iter(result)
-                    loop = asyncio.get_running_loop()
-                    while (item := await loop.run_in_executor(self.executor, next, items,
-                                                              _END)) is not _END:
-                        yield item
-                else:
-                    raise TypeError(f"{rpc.method} must yield its responses (server-streaming "
-                                    f"RPC), returned {type(result).__name__}")
+                async for item in self._items(rpc, await self._call(target, request, user)):
+                    yield item
             except asyncio.CancelledError:
-                logger.info("gRPC stream %s cancelled (client left or deadline passed)",
-                            rpc.path)
+                logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
-                self.metrics.error.inc()
-                logger.exception("gRPC stream %s failed in user code", rpc.path)
-                await context.abort(grpc.StatusCode.UNKNOWN, f"{type(e).__name__}: {e}")
-            self.metrics.ok.inc()
-            self.metrics.duration.observe(time.perf_counter() - started)
-            await self._finish(user, context)
+                await self._failed(rpc, context, e)
+            await self._succeeded(started, user, context)
         finally:
             self.admission.ongoing -= 1
+
+    async def _items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]:
+        """What a server-streaming method yields (sync generators step in the pool)."""
+        if inspect.isasyncgen(result):
+            async for item in result:
+                yield item
+        elif inspect.isgenerator(result) or isinstance(result, list | tuple):
+            items = iter(result)
+            loop = asyncio.get_running_loop()
+            while (item := await loop.run_in_executor(self.executor, next, items,
+                                                      _END)) is not _END:
+                yield item
+        else:
+            raise TypeError(f"{rpc.method} must yield its responses (server-streaming "
+                            f"RPC), returned {type(result).__name__}")
+
+    async def _failed(self, rpc: Rpc, context: grpc.aio.ServicerContext,
+                      error: Exception) -> None:
+        """User code raised: UNKNOWN with the exception (abort raises)."""
+        self.metrics.error.inc()
+        logger.exception("gRPC call %s failed in user code", rpc.path)
+        await context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+
+    async def _succeeded(self, started: float, user: GrpcContext | None,
+                         context: grpc.aio.ServicerContext) -> None:
+        self.metrics.ok.inc()
+        self.metrics.duration.observe(time.perf_counter() - started)
+        await self._finish(user, context)

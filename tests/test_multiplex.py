@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -123,7 +122,6 @@ def test_requests_go_where_their_model_is_loaded(sqlite_fleet, tmp_path) -> None
             assert sum(loads.values()) <= 5, answers  # 4, or 5 if the first probe's "a" moved
             by_model = {m: {a["replica"] for a in answers if a["model"] == m} for m in "abcd"}
             assert all(len(replicas) == 1 for replicas in by_model.values()), by_model
-            assert Counter(len(v) for v in by_model.values())
         finally:
             proxy.stop()
             client.shutdown()

@@ -124,9 +124,6 @@ class Answer:
         """The first message; None when there was none."""
         return None if self._first is grpc.aio.EOF else self._first
 
-    async def initial_metadata(self) -> Metadata:
-        return tuple(await self._call.initial_metadata() or ())
-
     async def messages(self) -> AsyncIterator[bytes]:
         """The response messages; CallFailed when the call ends with an error."""
         if self._first is grpc.aio.EOF:
