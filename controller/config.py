@@ -30,8 +30,10 @@ class ControllerConfig:
     # host:port the gRPC server binds.
     listen: str = DEFAULT_CONTROLLER
     # host:port other processes use to reach this controller; it is written
-    # to the leader key. Default: `listen`, or this host's name when `listen`
-    # binds every interface.
+    # to the leader key. Default: `listen`; when `listen` binds every
+    # interface, the local address this host reaches the store's first etcd
+    # member from (as etcd and Consul pick an advertise address), or this
+    # host's name for a sqlite store.
     advertise: str | None = None
     # Controllers with the same store and cluster name elect one leader;
     # clusters are isolated from each other by key prefix.
@@ -112,5 +114,23 @@ class ControllerConfig:
             return self.advertise
         host, _, port = self.listen.rpartition(":")
         if host in ("0.0.0.0", "[::]", "::", ""):
-            return f"{socket.gethostname()}:{port}"
+            return f"{_address_towards(self.store_url) or socket.gethostname()}:{port}"
         return self.listen
+
+
+def _address_towards(store_url: str) -> str | None:
+    """This host's address on the route to the store's first member (no packet
+    is sent: a UDP socket's connect only picks the route), or None."""
+    scheme, sep, rest = store_url.partition("://")
+    if not sep or not scheme.startswith("etcd"):
+        return None
+    host = rest.split(",")[0].rsplit(":", 1)[0].strip("[]")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(host) if family == socket.AF_INET else host,
+                           2379))
+            address = probe.getsockname()[0]
+    except OSError:
+        return None
+    return f"[{address}]" if ":" in address else address

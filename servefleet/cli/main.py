@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="etcd://host:port[,host:port...] or sqlite:///path/state.db")
     ctl.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT")
     ctl.add_argument("--advertise", default=None, metavar="HOST:PORT",
-                     help="address others reach this controller at (default: --listen)")
+                     help="address others reach this controller at (default: --listen; when "
+                          "that binds every interface, this host's address towards etcd)")
     ctl.add_argument("--cluster", default="default", metavar="NAME")
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")

@@ -1,0 +1,43 @@
+"""ControllerConfig: the flag checks and the advertised address."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from controller.config import ControllerConfig
+
+
+def test_the_advertised_address_is_the_listen_address_unless_it_binds_everything() -> None:
+    assert ControllerConfig("etcd://10.1.2.3:2379", listen="127.0.0.5:7000").advertised() \
+        == "127.0.0.5:7000"
+    assert ControllerConfig("etcd://127.0.0.1:2379", listen="0.0.0.0:7000",
+                            advertise="ctl-1:7373").advertised() == "ctl-1:7373"
+
+
+def test_binding_everything_advertises_the_address_that_reaches_the_store() -> None:
+    # A controller in a Swarm stack listens on 0.0.0.0 of its node: others
+    # must reach it where its node reaches etcd, not at a container's name.
+    assert ControllerConfig("etcd://127.0.0.1:2379,10.9.9.9:2379",
+                            listen="0.0.0.0:7373").advertised() == "127.0.0.1:7373"
+    assert ControllerConfig("etcds://[::1]:2379", listen="[::]:7373").advertised() \
+        == "[::1]:7373"
+    # No network address to go by: the host's name.
+    assert ControllerConfig("sqlite:///tmp/x.db", listen="0.0.0.0:7373").advertised() \
+        == f"{socket.gethostname()}:7373"
+    assert ControllerConfig("etcd://no-such-host.invalid:2379",
+                            listen="0.0.0.0:7373").advertised() \
+        == f"{socket.gethostname()}:7373"
+
+
+@pytest.mark.parametrize(("field", "value", "flag"), [
+    ("listen", "nowhere", "--listen"), ("advertise", "host:0", "--advertise"),
+    ("metrics_listen", ":80", "--metrics-listen"), ("runtime", "k8s", "--runtime"),
+    ("docker_code", "copy", "--docker-code"), ("lease_ttl", 0.1, "--lease-ttl"),
+])
+def test_a_wrong_setting_is_named(field: str, value: object, flag: str) -> None:
+    config = ControllerConfig("etcd://127.0.0.1:2379")
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=flag):
+        config.validate()
