@@ -1,19 +1,24 @@
-"""Deploy -> RUNNING on the Docker runtime, next to the process runtime, in one run.
+"""Deploy -> RUNNING on the Docker and Swarm runtimes, next to the process runtime, in one run.
 
     .venv/bin/python bench/containers.py [--runs 3]     (needs a Docker engine and
                                                           the image of scripts/docker-image)
 
 For 1 and 8 replicas of a trivial class: the time from the Deploy RPC until
 the deployment is HEALTHY with all replicas RUNNING, p50 and max over the
-runs, first with `--runtime process`, then with `--runtime docker` (host
-network, code bind-mounted), each controller on its own fresh etcd.
+runs, with `--runtime process`, then `--runtime docker` (host network, code
+bind-mounted), then `--runtime swarm` (one service per replica, the same
+image and mounts) on a single-node swarm (initialised for the run and left
+afterwards when the engine was in none), each controller on its own fresh etcd.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import subprocess
 import time
+from collections.abc import Iterator
 
 from replicas import echo, row, wait_healthy
 
@@ -45,16 +50,33 @@ def measure(runtime: str, runs: int) -> dict[int, list[float]]:
     return results
 
 
+@contextlib.contextmanager
+def single_node_swarm() -> Iterator[None]:
+    state = subprocess.run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if state != "active":
+        subprocess.run(["docker", "swarm", "init", "--advertise-addr", "127.0.0.1"],
+                       capture_output=True, check=True)
+    try:
+        yield
+    finally:
+        if state != "active":
+            subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     process = measure("process", args.runs)
     docker = measure("docker", args.runs)
+    with single_node_swarm():
+        swarm = measure("swarm", args.runs)
     print(f"servefleet deploy -> all RUNNING, {args.runs} runs each")
     row("", "p50", "max")
     for count in COUNTS:
-        for label, results in (("docker runtime", docker), ("process runtime", process)):
+        for label, results in (("swarm runtime", swarm), ("docker runtime", docker),
+                               ("process runtime", process)):
             samples = results[count]
             row(f"{count} replica(s), {label}", f"{statistics.median(samples):.2f} s",
                 f"{max(samples):.2f} s")
