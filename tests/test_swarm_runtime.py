@@ -8,11 +8,14 @@ networking only) and left again afterwards, so the engine ends as it began.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import subprocess
+import uuid
 
 import httpx
 import pytest
-from test_docker_runtime import LABEL, deployment, docker_client, echo_spec, healthy
+from test_docker_runtime import IMAGE, LABEL, deployment, docker_client, echo_spec, healthy
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, wait_for
@@ -132,3 +135,92 @@ def test_a_new_leader_adopts_the_services_without_restarting_them(services, etcd
         finally:
             client.shutdown()
     wait_for(lambda: not services(), 60, "the services removed")
+
+
+APPS_ON_OVERLAY = """
+applications:
+  - name: sentiment
+    route_prefix: /sentiment
+    import_path: sentiment:app
+    runtime: {working_dir: /opt/servefleet/examples}
+"""
+
+CLIENT = """
+import json, subprocess, urllib.request
+reply = urllib.request.urlopen("http://{proxy}:8000/sentiment?text=a+great+day", timeout=10)
+listed = subprocess.run(["servefleet", "replicas", "--json", "--controller", "{ctl}:7373"],
+                        capture_output=True, text=True, check=True).stdout
+print(json.dumps({{"status": reply.status, "body": json.loads(reply.read()),
+                  "replicas": json.loads(listed)}}))
+"""
+
+
+def test_replicas_on_an_overlay_network_serve_at_their_own_address(swarm, tmp_path) -> None:
+    """Controller, proxy and client are containers on an attachable overlay
+    network (nothing on the host reaches it); the replicas join it and are
+    recorded at their task addresses there."""
+    name = f"sf{uuid.uuid4().hex[:8]}"
+    network = swarm.networks.create(name, driver="overlay", attachable=True)
+    (tmp_path / "apps.yaml").write_text(APPS_ON_OVERLAY)
+
+    def run(container: str, *command: str, **options):
+        return swarm.containers.run(IMAGE, list(command), name=f"{name}-{container}",
+                                    network=name, detach=True, **options)
+    started = []
+    try:
+        started.append(run(
+            "ctl", "servefleet", "controller", "--store", "sqlite:////tmp/state.db",
+            "--listen", "0.0.0.0:7373", "--advertise", f"{name}-ctl:7373",
+            "--cluster", name, "--runtime", "swarm", "--docker-network", name,
+            "--docker-code", "image", "--docker-image", IMAGE,
+            "--allow-working-dir", "/opt/servefleet/examples",
+            volumes=["/var/run/docker.sock:/var/run/docker.sock"]))
+        started.append(run("proxy", "servefleet", "proxy", "--listen", "0.0.0.0:8000",
+                           "--controller", f"{name}-ctl:7373"))
+
+        def client(*command: str) -> str:
+            return swarm.containers.run(
+                IMAGE, list(command), network=name, remove=True,
+                volumes=[f"{tmp_path}:/config:ro"]).decode()
+        client("servefleet", "deploy", "/config/apps.yaml", "--wait", "--timeout", "120",
+               "--controller", f"{name}-ctl:7373")
+        script = CLIENT.format(proxy=f"{name}-proxy", ctl=f"{name}-ctl")
+        seen = wait_for(lambda: _answered(client, script), 60, "an answer through the proxy")
+        assert seen["body"]["label"] == "positive"
+        network.reload()
+        subnet = network.attrs["IPAM"]["Config"][0]["Subnet"]
+        addresses = {r["record"]["http_address"].rsplit(":", 1)[0] for r in seen["replicas"]}
+        assert len(addresses) == 2, seen["replicas"]
+        assert all(ipaddress.ip_address(a) in ipaddress.ip_network(subnet)
+                   for a in addresses), (addresses, subnet)
+    finally:
+        for container in started:
+            print(container.logs(tail=40).decode(errors="replace"))
+            container.remove(force=True)
+        for service in swarm.services.list(filters={"label": f"{LABEL}cluster={name}"}):
+            service.remove()
+        wait_for(lambda: not swarm.containers.list(
+            all=True, filters={"label": f"{LABEL}cluster={name}"}), 60, "replicas gone")
+        wait_for(lambda: _removed(network), 60, "the network removed")
+
+
+def _removed(network) -> bool:
+    """Swarm frees a network a little after its last task is gone."""
+    import docker.errors
+
+    try:
+        network.remove()
+    except docker.errors.NotFound:
+        return True
+    except docker.errors.APIError:
+        return False
+    return True
+
+
+def _answered(client, script: str) -> dict | None:
+    try:
+        seen = json.loads(client("python3", "-c", script).strip().splitlines()[-1])
+    except Exception as e:
+        print("no answer yet:", repr(e)[-400:])  # shown if the test fails
+        return None
+    return seen if seen["status"] == 200 else None

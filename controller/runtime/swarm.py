@@ -11,10 +11,14 @@ shares):
   finds a cluster's replicas after a failover;
 - restart condition `none`: Swarm never restarts a replica; one replica per
   service (replicated mode, 1);
-- host networking: the task binds the ports the controller chose, on the
-  node Swarm picked, whose address (the node's `Status.Addr`) is recorded
-  with the replica (a taken port makes the replica exit with code 3, which
-  the controller retries like any bind failure);
+- host networking (the default): the task binds the ports the controller
+  chose, on the node Swarm picked, whose address (the node's `Status.Addr`)
+  is recorded with the replica (a taken port makes the replica exit with
+  code 3, which the controller retries like any bind failure);
+- an overlay network instead (`--docker-network NAME`, attachable): the task
+  binds fixed ports on its own address there, which is recorded; services
+  use DNS round robin, not a virtual IP, since nothing reaches a replica by
+  its service's name; proxies and controllers must be on that network too;
 - the settings file is a Swarm config mounted at SETTINGS_PATH (with TLS,
   the CA and certificate are configs and the key a secret), made before the
   service and removed after it;
@@ -75,13 +79,16 @@ class SwarmRuntime(DockerRuntime):
 
         client = self._docker()
         name = self._name(launch.cluster, launch.replica_id)
+        host_network = self._network == "host"
+
+        def port(fixed: int) -> int:
+            return free_port(self._host) if host_network else fixed
         command = ReplicaCommand(
             cluster=launch.cluster, application=launch.application,
             deployment=launch.deployment, replica_id=launch.replica_id,
             version=launch.version, host="0.0.0.0", config_file=SETTINGS_PATH,
-            control_port=free_port(self._host), http_port=free_port(self._host),
-            metrics_port=free_port(self._host),
-            grpc_port=free_port(self._host) if launch.serves_grpc else 0)
+            control_port=port(7400), http_port=port(7401), metrics_port=port(7402),
+            grpc_port=port(7403) if launch.serves_grpc else 0)
         labels = {LABEL + k: v for k, v in {
             "cluster": launch.cluster, "application": launch.application,
             "deployment": launch.deployment, "replica-id": launch.replica_id,
@@ -108,7 +115,7 @@ class SwarmRuntime(DockerRuntime):
                 "name": name, "labels": labels, "container_labels": labels,
                 "command": ["python3", "-m", MODULE], "args": command.argv(),
                 "env": [f"{k}={v}" for k, v in env.items()],
-                "networks": ["host"], "endpoint_spec": EndpointSpec(mode="dnsrr"),
+                "networks": [self._network], "endpoint_spec": EndpointSpec(mode="dnsrr"),
                 "restart_policy": RestartPolicy(condition="none"),
                 "mode": ServiceMode("replicated", replicas=1),
                 "configs": configs, "secrets": secrets,
@@ -131,7 +138,7 @@ class SwarmRuntime(DockerRuntime):
             self._remove_files(launch.replica_id)
             raise RuntimeStartError(f"Swarm refused the service: {e.explanation or e}") from None
         node = self._placed(service)
-        logger.info("started replica %s as service %s on node %s", launch.replica_id,
+        logger.info("started replica %s as service %s at %s", launch.replica_id,
                     service.short_id, node)
         return RuntimeReplica(
             replica_id=launch.replica_id, cluster=launch.cluster,
@@ -143,15 +150,15 @@ class SwarmRuntime(DockerRuntime):
             grpc_address=command.address(command.grpc_port, node))
 
     def _placed(self, service: Any) -> str:
-        """The address of the node running the service's task, once Swarm placed
-        it; RuntimeStartError (and the service removed) when it cannot."""
+        """The replica's address once Swarm placed its task (see _address);
+        RuntimeStartError (and the service removed) when it cannot."""
         deadline = time.monotonic() + PLACE_TIMEOUT_S
         while True:
             task = self._task(service) or {}
             status = task.get("Status", {})
             state = status.get("State", "")
-            if state in ("starting", "running") and task.get("NodeID"):
-                return self._node_address(task["NodeID"])
+            if state in ("starting", "running") and self._address(task):
+                return self._address(task)
             if state in _ENDED or time.monotonic() > deadline:
                 reason = status.get("Err") or status.get("Message") or state or "no task"
                 self._remove(service)
@@ -163,6 +170,18 @@ class SwarmRuntime(DockerRuntime):
     def _task(self, service: Any) -> dict[str, Any] | None:
         tasks = service.tasks()
         return max(tasks, key=lambda t: t.get("CreatedAt", "")) if tasks else None
+
+    def _address(self, task: dict[str, Any]) -> str:
+        """Where the task's replica answers: its node's address on the host
+        network, its own address on an overlay network; "" before it has one."""
+        if self._network == "host":
+            return self._node_address(task["NodeID"]) if task.get("NodeID") else ""
+        for attachment in task.get("NetworksAttachments") or []:
+            network = attachment.get("Network", {})
+            if self._network in (network.get("ID"), network.get("Spec", {}).get("Name")):
+                addresses = attachment.get("Addresses") or [""]
+                return addresses[0].split("/")[0]
+        return ""
 
     def _node_address(self, node_id: str) -> str:
         address = self._docker().nodes.get(node_id).attrs.get("Status", {}).get("Addr", "")
@@ -217,7 +236,7 @@ class SwarmRuntime(DockerRuntime):
         status = (task or {}).get("Status", {})
         # Alive until the task ended: a task still being prepared is no exit.
         running = task is not None and status.get("State") not in _ENDED
-        node = self._node_address(task["NodeID"]) if task and task.get("NodeID") else ""
+        node = self._address(task) if task else ""
         exit_code = status.get("ContainerStatus", {}).get("ExitCode")
         return RuntimeReplica(
             replica_id=labels.get(LABEL + "replica-id", ""),
