@@ -116,7 +116,8 @@ class ControllerServer:
             from .runtime.swarm import SwarmRuntime
 
             return SwarmRuntime(self.config.cluster, self.config.docker_image,
-                                self.config.docker_network, mount_working_dir=self.config.docker_code == "mount",
+                                self.config.docker_network,
+                                mount_working_dir=self.config.docker_code == "mount",
                                 replica_tls=self.config.replica_tls)
         if self.config.runtime == "docker":
             from .runtime.docker import DockerRuntime
