@@ -18,7 +18,8 @@ import pytest
 from test_docker_runtime import IMAGE, LABEL, deployment, docker_client, echo_spec, healthy
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
+from servefleet.security.certs import init_certs
+from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.v1 import replica_pb2
 
 pytestmark = pytest.mark.slow
@@ -135,6 +136,36 @@ def test_a_new_leader_adopts_the_services_without_restarting_them(services, etcd
         finally:
             client.shutdown()
     wait_for(lambda: not services(), 60, "the services removed")
+
+
+def test_with_tls_replicas_get_their_certificate_as_a_config_and_key_as_a_secret(
+        services, swarm, cluster, tmp_path) -> None:
+    certs = tmp_path / "certs"
+    init_certs(certs)
+    controller = ControllerProcess(
+        f"sqlite://{tmp_path}/state.db", cluster=cluster, runtime="swarm", log_dir=tmp_path,
+        certs=certs, extra_args=["--allow-working-dir", "/", "--allow-image", "*"]).start()
+    try:
+        with ControllerClient([controller.address], timeout=30,
+                              credentials=controller.credentials) as client:
+            client.deploy(echo_spec(1))
+            # RUNNING means the controller's health checks passed over mutual
+            # TLS: the replica found its files where the secret and configs put them.
+            wait_for(healthy(client, 1), 120, "the replica RUNNING over mutual TLS")
+            (service,) = services()
+            spec = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]
+            secrets = {s["File"]["Name"] for s in spec.get("Secrets", [])}
+            configs = {c["File"]["Name"] for c in spec.get("Configs", [])}
+            assert any(name.endswith(".key") for name in secrets), secrets
+            assert not any(name.endswith(".key") for name in configs), configs
+            assert any(name.endswith(".crt") for name in configs), configs
+            client.shutdown()
+    finally:
+        controller.stop()
+    wait_for(lambda: not services(), 60, "the service removed")
+    flt = {"label": f"{LABEL}cluster={cluster}"}
+    wait_for(lambda: not swarm.secrets.list(filters=flt) and not swarm.configs.list(filters=flt),
+             60, "its secret and configs removed")
 
 
 APPS_ON_OVERLAY = """
