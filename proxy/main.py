@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from servefleet.dataplane.grpc_forward import GrpcChannels
 from servefleet.dataplane.load_report import LoadReporter
+from servefleet.dataplane.metrics import publish_pools
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
 from servefleet.security.tls import Credentials
@@ -63,6 +64,8 @@ class ProxyOptions:
     metrics: bool = True
     # HOST:PORT of the gRPC ingress (grpc_ingress.py); None: no gRPC.
     grpc_listen: str | None = None
+    # This process's number among `--workers` (workers.py), or None: the only proxy.
+    worker: int | None = None
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -80,6 +83,7 @@ async def serve(options: ProxyOptions) -> None:
         app.metrics_enabled = options.metrics
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
+                                         reuse_port=options.worker is not None,
                                          server_header=False,
                                          timeout_graceful_shutdown=int(options.drain_timeout_s),
                                          ssl_certfile=options.tls_cert,
@@ -101,12 +105,15 @@ async def serve(options: ProxyOptions) -> None:
                                         else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(options.controllers, [ROUTES_KEY, replicas_key()],
                               on_snapshot=state.apply, kind=watch_pb2.WATCHER_KIND_PROXY,
-                              address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}",
+                              address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}" + (
+                                  f"-w{options.worker}" if options.worker is not None else ""),
                               credentials=options.credentials)
         reporter = LoadReporter(watcher, traffic=app.traffic)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
+        publishing = asyncio.create_task(publish_pools()) if options.worker is not None \
+            else None
         logger.info("proxy %s listening on %s (%s)%s, watching %s", watcher.watcher_id,
                     options.listen, "HTTPS" if options.tls_cert else "HTTP",
                     f" and {options.grpc_listen} (gRPC)" if options.grpc_listen else "",
@@ -127,6 +134,8 @@ async def serve(options: ProxyOptions) -> None:
             await stopped
             await channels.close()
         reporting.cancel()
+        if publishing is not None:
+            publishing.cancel()
         await watcher.close()
     finally:
         upstream.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -53,6 +54,7 @@ from servefleet.wire import (
 
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
+from .user_threads import UserThreads
 
 logger = logging.getLogger(__name__)
 # starlette takes response headers as str.
@@ -178,6 +180,8 @@ class ReplicaApp:
         self.admission = admission
         self.metrics = metrics or ReplicaMetrics("", "", replica_id, lambda: admission.ongoing)
         self.executor = executor
+        # Plain `def` handlers run here (user_threads.py: cheaper than the executor per call).
+        self.threads = UserThreads(max(8, admission.max_ongoing), "user-http")
         self.replica_id = replica_id
         self.deployment: UserDeployment | None = None
         # Turns handle markers in a handle call's arguments into handles.
@@ -324,9 +328,7 @@ class ReplicaApp:
         try:
             if is_async_callable(target):
                 return await target(*args, **kwargs)
-            context = contextvars.copy_context()
-            thread = asyncio.get_running_loop().run_in_executor(
-                self.executor, lambda: context.run(target, *args, **kwargs))
+            thread = self.threads.call(functools.partial(target, *args, **kwargs))
             result = await asyncio.shield(thread)
             return (await result) if inspect.isawaitable(result) else result
         except asyncio.CancelledError:

@@ -136,6 +136,7 @@ async def run(settings: ReplicaSettings) -> int:
         await metrics_server.shutdown()
     await control.stop(0.5)
     replica.executor.shutdown(wait=False, cancel_futures=True)
+    replica.app.threads.shutdown()
     failed = replica.phase == PHASE.REPLICA_PHASE_FAILED
     logger.info("replica %s exiting", settings.replica_id)
     return EXIT_FAILED if failed else 0

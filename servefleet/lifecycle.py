@@ -67,8 +67,11 @@ class HttpServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-async def start_http_server(app: Any, host: str, port: int, **options: Any) -> HttpServer:
+async def start_http_server(app: Any, host: str, port: int, reuse_port: bool = False,
+                            **options: Any) -> HttpServer:
     """A listening uvicorn server; OSError if the address cannot be bound.
+    With `reuse_port` other processes may listen on the same address too
+    (SO_REUSEPORT: the kernel spreads new connections over them).
 
     Stop it with `await server.shutdown()`.
     """
@@ -77,14 +80,29 @@ async def start_http_server(app: Any, host: str, port: int, **options: Any) -> H
     server = HttpServer(config)
     config.load()
     server.lifespan = config.lifespan_class(config)
+    sockets = [_shared_socket(host, port)] if reuse_port else None
     try:
-        await server.startup()
+        await server.startup(sockets)
     except SystemExit:  # uvicorn exits when it cannot bind
         raise OSError(f"cannot listen on {host}:{port}") from None
     await server.on_tick(0)  # sets the default headers
     if config.date_header:
         server.keep_date_current()
     return server
+
+
+def _shared_socket(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(
+        host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(sockaddr)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def can_bind(address: str) -> bool:

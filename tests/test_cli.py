@@ -152,6 +152,16 @@ def test_controller_usage_errors(args: list[str], message: str) -> None:
     assert message in one_clean_line(result.stderr)
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["proxy", "--workers", "0"], "--workers"),
+    (["up", "--proxy-workers", "65"], "--proxy-workers"),
+])
+def test_worker_counts_are_bounded(args: list[str], message: str) -> None:
+    result = servefleet(*args)
+    assert result.returncode == 2
+    assert message in one_clean_line(result.stderr)
+
+
 @pytest.mark.parametrize("timeout", ["nan", "0", "-1", "inf"])
 def test_bad_timeout_is_a_usage_error(timeout: str) -> None:
     result = servefleet("status", "--timeout", timeout)

@@ -83,7 +83,7 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
     dashboard = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([sys.executable, "-m", "servefleet", "up", str(config),
                              "--state-dir", str(state), "--http", http, "--listen", listen,
-                             "--dashboard", dashboard],
+                             "--dashboard", dashboard, "--proxy-workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     stdout = proc.stdout
@@ -100,6 +100,11 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
         children = _children(proc.pid)
         replicas = _replicas(state)
         assert len(children) == 2 and len(replicas) == 2  # controller, proxy; Front, Adder
+        (proxy,) = [p for p in children
+                    if b"proxy" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")]
+        workers = _children(proxy)
+        assert len(workers) == 2  # --proxy-workers 2
+        children += workers
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(120)

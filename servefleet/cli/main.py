@@ -79,6 +79,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 def cmd_proxy(args: argparse.Namespace) -> int:
     from servefleet.proxy.main import ProxyOptions, serve
+    from servefleet.proxy.workers import Supervisor, worker_index
     from servefleet.security.tokens import TokenFileError
 
     host, sep, port = args.listen.rpartition(":")
@@ -97,7 +98,13 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
         if path and not os.path.isfile(path):
             raise UsageError(f"{flag} {path}: no such file")
+    if not 1 <= args.workers <= 64:
+        raise UsageError("--workers: between 1 and 64")
+    worker = worker_index()
+    if args.workers > 1 and worker is None:
+        return Supervisor(args.argv, args.workers).run()
     options = ProxyOptions(
+        worker=worker,
         controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
@@ -215,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
                        help="also serve gRPC ingress here: users' services, routed by the "
                             "'application' metadata key (default: none)")
+    proxy.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="proxy processes sharing the port (SO_REUSEPORT), each with its "
+                            "own Watch stream; /-/metrics sums them (default 1)")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
                        help="answer 504 when a request takes longer (default: no limit)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
@@ -285,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
         logs.configure(args.command, args.log_level, args.log_format)
     except ValueError as e:  # a bad SERVEFLEET_LOG_FORMAT

@@ -193,6 +193,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     request = None
     if args.try_file and not os.path.isfile(args.try_file):
         raise UsageError(f"--try-file {args.try_file}: no such file")
+    if not 1 <= args.proxy_workers <= 64:
+        raise UsageError("--proxy-workers: between 1 and 64")
     if args.config:
         try:
             request = load_config(args.config)
@@ -226,7 +228,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         metrics = ["--metrics-listen", dashboard] if dashboard else []
         cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
                           [*certs, *metrics, *(f"--allow-working-dir={d}" for d in code_dirs)],
-                          [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else [])],
+                          [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else []),
+                           *(["--workers", str(args.proxy_workers)]
+                             if args.proxy_workers > 1 else [])],
                           Credentials(tls))
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
         if grpc_listen:
@@ -318,6 +322,9 @@ def add_command(commands) -> None:
     up.add_argument("--grpc", default=None, metavar="HOST:PORT",
                     help="where the proxy serves gRPC ingress (default: the config's "
                          "grpc_options.port, else nowhere)")
+    up.add_argument("--proxy-workers", type=int, default=1, metavar="N",
+                    help="proxy processes sharing the HTTP port (servefleet proxy "
+                         "--workers; default 1)")
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
     up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",

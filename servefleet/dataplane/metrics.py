@@ -10,16 +10,19 @@
 - servefleet_sent_requests{application, deployment}: requests handed to a
   replica and not yet answered, now.
 
-The gauges are read from the pools when scraped, not kept per request.
+The gauges are read from the pools when scraped, not kept per request
+(with `--workers`, copied every 0.5 s: publish_pools).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -63,5 +66,37 @@ class _Pools(Collector):
         yield sent
 
 
+    def publish(self, gauges: tuple[Gauge, Gauge], shown: set[tuple[str, str]]) -> None:
+        """Copy the pools into multiprocess gauges (zero the ones gone since)."""
+        queued, sent = gauges
+        now: set[tuple[str, str]] = set()
+        for sets in list(self._sets):
+            for key, pool in list(sets.pools.items()):
+                queued.labels(*key).set(pool.queued)
+                sent.labels(*key).set(pool.ongoing)
+                now.add(key)
+        for key in shown - now:
+            queued.labels(*key).set(0)
+            sent.labels(*key).set(0)
+        shown.clear()
+        shown.update(now)
+
+
 POOLS = _Pools()
-REGISTRY.register(POOLS)
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    REGISTRY.register(POOLS)
+
+
+async def publish_pools(interval_s: float = 0.5) -> None:
+    """For a proxy among `--workers` (its metrics are summed across processes
+    through prometheus_client's multiprocess files, which a collector called
+    at scrape time cannot join): the same two gauges, copied every interval."""
+    gauges = (
+        Gauge("servefleet_queued_requests", "requests waiting for a replica with room",
+              ["application", "deployment"], multiprocess_mode="livesum"),
+        Gauge("servefleet_sent_requests", "requests handed to a replica and not yet answered",
+              ["application", "deployment"], multiprocess_mode="livesum"))
+    shown: set[tuple[str, str]] = set()
+    while True:
+        POOLS.publish(gauges, shown)
+        await asyncio.sleep(interval_s)

@@ -10,13 +10,16 @@ servefleet.metrics.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
+    CollectorRegistry,
     disable_created_metrics,
     generate_latest,
+    multiprocess,
 )
 
 # No `_created` series beside every counter and histogram: a fifth fewer lines
@@ -29,7 +32,13 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 def render() -> tuple[bytes, str]:
-    """(body, content type) of this process's metrics."""
+    """(body, content type) of this process's metrics; with
+    PROMETHEUS_MULTIPROC_DIR set (a proxy among `--workers`), the sum over
+    every process that writes there."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
