@@ -1,20 +1,27 @@
 """Data-plane throughput and latency, with wrk, beside the raw app ceiling.
 
-    .venv/bin/python bench/data_plane.py [--duration 10] [--handler async|sync] [--tls]
+    .venv/bin/python bench/data_plane.py [--duration 5] [--rounds 3]
+        [--handler async|sync|both] [--workers N] [--tls] [--metrics]
                                                          (needs Debian's wrk)
 
 Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
 ceiling of this machine), and `servefleet proxy` in front of one no-op
-replica (controller on sqlite, process runtime). The no-op is `async def`,
-the same handler as the raw app's; `--handler sync` measures a plain `def`,
-which the replica runs in its thread pool. For 1, 16 and 64
-connections it prints requests/s, p50 and p99 for both, and the proxy's share
-of the ceiling. Goals (issue 4): >= 4,000 rps through one proxy to one replica
-at 16 connections, >= 0.25 of the raw app; p50 <= 1.5 ms at one connection.
+replica (controller on sqlite, process runtime), for `async def` and plain
+`def` no-ops. The share is always of the raw app with an `async def`
+handler (the machine's ceiling); beside the plain-def rows, the raw app
+with a plain def handler (which Starlette runs in its thread pool) is shown
+too. For 1, 16 and 64 connections, raw and proxy run alternately `--rounds`
+times, and it prints the median and the min-max spread of requests/s, p50
+and p99, and of the proxy's share of the raw app (each round's proxy over
+the same round's raw). Goals (issue 20), at 16 connections: async >= 0.45 of raw,
+sync >= 0.35; p50 at 1 connection <= 0.4 ms.
 
-With --tls a second proxy serves HTTPS (--tls-cert/--tls-key, a certificate
-from `servefleet certs init`) in front of the same replica, and the same
-runs go to it: TLS on vs off, side by side (issue 13).
+With --workers N a second proxy runs with `--workers N` in front of the
+same replica, measured in the same rounds.
+
+With --tls a proxy serves HTTPS (--tls-cert/--tls-key, a certificate from
+`servefleet certs init`) in front of the same replica, measured in the same
+rounds: TLS on vs off, side by side (issue 13).
 
 With --metrics, at 16 connections: a proxy started with --no-metrics beside
 the default one, and the default one again while a client scrapes its
@@ -28,12 +35,14 @@ import contextlib
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,7 +69,7 @@ def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
             "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
-def scraped(base: str, duration: int) -> dict[str, float]:
+def scraped(base: str, duration: int, path: str) -> dict[str, float]:
     """wrk at 16 connections while another thread GETs /-/metrics every 100 ms."""
     stop = threading.Event()
     times: list[float] = []
@@ -75,7 +84,7 @@ def scraped(base: str, duration: int) -> dict[str, float]:
     scraper = threading.Thread(target=scrape)
     scraper.start()
     try:
-        result = wrk(base + "/noop", 16, duration)
+        result = wrk(base + path, 16, duration)
     finally:
         stop.set()
         scraper.join()
@@ -95,12 +104,20 @@ def wait_ok(url: str, timeout: float = 60) -> None:
     raise TimeoutError(url)
 
 
+def spread(values: list[float], digits: int = 0) -> str:
+    """median [min-max]"""
+    return (f"{statistics.median(values):,.{digits}f} "
+            f"[{min(values):,.{digits}f}-{max(values):,.{digits}f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--handler", choices=["async", "sync"], default="async",
-                        help="the replica's no-op: `async def` like the raw app's handler "
-                             "(default), or a plain def, which takes a thread-pool hop")
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--handler", choices=["async", "sync", "both"], default="both")
+    parser.add_argument("--connections", default="1,16,64")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="also measure a proxy with this many --workers")
     parser.add_argument("--metrics", action="store_true",
                         help="also measure --no-metrics, and scraping every 100 ms")
     parser.add_argument("--tls", action="store_true",
@@ -108,75 +125,99 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk not found: apt-get install wrk")
+    handlers = ["async", "sync"] if args.handler == "both" else [args.handler]
+    counts = [int(c) for c in args.connections.split(",")]
     work = tempfile.mkdtemp(prefix="servefleet-dataplane-")
-    port = free_port()
-    raw = subprocess.Popen([sys.executable, str(HERE / "hello_app.py"), str(port)])
+    raw_ports = {h: free_port() for h in ["async", *(["sync"] if "sync" in handlers else [])]}
+    started: list[Any] = []
+    raws = {h: subprocess.Popen([sys.executable, str(HERE / "hello_app.py"), str(port),
+                                 *(["sync"] if h == "sync" else [])])
+            for h, port in raw_ports.items()}
     controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
-    proxy = https = bare = None
+    # results[handler][kind][connections] = one wrk result per round
+    results: dict[str, dict[str, dict[int, list[dict[str, float]]]]] = {}
     metrics_results: dict[str, dict[str, float]] = {}
     try:
         controller.start()
-        _wait_tcp(port, 30, raw, "hello app")
+        for h, port in raw_ports.items():
+            _wait_tcp(port, 30, raws[h], "hello app")
         while not controller.is_leader():
             time.sleep(0.05)
         with ControllerClient(controller.address) as client:
-            client.deploy(d.DeploymentSpec(
-                name="Noop", route_prefix="/noop",
-                import_path="echo_app:async_noop" if args.handler == "async" else "echo_app:noop",
-                runtime=d.RuntimeOptions(working_dir=APPS),
-                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
-        proxy = ProxyProcess([controller.address], log_dir=work).start()
-        wait_ok(proxy.url + "/noop")
+            for h in handlers:
+                client.deploy(d.DeploymentSpec(
+                    name=f"Noop{h}", route_prefix=f"/{h}",
+                    import_path="echo_app:async_noop" if h == "async" else "echo_app:noop",
+                    runtime=d.RuntimeOptions(working_dir=APPS),
+                    replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
+
+        def proxy(*extra: str) -> ProxyProcess:
+            started.append(ProxyProcess([controller.address], log_dir=work,
+                                        extra_args=list(extra)).start())
+            return started[-1]
+        targets = {"proxy": proxy().url}
+        if args.workers > 1:
+            targets[f"{args.workers} workers"] = proxy("--workers", str(args.workers)).url
         if args.tls:
             init_certs(f"{work}/certs")
-            https = ProxyProcess([controller.address], log_dir=work, extra_args=[
-                "--tls-cert", f"{work}/certs/proxy.crt", "--tls-key", f"{work}/certs/proxy.key"])
-            https.start()
-        results, tls_results = {}, {}
-        for connections in (1, 16, 64):
-            results[connections] = (wrk(f"http://127.0.0.1:{port}/noop", connections,
-                                        args.duration),
-                                    wrk(proxy.url + "/noop", connections, args.duration))
-            if https is not None:
-                tls_results[connections] = wrk(f"https://127.0.0.1:{https.port}/noop",
-                                               connections, args.duration)
+            https = proxy("--tls-cert", f"{work}/certs/proxy.crt",
+                          "--tls-key", f"{work}/certs/proxy.key")
+            targets["https"] = f"https://127.0.0.1:{https.port}"
+        for h in handlers:
+            for url in targets.values():
+                wait_ok(f"{url}/{h}")
+        for h in handlers:
+            raws_here = {"raw": raw_ports["async"]}
+            if h == "sync":
+                raws_here["raw (plain def)"] = raw_ports["sync"]
+            results[h] = {kind: {c: [] for c in counts} for kind in [*raws_here, *targets]}
+            for _ in range(args.rounds):
+                for c in counts:
+                    for kind, port in raws_here.items():
+                        results[h][kind][c].append(
+                            wrk(f"http://127.0.0.1:{port}/{h}", c, args.duration))
+                    for kind, url in targets.items():
+                        results[h][kind][c].append(wrk(f"{url}/{h}", c, args.duration))
         if args.metrics:
-            bare = ProxyProcess([controller.address], log_dir=work,
-                                extra_args=["--no-metrics"]).start()
-            wait_ok(bare.url + "/noop")
+            bare = proxy("--no-metrics")
+            h = handlers[0]
+            wait_ok(f"{bare.url}/{h}")
             metrics_results = {
-                "on": wrk(proxy.url + "/noop", 16, args.duration),
-                "off": wrk(bare.url + "/noop", 16, args.duration),
-                "scraped": scraped(proxy.url, args.duration)}
+                "on": wrk(f"{targets['proxy']}/{h}", 16, args.duration),
+                "off": wrk(f"{bare.url}/{h}", 16, args.duration),
+                "scraped": scraped(targets["proxy"], args.duration, f"/{h}")}
     finally:
-        for started in (proxy, https, bare):
-            if started is not None:
-                started.stop()
-        raw.terminate()
-        raw.wait()
+        for proc in started:
+            proc.stop()
+        for raw in raws.values():
+            raw.terminate()
+            raw.wait()
         with contextlib.suppress(Exception), ControllerClient(controller.address,
                                                               timeout=10) as client:
             client.shutdown()
         controller.stop()
-    print(f"servefleet data plane, {args.handler} no-op replica (wrk, 1 thread, "
-          f"{args.duration}s per run; goals: >= 4,000 rps and >= 0.25 of raw at 16 "
-          "connections, p50 <= 1.5 ms at 1)")
-    print(f"  {'connections':<12}{'raw rps':>10}{'raw p50':>10}{'raw p99':>10}"
-          f"{'proxy rps':>11}{'proxy p50':>11}{'proxy p99':>11}{'ratio':>8}{'errors':>8}")
-    for connections, (raw_r, proxy_r) in results.items():
-        print(f"  {connections:<12}{raw_r['rps']:>10.0f}{raw_r['p50']:>8.2f}ms"
-              f"{raw_r['p99']:>8.2f}ms{proxy_r['rps']:>11.0f}{proxy_r['p50']:>9.2f}ms"
-              f"{proxy_r['p99']:>9.2f}ms{proxy_r['rps'] / raw_r['rps']:>8.2f}"
-              f"{proxy_r['non2xx']:>8.0f}")
-    if tls_results:
-        print("  TLS on the proxy's ingress (same replica, same run):")
-        print(f"  {'connections':<12}{'http rps':>10}{'http p50':>10}{'https rps':>11}"
-              f"{'https p50':>11}{'https p99':>11}{'ratio':>8}")
-        for connections, tls in tls_results.items():
-            plain = results[connections][1]
-            print(f"  {connections:<12}{plain['rps']:>10.0f}{plain['p50']:>8.2f}ms"
-                  f"{tls['rps']:>11.0f}{tls['p50']:>9.2f}ms{tls['p99']:>9.2f}ms"
-                  f"{tls['rps'] / plain['rps']:>8.2f}")
+    report(results, metrics_results, args)
+
+
+def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
+           metrics_results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
+    print(f"servefleet data plane: wrk, 1 thread, {args.duration} s per run, raw and proxy "
+          f"alternately, {args.rounds} rounds; median [min-max]. Goals at 16 connections: "
+          "async >= 0.45 of raw, sync >= 0.35; p50 at 1 connection <= 0.4 ms")
+    for h, kinds in results.items():
+        print(f"  {h} no-op (share: of the raw app with an async def handler):")
+        print(f"    {'':<22}{'connections':>11}{'rps':>24}{'p50 ms':>22}{'p99 ms':>22}"
+              f"{'share of raw':>22}")
+        for kind, by_count in kinds.items():
+            for c, runs in by_count.items():
+                raw_runs = kinds["raw"][c]
+                share = "" if kind == "raw" else spread(
+                    [r["rps"] / w["rps"] for r, w in zip(runs, raw_runs, strict=True)], 2)
+                errors = sum(r["non2xx"] for r in runs)
+                print(f"    {kind:<22}{c:>11}{spread([r['rps'] for r in runs]):>24}"
+                      f"{spread([r['p50'] for r in runs], 2):>22}"
+                      f"{spread([r['p99'] for r in runs], 2):>22}{share:>22}"
+                      + (f"  {errors:.0f} non-2xx" if errors else ""))
     if metrics_results:
         on, off, scraped_r = (metrics_results[k] for k in ("on", "off", "scraped"))
         print("  Metrics at 16 connections (same replica, same run):")
@@ -184,8 +225,7 @@ def main() -> None:
               f"({on['rps'] / off['rps']:.2f} of off); on and scraped every 100 ms "
               f"{scraped_r['rps']:.0f} rps ({scraped_r['rps'] / on['rps']:.2f} of on, "
               f"{scraped_r['scrapes']:.0f} scrapes, {scraped_r['scrape_ms']:.1f} ms each)")
-    print(json.dumps({c: {"raw": r, "proxy": p, "proxy_tls": tls_results.get(c)}
-                      for c, (r, p) in results.items()}))
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":
