@@ -33,7 +33,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from functools import partial
 
@@ -43,7 +42,7 @@ from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
-from servefleet.logs import REQUEST_ID
+from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
 from servefleet.wire import (
@@ -208,7 +207,7 @@ class ProxyApp:
                          f"limit is {self._max_header_bytes}")
             return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
-                           if k == REQUEST_ID_HEADER and v), "") or uuid.uuid4().hex
+                           if k == REQUEST_ID_HEADER and v), "") or new_request_id()
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path == "/-/healthz":
             await _reply(send, 503 if self.draining else 200,
@@ -272,9 +271,10 @@ class ProxyApp:
         # The proxy's own --request-timeout-s, else the cluster's http_options.
         timeout = self._timeout or self._routes().request_timeout_s or None
         try:
-            await asyncio.wait_for(self._forward_until_disconnect(
-                scope, receive, send, pool, headers, request_id, started, shadow_pool),
-                timeout)
+            # In this task (wait_for would make one more per request on Python 3.11).
+            async with asyncio.timeout(timeout):
+                await self._forward_until_disconnect(scope, receive, send, pool, headers,
+                                                     request_id, started, shadow_pool)
         except TimeoutError:
             logger.warning("request %s timed out after %ss", request_id, timeout)
             if not started.value:  # else the answer can only be cut short
@@ -313,6 +313,10 @@ class ProxyApp:
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
                 raise  # cancelled from outside (the request timeout, shutdown)
+            # The watcher's cancel, handled: the task is no longer being cancelled.
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
             logger.info("request %s: the client went away; cancelled", request_id)
         finally:
             gone.cancel()

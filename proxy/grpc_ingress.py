@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -43,7 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
 from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
-from servefleet.logs import REQUEST_ID
+from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.security.tokens import TokenTable
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 from servefleet.wire import (
@@ -156,7 +155,7 @@ class GrpcProxy:
         service = method[1:].rpartition("/")[0]
         metadata = tuple(context.invocation_metadata() or ())
         request_id = next((str(v) for k, v in metadata if k == REQUEST_ID_METADATA_KEY and v),
-                          "") or uuid.uuid4().hex
+                          "") or new_request_id()
         REQUEST_ID.set(request_id)
         begun = time.perf_counter()
         application = next((str(v) for k, v in metadata if k == APPLICATION_METADATA_KEY), "")

@@ -27,7 +27,6 @@ import contextvars
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 import grpc
 
 from servefleet.grpc_servicers import Rpc, rpcs_of
-from servefleet.logs import REQUEST_ID
+from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
 from .http import Admission, is_async_callable
@@ -194,7 +193,7 @@ class GrpcIngress:
             raise AssertionError("not reached")
         metadata = context.invocation_metadata() or ()
         request_id = next((v for k, v in metadata if k == REQUEST_ID_METADATA_KEY), "")
-        REQUEST_ID.set(str(request_id) or uuid.uuid4().hex)
+        REQUEST_ID.set(str(request_id) or new_request_id())
         if not target.takes_context:
             return target, None
         remaining = context.time_remaining()

@@ -31,7 +31,6 @@ import inspect
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -40,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from servefleet.logs import REQUEST_ID
+from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.multiplex import MODEL_ID, loaded_model_ids
 from servefleet.wire import (
     METHOD_HEADER,
@@ -220,7 +219,7 @@ class ReplicaApp:
         for key, value in scope["headers"]:
             if key == REQUEST_ID_HEADER and value:
                 return value.decode("latin-1")
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]
         return request_id
 

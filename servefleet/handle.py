@@ -49,6 +49,7 @@ from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.replica_sets import ReplicaSets
 from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
+from servefleet.logs import new_request_id
 from servefleet.responses import (
     _END,
     DeploymentResponse,
@@ -117,7 +118,7 @@ class HandleRouter:
                    model_id: str = "") -> Any:
         body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
                            "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
                    (REQUEST_ID_HEADER, request_id.encode())]
         if model_id:
@@ -144,7 +145,7 @@ class HandleRouter:
         the generator at the replica."""
         body = json.dumps({"args": encode(list(args), _no_bound, "handle call args"),
                            "kwargs": encode(kwargs, _no_bound, "handle call kwargs")}).encode()
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         headers = [(b"content-type", b"application/json"), (METHOD_HEADER, method.encode()),
                    (STREAM_HEADER, b"1"), (REQUEST_ID_HEADER, request_id.encode())]
         if model_id:

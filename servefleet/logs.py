@@ -19,6 +19,7 @@ with the traceback.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import logging
 import os
@@ -29,6 +30,26 @@ from typing import Any
 ENV_FORMAT = "SERVEFLEET_LOG_FORMAT"
 FORMATS = ("text", "json")
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+class _RequestIds:
+    """New request ids: 32 hex digits like a uuid4's, made of a random prefix
+    per process (drawn again in a forked child) and a counter, so making one
+    costs no system call for randomness on the hot path."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self.prefix = os.urandom(6).hex()
+        self.count = itertools.count()
+
+    def new(self) -> str:
+        return f"{self.prefix}{next(self.count):020x}"
+
+
+new_request_id = _RequestIds().new
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

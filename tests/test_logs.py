@@ -110,3 +110,23 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
         client.shutdown()
         client.close()
         controller.stop()
+
+
+def test_request_ids_are_unique_hex_and_differ_in_a_forked_child() -> None:
+    import os
+
+    from servefleet.logs import new_request_id
+
+    ids = [new_request_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a forked replica must not repeat its parent's ids
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert child[:12] != ids[0][:12] and child not in ids
