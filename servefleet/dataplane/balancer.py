@@ -9,16 +9,39 @@ past `max_queued_requests` waiting (-1: no limit) it is refused with
 replica-set snapshot names it again. A request for a multiplexed model
 (multiplex.py) goes to a replica that holds it, else to one with room that
 holds the fewest models (ties: the model's rendezvous-hash order).
+
+Passive health (Envoy's outlier detection, Linkerd's failure accrual): a
+replica that holds requests and has answered none of them for a while, while
+another replica of the pool answered since, has hung (a deadlock, a stopped
+process, a stuck GPU call) as far as this router can tell. It is ejected:
+new requests go elsewhere for EJECT_BASE_S, doubling on each repeat up to
+EJECT_MAX_S; back from an ejection, it is on probation: one request at a
+time until it answers (a circuit breaker's half-open state), so a replica
+still hung costs one more request, not a fresh set. "A while" is STALL_FACTOR times the pool's typical time to an
+answer, at least STALL_MIN_S, so a replica that is slow but answers is not
+ejected, and a pool where every answer is slow ejects nobody. At most half
+a pool is ejected at once, and never its last replica. Requests already at
+the hung replica are not cut: they wait for it or for their timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+logger = logging.getLogger(__name__)
+STALL_MIN_S = 1.0
+STALL_FACTOR = 10.0
+EJECT_BASE_S = 5.0
+EJECT_MAX_S = 60.0
+MAX_EJECTED_SHARE = 0.5
 
 
 class Overloaded(Exception):
@@ -38,6 +61,13 @@ class Replica:
     grpc_address: str = ""
     # The multiplexed models it said it holds in its last answer.
     models: frozenset[str] = frozenset()
+    # Passive health: since when it holds requests without answering (its
+    # last answer, or when it went from idle to busy), and its ejections.
+    waiting_since: float = 0.0
+    ejected_until: float = 0.0
+    ejections: int = 0
+    # Ejected and not answered since: one request at a time.
+    probation: bool = False
 
 
 def _rank(model_id: str, replica_id: str) -> bytes:
@@ -63,6 +93,13 @@ class ReplicaPool:
     on_starved: Callable[[], None] | None = None
     # (application, deployment), for metrics and logs.
     key: tuple[str, str] = ("", "")
+    clock: Callable[[], float] = time.monotonic
+    # When any replica last answered, and a moving average of the time from
+    # sending a request to its answer's headers.
+    last_answer: float = 0.0
+    typical_s: float = 0.0
+    # Called with the replica on each ejection (metrics).
+    on_eject: Callable[[Replica], None] | None = None
 
     @property
     def queued(self) -> int:
@@ -84,10 +121,45 @@ class ReplicaPool:
     def mark_down(self, replica: Replica) -> None:
         self._down.add(replica.replica_id)
 
+    def note_answer(self, replica: Replica, sent_at: float) -> None:
+        """A replica answered (its response headers came) a request sent at `sent_at`."""
+        now = self.clock()
+        replica.waiting_since = self.last_answer = now
+        replica.probation = False
+        taken = now - sent_at
+        self.typical_s = taken if not self.typical_s else 0.9 * self.typical_s + 0.1 * taken
+
+    def _stall_s(self) -> float:
+        return max(STALL_MIN_S, STALL_FACTOR * self.typical_s)
+
+    def _eject_hung(self, now: float) -> None:
+        ejected = sum(r.ejected_until > now for r in self.replicas.values())
+        allowed = int(MAX_EJECTED_SHARE * len(self.replicas))
+        stall = self._stall_s()
+        for r in self.replicas.values():
+            if ejected >= allowed:
+                return
+            if (r.in_flight and r.ejected_until <= now and now - r.waiting_since > stall
+                    and self.last_answer > r.waiting_since):
+                r.ejections += 1
+                r.probation = True
+                r.ejected_until = now + min(EJECT_MAX_S,
+                                            EJECT_BASE_S * 2 ** (r.ejections - 1))
+                ejected += 1
+                logger.warning("%s/%s: replica %s holds %d requests and answered none for "
+                               "%.1f s while others answered: ejected for %.0f s", *self.key,
+                               r.replica_id, r.in_flight, now - r.waiting_since,
+                               r.ejected_until - now)
+                if self.on_eject is not None:
+                    self.on_eject(r)
+
     def _candidates(self, exclude: set[str]) -> list[Replica]:
+        now = self.clock()
+        self._eject_hung(now)
         return [r for r in self.replicas.values()
                 if r.in_flight < self.max_ongoing and r.replica_id not in self._down
-                and r.replica_id not in exclude]
+                and r.replica_id not in exclude and r.ejected_until <= now
+                and not (r.probation and r.in_flight)]
 
     def _pick(self, exclude: set[str], model_id: str = "") -> Replica | None:
         # Excluded replicas (tried already) only when nothing else has room: a
@@ -127,6 +199,7 @@ class ReplicaPool:
         if not self._waiters:
             replica = self._pick(exclude or set(), model_id)
             if replica is not None:
+                self._busy(replica)
                 replica.in_flight += 1
                 self.ongoing += 1
                 return replica
@@ -149,6 +222,10 @@ class ReplicaPool:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
+    def _busy(self, replica: Replica) -> None:
+        if not replica.in_flight:  # idle until now: not waiting for it before this
+            replica.waiting_since = self.clock()
+
     def close(self) -> None:
         """Fail every queued request: the deployment is no longer served."""
         while self._waiters:
@@ -169,6 +246,7 @@ class ReplicaPool:
                 return
             waiter = self._waiters.popleft()
             if not waiter.done():
+                self._busy(replica)
                 replica.in_flight += 1
                 self.ongoing += 1
                 waiter.set_result(replica)

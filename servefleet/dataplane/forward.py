@@ -63,7 +63,9 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     for attempt in range(1, MAX_ATTEMPTS + 1):
         replica = await pool.acquire(exclude=tried, model_id=model_id)
         try:
+            sent_at = pool.clock()
             response = await upstream.request(replica.address, method, target, headers, body)
+            pool.note_answer(replica, sent_at)  # passive health (balancer.py)
             pool.note_models(replica, response.header(MODELS_HEADER))
             try:
                 if (response.status == 503 and replayable(body)

@@ -5,6 +5,9 @@
   connection), `closed` (a kept-alive connection closed before any answer),
   or the replica's refusal: `overloaded`, `loading`, `draining` (`rejected`
   for any other value).
+- servefleet_ejections_total{application, deployment}: replicas this
+  process stopped sending new requests to because they held requests and
+  answered none while others answered (passive health, balancer.py).
 - servefleet_queued_requests{application, deployment}: requests waiting for
   a replica with room, now.
 - servefleet_sent_requests{application, deployment}: requests handed to a
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 RETRIES = Counter("servefleet_retries", "requests sent again to another replica",
                   ["application", "deployment", "reason"])
 REJECTION_REASONS = frozenset({"overloaded", "loading", "draining"})
+
+
+EJECTIONS = Counter("servefleet_ejections", "replicas set aside for answering nothing "
+                    "while others answered (passive health)", ["application", "deployment"])
 
 
 def retry_reason(refused: bool, message: str) -> str:

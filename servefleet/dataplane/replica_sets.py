@@ -16,7 +16,7 @@ from servefleet.wire import REPLICAS_KIND, parse_watch_key
 
 from .balancer import ReplicaPool
 from .grpc_forward import GrpcChannels
-from .metrics import POOLS
+from .metrics import EJECTIONS, POOLS
 from .upstream import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,11 @@ class ReplicaSets:
             grpc_after: set[str] = set()
         else:
             replicas = snapshot.replicas
-            pool = self.pools.setdefault((app, name), ReplicaPool(on_starved=self.on_starved,
-                                                                  key=(app, name)))
+            pool = self.pools.get((app, name))
+            if pool is None:
+                pool = self.pools[(app, name)] = ReplicaPool(
+                    on_starved=self.on_starved, key=(app, name),
+                    on_eject=lambda _replica, key=(app, name): EJECTIONS.labels(*key).inc())
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
                         replicas.max_ongoing_requests, replicas.max_queued_requests,
                         {e.replica_id: e.grpc_address for e in replicas.endpoints

@@ -1,0 +1,174 @@
+"""Passive health in the balancer (balancer.py), under a fake clock: a replica
+that holds requests and answers none while others answer is ejected; slow
+but answering replicas, all-slow pools and a pool's last replica are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from servefleet.dataplane import balancer
+from servefleet.dataplane.balancer import ReplicaPool
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool_of(count: int, clock: Clock, ejected: list[str] | None = None) -> ReplicaPool:
+    pool = ReplicaPool(max_ongoing=100, clock=clock,
+                       on_eject=lambda r: (ejected if ejected is not None else []).append(
+                           r.replica_id))
+    pool.update([(f"r{i}", f"127.0.0.1:{9000 + i}") for i in range(count)], 100, -1)
+    return pool
+
+
+async def answer_once(pool: ReplicaPool, clock: Clock, replica_id: str,
+                      took_s: float) -> None:
+    replica = pool.replicas[replica_id]
+    pool._busy(replica)
+    replica.in_flight += 1
+    sent = clock.now
+    clock.now += took_s
+    pool.note_answer(replica, sent)
+    replica.in_flight -= 1
+
+
+async def test_a_replica_holding_requests_and_answering_nothing_is_ejected() -> None:
+    clock, ejected = Clock(), []
+    pool = pool_of(2, clock, ejected)
+    hung = pool.replicas["r0"]
+    pool._busy(hung)
+    hung.in_flight = 3  # three requests sent to it, none answered
+    for _ in range(20):  # r1 keeps answering in 10 ms
+        await answer_once(pool, clock, "r1", 0.01)
+    clock.now += balancer.STALL_MIN_S  # past the threshold (10 x 10 ms < 1 s)
+    picks = {(await pool.acquire()).replica_id for _ in range(20)}
+    assert picks == {"r1"} and ejected == ["r0"]
+    assert hung.ejected_until == pytest.approx(clock.now + balancer.EJECT_BASE_S)
+
+    # Back after the period, on probation: one request at a time.
+    clock.now += balancer.EJECT_BASE_S + 0.1
+    hung.in_flight = 0  # its requests timed out meanwhile
+    assert {r.replica_id for r in pool._candidates(set())} == {"r0", "r1"}
+    pool._busy(hung)
+    hung.in_flight = 1  # the one request it may hold on probation
+    assert [r.replica_id for r in pool._candidates(set())] == ["r1"]
+    # Hung again: ejected for twice as long.
+    await answer_once(pool, clock, "r1", 0.01)
+    clock.now += balancer.STALL_MIN_S + 0.1
+    await answer_once(pool, clock, "r1", 0.01)
+    pool._candidates(set())
+    assert ejected == ["r0", "r0"]
+    assert hung.ejected_until == pytest.approx(clock.now + 2 * balancer.EJECT_BASE_S)
+
+
+async def test_a_slow_replica_that_answers_is_not_ejected() -> None:
+    clock, ejected = Clock(), []
+    pool = pool_of(2, clock, ejected)
+    for _ in range(50):  # r0 takes 10x as long as r1, but answers
+        await answer_once(pool, clock, "r1", 0.01)
+        await answer_once(pool, clock, "r0", 0.1)
+    slow = pool.replicas["r0"]
+    pool._busy(slow)
+    slow.in_flight = 1
+    clock.now += 0.5  # a slow request under way, well within the threshold
+    await answer_once(pool, clock, "r1", 0.01)
+    assert len(pool._candidates(set())) == 2 and ejected == []
+
+
+async def test_when_every_answer_is_slow_nobody_is_ejected() -> None:
+    clock, ejected = Clock(), []
+    pool = pool_of(2, clock, ejected)
+    for _ in range(10):  # every request takes 5 s
+        await answer_once(pool, clock, "r0", 5.0)
+        await answer_once(pool, clock, "r1", 5.0)
+    busy = pool.replicas["r0"]
+    pool._busy(busy)
+    busy.in_flight = 1
+    clock.now += 4.0  # 4 s into a 5 s request, while r1 answered earlier
+    assert ejected == [] and len(pool._candidates(set())) == 2
+
+
+async def test_never_the_last_replica_nor_more_than_half_a_pool() -> None:
+    clock, ejected = Clock(), []
+    alone = pool_of(1, clock, ejected)
+    replica = alone.replicas["r0"]
+    alone._busy(replica)
+    replica.in_flight = 1
+    alone.last_answer = clock.now + 0.5  # as if answers came from elsewhere
+    clock.now += 60
+    assert alone._candidates(set()) == [replica] and ejected == []
+
+    pool = pool_of(4, clock, ejected)
+    for rid in ("r0", "r1", "r2"):
+        pool._busy(pool.replicas[rid])
+        pool.replicas[rid].in_flight = 1
+    clock.now += 1
+    await answer_once(pool, clock, "r3", 0.01)
+    clock.now += balancer.STALL_MIN_S + 0.1
+    await answer_once(pool, clock, "r3", 0.01)
+    pool._candidates(set())
+    assert len(ejected) == 2  # half of 4, though three hang
+
+
+@pytest.mark.slow
+def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> None:
+    """Two replicas behind a proxy under load from 8 clients; one is SIGSTOPped
+    (hung, not dead: its connections stay open). Only the requests it holds
+    then fail (at the request timeout), plus the one probe it may take when
+    its ejection ends; everything else is answered by the other replica."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    import httpx
+    from loadgen import SteadyLoad
+
+    from servefleet.client import ControllerClient
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(d.DeploymentSpec(
+            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
+            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=4)))
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                             extra_args=["--request-timeout-s", "4"]).start()
+        stopped = 0
+        try:
+            wait_for(lambda: len([r for r in client.replicas()
+                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
+                     "2 replicas RUNNING")
+            url = proxy.url + "/slow?s=0.02"
+            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+            victim = client.replicas()[0].record
+            with SteadyLoad(url, concurrency=8) as load:
+                time.sleep(2)
+                before = load.ok
+                stopped = int(victim.handle.split(":")[0])
+                os.kill(stopped, signal.SIGSTOP)
+                time.sleep(10)
+            answered = load.ok - before
+            print(f"hung replica: {answered} answered in 10 s, {len(load.bad)} failed: "
+                  f"{load.bad[:6]}")
+            # Its 4 slots' worth at the moment it stopped, and one probe after
+            # its 5 s ejection; without ejection a fresh 4 every 4 s timeout.
+            assert len(load.bad) <= 5, load.bad
+            assert all(b.startswith("504") for b in load.bad), load.bad
+            assert answered > 100  # the other replica kept serving all 8 clients
+            metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
+            assert "servefleet_ejections_total{" in metrics
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            proxy.stop()
+            client.shutdown()
