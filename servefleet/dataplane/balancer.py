@@ -20,8 +20,9 @@ time until it answers (a circuit breaker's half-open state), so a replica
 still hung costs one more request, not a fresh set. "A while" is
 STALL_FACTOR times the pool's typical time to an answer, at least
 STALL_MIN_S, so a replica that is slow but answers is not ejected, and a
-pool where every answer is slow ejects nobody. At most half a pool is ejected at once, and never its last replica. Requests already at
-the hung replica are not cut: they wait for it or for their timeout.
+pool where every answer is slow ejects nobody. At most half a pool is
+ejected at once, and never its last replica. Requests already at the hung
+replica are not cut: they wait for it or for their timeout.
 """
 
 from __future__ import annotations
