@@ -57,9 +57,10 @@ class ReplicaSets:
             replicas = snapshot.replicas
             pool = self.pools.get((app, name))
             if pool is None:
+                ejections = EJECTIONS.labels(app, name)
                 pool = self.pools[(app, name)] = ReplicaPool(
                     on_starved=self.on_starved, key=(app, name),
-                    on_eject=lambda _replica, key=(app, name): EJECTIONS.labels(*key).inc())
+                    on_eject=lambda _replica: ejections.inc())
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
                         replicas.max_ongoing_requests, replicas.max_queued_requests,
                         {e.replica_id: e.grpc_address for e in replicas.endpoints
