@@ -19,6 +19,8 @@ shows the sum over all of them.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import select
@@ -42,6 +44,13 @@ METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 RESTART_DELAY_S = 1.0
 
 
+def _end_with_parent() -> None:
+    """In a worker before it runs: SIGTERM when the supervisor dies, even by
+    SIGKILL (Linux's PR_SET_PDEATHSIG), so no worker outlives it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def worker_index() -> int | None:
     """This process's worker number, or None when it is no worker."""
     value = os.environ.get(WORKER_ENV)
@@ -62,7 +71,8 @@ class Supervisor:
     def _spawn(self, index: int) -> None:
         env = {**os.environ, WORKER_ENV: str(index), METRICS_DIR_ENV: self._metrics_dir,
                NOTIFY_ENV: "@" + self._notify_name}
-        proc = subprocess.Popen(self._argv, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(self._argv, env=env, stdin=subprocess.DEVNULL,
+                                preexec_fn=_end_with_parent)
         self._workers[index] = (proc, time.monotonic())
         logger.info("worker %d started (pid %d)", index, proc.pid)
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
+from servefleet.testing import ProxyProcess, free_port, wait_for
 from servefleet.v1 import deployment_pb2 as d
 
 pytestmark = pytest.mark.slow
@@ -77,3 +77,28 @@ def test_two_workers_share_the_port_and_one_metrics_view(sqlite_fleet, tmp_path)
         finally:
             proxy.stop()
             client.shutdown()
+
+
+def test_workers_do_not_outlive_a_killed_supervisor(tmp_path) -> None:
+    proxy = ProxyProcess([f"127.0.0.1:{free_port()}"], log_dir=tmp_path,
+                         extra_args=["--workers", "2"]).start()  # no controller: still listens
+    assert proxy.proc is not None
+    try:
+        workers = wait_for(lambda: len(_workers(proxy.proc.pid)) == 2
+                           and _workers(proxy.proc.pid), 30, "two workers")
+        proxy.proc.kill()
+        proxy.proc.wait(10)
+        wait_for(lambda: not [pid for pid in workers if _alive(pid)], 30,
+                 "the workers gone with their supervisor")
+    finally:
+        for pid in _workers(proxy.proc.pid) if proxy.proc.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+        proxy.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

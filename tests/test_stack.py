@@ -10,7 +10,6 @@ SERVEFLEET_DOCKER_TESTS=required (test_compose.py's rules).
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from loadgen import SteadyLoad
 from test_compose import ETCD_IMAGE, IMAGE, _answers, _etcd_image, _unavailable
 from test_docker_runtime import LABEL
 from test_swarm_runtime import docker_client, swarm
@@ -116,25 +116,7 @@ def test_the_stack_serves_and_a_killed_controller_loses_no_request(stack, swarm)
 
     (container,) = swarm.containers.list(filters={
         "label": f"com.docker.swarm.service.name={name}_controller"})
-    failures: list[str] = []
-    sent = 0
-    stop = threading.Event()
-
-    def traffic() -> None:
-        nonlocal sent
-        with httpx.Client(timeout=10) as http:
-            while not stop.is_set():
-                sent += 1
-                try:
-                    reply = http.get(url, params={"text": "good"})
-                    if reply.status_code != 200:
-                        failures.append(f"{reply.status_code} {reply.text[:100]}")
-                except httpx.HTTPError as e:
-                    failures.append(repr(e))
-
-    thread = threading.Thread(target=traffic)
-    thread.start()
-    try:
+    with SteadyLoad(url + "?text=good", concurrency=2) as load:
         time.sleep(1)
         container.kill()  # SIGKILL: no resignation; Swarm starts a new task
         wait_for(lambda: _leader(controller) == controller and any(
@@ -142,11 +124,8 @@ def test_the_stack_serves_and_a_killed_controller_loses_no_request(stack, swarm)
                 "label": f"com.docker.swarm.service.name={name}_controller"})), 120,
             "a new controller task leading")
         time.sleep(2)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert sent > 50, sent
-    assert failures == [], failures[:5]
+    assert load.ok > 50, load.ok
+    assert load.bad == [], load.bad[:5]
 
     # The new controller adopted the replicas' services instead of replacing them.
     with ControllerClient([controller], timeout=30) as client:
