@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from servefleet.dataplane import balancer
 from servefleet.dataplane.balancer import ReplicaPool
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
@@ -16,6 +18,7 @@ REJECTED = b"HTTP/1.1 503 Service Unavailable\r\nx-servefleet-rejected: overload
            b"content-length: 4\r\n\r\nbusy"
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 CUT = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok"  # closes 8 bytes short
+HANG = b"hang"  # takes the request and never answers (a stopped process)
 
 
 async def _serve(answer: bytes, seen: list[bytes]) -> tuple[asyncio.Server, str]:
@@ -25,6 +28,9 @@ async def _serve(answer: bytes, seen: list[bytes]) -> tuple[asyncio.Server, str]
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))
                 seen.append(head.split(b" ")[1] + await reader.readexactly(length))
+                if answer is HANG:
+                    await reader.read()  # until the caller gives up and closes
+                    break
                 writer.write(answer)
                 await writer.drain()
                 if answer is CUT:
@@ -126,3 +132,37 @@ async def test_cancelling_frees_the_slot(replicas, upstream) -> None:
     with pytest.raises(asyncio.CancelledError):
         await call
     assert pool.replicas["r0"].in_flight == 0
+
+
+async def test_a_get_held_by_a_hung_replica_goes_to_another(replicas, upstream,
+                                                            monkeypatch) -> None:
+    monkeypatch.setattr(balancer, "STALL_MIN_S", 0.2)
+    pool, seen = await replicas(HANG, OK)
+    ok = pool.replicas["r1"]
+    ok.in_flight = pool.max_ongoing  # full for a moment: the first request goes to r0
+    first = asyncio.create_task(forward(pool, upstream, "GET", b"/a", [], b"", _body))
+    await asyncio.sleep(0.05)
+    ok.in_flight = 0
+    assert seen["r0"] == [b"/a"]
+    # r1 answers others meanwhile: r0 holding /a without answering is hung.
+    assert await forward(pool, upstream, "GET", b"/b", [], b"", _body) == (200, b"ok")
+    assert await asyncio.wait_for(first, 5) == (200, b"ok")
+    assert seen["r1"] == [b"/b", b"/a"]
+    assert pool.replicas["r0"].ejections == 1
+
+
+async def test_a_post_held_by_a_hung_replica_is_not_sent_again(replicas, upstream,
+                                                               monkeypatch) -> None:
+    monkeypatch.setattr(balancer, "STALL_MIN_S", 0.2)
+    pool, seen = await replicas(HANG, OK)
+    ok = pool.replicas["r1"]
+    ok.in_flight = pool.max_ongoing
+    post = asyncio.create_task(forward(pool, upstream, "POST", b"/a", [], b"x", _body))
+    await asyncio.sleep(0.05)
+    ok.in_flight = 0
+    assert await forward(pool, upstream, "GET", b"/b", [], b"", _body) == (200, b"ok")
+    await asyncio.sleep(0.6)  # three stall periods
+    assert not post.done() and seen["r1"] == [b"/b"]  # the replica may act on it: no retry
+    post.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await post

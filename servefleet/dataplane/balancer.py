@@ -129,29 +129,37 @@ class ReplicaPool:
         taken = now - sent_at
         self.typical_s = taken if not self.typical_s else 0.9 * self.typical_s + 0.1 * taken
 
-    def _stall_s(self) -> float:
+    def stall_s(self) -> float:
+        """How long a replica may hold requests without answering before it
+        counts as hung (while others answer)."""
         return max(STALL_MIN_S, STALL_FACTOR * self.typical_s)
 
-    def _eject_hung(self, now: float) -> None:
+    def eject(self, replica: Replica, now: float | None = None) -> bool:
+        """Set the replica aside for new requests (its period doubling on
+        repeats); False when that would pass the share of the pool that may be
+        ejected at once (never the last replica)."""
+        now = self.clock() if now is None else now
         ejected = sum(r.ejected_until > now for r in self.replicas.values())
-        allowed = int(MAX_EJECTED_SHARE * len(self.replicas))
-        stall = self._stall_s()
+        if replica.ejected_until > now or ejected >= int(MAX_EJECTED_SHARE * len(self.replicas)):
+            return False
+        replica.ejections += 1
+        replica.probation = True
+        replica.ejected_until = now + min(EJECT_MAX_S,
+                                          EJECT_BASE_S * 2 ** (replica.ejections - 1))
+        logger.warning("%s/%s: replica %s holds %d requests and answered none for %.1f s "
+                       "while others answered: ejected for %.0f s", *self.key,
+                       replica.replica_id, replica.in_flight, now - replica.waiting_since,
+                       replica.ejected_until - now)
+        if self.on_eject is not None:
+            self.on_eject(replica)
+        return True
+
+    def _eject_hung(self, now: float) -> None:
+        stall = self.stall_s()
         for r in self.replicas.values():
-            if ejected >= allowed:
-                return
             if (r.in_flight and r.ejected_until <= now and now - r.waiting_since > stall
                     and self.last_answer > r.waiting_since):
-                r.ejections += 1
-                r.probation = True
-                r.ejected_until = now + min(EJECT_MAX_S,
-                                            EJECT_BASE_S * 2 ** (r.ejections - 1))
-                ejected += 1
-                logger.warning("%s/%s: replica %s holds %d requests and answered none for "
-                               "%.1f s while others answered: ejected for %.0f s", *self.key,
-                               r.replica_id, r.in_flight, now - r.waiting_since,
-                               r.ejected_until - now)
-                if self.on_eject is not None:
-                    self.on_eject(r)
+                self.eject(r, now)
 
     def _candidates(self, exclude: set[str]) -> list[Replica]:
         now = self.clock()

@@ -19,21 +19,25 @@ Per attempt:
    connection are held, so its in-flight count covers the whole response.
 
 A failure after the request was sent (`UpstreamError`) is not retried: the
-replica may have acted on it. Nor is a streamed body once part of it past
-the held buffer was sent (body.py): it cannot be sent again. Cancelling the
-caller closes the connection, which makes the replica cancel the request in turn.
+replica may have acted on it. The exception: a GET or HEAD its replica holds
+without answering while other replicas answer (a hung replica, see
+`_request`) goes to another replica, and the hung one is ejected. Nor is a
+streamed body once part of it past the held buffer was sent (body.py): it
+cannot be sent again. Cancelling the caller closes the connection, which
+makes the replica cancel the request in turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from servefleet.wire import MODELS_HEADER, REJECTED_HEADER
 
-from .balancer import ReplicaPool
+from .balancer import Replica, ReplicaPool
 from .body import StreamedBody, replayable
 from .metrics import RETRIES, retry_reason
 from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
@@ -41,12 +45,55 @@ from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+# Requests that may be sent to a second replica after the first received them.
+RETRY_SAFE = frozenset({"GET", "HEAD"})
 
 T = TypeVar("T")
 
 
 class NoReplicaTook(Exception):
     """MAX_ATTEMPTS replicas in a row did not take the request."""
+
+
+class HungReplica(Exception):
+    """A request safe to send again got no answer from its replica while other
+    replicas answered: it goes to another one."""
+
+
+async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, method: str,
+                   target: bytes, headers: list[tuple[bytes, bytes]],
+                   body: bytes | StreamedBody, sent_at: float) -> Response:
+    """upstream.request, with a per-try timeout for requests safe to send twice
+    (GET and HEAD with a body held whole): when no answer came within the
+    pool's stall time (balancer.py) while another replica answered and this
+    one answered nothing since, the try is cancelled (its connection closed,
+    so the replica cancels the request if it ever wakes) and HungReplica
+    raised. Without that evidence the try goes on: a deployment whose answers
+    are all slow is not cut. No extra task: a timer cancels this one."""
+    if method not in RETRY_SAFE or not replayable(body):
+        return await upstream.request(replica.address, method, target, headers, body)
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    state: dict[str, Any] = {"hung": False}
+
+    def check() -> None:
+        if pool.last_answer > sent_at and replica.waiting_since <= sent_at:
+            state["hung"] = True
+            task.cancel()
+        else:
+            state["timer"] = loop.call_later(pool.stall_s(), check)
+
+    state["timer"] = loop.call_later(pool.stall_s(), check)
+    try:
+        return await upstream.request(replica.address, method, target, headers, body)
+    except asyncio.CancelledError:
+        if not state["hung"]:
+            raise
+        task.uncancel()
+        raise HungReplica() from None
+    finally:
+        state["timer"].cancel()
 
 
 async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
@@ -64,7 +111,8 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
         replica = await pool.acquire(exclude=tried, model_id=model_id)
         try:
             sent_at = pool.clock()
-            response = await upstream.request(replica.address, method, target, headers, body)
+            response = await _request(pool, upstream, replica, method, target, headers, body,
+                                      sent_at)
             pool.note_answer(replica, sent_at)  # passive health (balancer.py)
             pool.note_models(replica, response.header(MODELS_HEADER))
             try:
@@ -78,6 +126,13 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                 return await deliver(response)
             finally:
                 response.release()
+        except HungReplica:
+            tried.add(replica.replica_id)
+            pool.eject(replica)
+            RETRIES.labels(*pool.key, "hung").inc()
+            logger.warning("request %s: %s answered nothing while others answered; trying "
+                           "another replica (attempt %d)", request_id, replica.replica_id,
+                           attempt)
         except NotDelivered as e:
             tried.add(replica.replica_id)
             RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()

@@ -4,7 +4,8 @@
   to another replica because one did not take them; reason is `refused` (no
   connection), `closed` (a kept-alive connection closed before any answer),
   or the replica's refusal: `overloaded`, `loading`, `draining` (`rejected`
-  for any other value).
+  for any other value); `hung`: a GET or HEAD its replica held without
+  answering while others answered (forward.py).
 - servefleet_ejections_total{application, deployment}: replicas this
   process stopped sending new requests to because they held requests and
   answered none while others answered (passive health, balancer.py).
