@@ -5,13 +5,15 @@ it sent to replicas and awaits (ongoing). Its latest report replaces its
 previous one; a report older than STALE_S no longer counts (the reporter may
 be gone). `total` (queued + ongoing over all reporters) is the autoscaler's
 load signal; GetStatus shows `queued`. Kept per leader term: a new leader
-starts empty and fills up within one report period.
+starts empty and fills up within one report period. Reports also name the
+replicas their reporter has ejected (`suspects`), which the replica
+reconciler health-checks at once.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from servefleet.v1 import controller_pb2 as api
 
@@ -36,16 +38,22 @@ class LoadReports:
         # that reading one deployment's load does not visit every reporter.
         self._totals: dict[Key, tuple[int, int]] = {}
         self._keys: dict[str, Key] = {}  # report keys already checked
+        # reporter -> (when, the replica ids it has ejected)
+        self._ejected: dict[str, tuple[float, frozenset[str]]] = {}
         # reporter -> (when, {deployment: (requests/s, requests, p50 ms, p99 ms)})
         self._traffic: dict[str, tuple[float, dict[Key, tuple[float, int, float, float]]]] = {}
         self._swept_at = self._clock.monotonic()
 
     def record(self, reporter_id: str, queued: Mapping[str, int],
                ongoing: Mapping[str, int] | None = None,
-               traffic: Mapping[str, api.DeploymentTraffic] | None = None) -> None:
+               traffic: Mapping[str, api.DeploymentTraffic] | None = None,
+               ejected: Sequence[str] = ()) -> None:
         """Store a report; InvalidArgument (nothing stored) on a bad one."""
         if not reporter_id or len(reporter_id) > 128:
             raise InvalidArgument("reporter_id", "must be 1-128 characters")
+        if len(ejected) > MAX_KEYS or any(not 0 < len(r) <= 128 for r in ejected):
+            raise InvalidArgument("ejected", f"at most {MAX_KEYS} replica ids of 1-128 "
+                                  "characters")
         seen = self._parse_traffic(traffic or {})
         parsed: dict[Key, tuple[int, int]] = {}
         for field, counts in (("queued", queued), ("ongoing", ongoing or {})):
@@ -62,6 +70,17 @@ class LoadReports:
         self._add(parsed, 1)
         if seen or reporter_id in self._traffic:
             self._traffic[reporter_id] = (self._clock.monotonic(), seen)
+        if ejected:
+            self._ejected[reporter_id] = (self._clock.monotonic(), frozenset(ejected))
+        else:
+            self._ejected.pop(reporter_id, None)
+
+    def suspects(self) -> set[str]:
+        """Replicas a reporter ejected, by its reports of the last TRAFFIC_STALE_S
+        (passive health: they held requests and answered none)."""
+        now = self._clock.monotonic()
+        return {replica for at, ids in self._ejected.values() if now - at < TRAFFIC_STALE_S
+                for replica in ids}
 
     def _parse_traffic(self, traffic: Mapping[str, api.DeploymentTraffic]
                        ) -> dict[Key, tuple[float, int, float, float]]:

@@ -106,7 +106,8 @@ class LeaderTerm:
                              self.publisher.watching)
             self.replicas = ReplicaReconciler(
                 parts.keys, ops, self.loop, lambda: self.deployments.list(include_deleted=True),
-                parts.clock, on_change=self._deployment_changed)
+                parts.clock, on_change=self._deployment_changed,
+                suspects=lambda: self.load_reports.suspects())
             self.loop.add(self.replicas)
         self.builds = BuildReconciler(self.applications, self.loop, parts.build)
         self.loop.add(self.builds)

@@ -137,6 +137,9 @@ class FakeReplicaClient:
     def __init__(self, runtime: FakeRuntime) -> None:
         self._runtime = runtime
         self.unhealthy: set[str] = set()  # control addresses whose health checks fail
+        # Control addresses that answer nothing: a check with a long timeout
+        # hangs (until cancelled), a short one (<= 5 s) times out at once.
+        self.hung: set[str] = set()
         self.reconfigured: list[str] = []
 
     def _find(self, address: str) -> FakeLaunch:
@@ -159,6 +162,10 @@ class FakeReplicaClient:
 
     async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
         self._find(address)
+        if address in self.hung:
+            if timeout > 5:
+                await asyncio.Event().wait()
+            raise ReplicaCallError(f"CheckHealth timed out after {timeout:g}s")
         if address in self.unhealthy:
             raise ReplicaCallError("check_health raised RuntimeError: sick")
 

@@ -188,3 +188,30 @@ async def test_a_stop_that_keeps_failing_backs_off(world: FakeControlPlane) -> N
     assert 3 <= attempts <= 6, f"{attempts} attempts in 10 s"
     await world.settle(term, ticks=200, step_s=0.1)
     assert attempts == 7 and not world.runtime.alive(), "it is stopped in the end"
+
+
+async def test_a_replica_proxies_ejected_is_checked_at_once_and_replaced(
+        world: FakeControlPlane) -> None:
+    """Passive health's report: the suspect's check (2 s timeout) replaces a
+    routine one that hangs (30 s timeout), and one failure replaces it."""
+    import asyncio
+
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 2))
+    await world.settle(term)
+    sick = sorted(running_ids(term, "A"))[0]
+    (record,) = [i.record for i in term.observed.replica_infos() if i.record.replica_id == sick]
+    world.client.hung.add(record.control_address)
+
+    async def passes(count: int, step_s: float) -> None:
+        for _ in range(count):  # no wait for the work: a hung check never ends
+            world.clock.advance(step_s)
+            await term.loop.run_pass()
+            for _ in range(3):
+                await asyncio.sleep(0)
+    await passes(10, 0.6)
+    assert term.loop.busy(sick), "a routine check of it should hang by now"
+    term.load_reports.record("proxy-1", {}, {}, {}, [sick])
+    await passes(3, 0.1)
+    await world.settle(term, ticks=5)
+    assert sick not in running_ids(term, "A") and len(running_ids(term, "A")) == 2

@@ -62,3 +62,18 @@ def test_the_controller_adds_up_proxies_and_forgets_silent_ones() -> None:
     assert reports.traffic("a", "D") is None  # p1's report is too old now
     with pytest.raises(InvalidArgument, match="traffic"):
         reports.record("p3", {}, {}, {"a/D": api.DeploymentTraffic(requests=1, window_s=0)})
+
+
+def test_reports_name_the_replicas_their_reporter_ejected() -> None:
+    clock = FakeClock()
+    reports = LoadReports(clock)
+    reports.record("proxy-a", {}, {}, {}, ["Echo-1"])
+    reports.record("proxy-b", {}, {}, {}, ["Echo-1", "Echo-2"])
+    assert reports.suspects() == {"Echo-1", "Echo-2"}
+    reports.record("proxy-b", {}, {}, {}, [])  # b let them back in
+    assert reports.suspects() == {"Echo-1"}
+    clock.advance(3)  # a's report is stale: it may be gone
+    assert reports.suspects() == set()
+    with pytest.raises(InvalidArgument, match="ejected"):
+        reports.record("proxy-c", {}, {}, {}, ["x" * 200])
+    assert reports.suspects() == set()

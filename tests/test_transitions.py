@@ -119,3 +119,13 @@ def test_what_the_failure_record_learns() -> None:
     assert held.count == 0 and held.next_attempt_at == 11.0
     assert learned(counted, Outcome(view(), started=True), 11.0).count == 0
     assert learned(failures, Outcome(view(), incident="x"), 1.0).incident == "x"
+
+
+def test_a_suspect_that_fails_its_check_is_replaced_at_once() -> None:
+    """A replica proxies ejected is checked at once; one failure replaces it."""
+    out = apply(view(RUNNING), HealthChecked("health check failed: deadline", suspect=True),
+                current=True, now=1.0)
+    assert out.view is not None and "proxies stopped getting answers" in out.view.failure
+    assert out.incident
+    passed = apply(view(RUNNING), HealthChecked(), current=True, now=1.0)
+    assert passed.view == view(RUNNING)

@@ -207,13 +207,13 @@ class ReplicaOps:
         return Probed(loading=meta.phase == PHASE.REPLICA_PHASE_LOADING)
 
     async def check_health(self, record: replica_pb2.ReplicaRecord,
-                           timeout_s: float) -> HealthChecked:
+                           timeout_s: float, suspect: bool = False) -> HealthChecked:
         try:
             await self.client.check_health(record.control_address, timeout_s,
                                            replica_id=record.replica_id)
             return HealthChecked()
         except ReplicaCallError as e:
-            return HealthChecked(f"health check failed: {e}")
+            return HealthChecked(f"health check failed: {e}", suspect=suspect)
 
     async def reconfigure(self, record: replica_pb2.ReplicaRecord,
                           goal: records_pb2.DeploymentRecord) -> Reconfigured:

@@ -54,6 +54,10 @@ from .transitions import (
 )
 
 logger = logging.getLogger(__name__)
+# A replica a proxy or handle ejected is health-checked at once, with this
+# timeout (or the deployment's, if shorter), and again at most this often.
+SUSPECT_TIMEOUT_S = 2.0
+SUSPECT_RECHECK_S = 5.0
 DKey = tuple[str, str]
 Goals = Callable[[], list[records_pb2.DeploymentRecord]]
 
@@ -62,7 +66,8 @@ class ReplicaReconciler:
     name = "replicas"
 
     def __init__(self, keys: ClusterKeys, ops: ReplicaOps, loop: ReconcileLoop, goals: Goals,
-                 clock: Clock, on_change: Callable[[str, str], None] | None = None) -> None:
+                 clock: Clock, on_change: Callable[[str, str], None] | None = None,
+                 suspects: Callable[[], set[str]] = set) -> None:
         self._ops, self._loop, self._clock, self._goals = ops, loop, clock, GoalIndex(goals)
         self._on_change = on_change or (lambda app, name: None)
         self._inventory = Inventory(keys, ops, loop, clock, self._post)
@@ -73,6 +78,11 @@ class ReplicaReconciler:
         self._inbox: list[tuple[str, Observation]] = []
         self._starting: set[str] = set()  # replicas whose start is under way
         self._health = HealthSchedule()
+        # Replicas proxies or handles ejected (load reports), and when each was
+        # last checked for that: checked at once, at most every SUSPECT_RECHECK_S.
+        self._suspects = suspects
+        self._suspect_checked: dict[str, float] = {}
+        self._routine_checks: set[str] = set()  # replicas a periodic check is under way for
         self._dirty: set[DKey] = set()
         self._serving_changed: set[DKey] = set()
         self.observed = ObservedState()
@@ -131,6 +141,7 @@ class ReplicaReconciler:
             self._views.get(key, {}).pop(replica_id, None)
             self._records.pop(replica_id, None)
             self._health.forget(replica_id)
+            self._suspect_checked.pop(replica_id, None)
             self._loop.forget(replica_id)
         else:
             self._views[key][replica_id] = after
@@ -180,16 +191,39 @@ class ReplicaReconciler:
             self._goals.forget(key)
             self._dirty.add(key)
 
+    async def _routine_check(self, record: replica_pb2.ReplicaRecord,
+                             timeout_s: float) -> Observation:
+        self._routine_checks.add(record.replica_id)
+        try:
+            return await self._ops.check_health(record, timeout_s)
+        finally:
+            self._routine_checks.discard(record.replica_id)
+
     def _observe(self, key: DKey, views: dict[str, ReplicaView],
                  record: records_pb2.DeploymentRecord, goal: Goal, now: float) -> None:
         config = record.spec.replica_config
+        suspects = self._suspects()
         for view in list(views.values()):
             replica_id = view.replica_id
-            if view.failure or self._loop.busy(replica_id):
+            suspect = (view.state == RUNNING and replica_id in suspects
+                       and now - self._suspect_checked.get(replica_id, -SUSPECT_RECHECK_S)
+                       >= SUSPECT_RECHECK_S)
+            # A suspect's check replaces a routine one under way (whose timeout
+            # may be 30 s); any other operation on the replica goes first.
+            if view.failure or (self._loop.busy(replica_id) and not (
+                    suspect and replica_id in self._routine_checks)):
                 continue
-            if view.state == RUNNING:
+            if suspect:
+                self._suspect_checked[replica_id] = now
+                logger.info("replica %s of %s/%s: ejected by a proxy or handle; checking "
+                            "its health now", replica_id, *key)
+                self._run(replica_id, partial(
+                    self._ops.check_health, self._records[replica_id],
+                    min(config.health_check_timeout_s, SUSPECT_TIMEOUT_S), suspect=True),
+                    replace_work=True)
+            elif view.state == RUNNING:
                 if self._health.due(replica_id, now, config.health_check_period_s):
-                    self._run(replica_id, partial(self._ops.check_health, self._records[
+                    self._run(replica_id, partial(self._routine_check, self._records[
                         replica_id], config.health_check_timeout_s))
             elif view.state in (STARTING, RECOVERING):
                 expired = startup_deadline(view, now, goal.startup_timeout_s,

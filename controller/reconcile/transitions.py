@@ -70,6 +70,9 @@ class Probed:
 @dataclass(frozen=True, slots=True)
 class HealthChecked:
     problem: str = ""  # "" when healthy
+    # Checked at once because proxies or handles ejected it (passive health):
+    # a failure replaces it at once, not after HEALTH_FAILURE_THRESHOLD.
+    suspect: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,9 @@ def _health_checked(view: ReplicaView, seen: HealthChecked) -> Outcome:
         return Outcome(view if healthy else replace(view, health_failures=0, message=""))
     count = view.health_failures + 1
     checked = replace(view, health_failures=count, message=seen.problem)
+    if seen.suspect:
+        return fail(checked, f"{seen.problem} (checked because proxies stopped getting "
+                    "answers from it)", counted=True, current=True)
     if count >= HEALTH_FAILURE_THRESHOLD:
         return fail(checked, f"{seen.problem} ({count} times in a row)", counted=True,
                     current=True)

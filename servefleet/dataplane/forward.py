@@ -64,9 +64,9 @@ async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, 
                    target: bytes, headers: list[tuple[bytes, bytes]],
                    body: bytes | StreamedBody, sent_at: float) -> Response:
     """upstream.request, with a per-try timeout for requests safe to send twice
-    (GET and HEAD with a body held whole): when no answer came within the
-    pool's stall time (balancer.py) while another replica answered and this
-    one answered nothing since, the try is cancelled (its connection closed,
+    (GET and HEAD with a body held whole): when its replica answered nothing
+    (this or any other request) for the pool's stall time (balancer.py) while
+    another replica answered since, the try is cancelled (its connection closed,
     so the replica cancels the request if it ever wakes) and HungReplica
     raised. Without that evidence the try goes on: a deployment whose answers
     are all slow is not cut. No extra task: a timer cancels this one."""
@@ -78,11 +78,14 @@ async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, 
     state: dict[str, Any] = {"hung": False}
 
     def check() -> None:
-        if pool.last_answer > sent_at and replica.waiting_since <= sent_at:
+        # Hung: it answered nothing (this or anything else) for the stall time,
+        # and another replica answered since its last answer.
+        quiet = pool.clock() - max(replica.waiting_since, sent_at)
+        if quiet >= pool.stall_s() and pool.last_answer > replica.waiting_since:
             state["hung"] = True
             task.cancel()
         else:
-            state["timer"] = loop.call_later(pool.stall_s(), check)
+            state["timer"] = loop.call_later(max(0.05, pool.stall_s() - quiet), check)
 
     state["timer"] = loop.call_later(pool.stall_s(), check)
     try:

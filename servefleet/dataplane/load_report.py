@@ -9,7 +9,9 @@ of a call); a new stream is opened when the leader changes or the stream
 ends. These sums are the
 autoscaler's load signal (controller/load_reports.py). A deployment is
 listed while it has load, and once more after, with zeros, so the leader
-hears that it ended; a report that finds nothing to say is not sent.
+hears that it ended; a report that finds nothing to say is not sent. A
+report also names the replicas this process has ejected (passive health),
+which the controller health-checks at once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ logger = logging.getLogger(__name__)
 REPORT_PERIOD_S = 0.5
 
 
+def ejected_replicas(sets: ReplicaSets) -> list[str]:
+    """The replicas this process has ejected now (passive health, balancer.py)."""
+    return sorted(r.replica_id for pool in sets.pools.values() for r in pool.replicas.values()
+                  if r.ejected_until > pool.clock())
+
+
 class LoadReporter:
     def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
                  traffic: Callable[[], dict[str, tuple[int, float, float, float]]] | None = None
@@ -37,6 +45,8 @@ class LoadReporter:
         self._watcher = watcher
         # A proxy's recent requests per deployment (traffic.py), sent along.
         self._traffic = traffic
+        # The replicas ejected at the last report (balancer.py), sent along.
+        self._ejected: list[str] = []
         self._period_s = period_s
         self._wake = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
@@ -66,13 +76,16 @@ class LoadReporter:
                 self._wake.clear()
                 report = self.counts(sets)
                 traffic = self._traffic() if self._traffic is not None else {}
-                if (report or traffic) and self._watcher.connected.is_set():
-                    await self._send(report, traffic)
+                ejected, had = ejected_replicas(sets), bool(self._ejected)
+                self._ejected = ejected
+                if (report or traffic or ejected or had) and self._watcher.connected.is_set():
+                    await self._send(report, traffic, ejected)
         finally:
             await self._close()
 
     async def _send(self, report: dict[str, tuple[int, int]],
-                    traffic: dict[str, tuple[int, float, float, float]] | None = None) -> None:
+                    traffic: dict[str, tuple[int, float, float, float]] | None = None,
+                    ejected: list[str] | None = None) -> None:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
             await self._close()
@@ -88,7 +101,8 @@ class LoadReporter:
                 ongoing={k: o for k, (_, o) in report.items()},
                 traffic={k: controller_pb2.DeploymentTraffic(
                     requests=n, window_s=w, p50_ms=p50, p99_ms=p99)
-                    for k, (n, w, p50, p99) in (traffic or {}).items()})))
+                    for k, (n, w, p50, p99) in (traffic or {}).items()},
+                ejected=ejected or [])))
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
