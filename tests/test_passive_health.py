@@ -195,3 +195,75 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
                 os.kill(stopped, signal.SIGCONT)
             proxy.stop()
             client.shutdown()
+
+
+@pytest.mark.slow
+def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path) -> None:
+    """The same through handles: Front calls Adder (2 replicas) twice per
+    request; one Adder is SIGSTOPped. Handle calls are POSTs, not sent twice:
+    those it holds fail at the request timeout, and the handle's router
+    ejects it and reports it, so later calls go to the other Adder and the
+    controller replaces the stopped one."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    from loadgen import SteadyLoad
+
+    from servefleet.client import ControllerClient
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import application_pb2 as apb
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy_applications([apb.ApplicationSpec(
+            name="calc", import_path="graph_app:app", route_prefix="/calc",
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")))])
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                             extra_args=["--request-timeout-s", "4"]).start()
+        stopped = 0
+
+        def adders() -> list[str]:
+            return [r.record.replica_id for r in client.replicas(deployment="Adder")
+                    if r.state == replica_pb2.REPLICA_STATE_RUNNING]
+        try:
+            wait_for(lambda: len(adders()) == 2, 60, "2 Adders RUNNING")
+            url = proxy.url + "/calc?x=1"
+            wait_for(lambda: httpx_ok(url), 30, "the route")
+            (victim,) = [r.record for r in client.replicas(deployment="Adder")
+                         if r.record.replica_id == adders()[0]]
+            with SteadyLoad(url, concurrency=8) as load:
+                time.sleep(2)
+                stopped = int(victim.handle.split(":")[0])
+                os.kill(stopped, signal.SIGSTOP)
+                hung_at = time.monotonic()
+                wait_for(lambda: len(adders()) == 2 and victim.replica_id not in adders(), 20,
+                         "the stopped Adder replaced")
+                replaced_in = time.monotonic() - hung_at
+                # What it held times out 4 s after the stop; nothing fails after.
+                time.sleep(max(0.0, hung_at + 5.5 - time.monotonic()))
+                failed_by_then = len(load.bad)
+                time.sleep(3)
+            print(f"handles: {len(load.bad)} failed {load.bad[:4]}; replaced in "
+                  f"{replaced_in:.1f} s")
+            # At most what it held when it stopped (Adder's max_ongoing_requests, 5).
+            assert len(load.bad) <= 5 and all(b.startswith("504") for b in load.bad)
+            assert len(load.bad) == failed_by_then  # none after those it held
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            proxy.stop()
+            client.shutdown()
+
+
+def httpx_ok(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
