@@ -64,6 +64,8 @@ class ProxyOptions:
     metrics: bool = True
     # HOST:PORT of the gRPC ingress (grpc_ingress.py); None: no gRPC.
     grpc_listen: str | None = None
+    # Eject replicas that hang and send the GETs they hold elsewhere (balancer.py).
+    passive_health: bool = True
     # This process's number among `--workers` (workers.py), or None: the only proxy.
     worker: int | None = None
 
@@ -74,7 +76,7 @@ async def serve(options: ProxyOptions) -> None:
     host, _, port = options.listen.rpartition(":")
     tokens = TokenFile(options.http_tokens, "HTTP tokens")
     upstream = UpstreamPool()
-    state = ProxyState(upstream)
+    state = ProxyState(upstream, options.passive_health)
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        options.request_timeout_s, options.max_header_bytes,

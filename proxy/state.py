@@ -17,9 +17,9 @@ logger = logging.getLogger("servefleet.proxy")
 class ProxyState:
     """Routes and replica pools, as the Watch stream last described them."""
 
-    def __init__(self, upstream: UpstreamPool) -> None:
+    def __init__(self, upstream: UpstreamPool, passive_health: bool = True) -> None:
         self.routes = RouteTable()
-        self.replica_sets = ReplicaSets(upstream)
+        self.replica_sets = ReplicaSets(upstream, passive_health)
 
     def apply(self, snapshot: watch_pb2.Snapshot) -> None:
         """Apply one snapshot; ValueError for a key that is no Watch key."""

@@ -267,3 +267,16 @@ def httpx_ok(url: str) -> bool:
         return httpx.get(url, timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+async def test_without_passive_health_nothing_is_ejected() -> None:
+    clock, ejected = Clock(), list[str]()
+    pool = pool_of(2, clock, ejected)
+    pool.passive_health = False  # proxy --no-passive-health
+    hung = pool.replicas["r0"]
+    pool._busy(hung)
+    hung.in_flight = 3
+    await answer_once(pool, clock, "r1", 0.01)
+    clock.now += 10
+    await answer_once(pool, clock, "r1", 0.01)
+    assert len(pool._candidates(set())) == 2 and ejected == []

@@ -109,7 +109,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
-        access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen)
+        access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
+        passive_health=args.passive_health)
     try:
         asyncio.run(serve(options))
     except TokenFileError as e:
@@ -231,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 431 to requests with more header bytes (default 65536)")
     proxy.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                        help="count requests for /-/metrics and the status's traffic figures "
+                            "(default on)")
+    proxy.add_argument("--passive-health", action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="stop sending to replicas that hold requests and answer none "
+                            "while others answer, and send the GETs they hold elsewhere "
                             "(default on)")
     proxy.add_argument("--access-log", action="store_true",
                        help="log one line per routed request, with its x-request-id")

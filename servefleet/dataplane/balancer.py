@@ -100,6 +100,9 @@ class ReplicaPool:
     typical_s: float = 0.0
     # Called with the replica on each ejection (metrics).
     on_eject: Callable[[Replica], None] | None = None
+    # False: no ejections and no second tries of held GETs (proxy
+    # --no-passive-health, to compare).
+    passive_health: bool = True
 
     @property
     def queued(self) -> int:
@@ -163,7 +166,8 @@ class ReplicaPool:
 
     def _candidates(self, exclude: set[str]) -> list[Replica]:
         now = self.clock()
-        self._eject_hung(now)
+        if self.passive_health:
+            self._eject_hung(now)
         return [r for r in self.replicas.values()
                 if r.in_flight < self.max_ongoing and r.replica_id not in self._down
                 and r.replica_id not in exclude and r.ejected_until <= now

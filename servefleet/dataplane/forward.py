@@ -70,7 +70,7 @@ async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, 
     so the replica cancels the request if it ever wakes) and HungReplica
     raised. Without that evidence the try goes on: a deployment whose answers
     are all slow is not cut. No extra task: a timer cancels this one."""
-    if method not in RETRY_SAFE or not replayable(body):
+    if method not in RETRY_SAFE or not replayable(body) or not pool.passive_health:
         return await upstream.request(replica.address, method, target, headers, body)
     task = asyncio.current_task()
     assert task is not None

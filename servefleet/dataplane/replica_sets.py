@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 
 
 class ReplicaSets:
-    def __init__(self, upstream: UpstreamPool) -> None:
+    def __init__(self, upstream: UpstreamPool, passive_health: bool = True) -> None:
         self.pools: dict[tuple[str, str], ReplicaPool] = {}
+        self._passive_health = passive_health
         self._upstream = upstream
         # Given to each pool made from now on: see ReplicaPool.on_starved.
         self.on_starved: Callable[[], None] | None = None
@@ -60,7 +61,8 @@ class ReplicaSets:
                 ejections = EJECTIONS.labels(app, name)
                 pool = self.pools[(app, name)] = ReplicaPool(
                     on_starved=self.on_starved, key=(app, name),
-                    on_eject=lambda _replica: ejections.inc())
+                    on_eject=lambda _replica: ejections.inc(),
+                    passive_health=self._passive_health)
             pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
                         replicas.max_ongoing_requests, replicas.max_queued_requests,
                         {e.replica_id: e.grpc_address for e in replicas.endpoints
