@@ -75,8 +75,10 @@ def stack(swarm, tmp_path):
         _docker("stack", "rm", name, check=False)
 
         def left(label: str) -> list[str]:
-            return [f"{c.name} {c.status}"
-                    for c in swarm.containers.list(all=True, filters={"label": label})]
+            # The list call alone (no inspect per container, which fails for
+            # one removed in between).
+            return [f"{c['Names']} {c['State']}"
+                    for c in swarm.api.containers(all=True, filters={"label": label})]
         # The controller first: while it runs it would replace removed replicas.
         for label in (f"com.docker.stack.namespace={name}", f"{LABEL}cluster={name}"):
             for service in swarm.services.list(filters={"label": f"{LABEL}cluster={name}"}):
@@ -120,7 +122,7 @@ def test_the_stack_serves_and_a_killed_controller_loses_no_request(stack, swarm)
         time.sleep(1)
         container.kill()  # SIGKILL: no resignation; Swarm starts a new task
         wait_for(lambda: _leader(controller) == controller and any(
-            c.id != container.id for c in swarm.containers.list(filters={
+            c["Id"] != container.id for c in swarm.api.containers(filters={
                 "label": f"com.docker.swarm.service.name={name}_controller"})), 120,
             "a new controller task leading")
         time.sleep(2)

@@ -230,7 +230,7 @@ def test_replicas_on_an_overlay_network_serve_at_their_own_address(swarm, tmp_pa
             container.remove(force=True)
         for service in swarm.services.list(filters={"label": f"{LABEL}cluster={name}"}):
             service.remove()
-        wait_for(lambda: not swarm.containers.list(
+        wait_for(lambda: not swarm.api.containers(
             all=True, filters={"label": f"{LABEL}cluster={name}"}), 60, "replicas gone")
         wait_for(lambda: _removed(network), 60, "the network removed")
 
