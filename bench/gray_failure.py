@@ -72,16 +72,23 @@ def run(passive: bool, timeout_s: float, window_s: float) -> dict[str, float]:
                 stopped = int(victim.handle.split(":")[0])
                 os.kill(stopped, signal.SIGSTOP)
                 hung_at = time.monotonic()
-                time.sleep(window_s)
+
+                def replaced() -> float:
+                    now = running()
+                    return time.monotonic() if len(now) == 2 and victim.replica_id not in now \
+                        else 0.0
+                replaced_at = 0.0
+                while time.monotonic() < hung_at + window_s:
+                    replaced_at = replaced_at or replaced()
+                    time.sleep(0.2)
                 window = load.latencies[seen_before:]
             # Requests still waiting at the end of the window finish (or fail) first.
             failed = len(load.bad) - bad_before
-            replaced = wait_for(lambda: len(running()) == 2 and victim.replica_id not in running()
-                                and time.monotonic(), 180, "the replacement RUNNING")
+            replaced_at = replaced_at or wait_for(replaced, 180, "the replacement RUNNING")
             return {"failed": failed,
                     "answered": len(window),
                     "p99_ms": 1e3 * statistics.quantiles(window, n=100)[98],
-                    "replaced_s": replaced - hung_at}
+                    "replaced_s": replaced_at - hung_at}
     finally:
         if stopped:
             with contextlib.suppress(ProcessLookupError):
