@@ -91,9 +91,11 @@ class Supervisor:
         try:
             for index in range(self._count):
                 self._spawn(index)
-            if not self._wait_ready():
+            if not self._wait_ready():  # one could not start (its port taken, say)
                 self._stopping = True
                 self._signal_all(signal.SIGTERM)
+                self._supervise()
+                return 1
             return self._supervise()
         finally:
             self._notify.close()

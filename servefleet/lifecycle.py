@@ -102,9 +102,9 @@ def _shared_socket(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(sockaddr)
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return sock
 
 

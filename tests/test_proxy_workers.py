@@ -102,3 +102,20 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_workers_that_cannot_listen_make_the_supervisor_fail(tmp_path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "servefleet", "proxy", "--workers", "2", "--listen",
+             f"127.0.0.1:{port}", "--controller", f"127.0.0.1:{free_port()}"],
+            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cannot listen" in result.stderr, result.stderr[-2000:]
