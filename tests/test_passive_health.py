@@ -42,7 +42,7 @@ async def test_a_replica_holding_requests_and_answering_nothing_is_ejected() -> 
     pool = pool_of(2, clock, ejected)
     hung = pool.replicas["r0"]
     pool._busy(hung)
-    hung.in_flight = 3  # three requests sent to it, none answered
+    hung.in_flight = hung.awaiting = 3  # three requests sent to it, none answered
     for _ in range(20):  # r1 keeps answering in 10 ms
         await answer_once(pool, clock, "r1", 0.01)
     clock.now += balancer.STALL_MIN_S  # past the threshold (10 x 10 ms < 1 s)
@@ -52,10 +52,10 @@ async def test_a_replica_holding_requests_and_answering_nothing_is_ejected() -> 
 
     # Back after the period, on probation: one request at a time.
     clock.now += balancer.EJECT_BASE_S + 0.1
-    hung.in_flight = 0  # its requests timed out meanwhile
+    hung.in_flight = hung.awaiting = 0  # its requests timed out meanwhile
     assert {r.replica_id for r in pool._candidates(set())} == {"r0", "r1"}
     pool._busy(hung)
-    hung.in_flight = 1  # the one request it may hold on probation
+    hung.in_flight = hung.awaiting = 1  # the one request it may hold on probation
     assert [r.replica_id for r in pool._candidates(set())] == ["r1"]
     # Hung again: ejected for twice as long.
     await answer_once(pool, clock, "r1", 0.01)
@@ -74,9 +74,22 @@ async def test_a_slow_replica_that_answers_is_not_ejected() -> None:
         await answer_once(pool, clock, "r0", 0.1)
     slow = pool.replicas["r0"]
     pool._busy(slow)
-    slow.in_flight = 1
+    slow.in_flight = slow.awaiting = 1
     clock.now += 0.5  # a slow request under way, well within the threshold
     await answer_once(pool, clock, "r1", 0.01)
+    assert len(pool._candidates(set())) == 2 and ejected == []
+
+
+async def test_a_replica_streaming_a_long_answer_is_not_ejected() -> None:
+    clock, ejected = Clock(), list[str]()
+    pool = pool_of(2, clock, ejected)
+    streaming = pool.replicas["r0"]
+    pool._busy(streaming)
+    streaming.in_flight = 1  # its answer began (headers came): awaiting is 0
+    await answer_once(pool, clock, "r0", 0.01)
+    for _ in range(100):  # 10 s of others' answers while the stream goes on
+        await answer_once(pool, clock, "r1", 0.01)
+        clock.now += 0.1
     assert len(pool._candidates(set())) == 2 and ejected == []
 
 
@@ -88,7 +101,7 @@ async def test_when_every_answer_is_slow_nobody_is_ejected() -> None:
         await answer_once(pool, clock, "r1", 5.0)
     busy = pool.replicas["r0"]
     pool._busy(busy)
-    busy.in_flight = 1
+    busy.in_flight = busy.awaiting = 1
     clock.now += 4.0  # 4 s into a 5 s request, while r1 answered earlier
     assert ejected == [] and len(pool._candidates(set())) == 2
 
@@ -98,7 +111,7 @@ async def test_never_the_last_replica_nor_more_than_half_a_pool() -> None:
     alone = pool_of(1, clock, ejected)
     replica = alone.replicas["r0"]
     alone._busy(replica)
-    replica.in_flight = 1
+    replica.in_flight = replica.awaiting = 1
     alone.last_answer = clock.now + 0.5  # as if answers came from elsewhere
     clock.now += 60
     assert alone._candidates(set()) == [replica] and ejected == []
@@ -106,7 +119,7 @@ async def test_never_the_last_replica_nor_more_than_half_a_pool() -> None:
     pool = pool_of(4, clock, ejected)
     for rid in ("r0", "r1", "r2"):
         pool._busy(pool.replicas[rid])
-        pool.replicas[rid].in_flight = 1
+        pool.replicas[rid].in_flight = pool.replicas[rid].awaiting = 1
     clock.now += 1
     await answer_once(pool, clock, "r3", 0.01)
     clock.now += balancer.STALL_MIN_S + 0.1
@@ -275,7 +288,7 @@ async def test_without_passive_health_nothing_is_ejected() -> None:
     pool.passive_health = False  # proxy --no-passive-health
     hung = pool.replicas["r0"]
     pool._busy(hung)
-    hung.in_flight = 3
+    hung.in_flight = hung.awaiting = 3
     await answer_once(pool, clock, "r1", 0.01)
     clock.now += 10
     await answer_once(pool, clock, "r1", 0.01)

@@ -11,7 +11,7 @@ replica-set snapshot names it again. A request for a multiplexed model
 holds the fewest models (ties: the model's rendezvous-hash order).
 
 Passive health (Envoy's outlier detection, Linkerd's failure accrual): a
-replica that holds requests and has answered none of them for a while, while
+replica that holds requests and has begun no answer for a while, while
 another replica of the pool answered since, has hung (a deadlock, a stopped
 process, a stuck GPU call) as far as this router can tell. It is ejected:
 new requests go elsewhere for EJECT_BASE_S, doubling on each repeat up to
@@ -61,8 +61,11 @@ class Replica:
     grpc_address: str = ""
     # The multiplexed models it said it holds in its last answer.
     models: frozenset[str] = frozenset()
-    # Passive health: since when it holds requests without answering (its
-    # last answer, or when it went from idle to busy), and its ejections.
+    # Passive health: requests sent to it whose answer has not begun (a
+    # response being streamed does not count), since when it has not
+    # answered (its last answer, or when it went from idle to busy), and its
+    # ejections.
+    awaiting: int = 0
     waiting_since: float = 0.0
     ejected_until: float = 0.0
     ejections: int = 0
@@ -160,7 +163,7 @@ class ReplicaPool:
     def _eject_hung(self, now: float) -> None:
         stall = self.stall_s()
         for r in self.replicas.values():
-            if (r.in_flight and r.ejected_until <= now and now - r.waiting_since > stall
+            if (r.awaiting and r.ejected_until <= now and now - r.waiting_since > stall
                     and self.last_answer > r.waiting_since):
                 self.eject(r, now)
 

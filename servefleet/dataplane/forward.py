@@ -114,9 +114,13 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
         replica = await pool.acquire(exclude=tried, model_id=model_id)
         try:
             sent_at = pool.clock()
-            response = await _request(pool, upstream, replica, method, target, headers, body,
-                                      sent_at)
-            pool.note_answer(replica, sent_at)  # passive health (balancer.py)
+            replica.awaiting += 1  # until its answer begins (passive health, balancer.py)
+            try:
+                response = await _request(pool, upstream, replica, method, target, headers,
+                                          body, sent_at)
+            finally:
+                replica.awaiting -= 1
+            pool.note_answer(replica, sent_at)
             pool.note_models(replica, response.header(MODELS_HEADER))
             try:
                 if (response.status == 503 and replayable(body)
