@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 logger = logging.getLogger(__name__)
 STALL_MIN_S = 1.0
@@ -71,6 +72,12 @@ class Replica:
     ejections: int = 0
     # Ejected and not answered since: one request at a time.
     probation: bool = False
+    # GETs and HEADs sent to it whose answer has not begun (task -> when
+    # sent), the ones cut as held by a hung replica, and the one timer that
+    # checks them (forward.py sends those elsewhere).
+    held: dict[asyncio.Task[Any], float] = field(default_factory=dict)
+    cut: set[asyncio.Task[Any]] = field(default_factory=set)
+    timer: asyncio.TimerHandle | None = None
 
 
 def _rank(model_id: str, replica_id: str) -> bytes:
@@ -159,6 +166,44 @@ class ReplicaPool:
         if self.on_eject is not None:
             self.on_eject(replica)
         return True
+
+    def hold(self, replica: Replica, task: asyncio.Task[Any], sent_at: float) -> None:
+        """A GET or HEAD now waits for `replica`'s answer in `task`: if the
+        replica turns out hung (it answers nothing, this or anything else,
+        for the stall time while another replica answered), the task is
+        cancelled and listed in `replica.cut`. One timer per replica, not per
+        request: a timer per request would churn the loop's timer heap."""
+        replica.held[task] = sent_at
+        if replica.timer is None:
+            replica.timer = asyncio.get_running_loop().call_later(
+                self.stall_s(), self._check_held, replica)
+
+    def release_hold(self, replica: Replica, task: asyncio.Task[Any]) -> bool:
+        """The task's wait is over; True when it was cut as held by a hung replica."""
+        replica.held.pop(task, None)
+        if task in replica.cut:
+            replica.cut.discard(task)
+            return True
+        return False
+
+    def _check_held(self, replica: Replica) -> None:
+        replica.timer = None
+        if not replica.held:
+            return
+        now, stall = self.clock(), self.stall_s()
+        others_answered = self.last_answer > replica.waiting_since
+        wait = stall
+        for task, sent_at in list(replica.held.items()):
+            quiet = now - max(replica.waiting_since, sent_at)
+            if quiet >= stall and others_answered:
+                del replica.held[task]
+                replica.cut.add(task)
+                task.cancel()
+            else:
+                wait = min(wait, stall - quiet)
+        if replica.held:
+            replica.timer = asyncio.get_running_loop().call_later(
+                max(0.05, wait), self._check_held, replica)
 
     def _eject_hung(self, now: float) -> None:
         stall = self.stall_s()

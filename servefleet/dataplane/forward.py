@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from servefleet.wire import MODELS_HEADER, REJECTED_HEADER
 
@@ -63,40 +63,30 @@ class HungReplica(Exception):
 async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, method: str,
                    target: bytes, headers: list[tuple[bytes, bytes]],
                    body: bytes | StreamedBody, sent_at: float) -> Response:
-    """upstream.request, with a per-try timeout for requests safe to send twice
-    (GET and HEAD with a body held whole): when its replica answered nothing
-    (this or any other request) for the pool's stall time (balancer.py) while
-    another replica answered since, the try is cancelled (its connection closed,
-    so the replica cancels the request if it ever wakes) and HungReplica
-    raised. Without that evidence the try goes on: a deployment whose answers
-    are all slow is not cut. No extra task: a timer cancels this one."""
+    """upstream.request; a request safe to send twice (GET and HEAD with a body
+    held whole) is held with the pool (balancer.py `hold`): when its replica
+    answered nothing (this or any other request) for the pool's stall time
+    while another replica answered since, the try is cancelled (its
+    connection closed, so the replica cancels the request if it ever wakes)
+    and HungReplica raised. Without that evidence the try goes on: a
+    deployment whose answers are all slow is not cut."""
     if method not in RETRY_SAFE or not replayable(body) or not pool.passive_health:
         return await upstream.request(replica.address, method, target, headers, body)
     task = asyncio.current_task()
     assert task is not None
-    loop = asyncio.get_running_loop()
-    state: dict[str, Any] = {"hung": False}
-
-    def check() -> None:
-        # Hung: it answered nothing (this or anything else) for the stall time,
-        # and another replica answered since its last answer.
-        quiet = pool.clock() - max(replica.waiting_since, sent_at)
-        if quiet >= pool.stall_s() and pool.last_answer > replica.waiting_since:
-            state["hung"] = True
-            task.cancel()
-        else:
-            state["timer"] = loop.call_later(max(0.05, pool.stall_s() - quiet), check)
-
-    state["timer"] = loop.call_later(pool.stall_s(), check)
+    pool.hold(replica, task, sent_at)
+    cut = False
     try:
         return await upstream.request(replica.address, method, target, headers, body)
     except asyncio.CancelledError:
-        if not state["hung"]:
+        cut = pool.release_hold(replica, task)
+        if not cut:
             raise
         task.uncancel()
         raise HungReplica() from None
     finally:
-        state["timer"].cancel()
+        if not cut:
+            pool.release_hold(replica, task)
 
 
 async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
