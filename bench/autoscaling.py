@@ -15,13 +15,17 @@
    its latency (goal <= 1.5 s). Baseline: the same request to a warm replica.
 3. Controller CPU while `--reporters` reporters each send a load report
    every second, over a StreamLoad stream each and as unary ReportLoad calls
-   (goal: under 10% of one core). Baseline: the idle controller.
+   (goal: under 10% of one core). Baselines: the idle controller, and the
+   floor of gRPC itself: a bare grpc.aio server whose StreamLoad reads the
+   same streams and does nothing with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import socket
 import threading
 import time
 from pathlib import Path
@@ -211,6 +215,39 @@ def cpu_share(proc: psutil.Process, seconds: float, during=None) -> float:
     return used / (time.perf_counter() - start)
 
 
+class _Discard(controller_pb2_grpc.ControllerServiceServicer):
+    async def StreamLoad(self, requests, context):
+        async for _ in requests:
+            pass
+        return controller_pb2.StreamLoadResponse()
+
+
+def _serve_discard(port: int) -> None:
+    async def main() -> None:
+        server = grpc.aio.server()
+        controller_pb2_grpc.add_ControllerServiceServicer_to_server(_Discard(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+    asyncio.run(main())
+
+
+def grpc_floor(reporters: int) -> float:
+    """One core's share a bare grpc.aio server spends reading the reports."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = multiprocessing.get_context("spawn").Process(target=_serve_discard, args=(port,))
+    server.start()
+    try:
+        time.sleep(1.5)
+        return cpu_share(psutil.Process(server.pid), 0, lambda: asyncio.run(
+            report_for(f"127.0.0.1:{port}", reporters, 15, True)))
+    finally:
+        server.kill()
+        server.join()
+
+
 def bench_report_cpu(controller: ControllerProcess, reporters: int) -> None:
     assert controller.proc is not None
     proc = psutil.Process(controller.proc.pid)
@@ -228,6 +265,8 @@ def bench_report_cpu(controller: ControllerProcess, reporters: int) -> None:
     for label, share in shares.items():
         row(label, f"{share * 100:.1f}%")
     row("baseline: the idle controller", f"{idle * 100:.1f}%")
+    row(f"floor: a bare grpc.aio server reading the {reporters} streams",
+        f"{grpc_floor(reporters) * 100:.1f}%")
 
 
 def main() -> None:

@@ -84,8 +84,12 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
             await checked(None, context)
 
             async def requests() -> AsyncIterator[Any]:
-                async for raw in raws:
-                    yield await parsed(raw, context)
+                async for raw in raws:  # parsed inline: a coroutine per message costs
+                    try:
+                        request = parse(raw)
+                    except DecodeError:
+                        await parsed(raw, context)  # aborts, naming the message type
+                    yield request
 
             return await take(requests(), context)
 
