@@ -6,8 +6,9 @@ previous one; a report older than STALE_S no longer counts (the reporter may
 be gone). `total` (queued + ongoing over all reporters) is the autoscaler's
 load signal; GetStatus shows `queued`. Kept per leader term: a new leader
 starts empty and fills up within one report period. Reports also name the
-replicas their reporter has ejected (`suspects`), which the replica
-reconciler health-checks at once.
+replicas their reporter has ejected, or would have but may not (the last
+replica of a pool): `suspects`, which the replica reconciler health-checks
+at once.
 """
 
 from __future__ import annotations
@@ -47,13 +48,15 @@ class LoadReports:
     def record(self, reporter_id: str, queued: Mapping[str, int],
                ongoing: Mapping[str, int] | None = None,
                traffic: Mapping[str, api.DeploymentTraffic] | None = None,
-               ejected: Sequence[str] = ()) -> None:
+               ejected: Sequence[str] = (), suspected: Sequence[str] = ()) -> None:
         """Store a report; InvalidArgument (nothing stored) on a bad one."""
         if not reporter_id or len(reporter_id) > 128:
             raise InvalidArgument("reporter_id", "must be 1-128 characters")
-        if len(ejected) > MAX_KEYS or any(not 0 < len(r) <= 128 for r in ejected):
-            raise InvalidArgument("ejected", f"at most {MAX_KEYS} replica ids of 1-128 "
-                                  "characters")
+        for field, ids in (("ejected", ejected), ("suspected", suspected)):
+            if len(ids) > MAX_KEYS or any(not 0 < len(r) <= 128 for r in ids):
+                raise InvalidArgument(field, f"at most {MAX_KEYS} replica ids of 1-128 "
+                                      "characters")
+        ejected = [*ejected, *suspected]  # both are health-checked at once
         seen = self._parse_traffic(traffic or {})
         parsed: dict[Key, tuple[int, int]] = {}
         for field, counts in (("queued", queued), ("ongoing", ongoing or {})):

@@ -243,7 +243,8 @@ class StatePublisher:
             endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a, grpc_address=g)
                        for i, a, g in endpoints],
             max_ongoing_requests=config.max_ongoing_requests,
-            max_queued_requests=config.max_queued_requests))
+            max_queued_requests=config.max_queued_requests,
+            retry_methods=config.retry_methods))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
             user_config_json=config.user_config_json,
             max_ongoing_requests=config.max_ongoing_requests,

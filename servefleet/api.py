@@ -96,7 +96,9 @@ def deployment(_target: Any = None, /, *, name: str | None = None,
     Options: num_replicas, max_ongoing_requests, max_queued_requests,
     user_config, autoscaling_config, health_check_period_s,
     health_check_timeout_s, startup_timeout_s, graceful_shutdown_timeout_s,
-    graceful_shutdown_wait_loop_s, version, runtime ({"working_dir", "env"}).
+    graceful_shutdown_wait_loop_s, version, runtime ({"working_dir", "env"}),
+    retry_methods (HTTP methods safe to send to a second replica when the
+    first hangs; default ["GET", "HEAD"]).
     An unknown option or a wrong type raises OptionError at once.
     """
     def wrap(target: Any) -> Deployment:

@@ -52,7 +52,7 @@ AUTOSCALING_STR = ("aggregation_function", "policy")
 RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes", "placement")
 PLACEMENT_KEYS = ("constraints", "spread")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
-                      "version", "runtime")
+                      "version", "runtime", "retry_methods")
 
 
 def _type_name(value: Any) -> str:
@@ -172,6 +172,13 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
             if key in autoscaling:
                 setattr(config.autoscaling_config, key,
                         check_str(f"{apath}.{key}", autoscaling[key]))
+    if options.get("retry_methods") is not None:
+        methods = options["retry_methods"]
+        if not isinstance(methods, list):
+            raise OptionError(f"{path}.retry_methods: expected a list of HTTP methods, got "
+                              f"{_type_name(methods)}")
+        config.retry_methods.extend(check_str(f"{path}.retry_methods[{i}]", m).upper()
+                                    for i, m in enumerate(methods))
     if options.get("version") is not None:
         out.version = check_str(f"{path}.version", options["version"])
     if options.get("runtime") is not None:

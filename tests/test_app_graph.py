@@ -57,6 +57,10 @@ def test_options_are_checked_in_code() -> None:
         Leaf.options(autoscaling_config={"min_replicas": 2**40})
     with pytest.raises(OptionError, match=r"autoscaling_config\.policy: expected a string"):
         Leaf.options(autoscaling_config={"policy": 3})
+    with pytest.raises(OptionError, match=r"retry_methods: expected a list of HTTP methods"):
+        Leaf.options(retry_methods="POST")
+    with pytest.raises(OptionError, match=r"retry_methods\[1\]: expected a string, got 3"):
+        Leaf.options(retry_methods=["POST", 3])
     with pytest.raises(OptionError, match="cannot travel as JSON"):
         graph_of(Root.bind(object()))
     with pytest.raises(TypeError, match="cannot be called directly"):
@@ -101,10 +105,33 @@ def test_file_overrides_win_over_code_which_wins_over_defaults() -> None:
     assert adder.runtime.working_dir == APPS and dict(front.runtime.env) == {"A": "app"}
 
 
+def test_a_list_set_in_a_later_layer_replaces_the_earlier_one() -> None:
+    graph = build("graph_app:app", APPS, {})["graph"]
+    adder = next(d for d in graph["deployments"] if d["name"] == "Adder")
+    adder["options"] = {"retry_methods": ["post"],
+                        "runtime": {"placement": {"constraints": ["node.labels.a == 1"]},
+                                    "excludes": ["*.bin"], "env": {"A": "code"}}}
+    spec = normalize_application(app_spec(
+        runtime=dpb.RuntimeOptions(working_dir=APPS, excludes=["*.tmp"], env={"B": "app"}),
+        deployments=[apb.DeploymentOverride(
+            name="Adder", replica_config=dpb.ReplicaConfig(retry_methods=["POST", "PUT"]),
+            runtime=dpb.RuntimeOptions(placement=dpb.Placement(
+                constraints=["node.labels.b == 2"])))]), "app")
+    front, out = deployment_specs(spec, graph)
+    assert list(out.replica_config.retry_methods) == ["POST", "PUT"]  # not POST, POST, PUT
+    assert list(out.runtime.placement.constraints) == ["node.labels.b == 2"]
+    assert list(out.runtime.excludes) == ["*.bin"] and list(front.runtime.excludes) == ["*.tmp"]
+    assert dict(out.runtime.env) == {"A": "code", "B": "app"}  # maps merge
+    assert not front.replica_config.retry_methods
+
+
 @pytest.mark.parametrize(("spec", "field"), [
     (app_spec(name="bad name"), "app.name"),
     (app_spec(import_path="graph_app"), "app.import_path"),
     (app_spec(route_prefix="no-slash"), "app.route_prefix"),
+    (app_spec(deployments=[apb.DeploymentOverride(
+        name="Adder", replica_config=dpb.ReplicaConfig(retry_methods=["GET", "BREW"]))]),
+     "app.deployments[0].replica_config.retry_methods[1]"),
     (app_spec(args_json="[1]"), "app.args_json"),
     (app_spec(runtime=dpb.RuntimeOptions(working_dir="relative")), "app.runtime.working_dir"),
     (app_spec(deployments=[apb.DeploymentOverride(name="A"), apb.DeploymentOverride(name="A")]),

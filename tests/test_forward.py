@@ -166,3 +166,47 @@ async def test_a_post_held_by_a_hung_replica_is_not_sent_again(replicas, upstrea
     post.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await post
+
+
+async def _held_by_a_hung_replica(replicas, upstream, monkeypatch, retry_methods: list[str],
+                                  method: str):
+    """A `method` request sent to a hung r0 while r1 answers another one; the
+    request's task, and what each replica saw."""
+    monkeypatch.setattr(balancer, "STALL_MIN_S", 0.2)
+    pool, seen = await replicas(HANG, OK)
+    pool.update([(r.replica_id, r.address) for r in pool.replicas.values()],
+                pool.max_ongoing, pool.max_queued, retry_methods=retry_methods)
+    ok = pool.replicas["r1"]
+    ok.in_flight = pool.max_ongoing  # full for a moment: the request goes to r0
+    held = asyncio.create_task(forward(pool, upstream, method, b"/a", [], b"", _body))
+    await asyncio.sleep(0.05)
+    ok.in_flight = 0
+    assert seen["r0"] == [b"/a"]
+    assert await forward(pool, upstream, "GET", b"/b", [], b"", _body) == (200, b"ok")
+    return held, seen
+
+
+async def test_a_post_goes_to_another_replica_when_the_deployment_lists_it(
+        replicas, upstream, monkeypatch) -> None:
+    post, seen = await _held_by_a_hung_replica(replicas, upstream, monkeypatch,
+                                               ["POST", "GET"], "POST")
+    assert await asyncio.wait_for(post, 5) == (200, b"ok")
+    assert seen["r1"] == [b"/b", b"/a"]
+
+
+async def test_the_deployment_list_replaces_the_default(replicas, upstream,
+                                                        monkeypatch) -> None:
+    get, seen = await _held_by_a_hung_replica(replicas, upstream, monkeypatch, ["POST"], "GET")
+    await asyncio.sleep(0.6)  # three stall periods
+    assert not get.done() and seen["r1"] == [b"/b"]
+    get.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await get
+
+
+def test_an_empty_retry_methods_means_get_and_head() -> None:
+    pool = balancer.ReplicaPool()
+    pool.update([("r0", "127.0.0.1:1")], 5, -1, retry_methods=["PUT"])
+    assert pool.retry_methods == {"PUT"}
+    pool.update([("r0", "127.0.0.1:1")], 5, -1)
+    assert pool.retry_methods == {"GET", "HEAD"}

@@ -9,6 +9,7 @@ import asyncio
 import grpc
 import pytest
 
+from servefleet.dataplane import balancer
 from servefleet.dataplane.balancer import ReplicaPool
 from servefleet.dataplane.forward import NoReplicaTook
 from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
@@ -72,14 +73,15 @@ def _pool(*replicas: tuple[str, str]) -> ReplicaPool:
     return pool
 
 
-async def _collect(pool: ReplicaPool, channels: GrpcChannels, request: bytes = b"x") -> list:
+async def _collect(pool: ReplicaPool, channels: GrpcChannels, request: bytes = b"x",
+                   unary: bool = False) -> list:
     got: list[bytes] = []
 
     async def relay(answer: Answer) -> None:
         async for message in answer.messages():
             got.append(message)
 
-    await forward_grpc(pool, channels, METHOD, request, (), 5.0, relay)
+    await forward_grpc(pool, channels, METHOD, request, (), 5.0, relay, unary=unary)
     return got
 
 
@@ -141,4 +143,28 @@ async def test_a_cancelled_caller_cancels_the_call_at_the_replica(servers) -> No
         await caller
     await asyncio.wait_for(slow.cancelled.wait(), 5)
     assert pool.ongoing == 0
+    await channels.close()
+
+
+async def test_a_replica_holding_unary_calls_unanswered_is_ejected(servers, monkeypatch) -> None:
+    """Passive health for gRPC: a unary call the hung replica holds while the
+    other answers gets it ejected, so later calls all go to the other."""
+    monkeypatch.setattr(balancer, "STALL_MIN_S", 0.2)
+    hung, ok = await servers(_slow), await servers(_ok)
+    channels = GrpcChannels()
+    pool = _pool(("hung", hung.address), ("ok", ok.address))
+    pool.replicas["ok"].in_flight = pool.max_ongoing  # the first call goes to the hung one
+    held = asyncio.create_task(_collect(pool, channels, unary=True))
+    await asyncio.sleep(0.1)
+    pool.replicas["ok"].in_flight = 0
+    assert hung.calls == 1 and pool.replicas["hung"].awaiting == 1
+    assert await _collect(pool, channels, b"a", unary=True) == [b"ok:a"]
+    await asyncio.sleep(0.3)  # past the stall time, while "ok" answered
+    for i in range(10):
+        assert await _collect(pool, channels, b"%d" % i, unary=True) == [b"ok:%d" % i]
+    assert hung.calls == 1 and pool.replicas["hung"].ejections == 1
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    assert pool.replicas["hung"].awaiting == 0
     await channels.close()

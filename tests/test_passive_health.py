@@ -115,6 +115,7 @@ async def test_never_the_last_replica_nor_more_than_half_a_pool() -> None:
     alone.last_answer = clock.now + 0.5  # as if answers came from elsewhere
     clock.now += 60
     assert alone._candidates(set()) == [replica] and ejected == []
+    assert alone.unanswering(clock.now) == [replica]  # reported as a suspect instead
 
     pool = pool_of(4, clock, ejected)
     for rid in ("r0", "r1", "r2"):
@@ -126,6 +127,8 @@ async def test_never_the_last_replica_nor_more_than_half_a_pool() -> None:
     await answer_once(pool, clock, "r3", 0.01)
     pool._candidates(set())
     assert len(ejected) == 2  # half of 4, though three hang
+    assert [r.replica_id for r in pool.unanswering(clock.now)] == \
+        sorted(set(ejected) ^ {"r0", "r1", "r2"})  # the third one: suspect
 
 
 @pytest.mark.slow
@@ -211,12 +214,14 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
 
 
 @pytest.mark.slow
-def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path) -> None:
+@pytest.mark.parametrize("retry_posts", [False, True], ids=["default", "retry_methods-POST"])
+def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path, retry_posts) -> None:
     """The same through handles: Front calls Adder (2 replicas) twice per
-    request; one Adder is SIGSTOPped. Handle calls are POSTs, not sent twice:
-    those it holds fail at the request timeout, and the handle's router
-    ejects it and reports it, so later calls go to the other Adder and the
-    controller replaces the stopped one."""
+    request; one Adder is SIGSTOPped. Handle calls are POSTs, by default not
+    sent twice: those it holds fail at the request timeout, and the handle's
+    router ejects it and reports it, so later calls go to the other Adder and
+    the controller replaces the stopped one. With Adder's retry_methods
+    listing POST, the calls it holds go to the other Adder: none fails."""
     import os
     import signal
     import time
@@ -235,7 +240,9 @@ def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path) -> None:
     with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
         client.deploy_applications([apb.ApplicationSpec(
             name="calc", import_path="graph_app:app", route_prefix="/calc",
-            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")))])
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
+            deployments=[apb.DeploymentOverride(name="Adder", replica_config=d.ReplicaConfig(
+                retry_methods=["POST"] if retry_posts else []))])])
         proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
                              extra_args=["--request-timeout-s", "4"]).start()
         stopped = 0
@@ -263,9 +270,74 @@ def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path) -> None:
                 time.sleep(3)
             print(f"handles: {len(load.bad)} failed {load.bad[:4]}; replaced in "
                   f"{replaced_in:.1f} s")
-            # At most what it held when it stopped (Adder's max_ongoing_requests, 5).
-            assert len(load.bad) <= 5 and all(b.startswith("504") for b in load.bad)
-            assert len(load.bad) == failed_by_then  # none after those it held
+            if retry_posts:
+                assert load.bad == []
+            else:
+                # At most what it held when it stopped (Adder's max_ongoing_requests, 5).
+                assert len(load.bad) <= 5 and all(b.startswith("504") for b in load.bad)
+                assert len(load.bad) == failed_by_then  # none after those it held
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            proxy.stop()
+            client.shutdown()
+
+
+@pytest.mark.slow
+def test_a_lone_stopped_replica_is_replaced(sqlite_fleet, tmp_path) -> None:
+    """One replica, SIGSTOPped under load. It is not ejected (the pool would be
+    empty): requests wait for it or time out. The proxy reports it as a
+    suspect, and the controller replaces it within seconds, not after its
+    periodic checks (10 s apart, 30 s timeout, 3 failures); then requests
+    succeed again."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    from loadgen import SteadyLoad
+
+    from servefleet.client import ControllerClient
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(d.DeploymentSpec(
+            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
+            replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=4)))
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                             extra_args=["--request-timeout-s", "4"]).start()
+        stopped = 0
+
+        def running() -> list[str]:
+            return [r.record.replica_id for r in client.replicas()
+                    if r.state == replica_pb2.REPLICA_STATE_RUNNING]
+        try:
+            wait_for(lambda: len(running()) == 1, 60, "the replica RUNNING")
+            url = proxy.url + "/slow?s=0.02"
+            wait_for(lambda: httpx_ok(url), 30, "the route")
+            victim = client.replicas()[0].record
+            with SteadyLoad(url, concurrency=4) as load:
+                time.sleep(1)
+                stopped = int(victim.handle.split(":")[0])
+                os.kill(stopped, signal.SIGSTOP)
+                hung_at = time.monotonic()
+                wait_for(lambda: running() and victim.replica_id not in running(), 25,
+                         "the stopped replica replaced")
+                replaced_in = time.monotonic() - hung_at
+                time.sleep(2)
+                ok_before = load.ok
+                time.sleep(2)
+                ok_after = load.ok - ok_before
+            print(f"lone replica: replaced in {replaced_in:.1f} s; {len(load.bad)} failed "
+                  f"{load.bad[:4]}; {ok_after} answered in the last 2 s")
+            assert replaced_in < 15
+            assert all(b.startswith(("504", "503")) for b in load.bad)
+            assert ok_after > 20  # served by the new replica
         finally:
             if stopped:
                 os.kill(stopped, signal.SIGCONT)

@@ -129,6 +129,8 @@ def test_bad_import_paths(path: str) -> None:
     ("graceful_shutdown_wait_loop_s", d.ReplicaConfig(graceful_shutdown_wait_loop_s=float("inf"))),
     ("resources.num_cpus", d.ReplicaConfig(resources=d.Resources(num_cpus=-1))),
     ("resources.custom['bad key']", d.ReplicaConfig(resources=d.Resources(custom={"bad key": 1}))),
+    ("retry_methods[0]", d.ReplicaConfig(retry_methods=["get"])),
+    ("retry_methods[1]", d.ReplicaConfig(retry_methods=["POST", "POST"])),
 ])
 def test_bad_numbers_name_their_field(field: str, config: d.ReplicaConfig) -> None:
     assert refused(spec(replica_config=config)).field == f"spec.replica_config.{field}"

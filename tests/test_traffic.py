@@ -77,3 +77,8 @@ def test_reports_name_the_replicas_their_reporter_ejected() -> None:
     with pytest.raises(InvalidArgument, match="ejected"):
         reports.record("proxy-c", {}, {}, {}, ["x" * 200])
     assert reports.suspects() == set()
+    # A pool's last replica is not ejected but suspected: checked the same way.
+    reports.record("proxy-a", {}, {}, {}, [], ["Solo-1"])
+    assert reports.suspects() == {"Solo-1"}
+    with pytest.raises(InvalidArgument, match="suspected"):
+        reports.record("proxy-c", {}, {}, {}, [], [""])

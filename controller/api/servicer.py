@@ -122,7 +122,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def ReportLoad(self, request: api.ReportLoadRequest,
                          context: Any) -> api.ReportLoadResponse:
         self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing,
-                                         request.traffic, request.ejected)
+                                         request.traffic, request.ejected, request.suspected)
         return api.ReportLoadResponse()
 
     @api_method
@@ -134,7 +134,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                 raise NotLeader(None)  # the reporter goes on with the new leader
             report = message.report
             term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
-                                     report.traffic, report.ejected)
+                                     report.traffic, report.ejected, report.suspected)
         return api.StreamLoadResponse()
 
     async def GetLogs(self, request: api.GetLogsRequest,

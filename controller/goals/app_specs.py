@@ -7,9 +7,11 @@ InvalidArgument with the field path (`applications[1].import_path: ...`).
 `deployment_specs` combines the graph the build step reported (the
 deployments and their options in code) with the spec's overrides, in Ray
 Serve's order of precedence: config file > code > defaults. Layering uses
-protobuf's MergeFrom, so a field set in a later layer wins and an unset one
-leaves the earlier value. Runtime options layer the same way: application,
-then the deployment's own in code, then the file's override of it.
+`overlay`: a field set in a later layer wins and an unset one leaves the
+earlier value; a list set in a later layer replaces the earlier list (protobuf's
+MergeFrom would append to it), and maps merge key by key. Runtime options
+layer the same way: application, then the deployment's own in code, then the
+file's override of it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+from google.protobuf.message import Message
 
 from servefleet.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
@@ -107,6 +111,23 @@ def check_traffic_targets(spec: apb.ApplicationSpec, names: list[str]) -> None:
                                              f"{name!r} (it has {', '.join(names)})")
 
 
+def overlay(target: Message, layer: Message) -> None:
+    """Lay `layer` over `target`: the fields set in it win, its lists replace
+    the target's, its maps merge into the target's key by key."""
+    for field, value in layer.ListFields():
+        mine = getattr(target, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            mine.MergeFrom(value)
+        elif field.is_repeated:
+            target.ClearField(field.name)
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            mine.SetInParent()
+            overlay(mine, value)
+        else:
+            setattr(target, field.name, value)
+
+
 def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
                      ) -> list[dpb.DeploymentSpec]:
     """The application's deployments, ingress first; InvalidArgument if they cannot be."""
@@ -141,8 +162,8 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
                 deployment.replica_config.ClearField("autoscaling_config")
             if layer.replica_config.HasField("autoscaling_config"):
                 deployment.replica_config.ClearField("num_replicas")
-            deployment.replica_config.MergeFrom(layer.replica_config)
-            deployment.runtime.MergeFrom(layer.runtime)
+            overlay(deployment.replica_config, layer.replica_config)
+            overlay(deployment.runtime, layer.runtime)
             if layer.HasField("version"):
                 deployment.version = layer.version
         route = route_of(spec)

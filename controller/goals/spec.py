@@ -67,6 +67,9 @@ _REPLICA_DEFAULTS: dict[str, float] = {
     "startup_timeout_s": 300.0,
 }
 
+# The methods a replica_config's retry_methods may list (upper case, as on the wire).
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+
 _AUTOSCALING_DEFAULTS: dict[str, float] = {
     "min_replicas": 1,
     "max_replicas": 1,
@@ -201,6 +204,16 @@ def _normalize_replica_config(field: str, config: pb.ReplicaConfig) -> None:
     config.user_config_json = canonical_json(f"{field}.user_config_json",
                                              config.user_config_json)
     _normalize_resources(f"{field}.resources", config.resources)
+    _check_retry_methods(f"{field}.retry_methods", config.retry_methods)
+
+
+def _check_retry_methods(field: str, methods: Sequence[str]) -> None:
+    for i, method in enumerate(methods):
+        if method not in HTTP_METHODS:
+            raise InvalidArgument(f"{field}[{i}]", f"must be one of {', '.join(HTTP_METHODS)}, "
+                                  f"got {method[:40]!r}")
+        if method in methods[:i]:
+            raise InvalidArgument(f"{field}[{i}]", f"{method} is listed twice")
 
 
 def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:

@@ -33,7 +33,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,9 @@ STALL_FACTOR = 10.0
 EJECT_BASE_S = 5.0
 EJECT_MAX_S = 60.0
 MAX_EJECTED_SHARE = 0.5
+# Requests that may go to a second replica after a hung one received them,
+# unless the deployment lists its own (replica_config.retry_methods).
+RETRY_SAFE = frozenset({"GET", "HEAD"})
 
 
 class Overloaded(Exception):
@@ -113,15 +116,20 @@ class ReplicaPool:
     # False: no ejections and no second tries of held GETs (proxy
     # --no-passive-health, to compare).
     passive_health: bool = True
+    # Methods whose requests a hung replica holds may go to another replica
+    # (forward.py); the deployment's retry_methods.
+    retry_methods: frozenset[str] = RETRY_SAFE
 
     @property
     def queued(self) -> int:
         return len(self._waiters)
 
     def update(self, endpoints: list[tuple[str, str]], max_ongoing: int,
-               max_queued: int, grpc_addresses: dict[str, str] | None = None) -> None:
+               max_queued: int, grpc_addresses: dict[str, str] | None = None,
+               retry_methods: Iterable[str] = ()) -> None:
         """Apply a replica-set snapshot: the controller's word replaces local guesses.
-        `endpoints` are (replica id, HTTP address); `grpc_addresses` by replica id."""
+        `endpoints` are (replica id, HTTP address); `grpc_addresses` by replica id;
+        `retry_methods` empty means RETRY_SAFE."""
         current = dict(self.replicas)
         self.replicas = {rid: current.get(rid) or Replica(rid, addr) for rid, addr in endpoints}
         for rid, addr in endpoints:
@@ -129,6 +137,7 @@ class ReplicaPool:
             self.replicas[rid].grpc_address = (grpc_addresses or {}).get(rid, "")
         self._down.clear()
         self.max_ongoing, self.max_queued = max(1, max_ongoing), max_queued
+        self.retry_methods = frozenset(retry_methods) or RETRY_SAFE
         self._wake()
 
     def mark_down(self, replica: Replica) -> None:
@@ -204,6 +213,15 @@ class ReplicaPool:
         if replica.held:
             replica.timer = asyncio.get_running_loop().call_later(
                 max(0.05, wait), self._check_held, replica)
+
+    def unanswering(self, now: float) -> list[Replica]:
+        """Replicas not ejected that hold requests and answered none for the
+        stall time, whether or not another replica answered meanwhile: those
+        this pool may not eject (the last one, or past the share) are reported
+        to the controller as suspects (load_report.py) so that it checks them."""
+        stall = self.stall_s()
+        return [r for r in self.replicas.values()
+                if r.awaiting and r.ejected_until <= now and now - r.waiting_since > stall]
 
     def _eject_hung(self, now: float) -> None:
         stall = self.stall_s()

@@ -19,9 +19,10 @@ Per attempt:
    connection are held, so its in-flight count covers the whole response.
 
 A failure after the request was sent (`UpstreamError`) is not retried: the
-replica may have acted on it. The exception: a GET or HEAD its replica holds
-without answering while other replicas answer (a hung replica, see
-`_request`) goes to another replica, and the hung one is ejected. Nor is a
+replica may have acted on it. The exception: a GET or HEAD (or a method the
+deployment's retry_methods lists) that its replica holds without answering
+while other replicas answer (a hung replica, see `_request`) goes to another
+replica, and the hung one is ejected. Nor is a
 streamed body once part of it past the held buffer was sent (body.py): it
 cannot be sent again. Cancelling the caller closes the connection, which
 makes the replica cancel the request in turn.
@@ -45,8 +46,6 @@ from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-# Requests that may be sent to a second replica after the first received them.
-RETRY_SAFE = frozenset({"GET", "HEAD"})
 
 T = TypeVar("T")
 
@@ -63,14 +62,15 @@ class HungReplica(Exception):
 async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, method: str,
                    target: bytes, headers: list[tuple[bytes, bytes]],
                    body: bytes | StreamedBody, sent_at: float) -> Response:
-    """upstream.request; a request safe to send twice (GET and HEAD with a body
-    held whole) is held with the pool (balancer.py `hold`): when its replica
+    """upstream.request; a request safe to send twice (by its method: GET and
+    HEAD unless the deployment's retry_methods say otherwise; with a body held
+    whole) is held with the pool (balancer.py `hold`): when its replica
     answered nothing (this or any other request) for the pool's stall time
     while another replica answered since, the try is cancelled (its
     connection closed, so the replica cancels the request if it ever wakes)
     and HungReplica raised. Without that evidence the try goes on: a
     deployment whose answers are all slow is not cut."""
-    if method not in RETRY_SAFE or not replayable(body) or not pool.passive_health:
+    if method not in pool.retry_methods or not replayable(body) or not pool.passive_health:
         return await upstream.request(replica.address, method, target, headers, body)
     task = asyncio.current_task()
     assert task is not None

@@ -13,7 +13,11 @@ never processed is tried on another one, up to MAX_ATTEMPTS:
   until the next replica-set snapshot names it).
 
 Anything else, once the first answer (a message or a status) came, is the
-replica's answer and goes to `relay`. A failure after the call may have
+replica's answer and goes to `relay`. Unary calls feed passive health
+(balancer.py) as HTTP requests do: awaited from sending until their answer,
+so a replica that holds them and answers nothing while others answer is
+ejected (or, the pool's last one, reported to the controller). Streaming
+calls do not: their first message may come late by design. A failure after the call may have
 reached the replica is not retried. Cancelling the caller cancels the call to
 the replica; the deadline given is the replica's deadline too.
 """
@@ -39,6 +43,8 @@ Metadata = Sequence[tuple[str, str | bytes]]
 _CONNECT_FAILURES = ("failed to connect", "connection refused", "connections to all backends",
                      "dns resolution failed")
 _MAX_CACHED_CALLS = 4096
+# Statuses that come from this side, not from the replica.
+_NOT_ANSWERS = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 # Messages up to 64 MiB (gRPC's default is 4); retries are this module's to do.
 _OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -161,14 +167,23 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
                 raise NotProcessed("it serves no gRPC (yet)", refused=False)
             call = channels.call(replica.grpc_address, method, unary)(
                 request, metadata=metadata, timeout=timeout)
+            sent_at = pool.clock()
+            watched = int(unary)  # passive health: unary calls only
+            replica.awaiting += watched
             try:
                 first = (await call) if unary else (await call.read())
             except grpc.aio.AioRpcError as e:
                 skipped = _not_processed(e)
                 if skipped is not None:
                     raise skipped from None
+                if watched and e.code() not in _NOT_ANSWERS:
+                    pool.note_answer(replica, sent_at)  # an error status is an answer
                 raise CallFailed(e.code(), e.details() or "",
                                  tuple(e.trailing_metadata() or ())) from None
+            finally:
+                replica.awaiting -= watched
+            if watched:
+                pool.note_answer(replica, sent_at)
             await relay(Answer(call, first, unary))
             return
         except NotProcessed as e:

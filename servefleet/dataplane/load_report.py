@@ -11,7 +11,8 @@ autoscaler's load signal (controller/load_reports.py). A deployment is
 listed while it has load, and once more after, with zeros, so the leader
 hears that it ended; a report that finds nothing to say is not sent. A
 report also names the replicas this process has ejected (passive health),
-which the controller health-checks at once.
+and those it suspects but may not eject (a pool's last replica), which the
+controller health-checks at once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ def ejected_replicas(sets: ReplicaSets) -> list[str]:
                   if r.ejected_until > pool.clock())
 
 
+def suspected_replicas(sets: ReplicaSets) -> list[str]:
+    """The replicas holding requests unanswered past the stall time that this
+    process has not ejected (it may not: the last of a pool, say)."""
+    return sorted(r.replica_id for pool in sets.pools.values() if pool.passive_health
+                  for r in pool.unanswering(pool.clock()))
+
+
 class LoadReporter:
     def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
                  traffic: Callable[[], dict[str, tuple[int, float, float, float]]] | None = None
@@ -45,7 +53,7 @@ class LoadReporter:
         self._watcher = watcher
         # A proxy's recent requests per deployment (traffic.py), sent along.
         self._traffic = traffic
-        # The replicas ejected at the last report (balancer.py), sent along.
+        # The replicas ejected or suspected at the last report (balancer.py).
         self._ejected: list[str] = []
         self._period_s = period_s
         self._wake = asyncio.Event()
@@ -76,16 +84,18 @@ class LoadReporter:
                 self._wake.clear()
                 report = self.counts(sets)
                 traffic = self._traffic() if self._traffic is not None else {}
-                ejected, had = ejected_replicas(sets), bool(self._ejected)
-                self._ejected = ejected
-                if (report or traffic or ejected or had) and self._watcher.connected.is_set():
-                    await self._send(report, traffic, ejected)
+                ejected, suspected = ejected_replicas(sets), suspected_replicas(sets)
+                had, self._ejected = bool(self._ejected), ejected + suspected
+                if (report or traffic or self._ejected or had) \
+                        and self._watcher.connected.is_set():
+                    await self._send(report, traffic, ejected, suspected)
         finally:
             await self._close()
 
     async def _send(self, report: dict[str, tuple[int, int]],
                     traffic: dict[str, tuple[int, float, float, float]] | None = None,
-                    ejected: list[str] | None = None) -> None:
+                    ejected: list[str] | None = None,
+                    suspected: list[str] | None = None) -> None:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
             await self._close()
@@ -102,7 +112,7 @@ class LoadReporter:
                 traffic={k: controller_pb2.DeploymentTraffic(
                     requests=n, window_s=w, p50_ms=p50, p99_ms=p99)
                     for k, (n, w, p50, p99) in (traffic or {}).items()},
-                ejected=ejected or [])))
+                ejected=ejected or [], suspected=suspected or [])))
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[

@@ -101,7 +101,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
-    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected")
+    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected", "suspected")
     class QueuedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -128,12 +128,14 @@ class ReportLoadRequest(_message.Message):
     ONGOING_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     EJECTED_FIELD_NUMBER: _ClassVar[int]
+    SUSPECTED_FIELD_NUMBER: _ClassVar[int]
     reporter_id: str
     queued: _containers.ScalarMap[str, int]
     ongoing: _containers.ScalarMap[str, int]
     traffic: _containers.MessageMap[str, DeploymentTraffic]
     ejected: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ...) -> None: ...
+    suspected: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeploymentTraffic(_message.Message):
     __slots__ = ("requests", "window_s", "p50_ms", "p99_ms")

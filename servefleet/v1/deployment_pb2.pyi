@@ -37,7 +37,7 @@ class DeploymentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., import_path: _Optional[str] = ..., init_args_json: _Optional[str] = ..., init_kwargs_json: _Optional[str] = ..., replica_config: _Optional[_Union[ReplicaConfig, _Mapping]] = ..., version: _Optional[str] = ..., prev_version: _Optional[str] = ..., route_prefix: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeOptions, _Mapping]] = ..., grpc_servicer_functions: _Optional[_Iterable[str]] = ..., grpc_services: _Optional[_Iterable[str]] = ..., grpc_streaming_methods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReplicaConfig(_message.Message):
-    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s")
+    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s", "retry_methods")
     NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class ReplicaConfig(_message.Message):
     HEALTH_CHECK_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
     num_replicas: int
     max_ongoing_requests: int
     max_queued_requests: int
@@ -60,7 +61,8 @@ class ReplicaConfig(_message.Message):
     health_check_timeout_s: float
     resources: Resources
     startup_timeout_s: float
-    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ...) -> None: ...
+    retry_methods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ..., retry_methods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AutoscalingConfig(_message.Message):
     __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor", "downscale_to_zero_delay_s", "aggregation_function", "policy")

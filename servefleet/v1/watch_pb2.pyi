@@ -113,18 +113,20 @@ class Route(_message.Message):
     def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
-    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests")
+    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     endpoints: _containers.RepeatedCompositeFieldContainer[ReplicaEndpoint]
     max_ongoing_requests: int
     max_queued_requests: int
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ...) -> None: ...
+    retry_methods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
     __slots__ = ("replica_id", "http_address", "grpc_address")
