@@ -345,6 +345,69 @@ def test_a_lone_stopped_replica_is_replaced(sqlite_fleet, tmp_path) -> None:
             client.shutdown()
 
 
+@pytest.mark.slow
+def test_a_slow_replica_that_answers_keeps_serving_a_smaller_share(sqlite_fleet,
+                                                                   tmp_path) -> None:
+    """Two replicas, one 10x slower than the other (200 ms against 20 ms),
+    8 clients through the proxy: nothing is ejected or retried as hung, and
+    the balancer alone (least in flight of two) sends the slow one less."""
+    import asyncio
+    import json
+    import re
+    from pathlib import Path
+
+    import httpx
+
+    from servefleet.client import ControllerClient
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(d.DeploymentSpec(
+            name="Lopsided", import_path="echo_app:Lopsided", route_prefix="/l",
+            init_args_json=json.dumps([str(tmp_path / "slow-one")]),
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
+            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=8)))
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
+        try:
+            wait_for(lambda: len([r for r in client.replicas()
+                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
+                     "2 replicas RUNNING")
+            wait_for(lambda: httpx_ok(proxy.url + "/l"), 30, "the route")
+            answers: list[bool] = []
+            failed: list[int] = []
+
+            async def load() -> None:
+                async with httpx.AsyncClient(timeout=10) as http:
+                    end = asyncio.get_running_loop().time() + 6
+
+                    async def worker() -> None:
+                        while asyncio.get_running_loop().time() < end:
+                            response = await http.get(proxy.url + "/l")
+                            if response.status_code == 200:
+                                answers.append(response.json()["slow"])
+                            else:
+                                failed.append(response.status_code)
+                    await asyncio.gather(*[worker() for _ in range(8)])
+            asyncio.run(load())
+            metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
+            ejections = sum(float(v) for v in re.findall(
+                r"^servefleet_ejections_total\{[^}]*\} (\S+)$", metrics, re.M))
+            hung = sum(float(v) for v in re.findall(
+                r'^servefleet_retries_total\{[^}]*reason="hung"[^}]*\} (\S+)$', metrics, re.M))
+            share = sum(answers) / len(answers)
+            print(f"slow replica: {share:.0%} of {len(answers)} answers; ejections "
+                  f"{ejections:.0f}, hung retries {hung:.0f}")
+            assert failed == [] and ejections == 0 and hung == 0
+            assert any(answers) and share < 0.3  # an even split would be 0.5
+        finally:
+            proxy.stop()
+            client.shutdown()
+
+
 def httpx_ok(url: str) -> bool:
     import httpx
 

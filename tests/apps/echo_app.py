@@ -82,6 +82,24 @@ class Slow:
                 "headers": sorted(request.headers.keys())}
 
 
+class Lopsided:
+    """The first replica to start (it creates `marker`) answers in 200 ms, the
+    others in 20 ms: a replica slow but alive, for passive-health tests."""
+
+    def __init__(self, marker: str) -> None:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            self.slow = True
+        except FileExistsError:
+            self.slow = False
+
+    async def __call__(self, request):
+        import asyncio
+
+        await asyncio.sleep(0.2 if self.slow else 0.02)
+        return {"slow": self.slow}
+
+
 def noop(request) -> str:
     """A sync no-op: each request takes a thread-pool hop in the replica."""
     return "ok"
