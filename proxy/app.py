@@ -42,6 +42,7 @@ from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+from servefleet.disconnect import CancelOnDisconnect
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
@@ -141,27 +142,6 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
                 raise BadRequest(f"content-length {v[:40]!r} is not a number")
             return int(v)
     return None
-
-
-def _cancel_on_disconnect(receive: Receive, body: bytes | StreamedBody) -> asyncio.Task[None]:
-    """A watcher that cancels the calling task when the client disconnects.
-
-    One extra task per request (not two): the work stays in the caller's task.
-    The returned task is done, not cancelled, when it was the client that left.
-    A streamed body is read from `receive` too: the watcher starts listening
-    once all of it was read (until then the body's reader notices a departure).
-    """
-    caller = asyncio.current_task()
-    assert caller is not None
-
-    async def watch() -> None:
-        if isinstance(body, StreamedBody):
-            await body.finished.wait()
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        caller.cancel()
-
-    return asyncio.ensure_future(watch())
 
 
 class Started:
@@ -307,19 +287,18 @@ class ProxyApp:
                                                         request_id))
                 self._shadows.add(task)
                 task.add_done_callback(self._shadows.discard)
-        gone = _cancel_on_disconnect(receive, body)
-        try:
-            await self._forward(scope, body, headers, send, pool, request_id, started)
-        except asyncio.CancelledError:
-            if not gone.done() or gone.cancelled():
-                raise  # cancelled from outside (the request timeout, shutdown)
-            # The watcher's cancel, handled: the task is no longer being cancelled.
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            logger.info("request %s: the client went away; cancelled", request_id)
-        finally:
-            gone.cancel()
+        finished = body.finished if isinstance(body, StreamedBody) else None
+        with CancelOnDisconnect(scope, receive, after=finished) as gone:
+            try:
+                await self._forward(scope, body, headers, send, pool, request_id, started)
+            except asyncio.CancelledError:
+                if not gone.left:
+                    raise  # cancelled from outside (the request timeout, shutdown)
+                # The client's departure, handled: the task is no longer being cancelled.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                logger.info("request %s: the client went away; cancelled", request_id)
 
     async def _mirror(self, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]],
                       pool: ReplicaPool, request_id: str) -> None:

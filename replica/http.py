@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from servefleet.disconnect import CancelOnDisconnect
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.multiplex import MODEL_ID, loaded_model_ids
 from servefleet.wire import (
@@ -110,11 +111,6 @@ def _under_route_prefix(scope: Scope) -> Scope:
 
 def _unbound(app: Any) -> str:
     raise TypeError("a bound deployment cannot be returned; return its handle")
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _json_lines(items: Any, request_id: str) -> AsyncIterator[bytes]:
@@ -256,7 +252,7 @@ class ReplicaApp:
                 request = Request(scope, receive)
                 await request.body()  # cached for the user; receive() now only signals a disconnect
                 result = await self._call_until_disconnect(deployment.target, (request,), {},
-                                                           receive, request_id)
+                                                           scope, receive, request_id)
                 if result is _DISCONNECTED:
                     return True
                 response = to_response(result)
@@ -285,7 +281,8 @@ class ReplicaApp:
 
         stream = any(k == STREAM_HEADER for k, _ in scope["headers"])
         try:
-            result = await self._call_until_disconnect(fn, args, kwargs, receive, request_id)
+            result = await self._call_until_disconnect(fn, args, kwargs, scope, receive,
+                                                       request_id)
             if result is _DISCONNECTED:
                 return None
             generator = inspect.isgenerator(result) or inspect.isasyncgen(result)
@@ -304,7 +301,7 @@ class ReplicaApp:
             return JSONResponse({"error": f"{type(e).__name__}: {e}"}, 500)
 
     async def _call_until_disconnect(self, target: Any, args: Any, kwargs: dict[str, Any],
-                                     receive: Receive, request_id: str) -> Any:
+                                     scope: Scope, receive: Receive, request_id: str) -> Any:
         """Run user code; cancel it if the caller goes away first.
 
         Async user code is cancelled at its next await. Sync code in the thread
@@ -312,33 +309,21 @@ class ReplicaApp:
         its admission slot until the thread is done, so the replica never runs
         more than max_ongoing_requests calls at once.
         """
-        caller = asyncio.current_task()
-        assert caller is not None
-        left = False
         thread: asyncio.Future[Any] | None = None
-
-        async def watch() -> None:
-            nonlocal left
-            await _wait_disconnect(receive)
-            left = True
-            caller.cancel()
-
-        gone = asyncio.ensure_future(watch())
-        try:
-            if is_async_callable(target):
-                return await target(*args, **kwargs)
-            thread = self.threads.call(functools.partial(target, *args, **kwargs))
-            result = await asyncio.shield(thread)
-            return (await result) if inspect.isawaitable(result) else result
-        except asyncio.CancelledError:
-            if not left:
-                raise  # cancelled from outside (shutdown)
-            logger.info("request %s: the caller went away; cancelled", request_id)
-            if thread is not None and not thread.done():
-                await asyncio.wait({thread})
-            return _DISCONNECTED
-        finally:
-            gone.cancel()
+        with CancelOnDisconnect(scope, receive) as gone:
+            try:
+                if is_async_callable(target):
+                    return await target(*args, **kwargs)
+                thread = self.threads.call(functools.partial(target, *args, **kwargs))
+                result = await asyncio.shield(thread)
+                return (await result) if inspect.isawaitable(result) else result
+            except asyncio.CancelledError:
+                if not gone.left:
+                    raise  # cancelled from outside (shutdown)
+                logger.info("request %s: the caller went away; cancelled", request_id)
+        if thread is not None and not thread.done():
+            await asyncio.wait({thread})
+        return _DISCONNECTED
 
     @staticmethod
     async def _lifespan(receive: Receive, send: Send) -> None:

@@ -11,6 +11,9 @@ of the event loop and sends it all at the end of the pass (a `call_soon`),
 so headers and a body written in one step of the app go out in one send.
 Order is kept (everything goes through the one buffer), and closing sends
 what is buffered first.
+
+The protocol also hands each request its connection's disconnect hook
+(disconnect.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .disconnect import SCOPE_KEY, ConnectionHook
 
 
 class CoalescingTransport:
@@ -62,5 +67,17 @@ class CoalescingTransport:
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    """Also puts the connection's ConnectionHook in each request's scope
+    (disconnect.py): apps learn of a lost client without a task per request."""
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.connection_hook = ConnectionHook()
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope[SCOPE_KEY] = self.connection_hook  # type: ignore[literal-required]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.connection_hook.lose()
