@@ -35,7 +35,7 @@ async def test_the_hook_cancels_the_armed_request_and_only_it() -> None:
 
 async def test_a_request_done_before_the_loss_is_not_touched() -> None:
     hook = ConnectionHook()
-    with CancelOnDisconnect({SCOPE_KEY: hook}, None) as gone:
+    with CancelOnDisconnect({SCOPE_KEY: hook}, asyncio.Queue().get) as gone:
         pass
     hook.lose()
     assert not gone.left and not hook.armed
