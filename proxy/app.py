@@ -54,9 +54,11 @@ from servefleet.wire import (
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
 )
+from servefleet.ws import deny
 
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import RouteTable, Target
+from .websocket import WebSockets
 
 logger = logging.getLogger(__name__)
 access = logging.getLogger("servefleet.proxy.access")
@@ -175,10 +177,14 @@ class ProxyApp:
         self.access_log = False
         # Count requests for /-/metrics and the load reports' traffic figures.
         self.metrics_enabled = True
+        # Open WebSockets (websocket.py); their idle limit is --websocket-idle-timeout-s.
+        self.websockets = WebSockets()
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await self._websocket(scope, receive, send)
             return
         path: str = scope["path"]
         header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
@@ -228,6 +234,34 @@ class ProxyApp:
                 access.info("%s %s %d %.1fms %s/%s", scope["method"], path,
                             started.code or CLIENT_LEFT, seconds * 1e3, target.application,
                             started.deployment)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Route a WebSocket handshake as an HTTP request is routed (the same
+        checks and refusals, as HTTP answers), then relay it (websocket.py)."""
+        request_id = next((v.decode("latin-1") for k, v in scope["headers"]
+                           if k == REQUEST_ID_HEADER and v), "") or new_request_id()
+        REQUEST_ID.set(request_id)
+        header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+        target = self._routes().match(scope["path"])
+        caller = _caller(scope, self._tokens()) if target and target.require_token else None
+        pool = self._pools(target.application, target.pick()) if target else None
+        problem = (
+            (431, f"the request's headers are {header_bytes} bytes; the limit is "
+                  f"{self._max_header_bytes}") if header_bytes > self._max_header_bytes else
+            (503, "the proxy is draining") if self.draining else
+            (404, f"no route matches {scope['path']!r}") if target is None else
+            (401, "this route needs a bearer token (authorization: Bearer TOKEN)")
+            if target.require_token and caller is None else
+            (503, f"{target.application} has no replicas known yet") if pool is None else None)
+        if problem is not None or target is None or pool is None:
+            await deny(scope, send, *(problem or (503, "")),
+                       headers=[(REQUEST_ID_HEADER, request_id.encode())])
+            return
+        await self.websockets.serve(
+            scope, receive, send, pool, _upstream_headers(scope, request_id, target.route_prefix,
+                                                          caller),
+            _raw_target(scope), self._timeout or self._routes().request_timeout_s or None,
+            request_id)
 
     async def _serve_route(self, scope: Scope, receive: Receive, send: Send, target: Target,
                            request_id: str, started: Started) -> None:

@@ -68,6 +68,8 @@ class ProxyOptions:
     passive_health: bool = True
     # This process's number among `--workers` (workers.py), or None: the only proxy.
     worker: int | None = None
+    # Close a WebSocket after this long without a message either way (0: never).
+    websocket_idle_timeout_s: float = 0.0
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -83,6 +85,7 @@ async def serve(options: ProxyOptions) -> None:
                        lambda: tokens.table)
         app.access_log = options.access_log
         app.metrics_enabled = options.metrics
+        app.websockets.idle_timeout_s = options.websocket_idle_timeout_s
         # The replica's date and server headers are passed through; the proxy adds none.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          reuse_port=options.worker is not None,
@@ -127,6 +130,7 @@ async def serve(options: ProxyOptions) -> None:
         await stop.wait()
         logger.info("draining")
         app.draining = True
+        app.websockets.close_all()  # 1001 now, not uvicorn's 1012 at its shutdown
         if grpc_server is not None and checks is not None:
             grpc_proxy.draining = True
             await checks.enter_graceful_shutdown()  # health: NOT_SERVING

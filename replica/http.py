@@ -55,6 +55,7 @@ from servefleet.wire import (
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_threads import UserThreads
+from .websocket import OpenSockets, serve_websocket
 
 logger = logging.getLogger(__name__)
 # starlette takes response headers as str.
@@ -179,12 +180,16 @@ class ReplicaApp:
         self.threads = UserThreads(max(8, admission.max_ongoing), "user-http")
         self.replica_id = replica_id
         self.deployment: UserDeployment | None = None
+        # Open WebSockets of an ASGI ingress (websocket.py), closed when draining.
+        self.websockets = OpenSockets()
         # Turns handle markers in a handle call's arguments into handles.
         self.decode_args: Callable[[Any], Any] = lambda value: value
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            if scope["type"] == "lifespan":
+            if scope["type"] == "websocket":
+                await serve_websocket(self, _under_route_prefix(scope), receive, send)
+            elif scope["type"] == "lifespan":
                 await self._lifespan(receive, send)
             return
         reason = self.admission.refusal()
@@ -196,7 +201,7 @@ class ReplicaApp:
             await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
                                     headers=headers)(scope, receive, send)
             return
-        request_id = self._request_id(scope)
+        request_id = self.request_id(scope)
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
         if model_id is not None:
@@ -211,7 +216,8 @@ class ReplicaApp:
             self.admission.ongoing -= 1
 
     @staticmethod
-    def _request_id(scope: Scope) -> str:
+    def request_id(scope: Scope) -> str:
+        """The request's x-request-id, made up (and added to the scope) when it has none."""
         for key, value in scope["headers"]:
             if key == REQUEST_ID_HEADER and value:
                 return value.decode("latin-1")

@@ -227,6 +227,7 @@ class Replica:
         if self.phase != PHASE.REPLICA_PHASE_FAILED:
             self.phase = PHASE.REPLICA_PHASE_DRAINING
         self.admission.draining = True
+        await self.app.websockets.close_all()  # 1001 at once: their clients reconnect elsewhere
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
         logger.info("draining: %d requests in flight", self.admission.ongoing)

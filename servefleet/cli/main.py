@@ -100,6 +100,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {path}: no such file")
     if not 1 <= args.workers <= 64:
         raise UsageError("--workers: between 1 and 64")
+    if not 0 <= args.websocket_idle_timeout_s < 1e9:
+        raise UsageError("--websocket-idle-timeout-s: 0 (no limit) or more seconds")
     worker = worker_index()
     if args.workers > 1 and worker is None:
         return Supervisor(args.argv, args.workers).run()
@@ -110,7 +112,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
-        passive_health=args.passive_health)
+        passive_health=args.passive_health,
+        websocket_idle_timeout_s=args.websocket_idle_timeout_s)
     try:
         asyncio.run(serve(options))
     except TokenFileError as e:
@@ -238,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop sending to replicas that hold requests and answer none "
                             "while others answer, and send the GETs they hold elsewhere "
                             "(default on)")
+    proxy.add_argument("--websocket-idle-timeout-s", type=float, default=0.0, metavar="S",
+                       help="close a WebSocket (1001) after this long without a message "
+                            "either way; not --request-timeout-s (default 0: no limit)")
     proxy.add_argument("--access-log", action="store_true",
                        help="log one line per routed request, with its x-request-id")
     proxy.add_argument("--tls-cert", default=None, metavar="FILE",
