@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Subprotocol
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ProxyProcess, wait_for
@@ -87,7 +88,8 @@ def test_messages_binary_frames_close_codes_and_the_handshake_pass_through(ws_fl
     serving(proxy, 1, client)
 
     async def session() -> None:
-        async with connect(ws_url(proxy, "/ws/echo"), subprotocols=["chat.v2", "chat.v1"],
+        offered = [Subprotocol("chat.v2"), Subprotocol("chat.v1")]
+        async with connect(ws_url(proxy, "/ws/echo"), subprotocols=offered,
                            additional_headers={"x-request-id": "ws-1"}) as ws:
             assert ws.subprotocol == "chat.v2"  # chosen by the app
             assert ws.response.headers["x-app"] == "ws_app"
