@@ -130,7 +130,7 @@ async def serve(options: ProxyOptions) -> None:
         await stop.wait()
         logger.info("draining")
         app.draining = True
-        app.websockets.close_all()  # 1001 now, not uvicorn's 1012 at its shutdown
+        await app.websockets.close_all()  # 1001 now, not uvicorn's 1012 at its shutdown
         if grpc_server is not None and checks is not None:
             grpc_proxy.draining = True
             await checks.enter_graceful_shutdown()  # health: NOT_SERVING

@@ -8,6 +8,9 @@
 - servefleet_proxy_grpc_calls_total{application, deployment, service, code}:
   gRPC ingress calls; `code` the gRPC status name (CANCELLED: the client
   left first); their durations go to the same histogram as HTTP requests.
+- servefleet_proxy_websockets_open{application, deployment} and
+  servefleet_proxy_websocket_messages_total{application, deployment,
+  direction}: open WebSockets and the messages relayed (websocket.py).
 - servefleet_proxy_shadow_copies_total{application, deployment, outcome}:
   copies for a shadow deployment, `sent` or `dropped` (its queue was not
   empty, or too many were in flight).

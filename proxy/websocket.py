@@ -74,7 +74,8 @@ class Relay:
         self._idle_timeout_s = idle_timeout_s
         self._last = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
-        self._closer: asyncio.Future[None] | None = None
+        self._closing = False
+        self._closer: asyncio.Future[None] | None = None  # the idle timer's close
         self._up = MESSAGES.labels(*key, "to_replica")
         self._down = MESSAGES.labels(*key, "to_client")
 
@@ -119,25 +120,27 @@ class Relay:
                 self._down.inc()
         except ConnectionClosed:
             pass
-        except OSError:
-            return  # the client is gone: the other half closes the replica's side
+        except (OSError, RuntimeError):
+            return  # the client is gone or closed: the other half closes the replica's side
         received = self.upstream.close_code
         code = 1011 if received is None or received in NOT_SENDABLE else received
         reason = self.upstream.close_reason if code == received else "the replica went away"
         with contextlib.suppress(OSError, RuntimeError):  # the client may be gone or closed
             await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
-    def close(self, code: int = GOING_AWAY, reason: str = "") -> None:
-        """Close both sides (draining, idle): the replica first, whose close
-        then reaches the client with this code."""
-        if self._closer is None:
-            self._closer = asyncio.ensure_future(self.upstream.close(code, reason))
+    async def close(self, code: int = GOING_AWAY, reason: str = "") -> None:
+        """Close both sides (draining, idle): the client's at once, and the
+        replica's with the same code as the client's disconnect comes back."""
+        if not self._closing:
+            self._closing = True
+            with contextlib.suppress(OSError, RuntimeError):  # the client is gone or closed
+                await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
     def _check_idle(self) -> None:
         idle = time.monotonic() - self._last
         if idle >= self._idle_timeout_s:
             logger.info("%s/%s: WebSocket idle for %.0f s: closing", *self.key, idle)
-            self.close(GOING_AWAY, "idle")
+            self._closer = asyncio.ensure_future(self.close(GOING_AWAY, "idle"))
             return
         self._timer = asyncio.get_running_loop().call_later(self._idle_timeout_s - idle,
                                                             self._check_idle)
@@ -208,11 +211,11 @@ class WebSockets:
         self.idle_timeout_s = idle_timeout_s
         self.open: set[Relay] = set()
 
-    def close_all(self) -> None:
+    async def close_all(self) -> None:
         """The proxy drains: every WebSocket is closed with 1001 (going away),
         so that clients reconnect through another proxy."""
         for relay in list(self.open):
-            relay.close(GOING_AWAY, "proxy draining")
+            await relay.close(GOING_AWAY, "proxy draining")
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, pool: ReplicaPool,
                     headers: list[tuple[bytes, bytes]], target: bytes,

@@ -153,3 +153,94 @@ def test_a_client_killed_mid_stream_is_seen_by_the_app_at_once(ws_fleet) -> None
             child.stdout.close()
     print(f"the app saw the killed client's disconnect after {seen:.2f} s")
     assert seen < 1.0
+
+
+async def _hold(proxy: ProxyProcess, request_id: str):
+    """An open /ws/hold WebSocket and the pid of the replica that holds it."""
+    ws = await connect(ws_url(proxy, "/ws/hold"), additional_headers={"x-request-id": request_id})
+    return ws, int(await ws.recv())
+
+
+def test_websockets_hold_slots_spread_over_replicas_and_queue_past_them(ws_fleet) -> None:
+    """50 WebSockets over 2 replicas with max_ongoing_requests 30 use both;
+    with 60 open, the 61st waits for a slot (as an HTTP request would) and
+    gets the first one freed. Then the proxy drains: 1001 for all."""
+    import re
+
+    import httpx
+
+    client, marks, start_proxy = ws_fleet
+    client.deploy(ws_spec(marks, replicas=2, max_ongoing_requests=30))
+    proxy = start_proxy()
+    serving(proxy, 2, client)
+
+    async def session() -> None:
+        opened = [await _hold(proxy, f"s{i}") for i in range(50)]
+        pids = [pid for _, pid in opened]
+        assert len(set(pids)) == 2 and min(pids.count(p) for p in set(pids)) >= 20
+        opened += [await _hold(proxy, f"s{i}") for i in range(50, 60)]
+        assert all(pids.count(p) <= 30 for p in set(pid for _, pid in opened))
+        extra = asyncio.create_task(_hold(proxy, "extra"))
+        await asyncio.sleep(1.0)
+        assert not extra.done()  # queued at the proxy: no replica has room
+        metrics = (await asyncio.to_thread(httpx.get, proxy.url + "/-/metrics")).text
+        assert re.search(r'^servefleet_proxy_websockets_open\{[^}]*deployment="Ws"\} 60\.0$',
+                         metrics, re.M), metrics[-2000:]
+        await opened[0][0].close()
+        ws, _ = await asyncio.wait_for(extra, 10)
+        opened[0] = (ws, 0)
+        # The proxy drains (SIGTERM): every WebSocket is closed with 1001.
+        assert proxy.proc is not None
+        proxy.proc.send_signal(signal.SIGTERM)
+        for ws, _ in opened:
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 10)
+            assert ws.close_code == 1001
+    asyncio.run(session())
+
+
+def test_a_rolling_update_closes_websockets_with_1001_and_they_reconnect(ws_fleet) -> None:
+    from loadgen import SteadyLoad
+
+    client, marks, start_proxy = ws_fleet
+    client.deploy(ws_spec(marks, replicas=2))
+    proxy = start_proxy()
+    serving(proxy, 2, client)
+    old = set(running(client))
+
+    async def session() -> None:
+        opened = [await _hold(proxy, f"r{i}") for i in range(10)]
+        old_pids = {pid for _, pid in opened}
+        with SteadyLoad(proxy.url + "/ws/", concurrency=4) as load:
+            await asyncio.to_thread(client.deploy, ws_spec(marks, replicas=2, version="v2"))
+            for ws, _ in opened:
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 30)
+                assert ws.close_code == 1001
+            again = [await _hold(proxy, f"again{i}") for i in range(4)]
+            await asyncio.to_thread(
+                wait_for, lambda: len(running(client)) == 2 and not old & set(running(client)),
+                60, "the rollout to finish")
+        assert load.bad == [] and load.ok > 0
+        assert not {pid for _, pid in again} & old_pids  # on the new replicas
+        for ws, _ in again:
+            await ws.close()
+    asyncio.run(session())
+
+
+def test_the_idle_timeout_is_its_own_setting(ws_fleet) -> None:
+    client, marks, start_proxy = ws_fleet
+    client.deploy(ws_spec(marks))
+    proxy = start_proxy("--websocket-idle-timeout-s", "1", "--request-timeout-s", "0.5")
+    serving(proxy, 1, client)
+
+    async def session() -> None:
+        ws, _ = await _hold(proxy, "idle")
+        started = time.monotonic()
+        await asyncio.sleep(0.7)  # past the request timeout: still open
+        await ws.send("still here")
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
+        assert ws.close_code == 1001 and 1.5 < time.monotonic() - started < 3.5
+    asyncio.run(session())
+    wait_for(lambda: (marks / "idle-1001").exists(), 5, "the app to see 1001")

@@ -6,7 +6,7 @@
 - /push?n=N&every=S: sends "tick 0".."tick N-1", S seconds apart, then closes 1000.
 - /hold: sends its pid, then waits; on the client's disconnect it writes a
   file named after the request id and the close code into `marks`.
-- GET /: "ok" (plain HTTP beside the WebSockets).
+- GET /: {"label": "ws_app", "pid": ...} (plain HTTP beside the WebSockets).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -26,7 +26,7 @@ class WsApp:
     def __init__(self, marks: str = "") -> None:
         self.marks = Path(marks) if marks else None
         self.app = Starlette(routes=[
-            Route("/", lambda request: PlainTextResponse(f"ok {os.getpid()}")),
+            Route("/", lambda request: JSONResponse({"label": "ws_app", "pid": os.getpid()})),
             WebSocketRoute("/echo", self.echo),
             WebSocketRoute("/push", self.push),
             WebSocketRoute("/hold", self.hold),
