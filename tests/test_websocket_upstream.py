@@ -1,0 +1,65 @@
+"""proxy/websocket.py's handshake to replicas, against tiny WebSocket servers
+in this process: refusals the replica never acted on go to another replica,
+other refusals come back as they were."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from proxy.websocket import Denied, open_upstream
+from servefleet.dataplane.balancer import ReplicaPool
+from servefleet.testing import free_port
+
+SCOPE = {"type": "websocket", "headers": [], "subprotocols": []}
+
+
+def refusing(status: int, rejected: str = ""):
+    def process(connection: ServerConnection, request: Request) -> Response:
+        response = connection.respond(status, "full" if rejected else "nope\n")
+        if rejected:
+            response.headers["x-servefleet-rejected"] = rejected
+        return response
+    return process
+
+
+async def echo(ws: ServerConnection) -> None:
+    async for message in ws:
+        await ws.send(message)
+
+
+async def test_a_handshake_refused_unread_goes_to_another_replica() -> None:
+    full_port, ok_port, gone_port = free_port(), free_port(), free_port()
+    async with serve(echo, "127.0.0.1", full_port, process_request=refusing(503, "overloaded")), \
+            serve(echo, "127.0.0.1", ok_port):
+        for i in range(10):
+            pool = ReplicaPool(key=("app", "ws"))
+            pool.update([("full", f"127.0.0.1:{full_port}"), ("ok", f"127.0.0.1:{ok_port}"),
+                         ("gone", f"127.0.0.1:{gone_port}")], 5, -1)
+            replica, upstream = await open_upstream(pool, SCOPE, [], b"/x", 5, f"r{i}")
+            assert replica.replica_id == "ok" and pool.ongoing == 1
+            await upstream.send("hi")
+            assert await upstream.recv() == "hi"
+            await upstream.close()
+            pool.release(replica)
+
+
+async def test_other_refusals_reach_the_client_as_they_came() -> None:
+    port = free_port()
+    async with serve(echo, "127.0.0.1", port, process_request=refusing(403)):
+        pool = ReplicaPool(key=("app", "ws"))
+        pool.update([("r0", f"127.0.0.1:{port}")], 5, -1)
+        with pytest.raises(Denied) as denied:
+            await open_upstream(pool, SCOPE, [], b"/x", 5, "r")
+        assert (denied.value.status, denied.value.text) == (403, "nope\n")
+        assert pool.ongoing == 0  # the slot is given back
+    # Its only replica unreachable: the handshake waits for a replica set
+    # naming another (as an HTTP request does), until the caller's timeout.
+    pool = ReplicaPool(key=("app", "ws"))
+    pool.update([("r0", f"127.0.0.1:{free_port()}")], 5, -1)  # nothing listens
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(open_upstream(pool, SCOPE, [], b"/x", 5, "r"), 1)
+    assert pool.ongoing == 0 and pool.queued == 0
