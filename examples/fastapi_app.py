@@ -5,11 +5,13 @@ With examples/config.yaml (route_prefix /api):
     curl http://127.0.0.1:8000/api/
     curl http://127.0.0.1:8000/api/items/3?q=x
     curl -X POST http://127.0.0.1:8000/api/echo -d '{"a": 1}'
+
+and a WebSocket at ws://127.0.0.1:8000/api/chat that answers each message.
 """
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 
 from servefleet import deployment
 
@@ -30,6 +32,13 @@ def item(item_id: int, q: str | None = None) -> dict:
 @api.post("/echo")
 async def echo(request: Request) -> dict:
     return {"received": await request.json()}
+
+
+@api.websocket("/chat")
+async def chat(ws: WebSocket) -> None:
+    await ws.accept()
+    async for text in ws.iter_text():
+        await ws.send_text(f"echo: {text}")
 
 
 @deployment(num_replicas=1)

@@ -3,6 +3,7 @@ and `servefleet deploy --wait` / `status` / `config` / `delete` (real processes)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -56,6 +57,17 @@ def test_fastapi_routes_under_the_application_prefix(served_apps) -> None:
     assert httpx.post(base + "/echo", json={"a": 1}).json() == {"received": {"a": 1}}
     assert httpx.get(base + "/items/notanint").status_code == 422  # FastAPI's own validation
     assert httpx.get(base + "/nowhere").status_code == 404
+
+    async def chat() -> list[str]:  # the example's WebSocket, through the proxy
+        from websockets.asyncio.client import connect
+
+        async with connect(proxy.url.replace("http://", "ws://") + "/api/chat") as ws:
+            answers = []
+            for text in ("hello", "again"):
+                await ws.send(text)
+                answers.append(await ws.recv())
+            return answers
+    assert asyncio.run(chat()) == ["echo: hello", "echo: again"]
 
 
 def test_the_cluster_request_timeout_reaches_the_proxy(served_apps) -> None:
