@@ -58,7 +58,7 @@ def test_fastapi_routes_under_the_application_prefix(served_apps) -> None:
     assert httpx.get(base + "/items/notanint").status_code == 422  # FastAPI's own validation
     assert httpx.get(base + "/nowhere").status_code == 404
 
-    async def chat() -> list[str]:  # the example's WebSocket, through the proxy
+    async def chat() -> list[str | bytes]:  # the example's WebSocket, through the proxy
         from websockets.asyncio.client import connect
 
         async with connect(proxy.url.replace("http://", "ws://") + "/api/chat") as ws:
