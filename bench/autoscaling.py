@@ -33,6 +33,7 @@ from pathlib import Path
 import grpc
 import httpx
 import psutil
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess
@@ -42,6 +43,9 @@ from servefleet.v1 import deployment_pb2 as d
 APPS = str(Path(__file__).resolve().parent.parent / "tests" / "apps")
 RUNNING = replica_pb2.REPLICA_STATE_RUNNING
 HANDLER_S = 0.1
+
+
+FIGURES: dict[str, Figure] = {}
 
 
 def row(label: str, *cells: str) -> None:
@@ -149,6 +153,12 @@ def bench_step(client: ControllerClient, proxy: ProxyProcess, clients: int) -> N
     row("load stopped -> 1 replica (downscale_delay_s 5)", f"{down:.2f}")
     row(f"failed requests, of {len(load.results)} (goal 0)", str(failed))
     row(f"baseline: deploy num_replicas 1 -> {top}, all RUNNING", f"{baseline:.2f}")
+    FIGURES[f"step 1 -> {clients} clients: {top} replicas RUNNING"] = Figure(
+        [scaled], "s", goal="<= 2.5")
+    FIGURES["step: p99 back under 2x the handler time"] = Figure(
+        [recovered] if recovered is not None else [], "s")
+    FIGURES["load stopped: back to 1 replica (downscale_delay_s 5)"] = Figure([down], "s")
+    FIGURES["step: failed requests"] = Figure([failed], "requests", goal="<= 0")
     client.delete(["Auto"])
 
 
@@ -172,6 +182,7 @@ def bench_cold_start(client: ControllerClient, proxy: ProxyProcess) -> None:
     row("first request at zero replicas (goal <= 1.5 s)", f"{sorted(cold)[1]:.2f} s",
         f"{max(cold):.2f} s")
     row("baseline: the same request to a warm replica", f"{warm * 1e3:.1f} ms", "")
+    FIGURES["cold start: first request at zero replicas"] = Figure(cold, "s", goal="<= 1.5")
     client.delete(["Cold"])
 
 
@@ -265,8 +276,13 @@ def bench_report_cpu(controller: ControllerProcess, reporters: int) -> None:
     for label, share in shares.items():
         row(label, f"{share * 100:.1f}%")
     row("baseline: the idle controller", f"{idle * 100:.1f}%")
-    row(f"floor: a bare grpc.aio server reading the {reporters} streams",
-        f"{grpc_floor(reporters) * 100:.1f}%")
+    floor = grpc_floor(reporters)
+    row(f"floor: a bare grpc.aio server reading the {reporters} streams", f"{floor * 100:.1f}%")
+    first = next(iter(shares.values()))
+    FIGURES[f"controller CPU, {reporters} StreamLoad reporters at 1/s"] = Figure(
+        [first * 100], "% of a core", goal="<= 10")
+    FIGURES["floor: a bare grpc.aio server, the same streams"] = Figure([floor * 100],
+                                                                       "% of a core")
 
 
 def main() -> None:
@@ -284,6 +300,7 @@ def main() -> None:
             bench_cold_start(client, proxy)
             bench_report_cpu(controller, args.reporters)
             client.shutdown()
+        emit(FIGURES)
     finally:
         proxy.stop()
         controller.stop()

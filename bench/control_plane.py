@@ -24,6 +24,7 @@ import statistics
 import time
 
 import psutil
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.controller.store import Guard, Put
@@ -40,6 +41,9 @@ def percentile(samples: list[float], q: float) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.2f} ms"
+
+
+FIGURES: dict[str, Figure] = {}
 
 
 def row(label: str, *cells: str) -> None:
@@ -97,6 +101,9 @@ def bench_deploy_latency(etcd: EtcdServer, count: int) -> None:
         ms(percentile(samples, 0.5)), ms(percentile(samples, 0.99)), ms(statistics.mean(samples)))
     row("baseline: fenced etcd txn from this process",
         ms(percentile(raw, 0.5)), ms(percentile(raw, 0.99)), ms(statistics.mean(raw)))
+    FIGURES["Deploy RPC: p50"] = Figure([percentile(samples, 0.5) * 1e3], "ms", goal="<= 5")
+    FIGURES["Deploy RPC: p99"] = Figure([percentile(samples, 0.99) * 1e3], "ms", goal="<= 20")
+    FIGURES["baseline: a fenced etcd txn: p50"] = Figure([percentile(raw, 0.5) * 1e3], "ms")
 
 
 def bench_create_many(etcd: EtcdServer, count: int) -> None:
@@ -125,6 +132,9 @@ def bench_create_many(etcd: EtcdServer, count: int) -> None:
         f"{rss_after / 2**20:8.1f} MB")
     row(f"baseline: {count} raw etcd txns / idle RSS", f"{raw_total:8.2f} s",
         ms(raw_total / count), f"{rss_before / 2**20:8.1f} MB")
+    FIGURES[f"{count} deployments created: controller RSS"] = Figure(
+        [rss_after / 2**20], "MB", goal="<= 150")
+    FIGURES["idle controller RSS"] = Figure([rss_before / 2**20], "MB")
 
 
 def bench_failover(etcd: EtcdServer, kills: int, ttl: float) -> None:
@@ -150,6 +160,7 @@ def bench_failover(etcd: EtcdServer, kills: int, ttl: float) -> None:
     row("SIGKILL -> a standby serves as leader", f"{percentile(times, 0.5):8.2f} s",
         f"{max(times):8.2f} s", f"{min(times):8.2f} s")
     row("baseline: the lease TTL", f"{ttl:8.2f} s", "", "")
+    FIGURES[f"failover after SIGKILL, --lease-ttl {ttl:g}"] = Figure(times, "s", goal="<= 3")
 
 
 def main() -> None:
@@ -168,6 +179,7 @@ def main() -> None:
         bench_failover(etcd, args.kills, args.lease_ttl)
     finally:
         etcd.stop()
+    emit(FIGURES)
 
 
 if __name__ == "__main__":

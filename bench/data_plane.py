@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.security.certs import init_certs
@@ -226,6 +227,33 @@ def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
               f"{scraped_r['rps']:.0f} rps ({scraped_r['rps'] / on['rps']:.2f} of on, "
               f"{scraped_r['scrapes']:.0f} scrapes, {scraped_r['scrape_ms']:.1f} ms each)")
     print(json.dumps(results))
+    emit(figures_of(results))
+
+
+def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
+               ) -> dict[str, Figure]:
+    """Every series as figures (bench/figures.py); the headline ones are the
+    issue's goals and what they are measured against."""
+    figures = {}
+    for h, kinds in results.items():
+        for kind, by_count in kinds.items():
+            for c, runs in by_count.items():
+                name = f"{h} no-op, {kind}, {c} connections"
+                top = c == 16 and (h == "async" or kind == "proxy")
+                figures[f"{name}: requests/s"] = Figure([r["rps"] for r in runs], "rps",
+                                                        lower_is_better=False, headline=top)
+                figures[f"{name}: p50"] = Figure(
+                    [r["p50"] for r in runs], "ms", headline=c == 1 and kind == "proxy",
+                    goal="<= 0.4" if (h, kind, c) == ("async", "proxy", 1) else "")
+                figures[f"{name}: p99"] = Figure([r["p99"] for r in runs], "ms",
+                                                 headline=False)
+                if kind != "raw":
+                    figures[f"{name}: share of raw"] = Figure(
+                        [r["rps"] / w["rps"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
+                        "x raw", lower_is_better=False, headline=c == 16 and kind == "proxy",
+                        goal=(">= 0.45" if h == "async" else ">= 0.35")
+                        if (kind, c) == ("proxy", 16) else "")
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Replica figures, each printed next to its baseline from the same run.
 
-    .venv/bin/python bench/replicas.py [--runs 5] [--deployments 1000] [--per 10]
+    .venv/bin/python bench/replicas.py [--runs 5] [--counts 1,10] [--deployments 1000]
+        [--per 10] [--ticks 300]
 
-1. Deploy RPC -> all replicas RUNNING on the process runtime, for 1 and 10
-   replicas of a trivial class (goal: p50 <= 1.0 s for one replica; Ray Serve
+1. Deploy RPC -> all replicas RUNNING on the process runtime, for each of
+   `--counts` replicas of a trivial class (goal: p50 <= 1.0 s for one replica; Ray Serve
    2.60 took 4.3 s for `serve.run` of one replica on this kind of machine,
    as the issue reports). Baseline: one replica process started by hand and
    polled until it answers READY, i.e. the floor without a controller.
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import grpc
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.controller.reconcile.loop import tune_gc
@@ -95,13 +97,13 @@ def bare_replica_start() -> float:
         return elapsed
 
 
-def bench_deploy_to_running(runs: int) -> None:
+def bench_deploy_to_running(runs: int, counts: list[int]) -> dict[str, Figure]:
     etcd = EtcdServer().start()
     controller = ControllerProcess(etcd.url, cluster="bench").start()
-    results: dict[int, list[float]] = {1: [], 10: []}
+    results: dict[int, list[float]] = {count: [] for count in counts}
     try:
         with ControllerClient(controller.address) as client:
-            for count in (1, 10):
+            for count in counts:
                 for i in range(runs):
                     version = f"v{count}-{i}"
                     start = time.perf_counter()
@@ -123,9 +125,14 @@ def bench_deploy_to_running(runs: int) -> None:
             f"{statistics.median(samples):.2f} s", f"{max(samples):.2f} s")
     row("baseline: one replica process started by hand",
         f"{statistics.median(floor):.2f} s", f"{max(floor):.2f} s")
+    figures = {f"deploy -> RUNNING, {count} replica{'s' if count > 1 else ''}": Figure(
+        samples, "s", goal="<= 1.0" if count in (1, 10) else "", headline=count in (1, 10),
+        baseline="one replica process started by hand") for count, samples in results.items()}
+    figures["one replica process started by hand"] = Figure(floor, "s")
+    return figures
 
 
-async def bench_tick(deployments: int, per: int, ticks: int) -> None:
+async def bench_tick(deployments: int, per: int, ticks: int) -> dict[str, Figure]:
     tune_gc()  # as `servefleet controller` does
     world = FakeControlPlane()
     term = await world.lead()
@@ -156,18 +163,24 @@ async def bench_tick(deployments: int, per: int, ticks: int) -> None:
         f"{percentile(tick_times, 0.99) * 1e3:.1f} ms")
     row("baseline: the planner alone", f"{percentile(plan_times, 0.5) * 1e3:.1f} ms",
         f"{percentile(plan_times, 0.99) * 1e3:.1f} ms")
+    name = f"reconcile tick, {deployments} deployments x {per} replicas"
+    return {f"{name}: p50": Figure([percentile(tick_times, 0.5) * 1e3], "ms"),
+            f"{name}: p99": Figure([percentile(tick_times, 0.99) * 1e3], "ms", goal="<= 100"),
+            "the planner alone: p99": Figure([percentile(plan_times, 0.99) * 1e3], "ms")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--counts", default="1,10", help="replica counts to deploy")
     parser.add_argument("--deployments", type=int, default=1000)
     parser.add_argument("--per", type=int, default=10)
     parser.add_argument("--ticks", type=int, default=300)
     args = parser.parse_args()
     print("servefleet replica bench")
-    bench_deploy_to_running(args.runs)
-    asyncio.run(bench_tick(args.deployments, args.per, args.ticks))
+    figures = bench_deploy_to_running(args.runs, [int(c) for c in args.counts.split(",")])
+    figures.update(asyncio.run(bench_tick(args.deployments, args.per, args.ticks)))
+    emit(figures)
 
 
 if __name__ == "__main__":

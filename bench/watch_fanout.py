@@ -1,6 +1,6 @@
 """Watch fan-out: how fast one change reaches many open Watch streams.
 
-    .venv/bin/python bench/watch_fanout.py [--streams 1000] [--updates 10]
+    .venv/bin/python bench/watch_fanout.py [--streams 1000[,5000...]] [--updates 10]
 
 One controller (sqlite store, no runtime) serves N concurrent Watch streams
 of the route table, opened by client processes on this machine. Each update
@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import grpc
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess
@@ -103,7 +104,7 @@ def measure(address: str, streams: int, updates: int, processes: int) -> list[fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--streams", default="1000", help="stream counts, comma-separated")
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--client-processes", type=int, default=2)
     args = parser.parse_args()
@@ -113,18 +114,26 @@ def main() -> None:
         while not controller.is_leader():
             time.sleep(0.05)
         baseline = measure(controller.address, 1, args.updates, 1)
-        fanout = measure(controller.address, args.streams, args.updates,
-                         args.client_processes)
+        fanouts = {count: measure(controller.address, count, args.updates,
+                                  args.client_processes)
+                   for count in (int(c) for c in args.streams.split(","))}
     finally:
         controller.stop()
     print(f"servefleet Watch fan-out: {args.updates} route-table updates "
           f"(goal p99 <= 50 ms at 1,000 streams)")
     print(f"  {'':<40}{'p50':>12}{'p99':>12}{'max':>12}")
-    for label, samples in ((f"{args.streams} streams", fanout),
-                           ("baseline: 1 stream", baseline)):
+    figures: dict[str, Figure] = {}
+    for count, samples in [*fanouts.items(), (1, baseline)]:
+        label = f"{count} streams" if count > 1 else "baseline: 1 stream"
         print(f"  {label:<40}{statistics.median(samples) * 1e3:>9.1f} ms"
               f"{percentile(samples, 0.99) * 1e3:>9.1f} ms{max(samples) * 1e3:>9.1f} ms")
-    print(f"  ({len(fanout)} deliveries measured)")
+        name = f"{count} stream{'s' if count > 1 else ''}"
+        figures[f"{name}: p50"] = Figure([statistics.median(samples) * 1e3], "ms",
+                                         headline=count in (1, 1000))
+        figures[f"{name}: p99"] = Figure([percentile(samples, 0.99) * 1e3], "ms",
+                                         goal="<= 50" if count == 1000 else "",
+                                         headline=count in (1, 1000))
+    emit(figures)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,284 @@
+"""Every benchmark in a fixed order, each alone on the machine, each figure
+at least three times: one results file, one Markdown table, charts.
+
+    bench/run-all [--only NAMES] [--skip NAMES] [--ray-python PATH]
+                  [--against bench/results/results.json] [--readme]
+
+Each benchmark (BENCHES, in order) runs as its own process, in a session of
+its own and marked in its environment, `runs` times; each run prints its
+figures (bench/figures.py), and their samples are pooled: a benchmark that
+alternates rounds inside one run (data_plane.py) gives three samples in one
+run. Whatever a run leaves behind (a process carrying the mark, whoever its
+parent is now) is killed and reported. A benchmark whose tool is missing
+(wrk, a Docker engine) is skipped and says so.
+
+Writes bench/results/results.json (every sample, the machine, the date),
+bench/results/figures.md (median and min-max per figure, its goal, whether
+it is met) and the charts (bench/results/*.svg, charts.py). `--against` an
+earlier results.json says which medians fall outside its spread. `--readme`
+puts figures.md into README.md between its figures markers. With
+`--ray-python PATH` (a Python with Ray Serve installed, in a venv of its
+own: never a dependency of servefleet) the same no-op runs on Ray Serve too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from charts import draw_all  # noqa: E402
+from figures import Figure, goal_met, parse  # noqa: E402
+
+RESULTS = HERE / "results"
+MARK_ENV = "SERVEFLEET_BENCH_RUN"
+BEGIN, END = "<!-- figures:begin (bench/run-all --readme) -->", "<!-- figures:end -->"
+
+
+@dataclass
+class Bench:
+    name: str
+    args: list[str]
+    runs: int = 3
+    needs: str = ""  # "wrk", "docker"
+    timeout_s: float = 600.0
+    python: str = ""  # another interpreter (Ray Serve's)
+
+
+BENCHES = [
+    Bench("control_plane", ["control_plane.py", "--deploys", "200", "--create", "300",
+                            "--kills", "3"]),
+    Bench("replicas", ["replicas.py", "--runs", "1", "--counts", "1,2,5,10,20"]),
+    Bench("watch_fanout", ["watch_fanout.py", "--streams", "10,100,1000,5000",
+                           "--updates", "10"]),
+    Bench("data_plane", ["data_plane.py", "--rounds", "3", "--duration", "3"], runs=1,
+          needs="wrk"),
+    Bench("websocket", ["websocket.py", "--rounds", "3", "--messages", "1000"], runs=1),
+    Bench("autoscaling", ["autoscaling.py"], runs=1),
+]
+
+
+def machine() -> dict[str, object]:
+    model = next((line.split(":", 1)[1].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"cores": os.cpu_count(), "cpu": model,
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "system": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M %Z")}
+
+
+def missing(bench: Bench) -> str:
+    if bench.needs == "wrk" and not shutil.which("wrk"):
+        return "wrk not found (apt-get install wrk)"
+    if bench.needs == "docker":
+        try:
+            import docker
+
+            docker.from_env().ping()
+        except Exception:
+            return "no Docker engine (scripts/docker-engine start)"
+    return ""
+
+
+def leftovers(mark: str) -> list[psutil.Process]:
+    """Processes whose environment carries this run's mark."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(MARK_ENV) == mark:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def run_once(bench: Bench, log: Path) -> tuple[dict[str, Figure], str]:
+    """(figures, problem): one run of a benchmark, and what went wrong if anything."""
+    mark = uuid.uuid4().hex
+    env = {**os.environ, MARK_ENV: mark, "PYTHONUNBUFFERED": "1"}
+    command = [bench.python or sys.executable, str(HERE / bench.args[0]), *bench.args[1:]]
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(bench.timeout_s)
+            problem = f"exited {code}" if code else ""
+        except subprocess.TimeoutExpired:
+            problem = f"timed out after {bench.timeout_s:.0f} s"
+        finally:
+            with_group = [proc] if proc.poll() is None else []
+            stray = with_group + leftovers(mark)
+            for p in stray:
+                with_signal(p, signal.SIGTERM)
+            psutil.wait_procs([psutil.Process(p.pid) for p in stray
+                               if psutil.pid_exists(p.pid)], timeout=5)
+            for p in leftovers(mark):
+                with_signal(p, signal.SIGKILL)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    left = [p for p in stray if p is not proc]
+    if left:
+        problem = (problem + "; " if problem else "") + f"left {len(left)} processes (killed)"
+    figures = parse(log.read_text())
+    print(f"  {bench.name}: {time.monotonic() - started:.0f} s, {len(figures)} figures"
+          + (f" ({problem})" if problem else ""), flush=True)
+    return figures, problem
+
+
+def with_signal(proc: psutil.Process | subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except (psutil.Error, ProcessLookupError):
+        pass
+
+
+def pooled(runs: list[dict[str, Figure]]) -> dict[str, Figure]:
+    out: dict[str, Figure] = {}
+    for figures in runs:
+        for name, fig in figures.items():
+            if name in out:
+                out[name].samples.extend(fig.samples)
+            else:
+                out[name] = Figure(**{**asdict(fig), "samples": list(fig.samples)})
+    return out
+
+
+def fmt(value: float) -> str:
+    magnitude = abs(value)
+    digits = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 0.1 else 3
+    return f"{value:,.{digits}f}"
+
+
+def table(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    assert isinstance(m, dict)
+    lines = [f"Measured by `bench/run-all` on {m['date']}: {m['cores']} cores ({m['cpu']}), "
+             f"{m['memory_gb']} GB, {m['system']}, Python {m['python']}. Median [min-max] "
+             "over every sample (runs x rounds).", "",
+             "| Benchmark | Figure | Median [min-max] | Samples | Goal |",
+             "| --- | --- | --- | --- | --- |"]
+    benches = results["benchmarks"]
+    assert isinstance(benches, dict)
+    for name, entry in benches.items():
+        if entry.get("skipped"):
+            lines.append(f"| {name} | skipped: {entry['skipped']} | | | |")
+            continue
+        for label, fields in entry["figures"].items():
+            fig = Figure(**fields)
+            if not fig.headline or not fig.samples:
+                continue
+            median = statistics.median(fig.samples)
+            met = goal_met(fig.goal, median)
+            goal = "" if met is None else f"{fig.goal} {fig.unit}: {'met' if met else 'not met'}"
+            lines.append(f"| {name} | {label} | {fmt(median)} [{fmt(min(fig.samples))}-"
+                         f"{fmt(max(fig.samples))}] {fig.unit} | {len(fig.samples)} | {goal} |")
+        if entry.get("problems"):
+            lines.append(f"| {name} | problems: {'; '.join(entry['problems'])} | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def compare(results: dict[str, Any], earlier_path: Path) -> list[str]:
+    """Figures whose median falls outside the earlier run's spread."""
+    earlier = json.loads(earlier_path.read_text())["benchmarks"]
+    outside = []
+    benches = results["benchmarks"]
+    assert isinstance(benches, dict)
+    for name, entry in benches.items():
+        for label, fields in entry.get("figures", {}).items():
+            before = earlier.get(name, {}).get("figures", {}).get(label)
+            if not before or not before["samples"] or not fields["samples"]:
+                continue
+            median = statistics.median(fields["samples"])
+            if not min(before["samples"]) <= median <= max(before["samples"]):
+                outside.append(f"{name}: {label}: {fmt(median)} outside "
+                               f"[{fmt(min(before['samples']))}-{fmt(max(before['samples']))}]")
+    return outside
+
+
+def into_readme(markdown: str) -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        sys.exit(f"README.md has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{markdown}{END}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated benchmark names")
+    parser.add_argument("--skip", default="", help="comma-separated benchmark names")
+    parser.add_argument("--ray-python", default="", metavar="PATH",
+                        help="a Python with Ray Serve installed: run the same no-op on it")
+    parser.add_argument("--against", default="", metavar="RESULTS_JSON",
+                        help="say which medians fall outside this earlier run's spread")
+    parser.add_argument("--readme", action="store_true",
+                        help="put the table into README.md between the figures markers")
+    args = parser.parse_args()
+    only = {n for n in args.only.split(",") if n}
+    skip = {n for n in args.skip.split(",") if n}
+    benches = [b for b in BENCHES if (not only or b.name in only) and b.name not in skip]
+    if args.ray_python:
+        benches.append(Bench("ray_serve", ["ray_noop.py", "--duration", "3"], runs=1,
+                             needs="wrk", python=args.ray_python))
+    (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
+    results: dict[str, object] = {"machine": machine(), "benchmarks": {}}
+    entries: dict[str, dict[str, object]] = {}
+    results["benchmarks"] = entries
+    began = time.monotonic()
+    print(f"bench/run-all: {len(benches)} benchmarks", flush=True)
+    for bench in benches:
+        why = missing(bench)
+        if why:
+            print(f"  {bench.name}: skipped, {why}", flush=True)
+            entries[bench.name] = {"skipped": why}
+            continue
+        runs, problems = [], []
+        for i in range(bench.runs):
+            figures, problem = run_once(bench, RESULTS / "logs" / f"{bench.name}-{i + 1}.log")
+            runs.append(figures)
+            if problem:
+                problems.append(f"run {i + 1} {problem}")
+        entries[bench.name] = {"args": bench.args, "runs": bench.runs, "problems": problems,
+                               "figures": {k: asdict(v) for k, v in pooled(runs).items()}}
+    results["seconds"] = round(time.monotonic() - began)
+    (RESULTS / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    markdown = table(results)
+    (RESULTS / "figures.md").write_text(markdown)
+    for chart in draw_all(results, RESULTS):
+        print(f"  wrote {chart.relative_to(ROOT)}")
+    print(f"bench/run-all took {results['seconds']} s; wrote bench/results/results.json "
+          "and figures.md")
+    if args.against:
+        outside = compare(results, Path(args.against))
+        print(f"{len(outside)} medians outside the earlier run's spread"
+              + "".join(f"\n  {line}" for line in outside))
+    if args.readme:
+        into_readme(markdown)
+        print("README.md: figures table replaced")
+
+
+if __name__ == "__main__":
+    main()
