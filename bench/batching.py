@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess
@@ -94,6 +95,10 @@ def main() -> None:
     size = rate * 0.020 / max(1e-9, 1 - rate * 0.001)
     print(f"  batched / unbatched: {rate / plain['rps']:.1f}x (about {size:.1f} inputs per "
           "model call)")
+    emit({"@batch(max_batch_size=16): requests/s": Figure([rate], "rps", lower_is_better=False),
+          "@batch: p99": Figure([batched["p99"]], "ms"),
+          "unbatched: requests/s": Figure([plain["rps"]], "rps", lower_is_better=False),
+          "batched / unbatched": Figure([rate / plain["rps"]], "x", lower_is_better=False)})
 
 
 def _ok(url: str) -> bool:

@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+from figures import Figure, emit
 from replicas import echo, row, wait_healthy
 
 from servefleet.client import ControllerClient
@@ -80,6 +81,9 @@ def main() -> None:
             samples = results[count]
             row(f"{count} replica(s), {label}", f"{statistics.median(samples):.2f} s",
                 f"{max(samples):.2f} s")
+    emit({f"deploy -> RUNNING, {count} replica{'s' if count > 1 else ''}, {label}": Figure(
+        results[count], "s") for count in COUNTS
+        for label, results in (("swarm", swarm), ("docker", docker))})
 
 
 if __name__ == "__main__":

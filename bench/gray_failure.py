@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from figures import Figure, emit
 
 HERE = Path(__file__).resolve().parent
 APPS = str(HERE.parent / "tests" / "apps")
@@ -105,10 +106,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request-timeout-s", type=float, default=20.0)
     parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--variants", default="both", choices=["both", "passive"],
+                        help="passive: only the default (the other waits ~100 s for a "
+                             "replacement)")
     args = parser.parse_args()
+    variants = (("--no-passive-health (before)", False),) if args.variants == "both" else ()
     results = {label: run(passive, args.request_timeout_s, args.window_s)
-               for label, passive in (("--no-passive-health (before)", False),
-                                      ("passive health (default)", True))}
+               for label, passive in (*variants, ("passive health (default)", True))}
     print(f"one of 2 replicas SIGSTOPped under 8 clients; default health checks; request "
           f"timeout {args.request_timeout_s:g} s; figures for the {args.window_s:g} s after "
           "the stop")
@@ -116,6 +120,14 @@ def main() -> None:
     for label, r in results.items():
         print(f"  {label:<32}{r['failed']:>8.0f}{r['answered']:>10.0f}{r['p99_ms']:>10.0f}"
               f"{r['replaced_s']:>14.1f} s")
+    figures = {}
+    for label, r in results.items():
+        name = "SIGSTOP, passive health" if "default" in label else "SIGSTOP, --no-passive-health"
+        figures[f"{name}: failed requests"] = Figure([r["failed"]], "requests", goal="<= 0"
+                                                     if "default" in label else "")
+        figures[f"{name}: replaced after"] = Figure([r["replaced_s"]], "s")
+        figures[f"{name}: p99 in the window"] = Figure([r["p99_ms"]], "ms", headline=False)
+    emit(figures)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import grpc
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
@@ -163,6 +164,20 @@ def main() -> None:
     print(json.dumps({"calls": {c: {"raw": r, "proxy": p, "xds": x}
                                 for c, (r, p, x) in results.items()},
                       "pickup_s": pickup}))
+    figures = {}
+    for callers, (raw_r, proxy_r, xds_r) in results.items():
+        top = callers == 16
+        figures[f"{callers} callers, raw grpc.aio: calls/s"] = Figure(
+            [raw_r["rps"]], "calls/s", lower_is_better=False, headline=top)
+        figures[f"{callers} callers, through the proxy: share of raw"] = Figure(
+            [proxy_r["rps"] / raw_r["rps"]], "x raw", lower_is_better=False, headline=top,
+            goal=">= 0.3" if top else "")
+        figures[f"{callers} callers, proxyless xDS: share of raw"] = Figure(
+            [xds_r["rps"] / raw_r["rps"]], "x raw", lower_is_better=False, headline=top,
+            goal=">= 0.8" if top else "")
+    figures["a new replica RUNNING -> its first proxyless call: max"] = Figure(
+        [pickup_ms[-1]], "ms", goal="<= 1000")
+    emit(figures)
 
 
 if __name__ == "__main__":

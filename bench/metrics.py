@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import httpx
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess, free_port
@@ -80,6 +81,8 @@ def main() -> None:
         (p50, worst, size), (e50, eworst, esize) = full[label], empty[label]
         print(f"  {label:<32}{p50:>7.1f} ms /{worst:>6.1f} ms {size / 1024:>7.0f} KB"
               f"   none: {e50:.1f} ms / {eworst:.1f} ms, {esize / 1024:.0f} KB")
+    emit({f"scrape of {label}, {args.deployments} deployments: p50": Figure([full[label][0]], "ms")
+          for label in urls})
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import asyncio
 import random
 import statistics
 
+from figures import Figure, emit
+
 from servefleet.dataplane.balancer import ReplicaPool
 from servefleet.multiplex import _ModelCache
 
@@ -68,6 +70,10 @@ def main() -> None:
           f"(min {min(aware)}, max {max(aware)}; the minimum possible is 8)")
     print(f"  without:             median {statistics.median(blind):.0f} "
           f"(min {min(blind)}, max {max(blind)})")
+    emit({f"model loads per {args.requests} requests, model-aware routing": Figure(
+              [float(a) for a in aware], "loads"),
+          "the same, model-blind (power of two choices)": Figure([float(b) for b in blind],
+                                                                "loads")})
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from figures import Figure, emit
 
 from servefleet.client import ControllerClient
 from servefleet.testing import ControllerProcess, ProxyProcess
@@ -78,6 +79,9 @@ def main() -> None:
     print(f"  idle (baseline)             {idle / 2**20:8.1f} MB")
     print(f"  after {first:>9,} requests  {at_tenth / 2**20:8.1f} MB")
     print(f"  after {total:>9,} requests  {at_end / 2**20:8.1f} MB   ({growth:+.1f}%)")
+    emit({f"proxy RSS growth from {first:,} to {total:,} requests": Figure(
+              [growth], "%", goal="<= 10"),
+          f"proxy RSS after {total:,} requests": Figure([at_end / 2**20], "MB")})
 
 
 if __name__ == "__main__":

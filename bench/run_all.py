@@ -65,13 +65,23 @@ class Bench:
 BENCHES = [
     Bench("control_plane", ["control_plane.py", "--deploys", "200", "--create", "300",
                             "--kills", "3"]),
-    Bench("replicas", ["replicas.py", "--runs", "1", "--counts", "1,2,5,10,20"]),
-    Bench("watch_fanout", ["watch_fanout.py", "--streams", "10,100,1000,5000",
-                           "--updates", "10"]),
+    Bench("replicas", ["replicas.py", "--runs", "1", "--counts", "1,2,5,10,20",
+                       "--ticks", "100"]),
+    Bench("watch_fanout", ["watch_fanout.py", "--streams", "10,100,1000,5000"]),
+    # Three rounds inside one run: raw and proxy alternate, each round's share.
     Bench("data_plane", ["data_plane.py", "--rounds", "3", "--duration", "3"], runs=1,
           needs="wrk"),
     Bench("websocket", ["websocket.py", "--rounds", "3", "--messages", "1000"], runs=1),
+    Bench("grpc_plane", ["grpc_plane.py", "--duration", "3"]),
     Bench("autoscaling", ["autoscaling.py"], runs=1),
+    # The default only: without passive health a replacement takes ~100 s.
+    Bench("gray_failure", ["gray_failure.py", "--variants", "passive"]),
+    Bench("batching", ["batching.py", "--duration", "5"]),
+    Bench("multiplexing", ["multiplexing.py", "--runs", "5"], runs=1),  # 5 samples per run
+    Bench("security", ["security.py", "--calls", "200"]),
+    Bench("metrics", ["metrics.py"], runs=1),
+    Bench("proxy_memory", ["proxy_memory.py", "--requests", "200000"], runs=1),
+    Bench("containers", ["containers.py", "--runs", "3"], runs=1, needs="docker"),
 ]
 
 
