@@ -6,7 +6,10 @@ One controller (sqlite store, no runtime) serves N concurrent Watch streams
 of the route table, opened by client processes on this machine. Each update
 is a Deploy adding a route; the figure is, per stream, the time from sending
 that Deploy to the stream receiving the new route table (goal: p99 <= 50 ms at
-1,000 streams). Baseline, same run: a single stream.
+1,000 streams). Baselines, same run: a single stream; and the floor of gRPC
+itself, the same clients on a bare grpc.aio server whose Watch writes one
+prebuilt message per change to every stream and whose Deploy only adds a
+route (no store, no leader, no checks).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import socket
 import statistics
 import tempfile
 import time
@@ -22,9 +26,9 @@ import grpc
 from figures import Figure, emit
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess
+from servefleet.testing import ControllerProcess, free_port
+from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.v1 import watch_pb2
 from servefleet.wire import ROUTES_KEY
 
 STREAMS_PER_CHANNEL = 100
@@ -78,6 +82,70 @@ async def _watchers(address: str, count: int, ready, results, updates: int) -> N
         await channel.close()
 
 
+class _Bare(controller_pb2_grpc.ControllerServiceServicer):
+    """The least a Watch server can do per change: one prebuilt message per stream."""
+
+    def __init__(self) -> None:
+        self.routes = watch_pb2.RouteTable()
+        self.version = 0
+        self.response = self._response()
+        self.changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _response(self) -> watch_pb2.WatchResponse:
+        return watch_pb2.WatchResponse(snapshot=watch_pb2.Snapshot(
+            key=ROUTES_KEY, snapshot_id=str(self.version), routes=self.routes))
+
+    async def Deploy(self, request, context):
+        self.routes.routes.add(route_prefix=request.spec.route_prefix,
+                               deployment=request.spec.name)
+        self.version += 1
+        self.response = self._response()
+        changed, self.changed = self.changed, asyncio.get_running_loop().create_future()
+        changed.set_result(None)
+        return controller_pb2.DeployResponse()
+
+    async def DeleteDeployments(self, request, context):
+        return controller_pb2.DeleteDeploymentsResponse()
+
+    async def Watch(self, request, context):
+        seen = -1
+        while True:
+            if seen != self.version:
+                seen = self.version
+                yield self.response
+            await self.changed
+
+
+def _serve_bare(port: int) -> None:
+    async def main() -> None:
+        server = grpc.aio.server()
+        controller_pb2_grpc.add_ControllerServiceServicer_to_server(_Bare(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+    asyncio.run(main())
+
+
+def grpc_floor(streams: int, updates: int, processes: int) -> list[float]:
+    """measure() against the bare server (a process of its own, killed after)."""
+    port = free_port()
+    server = multiprocessing.get_context("spawn").Process(target=_serve_bare, args=(port,))
+    server.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("the bare gRPC server did not listen")
+            time.sleep(0.05)
+        return measure(f"127.0.0.1:{port}", streams, updates, processes)
+    finally:
+        server.kill()
+        server.join()
+
+
 def _watcher_process(address: str, count: int, ready, results, updates: int) -> None:
     asyncio.run(_watchers(address, count, ready, results, updates))
 
@@ -128,6 +196,8 @@ def main() -> None:
                    for count in (int(c) for c in args.streams.split(","))}
     finally:
         controller.stop()
+    floor_at = 1000 if 1000 in fanouts else max(fanouts)
+    floor = grpc_floor(floor_at, args.updates, args.client_processes)
     print(f"servefleet Watch fan-out: {args.updates} route-table updates "
           f"(goal p99 <= 50 ms at 1,000 streams)")
     print(f"  {'':<40}{'p50':>12}{'p99':>12}{'max':>12}")
@@ -142,6 +212,11 @@ def main() -> None:
         figures[f"{name}: p99"] = Figure([percentile(samples, 0.99) * 1e3], "ms",
                                          goal="<= 50" if count == 1000 else "",
                                          headline=count in (1, 1000))
+    label = f"floor: bare grpc.aio, {floor_at} streams"
+    print(f"  {label:<40}{statistics.median(floor) * 1e3:>9.1f} ms"
+          f"{percentile(floor, 0.99) * 1e3:>9.1f} ms{max(floor) * 1e3:>9.1f} ms")
+    figures[f"{label}: p50"] = Figure([statistics.median(floor) * 1e3], "ms", headline=False)
+    figures[f"{label}: p99"] = Figure([percentile(floor, 0.99) * 1e3], "ms")
     emit(figures)
 
 
