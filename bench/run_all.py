@@ -73,7 +73,7 @@ BENCHES = [
     # Three rounds inside one run: raw and proxy alternate, each round's share.
     Bench("data_plane", ["data_plane.py", "--rounds", "3", "--duration", "3"], runs=1,
           needs="wrk"),
-    Bench("websocket", ["websocket.py", "--rounds", "3", "--messages", "1000"], runs=1),
+    Bench("websocket", ["ws_roundtrip.py", "--rounds", "3", "--messages", "1000"], runs=1),
     Bench("grpc_plane", ["grpc_plane.py", "--duration", "3"]),
     Bench("autoscaling", ["autoscaling.py"], runs=1),
     # The default only: without passive health a replacement takes ~100 s.

@@ -103,3 +103,28 @@ def test_every_package_is_installed() -> None:
                  ["tool"]["setuptools"]["packages"])
     packages = {name for name, path in modules().items() if path.name == "__init__.py"}
     assert packages - listed == set()
+
+
+# Folders that tests and benchmarks put on sys.path to import their scripts.
+SCRIPT_FOLDERS = [ROOT / "bench", ROOT / "examples", ROOT / "tests", ROOT / "tests" / "apps"]
+
+
+def test_no_script_shadows_an_installed_module() -> None:
+    """A script named like a package hides that package from everything in the
+    same process once its folder is on sys.path: bench/websocket.py made
+    selenium's `import websocket` fail in whichever test ran after the bench
+    tests had imported bench/."""
+    import importlib.machinery
+    import sys
+
+    folders = {str(f) for f in SCRIPT_FOLDERS} | {str(ROOT), ""}
+    elsewhere = [p for p in sys.path if p not in folders and p != "."]
+    shadows = {}
+    for folder in SCRIPT_FOLDERS:
+        for path in folder.glob("*.py"):
+            name = path.stem
+            if name in sys.builtin_module_names:
+                shadows[str(path.relative_to(ROOT))] = "builtin"
+            elif spec := importlib.machinery.PathFinder.find_spec(name, elsewhere):
+                shadows[str(path.relative_to(ROOT))] = spec.origin
+    assert shadows == {}

@@ -1,7 +1,7 @@
 """WebSocket figures: round trips through the proxy beside the replica alone,
 and the proxy's memory per open WebSocket.
 
-    .venv/bin/python bench/websocket.py [--messages 2000] [--rounds 3] [--open 1000]
+    .venv/bin/python bench/ws_roundtrip.py [--messages 2000] [--rounds 3] [--open 1000]
 
 Starts a controller (sqlite), one replica of tests/apps/ws_app.py (a
 Starlette ingress) and `servefleet proxy`, all on 127.0.0.1, then:
