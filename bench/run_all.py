@@ -50,6 +50,7 @@ from figures import Figure, goal_met, parse  # noqa: E402
 
 RESULTS = HERE / "results"
 MARK_ENV = "SERVEFLEET_BENCH_RUN"
+GRACE_S = 3.0  # for what a finished benchmark started to exit on its own
 BEGIN, END = "<!-- figures:begin (bench/run-all --readme) -->", "<!-- figures:end -->"
 
 
@@ -111,16 +112,23 @@ def missing(bench: Bench) -> str:
     return ""
 
 
-def leftovers(mark: str) -> list[psutil.Process]:
-    """Processes whose environment carries this run's mark."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARK_ENV) == mark:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
+def leftovers(mark: str, grace_s: float = 0.0) -> list[psutil.Process]:
+    """Processes whose environment carries this run's mark, once those on their
+    way out have had `grace_s` to go: a replica zygote notices its controller
+    is gone within 0.2 s, multiprocessing's resource tracker when its parent's
+    pipe closes."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get(MARK_ENV) == mark:
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
 
 
 def run_once(bench: Bench, log: Path) -> tuple[dict[str, Figure], str]:
@@ -139,7 +147,7 @@ def run_once(bench: Bench, log: Path) -> tuple[dict[str, Figure], str]:
             problem = f"timed out after {bench.timeout_s:.0f} s"
         finally:
             with_group = [proc] if proc.poll() is None else []
-            stray = with_group + leftovers(mark)
+            stray = with_group + leftovers(mark, grace_s=0 if with_group else GRACE_S)
             for p in stray:
                 with_signal(p, signal.SIGTERM)
             psutil.wait_procs([psutil.Process(p.pid) for p in stray

@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from servefleet import handle, logs, metrics
+from servefleet import handle, lifecycle, logs, metrics
 from servefleet.grpc_guard import Guard, Refused
 from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.metrics.exposition import metrics_app
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_SETTINGS
     code = EXIT_FAILED
     try:
-        code = asyncio.run(run(settings))
+        code = lifecycle.run(run(settings))
     except BaseException:
         logger.exception("replica crashed")
     logging.shutdown()

@@ -6,6 +6,7 @@ and stopped by its caller (`Server.serve()` would install uvicorn's own
 signal handlers, and our processes drain on signals themselves).
 `can_bind`: whether an address is free to listen on. `notify_ready`: tell
 the supervisor that the process listens (systemd's readiness protocol).
+`run`: a proxy's or replica's main coroutine on uvloop.
 """
 
 from __future__ import annotations
@@ -17,12 +18,32 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import uvicorn
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+LOOP_ENV = "SERVEFLEET_EVENT_LOOP"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on uvloop (a dependency of servefleet), unless
+    SERVEFLEET_EVENT_LOOP=asyncio asks for the standard loop. For the proxy
+    and the replica, which spend most of a request in their loop: uvloop's
+    sockets and callbacks cost much less than asyncio's (docs/data-plane.md).
+
+    uvloop starts a subprocess with fork() where asyncio uses vfork: a process
+    with gRPC calls in flight needs gRPC's fork support off from its start
+    (replica_command.REPLICA_ENV), or the child can crash in gRPC's fork
+    handlers before it execs. The controller, which starts build processes
+    while its own gRPC calls run, stays on asyncio."""
+    if os.environ.get(LOOP_ENV, "uvloop") == "asyncio":
+        return asyncio.run(main)
+    import uvloop
+
+    return uvloop.run(main)
 
 
 def on_stop_signals(drain: Callable[[], None]) -> None:

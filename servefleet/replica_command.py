@@ -17,6 +17,14 @@ import argparse
 from dataclasses import asdict, dataclass, fields
 
 MODULE = "servefleet.replica"
+# The environment every replica starts with; a deployment's runtime.env comes
+# after it. Replicas run on uvloop (lifecycle.run), which starts a subprocess
+# with fork() rather than vfork: a child forked while gRPC calls are in flight
+# ran gRPC's fork handlers and crashed with SIGSEGV before it could exec. With
+# gRPC's fork support off (it is read when grpc is imported, so it must be
+# there from the start) the child only execs. Nothing in a replica forks to
+# go on using gRPC in the child: the zygote forks before gRPC starts.
+REPLICA_ENV = {"PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "0"}
 # Ports a replica may be started without (0: it serves nothing there).
 _OPTIONAL = ("metrics_port", "grpc_port")
 

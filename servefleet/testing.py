@@ -24,6 +24,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from servefleet.replica_command import REPLICA_ENV
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -261,7 +263,7 @@ class ReplicaProcess:
              "--replica-id", replica_id, "--version", version,
              "--control-port", str(self.control), "--http-port", str(self.http),
              "--config-file", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
+            text=True, env={**os.environ, **REPLICA_ENV})
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}",
                                              options=CHANNEL_OPTIONS)
         self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)

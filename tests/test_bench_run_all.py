@@ -24,6 +24,8 @@ sys.path.insert(0, {bench!r})
 from figures import Figure, emit
 if "--leave" in sys.argv:  # a child that outlives the benchmark, as a leaked server would
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+if "--linger" in sys.argv:  # a child on its way out, as a replica zygote is
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
 emit({{"latency": Figure([float(sys.argv[1])], "ms", goal="<= 5"),
        "hidden": Figure([1.0], "ms", headline=False)}})
 """
@@ -44,7 +46,7 @@ def test_a_run_gives_its_figures_and_what_it_leaves_is_killed(standin, tmp_path)
     assert problem == "left 1 processes (killed)"
     assert not [p for p in psutil.process_iter(["cmdline"])
                 if "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]
-    figures, problem = run_all.run_once(run_all.Bench("s", ["standin.py", "6"]),
+    figures, problem = run_all.run_once(run_all.Bench("s", ["standin.py", "6", "--linger"]),
                                         tmp_path / "s2.log")
     assert problem == "" and figures["latency"].samples == [6.0]
 

@@ -126,5 +126,5 @@ def test_no_script_shadows_an_installed_module() -> None:
             if name in sys.builtin_module_names:
                 shadows[str(path.relative_to(ROOT))] = "builtin"
             elif spec := importlib.machinery.PathFinder.find_spec(name, elsewhere):
-                shadows[str(path.relative_to(ROOT))] = spec.origin
+                shadows[str(path.relative_to(ROOT))] = str(spec.origin)
     assert shadows == {}

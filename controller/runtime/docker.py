@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from servefleet.logs import ENV_FORMAT
-from servefleet.replica_command import MODULE, ReplicaCommand
+from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 from servefleet.security.tls import TlsFiles
 
 from ..errors import Unavailable
@@ -173,7 +173,7 @@ class DockerRuntime:
             "name": self._name(launch.cluster, launch.replica_id),
             "labels": labels, "command": ["python3", "-m", MODULE, *command.argv()],
             "detach": True,
-            "environment": {"PYTHONUNBUFFERED": "1", **_log_format_env(), **launch.env},
+            "environment": {**REPLICA_ENV, **_log_format_env(), **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
             "stop_signal": "SIGTERM", "init": True,
         }

@@ -38,7 +38,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
-from servefleet.replica_command import MODULE, ReplicaCommand
+from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 from servefleet.security.tls import ENV_TOKEN, TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
 
@@ -157,7 +157,7 @@ class ProcessRuntime:
         argv = [sys.executable, "-m", MODULE, *command.argv()]
         # The controller's token is its own, not user code's.
         env = {**{k: v for k, v in os.environ.items() if k != ENV_TOKEN},
-               "PYTHONUNBUFFERED": "1", **launch.env}
+               **REPLICA_ENV, **launch.env}
         cwd = launch.working_dir or os.getcwd()
         pid = await self._zygote.fork({"args": argv[3:], "env": env, "cwd": cwd,
                                        "log": str(log_path), "identity": command.identity()})

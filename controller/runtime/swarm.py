@@ -41,7 +41,7 @@ import logging
 import time
 from typing import Any
 
-from servefleet.replica_command import MODULE, ReplicaCommand
+from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 
 from .base import ReplicaLaunch, RuntimeReplica
 from .docker import (
@@ -110,7 +110,7 @@ class SwarmRuntime(DockerRuntime):
             nano = int(resources.get("num_cpus", 0) * 1e9) or None
             memory = int(resources.get("memory_bytes", 0)) or None
             gpus = int(resources.get("num_gpus", 0))
-            env = {"PYTHONUNBUFFERED": "1", **_log_format_env(), **launch.env}
+            env = {**REPLICA_ENV, **_log_format_env(), **launch.env}
             options: dict[str, Any] = {
                 "name": name, "labels": labels, "container_labels": labels,
                 "command": ["python3", "-m", MODULE], "args": command.argv(),

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servefleet.replica_command import REPLICA_ENV
 from servefleet.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,8 @@ class Zygote:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "servefleet.replica.zygote",
                  "--state-dir", str(self._dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **REPLICA_ENV})
         return True
 
     async def fork(self, request: dict[str, Any]) -> int | None:

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from servefleet import logs
+from servefleet import lifecycle, logs
 from servefleet.client import (
     ControllerClient,
     ControllerError,
@@ -115,7 +115,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         passive_health=args.passive_health,
         websocket_idle_timeout_s=args.websocket_idle_timeout_s)
     try:
-        asyncio.run(serve(options))
+        lifecycle.run(serve(options))
     except TokenFileError as e:
         raise UsageError(f"--http-tokens: {e}") from None
     except OSError as e:
