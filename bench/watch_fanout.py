@@ -32,6 +32,7 @@ from servefleet.v1 import deployment_pb2 as d
 from servefleet.wire import ROUTES_KEY
 
 STREAMS_PER_CHANNEL = 100
+OPEN_TIMEOUT_S = 300
 WATCH = "/servefleet.v1.ControllerService/Watch"
 SNAPSHOT_TAG = b"\x0a"  # field 1 (snapshot), length-delimited
 
@@ -48,7 +49,11 @@ async def _watchers(address: str, count: int, ready, results, updates: int) -> N
     controller they measure: messages arrive as bytes and are only stamped
     (a snapshot is told from a heartbeat by its first byte, the tag of
     WatchResponse.snapshot); they are parsed after the measurement."""
-    channels = [grpc.aio.insecure_channel(address)
+    # A subchannel pool per channel: otherwise channels to one address share
+    # one connection, and more than about 1,000 streams on one connection
+    # never opened (the 5,000-stream case hung).
+    channels = [grpc.aio.insecure_channel(address,
+                                          options=[("grpc.use_local_subchannel_pool", 1)])
                 for _ in range(max(1, count // STREAMS_PER_CHANNEL))]
     stamped: list[tuple[bytes, float]] = []
     opened = 0
@@ -65,8 +70,8 @@ async def _watchers(address: str, count: int, ready, results, updates: int) -> N
             if first:
                 first = False
                 opened += 1
-                continue
-            stamped.append((raw, time.time()))
+            else:
+                stamped.append((raw, time.time()))
             if b"/r%d" % updates in raw:  # the last update's route: done
                 return
 
@@ -158,24 +163,32 @@ def measure(address: str, streams: int, updates: int, processes: int) -> list[fl
     procs = [ctx.Process(target=_watcher_process,
                          args=(address, share[i], readies[i], results, updates))
              for i in range(processes) if share[i]]
+    began = time.monotonic()
     for proc in procs:
         proc.start()
-    for ready in readies[:len(procs)]:
-        ready.wait(120)
-    sent: dict[int, float] = {}
-    with ControllerClient(address) as client:
-        for n in range(1, updates + 1):
-            sent[n] = time.time()
-            client.deploy(d.DeploymentSpec(name=f"r{n}", import_path="m:C",
-                                           route_prefix=f"/r{n}"))
-            time.sleep(0.3)
-        latencies = []
-        for _ in procs:
-            for count, at in results.get(timeout=120):
-                latencies.append(at - sent[count])
-        client.delete([f"r{n}" for n in range(1, updates + 1)])
-    for proc in procs:
-        proc.join(30)
+    try:
+        for ready in readies[:len(procs)]:
+            if not ready.wait(max(1.0, OPEN_TIMEOUT_S - (time.monotonic() - began))):
+                raise TimeoutError(f"{streams} streams did not open within {OPEN_TIMEOUT_S} s")
+        print(f"  {streams} streams open after {time.monotonic() - began:.1f} s", flush=True)
+        sent: dict[int, float] = {}
+        with ControllerClient(address) as client:
+            for n in range(1, updates + 1):
+                sent[n] = time.time()
+                client.deploy(d.DeploymentSpec(name=f"r{n}", import_path="m:C",
+                                               route_prefix=f"/r{n}"))
+                time.sleep(0.3)
+            latencies = []
+            for _ in procs:
+                for count, at in results.get(timeout=120):
+                    latencies.append(at - sent[count])
+            client.delete([f"r{n}" for n in range(1, updates + 1)])
+        for proc in procs:
+            proc.join(30)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join()
     return latencies
 
 
