@@ -80,7 +80,7 @@ BENCHES = [
     Bench("autoscaling", ["autoscaling.py"], runs=1),
     # The default only: without passive health a replacement takes ~100 s.
     Bench("gray_failure", ["gray_failure.py", "--variants", "passive"]),
-    Bench("batching", ["batching.py", "--duration", "5"]),
+    Bench("batching", ["batching.py", "--duration", "5"], needs="wrk"),
     Bench("multiplexing", ["multiplexing.py", "--runs", "5"], runs=1),  # 5 samples per run
     Bench("security", ["security.py", "--calls", "200"]),
     Bench("metrics", ["metrics.py"], runs=1),

@@ -1,0 +1,98 @@
+"""How many server-streaming calls a bare grpc.aio server takes (docs/watch-streams.md).
+
+    .venv/bin/python bench/stream_cap.py [--streams 4000] [--client-processes 1]
+
+A grpc.aio server in a process of its own serves one method that yields one
+message and then waits; clients open `--streams` calls over channels of 100
+calls, each channel on its own connection, and count the calls whose first
+message arrived within `--wait` seconds. No servefleet code runs on the
+server: this is the ceiling a controller's Watch streams live under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import time
+from typing import Any
+
+import grpc
+from figures import Figure, emit
+
+from servefleet.testing import free_port
+
+METHOD = "/bench.Cap/Stream"
+PER_CHANNEL = 100
+
+
+def _serve(port: int) -> None:
+    async def main() -> None:
+        async def stream(request: bytes, context: Any) -> Any:
+            yield b"x"
+            await asyncio.sleep(3600)
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "bench.Cap", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+    asyncio.run(main())
+
+
+def _client(port: int, count: int, wait_s: float, results: Any) -> None:
+    async def main() -> None:
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                              options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(max(1, count // PER_CHANNEL))]
+        opened = 0
+
+        async def one(i: int) -> None:
+            nonlocal opened
+            call: Any = channels[i % len(channels)].unary_stream(METHOD)(b"")
+            async for _ in call:
+                opened += 1
+                await asyncio.sleep(3600)
+
+        tasks = [asyncio.create_task(one(i)) for i in range(count)]
+        await asyncio.sleep(wait_s)
+        results.put(opened)
+        await asyncio.sleep(0.5)  # let the queue's feeder thread send it
+        del tasks
+        os._exit(0)  # thousands of open calls: no orderly teardown needed
+    asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=4000)
+    parser.add_argument("--client-processes", type=int, default=1)
+    parser.add_argument("--wait", type=float, default=15.0, help="seconds to wait for them")
+    args = parser.parse_args()
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    server = ctx.Process(target=_serve, args=(port,))
+    server.start()
+    results = ctx.Queue()
+    share = args.streams // args.client_processes
+    clients = [ctx.Process(target=_client, args=(port, share, args.wait, results))
+               for _ in range(args.client_processes)]
+    try:
+        time.sleep(1.5)
+        for client in clients:
+            client.start()
+        opened = sum(results.get(timeout=args.wait + 60) for _ in clients)
+    finally:
+        for proc in [*clients, server]:
+            proc.kill()
+            proc.join()
+    print(f"bare grpc.aio server: {opened:,} of {share * len(clients):,} streams opened "
+          f"within {args.wait:g} s ({len(clients)} client processes)")
+    emit({f"streams opened of {share * len(clients)}": Figure([float(opened)], "streams",
+                                                              lower_is_better=False)})
+
+
+if __name__ == "__main__":
+    main()
