@@ -51,7 +51,7 @@ def _client(port: int, count: int, wait_s: float, results: Any) -> None:
 
         async def one(i: int) -> None:
             nonlocal opened
-            call: Any = channels[i % len(channels)].unary_stream(METHOD)(b"")
+            call: Any = channels[i % len(channels)].unary_stream(METHOD)(b"")  # type: ignore[arg-type]
             async for _ in call:
                 opened += 1
                 await asyncio.sleep(3600)
