@@ -17,7 +17,7 @@ bench/results/figures.md (median and min-max per figure, its goal, whether
 it is met) and the charts (bench/results/*.svg, charts.py). `--against` an
 earlier results.json says which medians fall outside its spread. `--readme`
 puts figures.md into README.md between its figures markers. A run with
-`--only` (or `--ray-python`) replaces its benchmarks in the last results. With
+`--only` or `--skip` replaces its benchmarks in the last results. With
 `--ray-python PATH` (a Python with Ray Serve installed, in a venv of its
 own: never a dependency of servefleet) the same no-op runs on Ray Serve too.
 """
@@ -268,7 +268,7 @@ def main() -> None:
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(), "benchmarks": {}}
     entries: dict[str, dict[str, Any]] = {}
-    if (only or args.ray_python) and (RESULTS / "results.json").exists():
+    if (only or skip) and (RESULTS / "results.json").exists():
         # A partial run replaces its benchmarks in the last full results.
         earlier = json.loads((RESULTS / "results.json").read_text())
         entries.update(earlier["benchmarks"])

@@ -86,14 +86,14 @@ def _fork(request: dict[str, Any], procs: Path, listener: socket.socket,
     return pid
 
 
-def serve(state_dir: Path) -> None:
+def serve(state_dir: Path, parent: int) -> None:
+    """Fork replicas on request until `parent` (the controller) is gone."""
     procs = state_dir / ZYGOTE_PROCS_DIR
     procs.mkdir(parents=True, exist_ok=True)
     name = ZYGOTE_SOCKET.format(pid=os.getpid())
     path = state_dir / name
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    parent = os.getppid()
     # Reaped at once, so the exit code is on record by the time the runtime
     # sees the process gone.
     signal.signal(signal.SIGCHLD, lambda signum, frame: _reap(procs))
@@ -127,7 +127,12 @@ def serve(state_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="servefleet-zygote")
     parser.add_argument("--state-dir", required=True)
-    serve(Path(parser.parse_args().state_dir))
+    # The controller's pid, from the controller itself: one killed while this
+    # process was still importing has made it a child of init already, and a
+    # zygote that took init for its parent served an empty directory forever.
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args()
+    serve(Path(args.state_dir), args.parent_pid or os.getppid())
 
 
 if __name__ == "__main__":

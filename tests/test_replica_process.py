@@ -150,3 +150,20 @@ async def test_the_zygote_forks_replicas_that_are_found_and_report_exit_codes(
             await runtime.stop(replica.handle, 5)
         runtime.close()
     assert await runtime.list("zy") == []
+
+
+def test_a_zygote_whose_controller_is_already_gone_exits(tmp_path) -> None:
+    """A controller killed while its zygote was still importing: the zygote is
+    init's child by the time it listens, and used to take init for the
+    controller and serve forever (found left over after a failover test)."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    zygote = subprocess.Popen([sys.executable, "-m", "servefleet.replica.zygote",
+                               "--state-dir", str(tmp_path), "--parent-pid", str(gone.pid)])
+    try:
+        assert zygote.wait(30) == 0
+    finally:
+        zygote.kill()

@@ -66,7 +66,7 @@ class Zygote:
         with open(self._dir / "zygote.log", "ab") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "servefleet.replica.zygote",
-                 "--state-dir", str(self._dir)],
+                 "--state-dir", str(self._dir), "--parent-pid", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **REPLICA_ENV})
         return True
