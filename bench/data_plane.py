@@ -239,7 +239,8 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
         for kind, by_count in kinds.items():
             for c, runs in by_count.items():
                 name = f"{h} no-op, {kind}, {c} connections"
-                top = c == 16 and (h == "async" or kind == "proxy")
+                workers = kind.endswith(" workers")  # --workers N, beside one worker
+                top = c == 16 and (h == "async" or kind == "proxy" or workers)
                 figures[f"{name}: requests/s"] = Figure([r["rps"] for r in runs], "rps",
                                                         lower_is_better=False, headline=top)
                 figures[f"{name}: p50"] = Figure(
@@ -250,7 +251,8 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
                 if kind != "raw":
                     figures[f"{name}: share of raw"] = Figure(
                         [r["rps"] / w["rps"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
-                        "x raw", lower_is_better=False, headline=c == 16 and kind == "proxy",
+                        "x raw", lower_is_better=False,
+                        headline=c == 16 and (kind == "proxy" or workers),
                         goal=(">= 0.45" if h == "async" else ">= 0.35")
                         if (kind, c) == ("proxy", 16) else "")
     return figures
