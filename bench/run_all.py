@@ -231,7 +231,8 @@ def compare(results: dict[str, Any], earlier_path: Path) -> list[str]:
     for name, entry in benches.items():
         for label, fields in entry.get("figures", {}).items():
             before = earlier.get(name, {}).get("figures", {}).get(label)
-            if not fields.get("headline", True) or not before or not before["samples"] or not fields["samples"]:
+            if (not fields.get("headline", True) or not before or not before["samples"]
+                    or not fields["samples"]):
                 continue
             median = statistics.median(fields["samples"])
             if not min(before["samples"]) <= median <= max(before["samples"]):
