@@ -42,6 +42,11 @@ def test_with_the_replica_environment_uvloop_children_survive_grpc_traffic() -> 
 @pytest.mark.slow
 def test_a_replica_on_uvloop_starts_subprocesses_while_grpc_calls_run(
         sqlite_fleet, tmp_path) -> None:
+    """The whole path, for the user: the replica runs on uvloop and its
+    handler's subprocesses all run. A replica forked by the zygote did not
+    show the crash even without GRPC_ENABLE_FORK_SUPPORT=0 (replicas started
+    as new interpreters, as in containers, do): the test above is the one
+    that fails without the setting."""
     sqlite_fleet.start(1, runtime="process")
     sqlite_fleet.leader()
     proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path)
