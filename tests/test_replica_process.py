@@ -167,3 +167,41 @@ def test_a_zygote_whose_controller_is_already_gone_exits(tmp_path) -> None:
         assert zygote.wait(30) == 0
     finally:
         zygote.kill()
+
+
+COUNT_SIGNALS = """
+import signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})
+print("ready", flush=True)
+sys.stdin.readline()
+count = 0
+while signal.sigtimedwait({signal.SIGRTMIN}, 0.5) is not None:
+    count += 1
+print(count, flush=True)
+"""
+
+
+@pytest.mark.parametrize("own_group", [True, False])
+def test_a_stopped_replica_is_signalled_once(own_group: bool) -> None:
+    """The runtime signals a replica's process group, and the replica itself
+    only when it leads none. It used to do both: the replica took the second
+    SIGTERM for "stop now" and cut its calls in flight (proxyless gRPC callers
+    saw "Stream removed" during scale-downs). A real-time signal, which queues
+    where SIGTERM may merge, counts the deliveries."""
+    import subprocess
+    import sys
+
+    from servefleet.controller.runtime.process import _signal_group
+
+    with subprocess.Popen([sys.executable, "-c", COUNT_SIGNALS], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True,
+                          start_new_session=own_group) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            _signal_group(child.pid, signal.SIGRTMIN)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "1"
+        finally:
+            child.kill()

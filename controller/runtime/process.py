@@ -70,8 +70,14 @@ def _start_time(pid: int) -> str | None:
 
 
 def _signal_group(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    """Signal the replica's process group, which it leads; the replica alone if
+    it leads none. Never both: a replica that saw SIGTERM twice took the second
+    for an operator's "stop now" and exited under calls in flight."""
+    try:
         os.killpg(pid, signum)
+        return
+    except (ProcessLookupError, PermissionError):
+        pass
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
 
