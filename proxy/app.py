@@ -345,8 +345,7 @@ class ProxyApp:
                     response = await self._upstream.request(
                         replica.address, scope["method"], _raw_target(scope), headers, body)
                     try:
-                        async for _ in response.chunks():
-                            pass
+                        await response.read()
                     finally:
                         response.release()
                 finally:
@@ -377,6 +376,10 @@ async def _stream_back(send: Send, request_id: str, started: Started,
     dropped = _and_named_by_connection(response.headers, HOP_BY_HOP | {MODELS_HEADER})
     await send({"type": "http.response.start", "status": response.status,
                 "headers": [(k, v) for k, v in response.headers if k not in dropped]})
+    body = response.buffered_body()
+    if body is not None:  # arrived with the head: one message, no iteration
+        await send({"type": "http.response.body", "body": body})
+        return
     try:
         async for chunk in response.chunks():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})

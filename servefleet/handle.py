@@ -192,7 +192,7 @@ class HandleRouter:
 
 async def _read_answer(response: Response) -> tuple[int, dict]:
     """A handle call's status and JSON answer (the error text when not JSON)."""
-    raw = b"".join([chunk async for chunk in response.chunks()])
+    raw = await response.read()
     try:
         payload = json.loads(raw or b"{}")
     except ValueError:

@@ -117,8 +117,7 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                         and (reason := response.header(REJECTED_HEADER))):
                     # Refused unread; drain the short body so the connection stays usable.
                     with contextlib.suppress(UpstreamError):
-                        async for _ in response.chunks():
-                            pass
+                        await response.read()
                     raise NotDelivered(reason.decode(errors="replace"))
                 return await deliver(response)
             finally:

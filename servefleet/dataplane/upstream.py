@@ -1,9 +1,9 @@
 """The proxy -> replica hop: HTTP/1.1 over pooled keep-alive connections.
 
-A small client on asyncio streams, for the one kind of server it talks to
-(replicas: uvicorn). bench/data_plane.py chose it: through httpx the proxy
-managed 260 requests/s at 16 connections, a tenth of what one replica
-serves, and fell further as connections grew.
+A small client for the one kind of server it talks to (replicas: uvicorn),
+over connections of its own (connection.py). bench/data_plane.py chose it:
+through httpx the proxy managed 260 requests/s at 16 connections, a tenth
+of what one replica serves, and fell further as connections grew.
 
 Failures are reported in the terms retrying needs (forward.py):
 `NotDelivered` when the replica cannot have acted on the request (the
@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 
 from .body import StreamedBody, replayable
+from .connection import Connection, Incomplete, TooLong
 
 IDEMPOTENT = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}
 MAX_HEAD_BYTES = 64 * 1024
@@ -47,18 +48,6 @@ class UpstreamError(Exception):
         self.address = address
 
 
-class Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.reused = False
-        self.idle_since = 0.0
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-
 class Response:
     def __init__(self, pool: UpstreamPool, address: str, conn: Connection, status: int,
                  headers: list[tuple[bytes, bytes]], method: str = "GET") -> None:
@@ -67,51 +56,72 @@ class Response:
         self.headers = headers
         self._keep_alive = True
         self._done = False
-        lengths = [v for k, v in headers if k == b"content-length"]
-        self._length = int(lengths[0]) if lengths else None
-        self._chunked = any(k == b"transfer-encoding" and b"chunked" in v.lower()
-                            for k, v in headers)
+        self._length: int | None = None
+        self._chunked = False
+        for name, value in headers:
+            if name == b"content-length" and self._length is None:
+                self._length = int(value)
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                self._chunked = True
+            elif name == b"connection" and value.lower() == b"close":
+                self._keep_alive = False
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             self._length, self._chunked = 0, False  # no body, whatever the headers say
-        if any(k == b"connection" and v.lower() == b"close" for k, v in headers) or (
-                self._length is None and not self._chunked):
+        if self._length is None and not self._chunked:
             self._keep_alive = False
 
     def header(self, name: bytes) -> bytes | None:
         return next((v for k, v in self.headers if k == name), None)
 
+    def buffered_body(self) -> bytes | None:
+        """The whole body when it has already arrived (most small answers do,
+        with their head), else None; then read it with `chunks`."""
+        length = self._length
+        if self._chunked or length is None or len(self._conn.buffer) < length:
+            return None
+        self._done = True
+        return self._conn.take(length) if length else b""
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        body = self.buffered_body()
+        if body is None:
+            body = b"".join([chunk async for chunk in self.chunks()])
+        return body
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body, piece by piece, as the replica sends it (de-chunked)."""
-        reader = self._conn.reader
+        conn = self._conn
         try:
             if self._chunked:
                 while True:
-                    size_line = await reader.readuntil(b"\r\n")
+                    size_line = await conn.read_until(b"\r\n", MAX_HEAD_BYTES)
                     size = int(size_line.split(b";")[0].strip(), 16)
                     if size == 0:
-                        while await reader.readuntil(b"\r\n") != b"\r\n":
+                        while await conn.read_until(b"\r\n", MAX_HEAD_BYTES) != b"\r\n":
                             pass  # trailers, up to the empty line
                         break
                     left = size
                     while left:
-                        piece = await reader.readexactly(min(left, READ_CHUNK))
+                        piece = await conn.read_some(min(left, READ_CHUNK))
+                        if not piece:
+                            raise Incomplete(partial=True)
                         left -= len(piece)
                         yield piece
-                    if await reader.readexactly(2) != b"\r\n":
+                    if await conn.read_exactly(2) != b"\r\n":
                         raise ValueError("chunk not followed by CRLF")
             elif self._length is not None:
                 left = self._length
                 while left:
-                    piece = await reader.read(min(left, READ_CHUNK))
+                    piece = await conn.read_some(min(left, READ_CHUNK))
                     if not piece:
-                        raise asyncio.IncompleteReadError(b"", left)
+                        raise Incomplete(partial=True)
                     left -= len(piece)
                     yield piece
             else:
-                while piece := await reader.read(READ_CHUNK):
+                while piece := await conn.read_some(READ_CHUNK):
                     yield piece
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ValueError) as e:
+        except (OSError, Incomplete, TooLong, ValueError) as e:
             self._keep_alive = False
             raise UpstreamError(f"replica failed mid-response: {e!r}", self._address) from None
         self._done = True
@@ -145,7 +155,7 @@ class UpstreamPool:
 
     def put_back(self, address: str, conn: Connection) -> None:
         idle = self._idle[address]
-        if len(idle) < self._max_idle and not conn.writer.is_closing():
+        if len(idle) < self._max_idle and conn.usable:
             conn.reused = True
             conn.idle_since = time.monotonic()
             idle.append(conn)
@@ -163,20 +173,18 @@ class UpstreamPool:
         while idle:
             conn = idle.pop()
             # Replicas (uvicorn) close idle connections after 5 s: older ones
-            # are not worth the race. Unread bytes mean a broken exchange.
-            if (now - conn.idle_since < MAX_IDLE_S and not conn.writer.is_closing()
-                    and not conn.reader.at_eof()
-                    and not conn.reader._buffer):  # type: ignore[attr-defined]  # no public peek
+            # are not worth the race.
+            if now - conn.idle_since < MAX_IDLE_S and conn.usable:
                 return conn
             conn.close()
         host, _, port = address.rpartition(":")
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port), limit=MAX_HEAD_BYTES),
+            _, conn = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(Connection, host, int(port)),
                 CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as e:
             raise NotDelivered(f"connection refused: {e}", refused=True) from None
-        return Connection(reader, writer)
+        return conn
 
     async def request(self, address: str, method: str, target: bytes,
                       headers: list[tuple[bytes, bytes]],
@@ -201,21 +209,22 @@ class UpstreamPool:
             head.append(b"transfer-encoding: chunked\r\n\r\n")
         try:
             if isinstance(body, bytes):
-                conn.writer.write(b"".join(head) + body)
-                await conn.writer.drain()
+                # At most body.BUFFER_BYTES: the transport holds what the replica
+                # has not taken yet, and the answer is awaited below anyway.
+                conn.write(b"".join(head) + body)
             else:
-                conn.writer.write(b"".join(head))
+                conn.write(b"".join(head))
                 with contextlib.suppress(OSError):  # an early answer may still be read below
-                    await _send_streamed(conn.writer, body)
+                    await _send_streamed(conn, body)
             while True:
-                raw = await conn.reader.readuntil(b"\r\n\r\n")
+                raw = await conn.read_until(b"\r\n\r\n", MAX_HEAD_BYTES)
                 status, parsed = _parse_head(raw, address)
                 if not 100 <= status < 200 or status == 101:
                     break  # 1xx interim answers (100 Continue) come before the real one
             return Response(self, address, conn, status, parsed, method)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+        except (OSError, Incomplete, TooLong) as e:
             conn.close()
-            received = isinstance(e, asyncio.IncompleteReadError) and bool(e.partial)
+            received = isinstance(e, Incomplete) and e.partial
             if conn.reused and not received and method in IDEMPOTENT and replayable(body):
                 raise NotDelivered(f"kept-alive connection closed: {e!r}") from None
             raise UpstreamError(f"replica failed before answering: {e!r}", address) from None
@@ -230,12 +239,12 @@ class UpstreamPool:
         self._idle.clear()
 
 
-async def _send_streamed(writer: asyncio.StreamWriter, body: StreamedBody) -> None:
+async def _send_streamed(conn: Connection, body: StreamedBody) -> None:
     """Write the body as the client sends it, waiting for the replica to take each piece."""
     chunked = body.length is None
     async for chunk in body.chunks():
-        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
-        await writer.drain()
+        conn.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+        await conn.drain()
     if chunked:
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        conn.write(b"0\r\n\r\n")
+        await conn.drain()
