@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import records_pb2, replica_pb2, status_pb2, watch_pb2
+from servefleet.v1 import records_pb2, status_pb2, watch_pb2
 
 from .api.status import Observed, cluster_status
 from .clock import Clock
@@ -47,7 +47,7 @@ from .reconcile.autoscaler import AutoscaleReconciler
 from .reconcile.builder import run_build
 from .reconcile.builds import Builder, BuildReconciler
 from .reconcile.loop import BACKOFF, ReconcileLoop
-from .reconcile.observed import ObservedState
+from .reconcile.observed import ObservedState, ReplicaObservation
 from .reconcile.planner import goal_of
 from .reconcile.replica_client import ReplicaClient
 from .reconcile.replica_ops import ReplicaOps
@@ -163,7 +163,7 @@ class LeaderTerm:
         observed = self.observed.deployments.get(key)
         return observed.counts().get("RUNNING", 0) if observed is not None else 0
 
-    def _serving(self, application: str, name: str) -> list[replica_pb2.ReplicaRecord]:
+    def _serving(self, application: str, name: str) -> list[ReplicaObservation]:
         return self.observed.serving(application, name)
 
     def _deployment_changed(self, application: str, name: str) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from servefleet.v1 import application_pb2, records_pb2, replica_pb2, watch_pb2
+from servefleet.v1 import application_pb2, records_pb2, watch_pb2
 from servefleet.wire import (
     CONFIG_KIND,
     REPLICAS_KIND,
@@ -40,6 +40,8 @@ from servefleet.wire import (
     parse_watch_key,
     replicas_key,
 )
+
+from .reconcile.observed import ReplicaObservation
 
 DEFAULT_HEARTBEAT_S = 5.0
 MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 0.1, 60.0
@@ -182,7 +184,7 @@ class StatePublisher:
 
     def __init__(self, publisher: Publisher,
                  goals: Callable[[], list[records_pb2.DeploymentRecord]],
-                 running: Callable[[str, str], list[replica_pb2.ReplicaRecord]],
+                 running: Callable[[str, str], list[ReplicaObservation]],
                  application: Callable[[str], application_pb2.ApplicationSpec | None]
                  | None = None,
                  http_options: Callable[[], application_pb2.HttpOptions] | None = None,
@@ -251,12 +253,12 @@ class StatePublisher:
     def _publish_deployment(self, record: records_pb2.DeploymentRecord) -> None:
         app, name = record.spec.application, record.spec.name
         config = record.spec.replica_config
-        endpoints = sorted((r.replica_id, r.http_address, r.grpc_address)
-                           for r in self._running(app, name))
+        endpoints = sorted((r.record.replica_id, r.record.http_address, r.record.grpc_address,
+                            r.view.cleared) for r in self._running(app, name))
         self._publisher.publish(replicas_key(app, name), replicas=watch_pb2.ReplicaSet(
             application=app, deployment=name,
-            endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a, grpc_address=g)
-                       for i, a, g in endpoints],
+            endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a, grpc_address=g,
+                                                 cleared=c) for i, a, g, c in endpoints],
             max_ongoing_requests=config.max_ongoing_requests,
             max_queued_requests=config.max_queued_requests,
             retry_methods=config.retry_methods))

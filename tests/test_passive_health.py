@@ -142,3 +142,18 @@ async def test_without_passive_health_nothing_is_ejected() -> None:
     clock.now += 10
     await answer_once(pool, clock, "r1", 0.01)
     assert len(pool._candidates(set())) == 2 and ejected == []
+
+
+async def test_a_snapshot_saying_the_controller_found_it_healthy_ends_an_ejection() -> None:
+    clock, ejected = Clock(), list[str]()
+    pool = pool_of(2, clock, ejected)
+    endpoints = [(r.replica_id, r.address) for r in pool.replicas.values()]
+    pool.update(endpoints, 100, -1, cleared={"r0": 3, "r1": 0})  # checks before this ejection
+    hung = pool.replicas["r0"]
+    assert pool.eject(hung) and hung.ejected_until > clock.now
+    pool.update(endpoints, 100, -1, cleared={"r0": 3, "r1": 0})  # another change: still out
+    assert [r.replica_id for r in pool._candidates(set())] == ["r1"]
+    clock.now += 1.0
+    pool.update(endpoints, 100, -1, cleared={"r0": 4, "r1": 0})  # checked at once: it answered
+    assert {r.replica_id for r in pool._candidates(set())} == {"r0", "r1"}
+    assert hung.probation  # one request at a time until it answers one

@@ -291,3 +291,76 @@ def httpx_ok(url: str) -> bool:
         return httpx.get(url, timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.mark.slow
+def test_a_replica_that_answers_the_controllers_check_comes_back_early(sqlite_fleet,
+                                                                       tmp_path) -> None:
+    """A replica that hangs for a moment (SIGSTOP, then SIGCONT once the proxy
+    ejected it) answers the check the controller makes because of the
+    ejection; the replica set it publishes then says so, and the proxy takes
+    the replica back before its ejection period (5 s) would have ended. The
+    replica is not replaced."""
+    import os
+    import re
+    import signal
+    import time
+    from pathlib import Path
+
+    import httpx
+    from loadgen import SteadyLoad
+
+    from servefleet.client import ControllerClient
+    from servefleet.dataplane.balancer import EJECT_BASE_S
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(d.DeploymentSpec(
+            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
+            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
+            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=4)))
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
+        stopped = 0
+        try:
+            wait_for(lambda: len([r for r in client.replicas()
+                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
+                     "2 replicas RUNNING")
+            url = proxy.url + "/slow?s=0.02"
+            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+            victim = client.replicas()[0].record
+            victim_pid = int(victim.handle.split(":")[0])
+
+            def ejections() -> float:
+                metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
+                return sum(float(v) for v in re.findall(
+                    r"^servefleet_ejections_total\{[^}]*\} (\S+)$", metrics, re.M))
+            with SteadyLoad(url, concurrency=4):
+                time.sleep(1)
+                os.kill(victim_pid, signal.SIGSTOP)
+                stopped = victim_pid
+                wait_for(lambda: ejections() >= 1, 20, "the stopped replica ejected")
+                ejected_at = time.monotonic()
+                os.kill(victim_pid, signal.SIGCONT)
+                stopped = 0
+                wait_for(lambda: "passed the controller's health check" in proxy.logs(), 20,
+                         "the proxy taking the replica back")
+                back_in = time.monotonic() - ejected_at
+
+                def answered_by_victim() -> bool:
+                    pids = {httpx.get(url, timeout=5).json()["pid"] for _ in range(8)}
+                    return victim_pid in pids
+                wait_for(answered_by_victim, 10, "the replica serving again")
+            print(f"ejected, then back {back_in:.1f} s later (its period: {EJECT_BASE_S} s)")
+            assert back_in < EJECT_BASE_S
+            running = {r.record.replica_id for r in client.replicas()
+                       if r.state == replica_pb2.REPLICA_STATE_RUNNING}
+            assert victim.replica_id in running  # checked and kept, not replaced
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            proxy.stop()
+            client.shutdown()

@@ -129,3 +129,14 @@ def test_a_suspect_that_fails_its_check_is_replaced_at_once() -> None:
     assert out.incident
     passed = apply(view(RUNNING), HealthChecked(), current=True, now=1.0)
     assert passed.view == view(RUNNING)
+
+
+def test_a_suspect_that_passes_its_check_is_cleared_for_the_proxies() -> None:
+    """Its endpoint's `cleared` grows, and the replica set is published again:
+    proxies and handles that ejected it take it back before their period ends."""
+    out = apply(view(RUNNING), HealthChecked(suspect=True), current=True, now=1.0)
+    assert out.view is not None and out.view.cleared == 1 and out.serving_changed
+    again = apply(out.view, HealthChecked(suspect=True), current=True, now=2.0)
+    assert again.view is not None and again.view.cleared == 2
+    routine = apply(again.view, HealthChecked(), current=True, now=3.0)
+    assert routine.view == again.view and not routine.serving_changed

@@ -83,10 +83,10 @@ class ObservedState:
     def empty(self) -> bool:
         return not any(d.replicas for d in self.deployments.values())
 
-    def serving(self, application: str, deployment: str) -> list[replica_pb2.ReplicaRecord]:
-        """Registry records of the replicas that may take traffic."""
+    def serving(self, application: str, deployment: str) -> list[ReplicaObservation]:
+        """The replicas that may take traffic."""
         observed = self.deployments.get((application, deployment))
-        return [r.record for r in observed.replicas if r.serving] if observed else []
+        return [r for r in observed.replicas if r.serving] if observed else []
 
     def counts(self, key: DKey) -> dict[str, int]:
         observed = self.deployments.get(key)

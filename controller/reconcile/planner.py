@@ -103,6 +103,9 @@ class ReplicaView:
     failure: str = ""
     failed_starting: bool = False
     message: str = ""
+    # Times a check made because proxies or handles ejected it found it healthy
+    # (published with its endpoint: they take it back).
+    cleared: int = 0
 
     def is_current(self, goal: Goal | None) -> bool:
         return (goal is not None and self.version == goal.version

@@ -211,7 +211,7 @@ class ReplicaOps:
         try:
             await self.client.check_health(record.control_address, timeout_s,
                                            replica_id=record.replica_id)
-            return HealthChecked()
+            return HealthChecked(suspect=suspect)
         except ReplicaCallError as e:
             return HealthChecked(f"health check failed: {e}", suspect=suspect)
 

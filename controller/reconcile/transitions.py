@@ -193,6 +193,10 @@ def _probed(view: ReplicaView, seen: Probed, current: bool, now: float) -> Outco
 def _health_checked(view: ReplicaView, seen: HealthChecked) -> Outcome:
     if view.state != RUNNING:
         return Outcome(view)
+    if not seen.problem and seen.suspect:
+        # Proxies and handles that ejected it hear that it answers again.
+        return Outcome(replace(view, health_failures=0, message="", cleared=view.cleared + 1),
+                       serving_changed=True)
     if not seen.problem:
         healthy = view.health_failures == 0 and not view.message
         return Outcome(view if healthy else replace(view, health_failures=0, message=""))

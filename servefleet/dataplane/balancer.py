@@ -73,6 +73,9 @@ class Replica:
     waiting_since: float = 0.0
     ejected_until: float = 0.0
     ejections: int = 0
+    # The controller's count of checks it made because it was ejected, and
+    # passed (replica-set snapshots): when it grows, an ejection ends.
+    cleared: int = 0
     # Ejected and not answered since: one request at a time.
     probation: bool = False
     # GETs and HEADs sent to it whose answer has not begun (task -> when
@@ -126,15 +129,26 @@ class ReplicaPool:
 
     def update(self, endpoints: list[tuple[str, str]], max_ongoing: int,
                max_queued: int, grpc_addresses: dict[str, str] | None = None,
-               retry_methods: Iterable[str] = ()) -> None:
+               retry_methods: Iterable[str] = (), cleared: dict[str, int] | None = None,
+               ) -> None:
         """Apply a replica-set snapshot: the controller's word replaces local guesses.
-        `endpoints` are (replica id, HTTP address); `grpc_addresses` by replica id;
-        `retry_methods` empty means RETRY_SAFE."""
+        `endpoints` are (replica id, HTTP address); `grpc_addresses` and
+        `cleared` (ReplicaEndpoint.cleared) by replica id; `retry_methods` empty
+        means RETRY_SAFE. An ejected replica whose `cleared` grew is back: the
+        controller checked it because of an ejection, and it answered."""
         current = dict(self.replicas)
         self.replicas = {rid: current.get(rid) or Replica(rid, addr) for rid, addr in endpoints}
+        now = self.clock()
         for rid, addr in endpoints:
-            self.replicas[rid].address = addr
-            self.replicas[rid].grpc_address = (grpc_addresses or {}).get(rid, "")
+            replica = self.replicas[rid]
+            replica.address = addr
+            replica.grpc_address = (grpc_addresses or {}).get(rid, "")
+            count = (cleared or {}).get(rid, 0)
+            if count > replica.cleared and replica.ejected_until > now:
+                logger.info("%s/%s: replica %s passed the controller's health check: back "
+                            "from its ejection", *self.key, rid)
+                replica.ejected_until = 0.0  # on probation still: one request at a time
+            replica.cleared = count
         self._down.clear()
         self.max_ongoing, self.max_queued = max(1, max_ongoing), max_queued
         self.retry_methods = frozenset(retry_methods) or RETRY_SAFE
