@@ -79,8 +79,10 @@ BENCHES = [
     Bench("websocket", ["ws_roundtrip.py", "--rounds", "3", "--messages", "1000"], runs=1),
     Bench("grpc_plane", ["grpc_plane.py", "--duration", "3"]),
     Bench("autoscaling", ["autoscaling.py"], runs=1),
-    # The default only: without passive health a replacement takes ~100 s.
     Bench("gray_failure", ["gray_failure.py", "--variants", "passive"]),
+    # The same without passive health (issue 21's "before"): once, as its
+    # replacement waits for the periodic health checks (~100 s).
+    Bench("gray_failure_before", ["gray_failure.py", "--variants", "before"], runs=1),
     Bench("batching", ["batching.py", "--duration", "5"], needs="wrk"),
     Bench("multiplexing", ["multiplexing.py", "--runs", "5"], runs=1),  # 5 samples per run
     Bench("security", ["security.py", "--calls", "200"]),

@@ -147,8 +147,7 @@ def run(args: argparse.Namespace, through: str, direct: str, proxy: ProxyProcess
               f"{(held - idle) * 1024 / args.open:>18.1f}")
     print(json.dumps({"round_trips_ms": results, "rss_mb": {
         "proxy": [idle_proxy, held_proxy], "replica": [idle_replica, held_replica]}}))
-    figures = {f"round trip, {label}: {q}": Figure([r[i] for r in rows], "ms",
-                                                   headline=q == "p50")
+    figures = {f"round trip, {label}: {q}": Figure([r[i] for r in rows], "ms")
                for label, rows in results.items() for i, q in enumerate(("p50", "p99"))}
     figures[f"proxy memory per open WebSocket ({args.open} open)"] = Figure(
         [(held_proxy - idle_proxy) * 1024 / args.open], "KB")

@@ -29,6 +29,9 @@ class SteadyLoad:
         self.bad: list[str] = []
         self.labels: set[str] = set()
         self.latencies: list[float] = []  # seconds, of the 2xx answers
+        # Every request: when it was sent (time.perf_counter), how long it took
+        # to answer or fail, and whether it got a 2xx.
+        self.requests: list[tuple[float, float, bool]] = []
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -41,8 +44,11 @@ class SteadyLoad:
                         reply = await http.get(self.url)
                     except httpx.HTTPError as e:
                         self.bad.append(f"{type(e).__name__}: {e}")
+                        self.requests.append((start, time.perf_counter() - start, False))
                         continue
-                    if reply.status_code // 100 == 2:
+                    ok = reply.status_code // 100 == 2
+                    self.requests.append((start, time.perf_counter() - start, ok))
+                    if ok:
                         self.ok += 1
                         self.latencies.append(time.perf_counter() - start)
                         self.labels.add(reply.json().get("label", ""))

@@ -199,6 +199,39 @@ def test_websockets_hold_slots_spread_over_replicas_and_queue_past_them(ws_fleet
     asyncio.run(session())
 
 
+def test_a_handshake_a_full_replica_refuses_goes_to_the_other(ws_fleet) -> None:
+    """Replica A is full (max_ongoing_requests 2) with WebSockets opened to it
+    directly, which the proxy does not know of. The proxy's first WebSocket
+    lands on B (straight, or after A refused it); for the second the proxy
+    picks A, the less loaded by its own count: A refuses the handshake
+    unread ("overloaded") and it goes to B, which has room."""
+    import re
+
+    import httpx
+
+    client, marks, start_proxy = ws_fleet
+    client.deploy(ws_spec(marks, replicas=2, max_ongoing_requests=2))
+    proxy = start_proxy()
+    serving(proxy, 2, client)
+    full = client.replicas()[0].record
+
+    async def session() -> None:
+        direct = f"ws://{full.http_address}/hold"  # no route prefix: the app's own path
+        async with connect(direct) as one, connect(direct) as two:
+            full_pid = int(await one.recv())
+            assert int(await two.recv()) == full_pid
+            first, first_pid = await _hold(proxy, "first")
+            second, second_pid = await asyncio.wait_for(_hold(proxy, "second"), 10)
+            assert full_pid != first_pid == second_pid
+            await first.close()
+            await second.close()
+    asyncio.run(session())
+    metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
+    refused = re.search(r'^servefleet_retries_total\{[^}]*deployment="Ws"[^}]*'
+                        r'reason="overloaded"[^}]*\} (\S+)$', metrics, re.M)
+    assert refused is not None and float(refused.group(1)) >= 1, metrics[-3000:]
+
+
 def test_a_rolling_update_closes_websockets_with_1001_and_they_reconnect(ws_fleet) -> None:
     from loadgen import SteadyLoad
 
