@@ -4,7 +4,46 @@ and behind handles, a pool's lone replica, and a slow replica that answers
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+APPS = str(Path(__file__).parent / "apps")
+
+
+@contextlib.contextmanager
+def two_slow_replicas(fleet, tmp_path, *proxy_args: str) -> Iterator[tuple]:
+    """A controller (process runtime), two replicas of echo_app:Slow
+    (max_ongoing_requests 4) and a proxy with `proxy_args`, serving:
+    yields (client, proxy, URL of a 20 ms request, the first replica's record)."""
+    import httpx
+
+    from servefleet.client import ControllerClient
+    from servefleet.testing import ProxyProcess, wait_for
+    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.v1 import replica_pb2
+
+    fleet.start(1, runtime="process")
+    fleet.leader()
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        client.deploy(d.DeploymentSpec(
+            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
+            runtime=d.RuntimeOptions(working_dir=APPS),
+            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=4)))
+        proxy = ProxyProcess(fleet.addresses(), log_dir=tmp_path,
+                             extra_args=list(proxy_args)).start()
+        try:
+            wait_for(lambda: len([r for r in client.replicas()
+                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
+                     "2 replicas RUNNING")
+            url = proxy.url + "/slow?s=0.02"
+            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+            yield client, proxy, url, client.replicas()[0].record
+        finally:
+            proxy.stop()
+            client.shutdown()
 
 
 @pytest.mark.slow
@@ -18,34 +57,17 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
     import re
     import signal
     import time
-    from pathlib import Path
 
     import httpx
     from loadgen import SteadyLoad
 
-    from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
-    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.testing import wait_for
     from servefleet.v1 import replica_pb2
 
-    sqlite_fleet.start(1, runtime="process")
-    sqlite_fleet.leader()
-    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
-        client.deploy(d.DeploymentSpec(
-            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
-            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
-            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=4)))
-        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
-                             extra_args=["--request-timeout-s", "4"]).start()
-        stopped = 0
+    stopped = 0
+    with two_slow_replicas(sqlite_fleet, tmp_path, "--request-timeout-s", "4") as (
+            client, proxy, url, victim):
         try:
-            wait_for(lambda: len([r for r in client.replicas()
-                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
-                     "2 replicas RUNNING")
-            url = proxy.url + "/slow?s=0.02"
-            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
-            victim = client.replicas()[0].record
-
             def replaced() -> bool:
                 running = [r.record.replica_id for r in client.replicas()
                            if r.state == replica_pb2.REPLICA_STATE_RUNNING]
@@ -85,8 +107,6 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
         finally:
             if stopped:
                 os.kill(stopped, signal.SIGCONT)
-            proxy.stop()
-            client.shutdown()
 
 
 @pytest.mark.slow
@@ -305,35 +325,18 @@ def test_a_replica_that_answers_the_controllers_check_comes_back_early(sqlite_fl
     import re
     import signal
     import time
-    from pathlib import Path
 
     import httpx
     from loadgen import SteadyLoad
 
-    from servefleet.client import ControllerClient
     from servefleet.dataplane.balancer import EJECT_BASE_S
-    from servefleet.testing import ProxyProcess, wait_for
-    from servefleet.v1 import deployment_pb2 as d
+    from servefleet.testing import wait_for
     from servefleet.v1 import replica_pb2
 
-    sqlite_fleet.start(1, runtime="process")
-    sqlite_fleet.leader()
-    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
-        client.deploy(d.DeploymentSpec(
-            name="Slow", import_path="echo_app:Slow", route_prefix="/slow",
-            runtime=d.RuntimeOptions(working_dir=str(Path(__file__).parent / "apps")),
-            replica_config=d.ReplicaConfig(num_replicas=2, max_ongoing_requests=4)))
-        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
-        stopped = 0
+    stopped = 0
+    with two_slow_replicas(sqlite_fleet, tmp_path) as (client, proxy, url, victim):
+        victim_pid = int(victim.handle.split(":")[0])
         try:
-            wait_for(lambda: len([r for r in client.replicas()
-                                  if r.state == replica_pb2.REPLICA_STATE_RUNNING]) == 2, 60,
-                     "2 replicas RUNNING")
-            url = proxy.url + "/slow?s=0.02"
-            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
-            victim = client.replicas()[0].record
-            victim_pid = int(victim.handle.split(":")[0])
-
             def ejections() -> float:
                 metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
                 return sum(float(v) for v in re.findall(
@@ -362,5 +365,3 @@ def test_a_replica_that_answers_the_controllers_check_comes_back_early(sqlite_fl
         finally:
             if stopped:
                 os.kill(stopped, signal.SIGCONT)
-            proxy.stop()
-            client.shutdown()
