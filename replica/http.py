@@ -63,8 +63,29 @@ _REJECTED = REJECTED_HEADER.decode()
 
 
 def is_async_callable(fn: Any) -> bool:
+    try:
+        return _is_async(fn)
+    except TypeError:  # unhashable: asked each time
+        return _is_async.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_async(fn: Any) -> bool:
+    """Asked per request of the same few handlers (bound methods compare equal
+    when their instance and function do): inspect's answer costs more than
+    the lookup."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(type(fn), "__call__", None))  # noqa: B004 - the method, not callability
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a length above 0, or chunked)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
 
 
 async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) -> Any:
@@ -256,7 +277,10 @@ class ReplicaApp:
                     "this deployment has no __call__: reach it through a handle", 404)
             else:
                 request = Request(scope, receive)
-                await request.body()  # cached for the user; receive() now only signals a disconnect
+                if _has_body(scope):
+                    await request.body()  # cached for the user; receive() now only
+                else:  # signals a disconnect
+                    request._body = b""  # Starlette's cache of the body: none to wait for
                 result = await self._call_until_disconnect(deployment.target, (request,), {},
                                                            scope, receive, request_id)
                 if result is _DISCONNECTED:

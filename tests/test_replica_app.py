@@ -171,3 +171,24 @@ async def test_sync_code_keeps_its_slot_until_its_thread_ends_after_a_disconnect
     release.set()
     await asyncio.wait_for(call, 10)
     assert admission.ongoing == 0 and sent == []
+
+
+async def reads_its_body(request):
+    whole = await request.body()
+    streamed = b"".join([chunk async for chunk in request.stream()])
+    return {"body": whole.decode(), "streamed": streamed.decode()}
+
+
+async def test_the_body_is_there_for_the_handler_with_or_without_one() -> None:
+    """A request that says no body follows is not waited on for one (the
+    handler gets b""); one with a length or chunked gets all of it."""
+    app, _ = app_for(reads_its_body)
+
+    async def chunked():
+        yield b"ab"
+        yield b"cd"
+    async with client(app) as c:
+        assert (await c.get("/")).json() == {"body": "", "streamed": ""}
+        assert (await c.post("/", content=b"xyz")).json() == {"body": "xyz", "streamed": "xyz"}
+        assert (await c.post("/", content=chunked())).json() == {"body": "abcd",
+                                                                 "streamed": "abcd"}
