@@ -157,6 +157,19 @@ async def _json_lines(items: Any, request_id: str) -> AsyncIterator[bytes]:
             items.close()
 
 
+def plain_answer(result: Any) -> tuple[bytes, bytes] | None:
+    """(body, content type) of a str, dict or list result, as Starlette's
+    PlainTextResponse and JSONResponse make them, without making one (the
+    common answers, sent as two ASGI messages); None for any other result."""
+    kind = type(result)
+    if kind is str:
+        return result.encode(), b"text/plain; charset=utf-8"
+    if kind is dict or kind is list:
+        return json.dumps(result, ensure_ascii=False, allow_nan=False, indent=None,
+                          separators=(",", ":")).encode(), b"application/json"
+    return None
+
+
 def to_response(result: Any) -> Response:
     if isinstance(result, Response):
         return result
@@ -284,6 +297,14 @@ class ReplicaApp:
                 result = await self._call_until_disconnect(deployment.target, (request,), {},
                                                            scope, receive, request_id)
                 if result is _DISCONNECTED:
+                    return True
+                plain = plain_answer(result)
+                if plain is not None:
+                    body, content_type = plain
+                    await send_with_id({"type": "http.response.start", "status": 200,
+                                        "headers": [(b"content-length", b"%d" % len(body)),
+                                                    (b"content-type", content_type)]})
+                    await send_with_id({"type": "http.response.body", "body": body})
                     return True
                 response = to_response(result)
         except Exception as e:

@@ -192,3 +192,14 @@ async def test_the_body_is_there_for_the_handler_with_or_without_one() -> None:
         assert (await c.post("/", content=b"xyz")).json() == {"body": "xyz", "streamed": "xyz"}
         assert (await c.post("/", content=chunked())).json() == {"body": "abcd",
                                                                  "streamed": "abcd"}
+
+
+@pytest.mark.parametrize("result", ["héllo", {"a": [1, 2.5, None], "é": "ü"}, [1, "x"], ""])
+def test_plain_answers_are_what_starlette_would_send(result) -> None:
+    """str, dict and list results skip Starlette's response objects: same bytes,
+    same content type."""
+    from servefleet.replica.http import plain_answer, to_response
+
+    expected = to_response(result)
+    assert plain_answer(result) == (expected.body, expected.headers["content-type"].encode())
+    assert plain_answer(b"x") is None and plain_answer(3) is None
