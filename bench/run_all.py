@@ -194,12 +194,24 @@ def fmt(value: float) -> str:
     return f"{value:,.{digits}f}"
 
 
+def reruns(results: dict[str, Any]) -> str:
+    """Benchmarks measured by later, partial runs, by when those began:
+    "a, b on D1; c on D2"."""
+    full = results["machine"]["date"]
+    later: dict[str, list[str]] = {}
+    for name, entry in results["benchmarks"].items():
+        if entry.get("run", full) != full:
+            later.setdefault(entry["run"], []).append(name)
+    return "; ".join(f"{', '.join(names)} on {date}" for date, names in sorted(later.items()))
+
+
 def table(results: dict[str, Any]) -> str:
     m = results["machine"]
     assert isinstance(m, dict)
+    since = reruns(results)
     lines = [f"Measured by `bench/run-all` on {m['date']}: {m['cores']} cores ({m['cpu']}), "
              f"{m['memory_gb']} GB, {m['system']}, Python {m['python']}"
-             + (f"; rerun since: {m['rerun']}" if m.get("rerun") else "")
+             + (f"; rerun since: {since}" if since else "")
              + ". Median [min-max] over every sample (runs x rounds).", "",
              "| Benchmark | Figure | Median [min-max] | Samples | Goal |",
              "| --- | --- | --- | --- | --- |"]
@@ -272,14 +284,14 @@ def main() -> None:
                              needs="wrk", python=args.ray_python))
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(), "benchmarks": {}}
+    results["started"] = results["machine"]["date"]  # this run's, full or partial
     entries: dict[str, dict[str, Any]] = {}
     if (only or skip) and (RESULTS / "results.json").exists():
         # A partial run replaces its benchmarks in the last full results.
         earlier = json.loads((RESULTS / "results.json").read_text())
         entries.update(earlier["benchmarks"])
-        results["machine"] = {**earlier["machine"],
-                              "rerun": f"{', '.join(b.name for b in benches)} on "
-                                       f"{results['machine']['date']}"}
+        # The machine and date of the full run; reruns() lists what came after.
+        results["machine"] = {k: v for k, v in earlier["machine"].items() if k != "rerun"}
     results["benchmarks"] = entries
     began = time.monotonic()
     print(f"bench/run-all: {len(benches)} benchmarks", flush=True)
@@ -297,6 +309,7 @@ def main() -> None:
                 problems.append(f"run {i + 1} {problem}")
         entries[bench.name] = {"args": bench.args, "runs": bench.runs, "problems": problems,
                                "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+                               "run": results["started"],
                                "figures": {k: asdict(v) for k, v in pooled(runs).items()}}
     results["seconds"] = round(time.monotonic() - began)
     (RESULTS / "results.json").write_text(json.dumps(results, indent=1) + "\n")

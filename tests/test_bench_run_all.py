@@ -67,3 +67,17 @@ def test_runs_pool_and_the_table_and_comparison_say_what_they_saw(tmp_path) -> N
     path = tmp_path / "before.json"
     path.write_text(json.dumps(earlier))
     assert run_all.compare(results, path) == ["s: latency: 4.50 outside [1.00-2.00]"]
+
+
+def test_the_table_names_every_partial_run_since_the_full_one() -> None:
+    """Two partial runs after a full one: the header names both (a second
+    partial run used to replace the first's mention)."""
+    full = "2026-12-03 22:40 UTC"
+    figure = {"samples": [1.0], "unit": "ms"}
+    results = {"machine": {"date": full, "cores": 2, "cpu": "x", "memory_gb": 1,
+                           "system": "Linux", "python": "3.11"},
+               "benchmarks": {name: {"run": run, "figures": {"f": figure}} for name, run in [
+                   ("a", full), ("b", "2026-12-04 05:10 UTC"), ("c", "2026-12-04 05:54 UTC"),
+                   ("d", "2026-12-04 05:10 UTC")]}}
+    header = run_all.table(results).splitlines()[0]
+    assert "rerun since: b, d on 2026-12-04 05:10 UTC; c on 2026-12-04 05:54 UTC." in header
