@@ -256,17 +256,25 @@ class ReplicaProcess:
 
         config = Path(tmp_path) / f"settings-{replica_id}.json"
         config.write_text(json.dumps({"import_path": import_path, **settings}))
+        self._argv = [sys.executable, "-m", "servefleet.replica", "--cluster", cluster,
+                      "--application", application, "--deployment", deployment,
+                      "--replica-id", replica_id, "--version", version,
+                      "--config-file", str(config)]
+        self._channel_options = CHANNEL_OPTIONS
+        self._stub_of = replica_pb2_grpc.ReplicaServiceStub
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start it on two free ports (again after a bind failure: a free port
+        can be taken by another process before the replica binds it)."""
         self.control, self.http = free_port(), free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servefleet.replica", "--cluster", cluster,
-             "--application", application, "--deployment", deployment,
-             "--replica-id", replica_id, "--version", version,
-             "--control-port", str(self.control), "--http-port", str(self.http),
-             "--config-file", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env={**os.environ, **REPLICA_ENV})
+            [*self._argv, "--control-port", str(self.control), "--http-port", str(self.http)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **REPLICA_ENV})
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}",
-                                             options=CHANNEL_OPTIONS)
-        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
+                                             options=self._channel_options)
+        self.stub = self._stub_of(self.channel)
 
     def metadata(self, timeout: float = 1.0):
         from servefleet.v1 import replica_pb2
@@ -274,6 +282,8 @@ class ReplicaProcess:
         return self.stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=timeout)
 
     def wait_phase(self, *phases: int, timeout: float = 20):
+        from servefleet.wire import EXIT_BIND_FAILURE
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -282,8 +292,20 @@ class ReplicaProcess:
                     return meta
             except grpc.RpcError:
                 pass
+            code = self.proc.poll()
+            if code == EXIT_BIND_FAILURE:
+                self.close()
+                self._launch()
+            elif code is not None:
+                break
             time.sleep(0.05)
-        raise AssertionError(f"replica never reached {phases}")
+        raise AssertionError(f"replica never reached {phases}; {self._last_words()}")
+
+    def _last_words(self) -> str:
+        if self.proc.poll() is None:
+            return "still running"
+        output = self.proc.stdout.read() if self.proc.stdout is not None else ""
+        return f"exited with {self.proc.returncode}: {output[-2000:]}"
 
     def close(self) -> None:
         self.channel.close()
