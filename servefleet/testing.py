@@ -251,30 +251,28 @@ class ReplicaProcess:
     def __init__(self, tmp_path: Path, import_path: str, *, cluster: str = "t",
                  application: str = "a", deployment: str = "d", replica_id: str = "r1",
                  version: str = "v1", **settings: object) -> None:
-        from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
-        from servefleet.v1 import replica_pb2_grpc
-
         config = Path(tmp_path) / f"settings-{replica_id}.json"
         config.write_text(json.dumps({"import_path": import_path, **settings}))
         self._argv = [sys.executable, "-m", "servefleet.replica", "--cluster", cluster,
                       "--application", application, "--deployment", deployment,
                       "--replica-id", replica_id, "--version", version,
                       "--config-file", str(config)]
-        self._channel_options = CHANNEL_OPTIONS
-        self._stub_of = replica_pb2_grpc.ReplicaServiceStub
         self._launch()
 
     def _launch(self) -> None:
         """Start it on two free ports (again after a bind failure: a free port
         can be taken by another process before the replica binds it)."""
+        from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
+        from servefleet.v1 import replica_pb2_grpc
+
         self.control, self.http = free_port(), free_port()
         self.proc = subprocess.Popen(
             [*self._argv, "--control-port", str(self.control), "--http-port", str(self.http)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **REPLICA_ENV})
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}",
-                                             options=self._channel_options)
-        self.stub = self._stub_of(self.channel)
+                                             options=CHANNEL_OPTIONS)
+        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
 
     def metadata(self, timeout: float = 1.0):
         from servefleet.v1 import replica_pb2
