@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
+import os
+import queue
+import shutil
 import socket
 import statistics
+import subprocess
 import tempfile
+import threading
 import time
+from pathlib import Path
 
 import grpc
 from figures import Figure, emit
@@ -31,6 +38,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.wire import ROUTES_KEY
 
+ROOT = Path(__file__).resolve().parent.parent
 STREAMS_PER_CHANNEL = 100
 OPEN_TIMEOUT_S = 300
 WATCH = "/servefleet.v1.ControllerService/Watch"
@@ -131,7 +139,7 @@ def _serve_bare(port: int) -> None:
     asyncio.run(main())
 
 
-def grpc_floor(streams: int, updates: int, processes: int) -> list[float]:
+def grpc_floor(streams: int, updates: int, clients: str, processes: int) -> list[float]:
     """measure() against the bare server (a process of its own, killed after)."""
     port = free_port()
     server = multiprocessing.get_context("spawn").Process(target=_serve_bare, args=(port,))
@@ -145,7 +153,7 @@ def grpc_floor(streams: int, updates: int, processes: int) -> list[float]:
             if time.monotonic() > deadline:
                 raise TimeoutError("the bare gRPC server did not listen")
             time.sleep(0.05)
-        return measure(f"127.0.0.1:{port}", streams, updates, processes)
+        return measure(f"127.0.0.1:{port}", streams, updates, clients, processes)
     finally:
         server.kill()
         server.join()
@@ -155,21 +163,98 @@ def _watcher_process(address: str, count: int, ready, results, updates: int) -> 
     asyncio.run(_watchers(address, count, ready, results, updates))
 
 
-def measure(address: str, streams: int, updates: int, processes: int) -> list[float]:
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    readies = [ctx.Event() for _ in range(processes)]
-    share = [streams // processes + (i < streams % processes) for i in range(processes)]
-    procs = [ctx.Process(target=_watcher_process,
-                         args=(address, share[i], readies[i], results, updates))
-             for i in range(processes) if share[i]]
-    began = time.monotonic()
-    for proc in procs:
-        proc.start()
+class PythonClients:
+    """`processes` Python processes holding the streams between them (grpc.aio)."""
+
+    def __init__(self, address: str, streams: int, updates: int, processes: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._results = ctx.Queue()
+        share = [n for n in (streams // processes + (i < streams % processes)
+                             for i in range(processes)) if n]
+        self._readies = [ctx.Event() for _ in share]
+        self._procs = [ctx.Process(target=_watcher_process,
+                                   args=(address, n, ready, self._results, updates))
+                       for n, ready in zip(share, self._readies, strict=True)]
+        for proc in self._procs:
+            proc.start()
+
+    def wait_ready(self, deadline: float) -> bool:
+        return all(ready.wait(max(1.0, deadline - time.monotonic())) for ready in self._readies)
+
+    def arrivals(self) -> list[tuple[int, float]]:
+        received = [a for _ in self._procs for a in self._results.get(timeout=120)]
+        for proc in self._procs:
+            proc.join(30)
+        return received
+
+    def close(self) -> None:
+        for proc in self._procs:
+            proc.kill()
+            proc.join()
+
+
+def build_go_watchers() -> Path:
+    """Build bench/watchers (Go, GOPATH mode with Debian's Go packages) once."""
+    binary = ROOT / ".build" / "watchers"
+    source = ROOT / "bench" / "watchers" / "main.go"
+    if binary.exists() and binary.stat().st_mtime > source.stat().st_mtime:
+        return binary
+    gopath = Path(tempfile.mkdtemp(prefix="servefleet-gopath-"))
+    link = gopath / "src" / "github.com" / "servefleet" / "servefleet"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(ROOT)
+    env = {**os.environ, "GO111MODULE": "off", "GOFLAGS": "",
+           "GOPATH": f"{gopath}:/usr/share/gocode", "GOCACHE": str(ROOT / ".build" / "go-cache")}
     try:
-        for ready in readies[:len(procs)]:
-            if not ready.wait(max(1.0, OPEN_TIMEOUT_S - (time.monotonic() - began))):
-                raise TimeoutError(f"{streams} streams did not open within {OPEN_TIMEOUT_S} s")
+        subprocess.run(["go", "build", "-o", str(binary), "./bench/watchers"], cwd=link,
+                       env=env, check=True, timeout=300)
+    finally:
+        shutil.rmtree(gopath)
+    return binary
+
+
+class GoClients:
+    """One Go process (bench/watchers) holding every stream."""
+
+    def __init__(self, address: str, streams: int, updates: int) -> None:
+        self._proc = subprocess.Popen(
+            [str(build_go_watchers()), "-address", address, "-streams", str(streams),
+             "-per-conn", str(STREAMS_PER_CHANNEL), "-updates", str(updates)],
+            stdout=subprocess.PIPE, text=True)
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")
+
+    def wait_ready(self, deadline: float) -> bool:
+        try:
+            return self._lines.get(timeout=max(1.0, deadline - time.monotonic())) == "ready\n"
+        except queue.Empty:
+            return False
+
+    def arrivals(self) -> list[tuple[int, float]]:
+        line = self._lines.get(timeout=120)
+        if not line:
+            raise RuntimeError(f"bench/watchers exited {self._proc.wait()} without results")
+        return [(int(count), at) for count, at in json.loads(line)]
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+def measure(address: str, streams: int, updates: int, clients: str,
+            processes: int) -> list[float]:
+    began = time.monotonic()
+    watchers = (GoClients(address, streams, updates) if clients == "go"
+                else PythonClients(address, streams, updates, processes))
+    try:
+        if not watchers.wait_ready(began + OPEN_TIMEOUT_S):
+            raise TimeoutError(f"{streams} streams did not open within {OPEN_TIMEOUT_S} s")
         print(f"  {streams} streams open after {time.monotonic() - began:.1f} s", flush=True)
         sent: dict[int, float] = {}
         with ControllerClient(address) as client:
@@ -178,24 +263,21 @@ def measure(address: str, streams: int, updates: int, processes: int) -> list[fl
                 client.deploy(d.DeploymentSpec(name=f"r{n}", import_path="m:C",
                                                route_prefix=f"/r{n}"))
                 time.sleep(0.3)
-            latencies = []
-            for _ in procs:
-                for count, at in results.get(timeout=120):
-                    latencies.append(at - sent[count])
+            latencies = [at - sent[count] for count, at in watchers.arrivals()]
             client.delete([f"r{n}" for n in range(1, updates + 1)])
-        for proc in procs:
-            proc.join(30)
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.join()
+        watchers.close()
     return latencies
+
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="1000", help="stream counts, comma-separated")
     parser.add_argument("--updates", type=int, default=10)
+    parser.add_argument("--clients", choices=("go", "python"), default="go",
+                        help="what holds the streams: one Go process (bench/watchers), or "
+                             "--client-processes Python processes")
     parser.add_argument("--client-processes", type=int, default=2)
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="servefleet-fanout-")
@@ -203,14 +285,14 @@ def main() -> None:
     try:
         while not controller.is_leader():
             time.sleep(0.05)
-        baseline = measure(controller.address, 1, args.updates, 1)
-        fanouts = {count: measure(controller.address, count, args.updates,
+        baseline = measure(controller.address, 1, args.updates, args.clients, 1)
+        fanouts = {count: measure(controller.address, count, args.updates, args.clients,
                                   args.client_processes)
                    for count in (int(c) for c in args.streams.split(","))}
     finally:
         controller.stop()
     floor_at = 1000 if 1000 in fanouts else max(fanouts)
-    floor = grpc_floor(floor_at, args.updates, args.client_processes)
+    floor = grpc_floor(floor_at, args.updates, args.clients, args.client_processes)
     print(f"servefleet Watch fan-out: {args.updates} route-table updates "
           f"(goal p99 <= 50 ms at 1,000 streams)")
     print(f"  {'':<40}{'p50':>12}{'p99':>12}{'max':>12}")

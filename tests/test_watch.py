@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.controller.watch import Publisher
+from servefleet.controller.watch import Heartbeat, Publisher
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.watch_client import WatchClient
@@ -46,6 +46,71 @@ def test_publisher_sends_only_what_the_client_lacks() -> None:
     changes = [r.snapshot for r in publisher.diff(sorted(known), known)]
     assert [(s.key, s.deleted) for s in changes] == [("replicas/a/x", False),
                                                      ("replicas/a/y", True)]
+
+
+def _diff_keys(publisher: Publisher, known: dict[str, str],
+               since: int | None) -> list[tuple[str, bool]]:
+    return [(r.snapshot.key, r.snapshot.deleted)
+            for r in publisher.diff(sorted(known), known, since)]
+
+
+@pytest.mark.parametrize("log_length", [4096, 2])
+def test_a_diff_since_a_generation_equals_a_full_diff(monkeypatch, log_length: int) -> None:
+    """diff(since=g) looks only at the keys changed after g, and answers what a
+    full diff would; with the change log too short to reach back (2 entries
+    here), it falls back to the full diff."""
+    monkeypatch.setattr("servefleet.controller.watch.CHANGE_LOG_LENGTH", log_length)
+    publisher = Publisher()
+    for name in "xyz":
+        publisher.publish(f"replicas/a/{name}", replicas=watch_pb2.ReplicaSet(deployment=name))
+    publisher.publish("replicas/b/w", replicas=watch_pb2.ReplicaSet(deployment="w"))
+    publisher.publish("routes", routes=watch_pb2.RouteTable())
+    incremental = {"routes": "", "replicas/a/": ""}
+    full = dict(incremental)
+    assert _diff_keys(publisher, incremental, None) == _diff_keys(publisher, full, None)
+    seen = publisher.generation
+    assert _diff_keys(publisher, incremental, seen) == []
+    publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x",
+                                                                    max_ongoing_requests=2))
+    publisher.publish("replicas/b/w", replicas=watch_pb2.ReplicaSet(deployment="w",
+                                                                    max_ongoing_requests=2))
+    publisher.remove("replicas/a/y")
+    publisher.publish("replicas/a/v", replicas=watch_pb2.ReplicaSet(deployment="v"))
+    changes = _diff_keys(publisher, incremental, seen)
+    assert sorted(changes) == sorted(_diff_keys(publisher, full, None)) == [
+        ("replicas/a/v", False), ("replicas/a/x", False), ("replicas/a/y", True)]
+    assert incremental == full
+
+
+def test_changed_since_reaches_back_as_far_as_its_log(monkeypatch) -> None:
+    monkeypatch.setattr("servefleet.controller.watch.CHANGE_LOG_LENGTH", 3)
+    publisher = Publisher()
+    start = publisher.generation
+    for n in range(3):
+        publisher.publish("routes", routes=watch_pb2.RouteTable(request_timeout_s=n + 1))
+    assert publisher.changed_since(start) == ["routes"]
+    assert publisher.changed_since(publisher.generation) == []
+    publisher.publish("replicas/a/x", replicas=watch_pb2.ReplicaSet(deployment="x"))
+    assert publisher.changed_since(start) is None, "the first change fell out of the log"
+    assert publisher.changed_since(start + 1) == ["routes", "replicas/a/x"]
+
+
+async def test_a_heartbeat_is_due_an_interval_after_the_last_message() -> None:
+    """The timer outlives the waits: a message sent moves the beat later
+    without a new timer; with nothing sent, the wait ends False on time."""
+    publisher = Publisher()
+    beat = Heartbeat(0.2)
+    beat.sent()
+    started = time.monotonic()
+    await asyncio.sleep(0.1)
+    beat.sent()  # a change went out: the beat is now due 0.2 s from here
+    assert await publisher.next_change(publisher.generation, beat) is False
+    assert 0.28 <= time.monotonic() - started < 1.0
+    changing = asyncio.create_task(publisher.next_change(publisher.generation, beat))
+    await asyncio.sleep(0.05)
+    publisher.publish("routes", routes=watch_pb2.RouteTable())
+    assert await changing is True
+    beat.stop()
 
 
 def test_snapshot_ids_are_content_digests() -> None:

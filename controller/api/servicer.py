@@ -22,7 +22,8 @@ from ..errors import ApiError, FailedPrecondition, NotLeader
 from ..goals.spec import DEFAULT_APPLICATION
 from ..members import Membership
 from ..term import LeaderTerm
-from ..watch import MAX_WATCH_KEYS, serve_watch
+from ..watch import MAX_WATCH_KEYS
+from ..watch_stream import serve_watch
 from .gate import Leadership, api_method
 from .logs import LogStream
 
