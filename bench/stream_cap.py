@@ -5,8 +5,9 @@
 A grpc.aio server in a process of its own serves one method that yields one
 message and then waits; clients open `--streams` calls over channels of 100
 calls, each channel on its own connection, and count the calls whose first
-message arrived within `--wait` seconds. No servefleet code runs on the
-server: this is the ceiling a controller's Watch streams live under.
+message arrived within `--wait` seconds. Twice: with gRPC's default limit on
+calls waiting for the application (3,000; the rest of a burst is cancelled),
+and with the controller's (controller/server.py MAX_PENDING_CALLS).
 """
 
 from __future__ import annotations
@@ -21,19 +22,22 @@ from typing import Any
 import grpc
 from figures import Figure, emit
 
+from servefleet.controller.server import MAX_PENDING_CALLS
 from servefleet.testing import free_port
 
 METHOD = "/bench.Cap/Stream"
 PER_CHANNEL = 100
 
 
-def _serve(port: int) -> None:
+def _serve(port: int, pending: int | None) -> None:
     async def main() -> None:
         async def stream(request: bytes, context: Any) -> Any:
             yield b"x"
             await asyncio.sleep(3600)
 
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=[] if pending is None else [
+            ("grpc.server.max_pending_requests", pending),
+            ("grpc.server.max_pending_requests_hard_limit", pending)])
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             "bench.Cap", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}),))
         server.add_insecure_port(f"127.0.0.1:{port}")
@@ -71,28 +75,37 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=1)
     parser.add_argument("--wait", type=float, default=15.0, help="seconds to wait for them")
     args = parser.parse_args()
+    figures = {}
+    for label, pending in (("gRPC's default limit", None),
+                           ("the controller's limit", MAX_PENDING_CALLS)):
+        opened, asked = count_opened(args.streams, args.client_processes, args.wait, pending)
+        print(f"bare grpc.aio server, {label}: {opened:,} of {asked:,} streams opened "
+              f"within {args.wait:g} s ({args.client_processes} client processes)")
+        figures[f"{label}: streams opened of {asked}"] = Figure(
+            [float(opened)], "streams", lower_is_better=False)
+    emit(figures)
+
+
+def count_opened(streams: int, processes: int, wait: float,
+                 pending: int | None) -> tuple[int, int]:
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
-    server = ctx.Process(target=_serve, args=(port,))
+    server = ctx.Process(target=_serve, args=(port, pending))
     server.start()
     results = ctx.Queue()
-    share = args.streams // args.client_processes
-    clients = [ctx.Process(target=_client, args=(port, share, args.wait, results))
-               for _ in range(args.client_processes)]
+    share = streams // processes
+    clients = [ctx.Process(target=_client, args=(port, share, wait, results))
+               for _ in range(processes)]
     try:
         time.sleep(1.5)
         for client in clients:
             client.start()
-        opened = sum(results.get(timeout=args.wait + 60) for _ in clients)
+        opened = sum(results.get(timeout=wait + 60) for _ in clients)
     finally:
         for proc in [*clients, server]:
             proc.kill()
             proc.join()
-    print(f"bare grpc.aio server: {opened:,} of {share * len(clients):,} streams opened "
-          f"within {args.wait:g} s ({len(clients)} client processes)")
-    emit({f"streams opened of {share * len(clients)}": Figure([float(opened)], "streams",
-                                                              lower_is_better=False)})
-
+    return opened, share * len(clients)
 
 if __name__ == "__main__":
     main()

@@ -1,21 +1,30 @@
 """Watch fan-out: how fast one change reaches many open Watch streams.
 
     .venv/bin/python bench/watch_fanout.py [--streams 1000[,5000...]] [--updates 10]
+                                           [--clients go|python] [--floor-servers 1]
 
 One controller (sqlite store, no runtime) serves N concurrent Watch streams
-of the route table, opened by client processes on this machine. Each update
-is a Deploy adding a route; the figure is, per stream, the time from sending
-that Deploy to the stream receiving the new route table (goal: p99 <= 50 ms at
-1,000 streams). Baselines, same run: a single stream; and the floor of gRPC
-itself, the same clients on a bare grpc.aio server whose Watch writes one
-prebuilt message per change to every stream and whose Deploy only adds a
-route (no store, no leader, no checks).
+of the route table. Each update is a Deploy adding a route; the figure is,
+per stream, the time from sending that Deploy to the stream receiving the new
+route table (goal: p99 <= 50 ms at 1,000 streams). Baselines, same run: a
+single stream; and the floor of gRPC itself, the same clients on a bare
+grpc.aio server whose Watch writes one prebuilt message per change to every
+stream and whose Deploy only adds a route (no store, no leader, no checks).
+With --floor-servers K the floor's streams are split between K bare servers,
+each a process of its own.
+
+The streams are held by one Go process (bench/watchers, built on first use
+with Debian's Go packages). In a cluster each watcher is a proxy on a host of
+its own; here they share the server's two cores, and Python clients
+(`--clients python`, two processes) took so much of them that they made up
+about a third of the figure (docs/watch-streams.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -33,6 +42,7 @@ import grpc
 from figures import Figure, emit
 
 from servefleet.client import ControllerClient
+from servefleet.controller.server import MAX_PENDING_CALLS
 from servefleet.testing import ControllerProcess, free_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
@@ -131,7 +141,10 @@ class _Bare(controller_pb2_grpc.ControllerServiceServicer):
 
 def _serve_bare(port: int) -> None:
     async def main() -> None:
-        server = grpc.aio.server()
+        # With the controller's limit on calls waiting for the application.
+        server = grpc.aio.server(options=[
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(_Bare(), server)
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
@@ -139,24 +152,31 @@ def _serve_bare(port: int) -> None:
     asyncio.run(main())
 
 
-def grpc_floor(streams: int, updates: int, clients: str, processes: int) -> list[float]:
-    """measure() against the bare server (a process of its own, killed after)."""
-    port = free_port()
-    server = multiprocessing.get_context("spawn").Process(target=_serve_bare, args=(port,))
-    server.start()
+def grpc_floor(streams: int, updates: int, clients: str, processes: int,
+               servers: int = 1) -> list[float]:
+    """measure() against `servers` bare servers (processes of their own, killed
+    after), the streams split between them."""
+    ports = [free_port() for _ in range(servers)]
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_serve_bare, args=(port,)) for port in ports]
+    for proc in procs:
+        proc.start()
     try:
         deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("the bare gRPC server did not listen")
-            time.sleep(0.05)
-        return measure(f"127.0.0.1:{port}", streams, updates, clients, processes)
+        for port in ports:
+            while True:
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("a bare gRPC server did not listen")
+                time.sleep(0.05)
+        return measure([f"127.0.0.1:{port}" for port in ports], streams, updates, clients,
+                       processes)
     finally:
-        server.kill()
-        server.join()
+        for proc in procs:
+            proc.kill()
+            proc.join()
 
 
 def _watcher_process(address: str, count: int, ready, results, updates: int) -> None:
@@ -247,28 +267,40 @@ class GoClients:
         self._proc.wait()
 
 
-def measure(address: str, streams: int, updates: int, clients: str,
+def measure(addresses: list[str], streams: int, updates: int, clients: str,
             processes: int) -> list[float]:
+    """Per-stream latencies; the streams are split between `addresses`, and each
+    update is sent to every one of them in turn (timed from the first)."""
+    if clients == "python" and len(addresses) > 1:
+        raise ValueError("Python clients watch one server")
     began = time.monotonic()
-    watchers = (GoClients(address, streams, updates) if clients == "go"
-                else PythonClients(address, streams, updates, processes))
+    watchers: list[GoClients | PythonClients] = []
     try:
-        if not watchers.wait_ready(began + OPEN_TIMEOUT_S):
-            raise TimeoutError(f"{streams} streams did not open within {OPEN_TIMEOUT_S} s")
+        for i, address in enumerate(addresses):
+            share = streams // len(addresses) + (i < streams % len(addresses))
+            watchers.append(GoClients(address, share, updates) if clients == "go"
+                            else PythonClients(address, share, updates, processes))
+        for watcher in watchers:
+            if not watcher.wait_ready(began + OPEN_TIMEOUT_S):
+                raise TimeoutError(f"{streams} streams did not open within {OPEN_TIMEOUT_S} s")
         print(f"  {streams} streams open after {time.monotonic() - began:.1f} s", flush=True)
         sent: dict[int, float] = {}
-        with ControllerClient(address) as client:
+        with contextlib.ExitStack() as stack:
+            controllers = [stack.enter_context(ControllerClient(a)) for a in addresses]
             for n in range(1, updates + 1):
                 sent[n] = time.time()
-                client.deploy(d.DeploymentSpec(name=f"r{n}", import_path="m:C",
-                                               route_prefix=f"/r{n}"))
+                for client in controllers:
+                    client.deploy(d.DeploymentSpec(name=f"r{n}", import_path="m:C",
+                                                   route_prefix=f"/r{n}"))
                 time.sleep(0.3)
-            latencies = [at - sent[count] for count, at in watchers.arrivals()]
-            client.delete([f"r{n}" for n in range(1, updates + 1)])
+            latencies = [at - sent[count] for watcher in watchers
+                         for count, at in watcher.arrivals()]
+            for client in controllers:
+                client.delete([f"r{n}" for n in range(1, updates + 1)])
     finally:
-        watchers.close()
+        for watcher in watchers:
+            watcher.close()
     return latencies
-
 
 
 def main() -> None:
@@ -279,20 +311,24 @@ def main() -> None:
                         help="what holds the streams: one Go process (bench/watchers), or "
                              "--client-processes Python processes")
     parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--floor-servers", type=int, default=1,
+                        help="bare servers sharing the floor's streams (Go clients)")
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="servefleet-fanout-")
     controller = ControllerProcess(f"sqlite://{state}/state.db", runtime="none").start()
     try:
         while not controller.is_leader():
             time.sleep(0.05)
-        baseline = measure(controller.address, 1, args.updates, args.clients, 1)
-        fanouts = {count: measure(controller.address, count, args.updates, args.clients,
+        baseline = measure([controller.address], 1, args.updates, args.clients, 1)
+        fanouts = {count: measure([controller.address], count, args.updates, args.clients,
                                   args.client_processes)
                    for count in (int(c) for c in args.streams.split(","))}
     finally:
         controller.stop()
+        shutil.rmtree(state, ignore_errors=True)
     floor_at = 1000 if 1000 in fanouts else max(fanouts)
-    floor = grpc_floor(floor_at, args.updates, args.clients, args.client_processes)
+    floor = grpc_floor(floor_at, args.updates, args.clients, args.client_processes,
+                       args.floor_servers)
     print(f"servefleet Watch fan-out: {args.updates} route-table updates "
           f"(goal p99 <= 50 ms at 1,000 streams)")
     print(f"  {'':<40}{'p50':>12}{'p99':>12}{'max':>12}")
@@ -303,11 +339,13 @@ def main() -> None:
               f"{percentile(samples, 0.99) * 1e3:>9.1f} ms{max(samples) * 1e3:>9.1f} ms")
         name = f"{count} stream{'s' if count > 1 else ''}"
         figures[f"{name}: p50"] = Figure([statistics.median(samples) * 1e3], "ms",
-                                         headline=count in (1, 1000))
+                                         headline=count in (1, 1000, 5000))
         figures[f"{name}: p99"] = Figure([percentile(samples, 0.99) * 1e3], "ms",
                                          goal="<= 50" if count == 1000 else "",
-                                         headline=count in (1, 1000))
+                                         headline=count in (1, 1000, 5000))
     label = f"floor: bare grpc.aio, {floor_at} streams"
+    if args.floor_servers > 1:
+        label += f" on {args.floor_servers} servers"
     print(f"  {label:<40}{statistics.median(floor) * 1e3:>9.1f} ms"
           f"{percentile(floor, 0.99) * 1e3:>9.1f} ms{max(floor) * 1e3:>9.1f} ms")
     figures[f"{label}: p50"] = Figure([statistics.median(floor) * 1e3], "ms", headline=False)

@@ -66,6 +66,9 @@ logger = logging.getLogger(__name__)
 
 # How long the Shutdown RPC waits for replicas to drain before the controller exits.
 SHUTDOWN_REPLICAS_TIMEOUT_S = 60.0
+# Calls gRPC may hold before the application takes them (its default, 3,000,
+# cancelled the rest of a burst of Watch streams); each costs a few hundred bytes.
+MAX_PENDING_CALLS = 100_000
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -139,10 +142,15 @@ class ControllerServer:
         except StoreOpenError as e:
             raise OSError(str(e)) from None
         # No SO_REUSEPORT: a second process on the same port must fail, not share it.
+        # gRPC queues calls the server has not yet handed to the application and
+        # by default cancels those past 3,000: a burst of Watch streams (a large
+        # cluster reconnecting after a failover) lost every call past it.
         server = grpc.aio.server(
             interceptors=[LeaderGate(self._leadership),
                           Guard(SERVICE_NAME, self.authorizer.check)],
-            options=[("grpc.so_reuseport", 0)])
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+                     ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS)])
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self.term,
                                self.membership,
