@@ -331,11 +331,11 @@ def main() -> None:
                        args.floor_servers)
     print(f"servefleet Watch fan-out: {args.updates} route-table updates "
           f"(goal p99 <= 50 ms at 1,000 streams)")
-    print(f"  {'':<40}{'p50':>12}{'p99':>12}{'max':>12}")
+    print(f"  {'':<52}{'p50':>12}{'p99':>12}{'max':>12}")
     figures: dict[str, Figure] = {}
     for count, samples in [*fanouts.items(), (1, baseline)]:
         label = f"{count} streams" if count > 1 else "baseline: 1 stream"
-        print(f"  {label:<40}{statistics.median(samples) * 1e3:>9.1f} ms"
+        print(f"  {label:<52}{statistics.median(samples) * 1e3:>9.1f} ms"
               f"{percentile(samples, 0.99) * 1e3:>9.1f} ms{max(samples) * 1e3:>9.1f} ms")
         name = f"{count} stream{'s' if count > 1 else ''}"
         figures[f"{name}: p50"] = Figure([statistics.median(samples) * 1e3], "ms",
@@ -346,7 +346,7 @@ def main() -> None:
     label = f"floor: bare grpc.aio, {floor_at} streams"
     if args.floor_servers > 1:
         label += f" on {args.floor_servers} servers"
-    print(f"  {label:<40}{statistics.median(floor) * 1e3:>9.1f} ms"
+    print(f"  {label:<52}{statistics.median(floor) * 1e3:>9.1f} ms"
           f"{percentile(floor, 0.99) * 1e3:>9.1f} ms{max(floor) * 1e3:>9.1f} ms")
     figures[f"{label}: p50"] = Figure([statistics.median(floor) * 1e3], "ms", headline=False)
     figures[f"{label}: p99"] = Figure([percentile(floor, 0.99) * 1e3], "ms")
