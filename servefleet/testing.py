@@ -27,6 +27,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servefleet.replica_command import REPLICA_ENV
 
 
+def go_workspace(gopath: Path) -> tuple[Path, dict[str, str]]:
+    """A GOPATH under `gopath` holding this repository at the import path
+    go_package names, with Debian's Go packages beside it (GOPATH mode: no
+    module proxy is reachable). Returns the repository's directory in it and
+    the variables to add to the environment of `go build` / `go test` there."""
+    root = Path(__file__).resolve().parent.parent
+    link = gopath / "src" / "github.com" / "servefleet" / "servefleet"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.symlink_to(root)
+    return link, {"GO111MODULE": "off", "GOFLAGS": "",
+                  "GOPATH": f"{gopath}:/usr/share/gocode",
+                  "GOCACHE": str(root / ".build" / "go-cache")}
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess
+from servefleet.testing import ProxyProcess, go_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -49,19 +49,13 @@ def test_the_node_client(cluster_env, node_grpc) -> None:
 
 
 def test_the_go_client(cluster_env, tmp_path) -> None:
-    """GOPATH mode with Debian's Go packages (no module proxy is reachable):
-    the repository is linked in at the path go_package names."""
+    """GOPATH mode with Debian's Go packages (no module proxy is reachable)."""
     assert shutil.which("go"), "go is missing: run scripts/setup"
-    gopath = tmp_path / "gopath"
-    (gopath / "src" / "github.com" / "servefleet").mkdir(parents=True)
-    (gopath / "src" / "github.com" / "servefleet" / "servefleet").symlink_to(ROOT)
-    env = {**cluster_env, "GO111MODULE": "off", "GOFLAGS": "",
-           "GOPATH": f"{gopath}:/usr/share/gocode",
-           "GOCACHE": str(ROOT / ".build" / "go-cache")}
+    repository, go_env = go_workspace(tmp_path / "gopath")
     out = subprocess.run(["go", "test", "-count=1", "-v",
                           "github.com/servefleet/servefleet/clients/go/servefleet"],
-                         cwd=gopath / "src" / "github.com" / "servefleet" / "servefleet",
-                         env=env, capture_output=True, text=True, timeout=300)
+                         cwd=repository, env={**cluster_env, **go_env}, capture_output=True,
+                         text=True, timeout=300)
     print(out.stdout[-3000:], out.stderr[-3000:])
     assert out.returncode == 0 and "--- PASS: TestDeployCallFailOverDelete" in out.stdout
 
