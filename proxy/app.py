@@ -14,7 +14,8 @@ Per request:
    request queues, and past max_queued_requests it gets 503. A request no
    replica received in MAX_ATTEMPTS tries gets 503; one that failed after it
    was sent gets 502 and is not retried, since the replica may have acted on it.
-4. The response streams back chunk by chunk.
+4. The response streams back chunk by chunk (answers.py); one that came
+   whole with its head goes on as the replica's bytes.
 
 With a traffic policy on the route, step 3 first picks the deployment by
 weight, and a fraction of requests is also copied to the shadow deployment
@@ -41,7 +42,7 @@ from starlette.types import Message, Receive, Scope, Send
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
-from servefleet.dataplane.upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet.disconnect import CancelOnDisconnect
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.metrics.exposition import send_metrics
@@ -50,12 +51,12 @@ from servefleet.wire import (
     CALLER_HEADER,
     METHOD_HEADER,
     MODEL_ID_HEADER,
-    MODELS_HEADER,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
 )
 from servefleet.ws import deny
 
+from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import RouteTable, Target
 from .websocket import WebSockets
@@ -63,8 +64,6 @@ from .websocket import WebSockets
 logger = logging.getLogger(__name__)
 access = logging.getLogger("servefleet.proxy.access")
 
-HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
-              b"te", b"trailers", b"transfer-encoding", b"upgrade"}
 SHADOW_TIMEOUT_S = 30.0
 # Past this many bytes of request headers (names, values and separators): 431.
 MAX_HEADER_BYTES = 64 * 1024
@@ -77,32 +76,11 @@ NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEAD
                               ROUTE_PREFIX_HEADER, CALLER_HEADER}
 
 
-def _and_named_by_connection(headers: list[tuple[bytes, bytes]],
-                             base: set[bytes]) -> set[bytes]:
-    """`base` plus the headers a Connection header names: they are hop-by-hop
-    too and must not be forwarded (RFC 9110, section 7.6.1)."""
-    named = {token.strip().lower() for k, v in headers if k == b"connection"
-             for token in v.split(b",")}
-    return base | named if named else base
-
-
-async def _reply(send: Send, status: int, text: str, request_id: str = "",
-                 content_type: bytes = b"text/plain; charset=utf-8",
-                 extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    body = text.encode()
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-               *extra]
-    if request_id:
-        headers.append((REQUEST_ID_HEADER, request_id.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
                       caller: str | None = None) -> list[tuple[bytes, bytes]]:
     """The headers a replica gets. With `caller` (the name of the token the
     proxy checked) the token itself stays here and the name goes on."""
-    dropped = _and_named_by_connection(scope["headers"], NOT_FORWARDED)
+    dropped = and_named_by_connection(scope["headers"], NOT_FORWARDED)
     if caller is not None:
         dropped = dropped | {b"authorization"}
     headers = [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
@@ -146,15 +124,6 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
-class Started:
-    """Whether a request's response has begun (a timeout can then only cut it
-    short), with what status, and which deployment it went to (for metrics)."""
-
-    value = False
-    code = 0
-    deployment = ""
-
-
 class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
@@ -189,18 +158,18 @@ class ProxyApp:
         path: str = scope["path"]
         header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
         if header_bytes > self._max_header_bytes:
-            await _reply(send, 431, f"the request's headers are {header_bytes} bytes; the "
+            await reply(send, 431, f"the request's headers are {header_bytes} bytes; the "
                          f"limit is {self._max_header_bytes}")
             return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or new_request_id()
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path == "/-/healthz":
-            await _reply(send, 503 if self.draining else 200,
+            await reply(send, 503 if self.draining else 200,
                          "draining" if self.draining else "ok")
             return
         if path == "/-/routes":
-            await _reply(send, 200, json.dumps(self._routes().as_json()),
+            await reply(send, 200, json.dumps(self._routes().as_json()),
                          content_type=b"application/json")
             return
         if path == "/-/metrics":
@@ -209,7 +178,7 @@ class ProxyApp:
         target = self._routes().match(path)
         if target is None:
             known = ", ".join(sorted(self._routes().as_json())) or "none yet"
-            await _reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
+            await reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
                          request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
@@ -269,14 +238,14 @@ class ProxyApp:
         if target.require_token:
             caller = _caller(scope, self._tokens())
             if caller is None:
-                await _reply(send, 401, "this route needs a bearer token (authorization: "
+                await reply(send, 401, "this route needs a bearer token (authorization: "
                              "Bearer TOKEN)", request_id,
                              extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
                 return
         deployment = started.deployment = target.pick()
         pool = self._pools(target.application, deployment)
         if pool is None:
-            await _reply(send, 503, f"{target.application}/{deployment} has no "
+            await reply(send, 503, f"{target.application}/{deployment} has no "
                          "replicas known yet", request_id)
             return
         shadow = target.shadow()
@@ -292,14 +261,14 @@ class ProxyApp:
         except TimeoutError:
             logger.warning("request %s timed out after %ss", request_id, timeout)
             if not started.value:  # else the answer can only be cut short
-                await _reply(send, 504, f"no answer within {timeout}s", request_id)
+                await reply(send, 504, f"no answer within {timeout}s", request_id)
         except Overloaded as e:
-            await _reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
+            await reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
         except BodyTooLarge as e:
             if not started.value:
-                await _reply(send, 413, str(e), request_id)
+                await reply(send, 413, str(e), request_id)
         except BadRequest as e:
-            await _reply(send, 400, str(e), request_id)
+            await reply(send, 400, str(e), request_id)
         except (ConnectionResetError, ClientGone):
             pass  # the client left; nothing to answer
 
@@ -360,31 +329,10 @@ class ProxyApp:
         model = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), b"")
         try:
             await forward(pool, self._upstream, scope["method"], _raw_target(scope), headers,
-                          body, partial(_stream_back, send, request_id, started), request_id,
-                          model.decode("latin-1"))
+                          body, partial(stream_back, scope, send, request_id, started),
+                          request_id, model.decode("latin-1"))
         except UpstreamError as e:
-            await _reply(send, 502, f"replica failed: {e}", request_id)
+            await reply(send, 502, f"replica failed: {e}", request_id)
         except NoReplicaTook:
-            await _reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} "
+            await reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} "
                          "attempts", request_id)
-
-
-async def _stream_back(send: Send, request_id: str, started: Started,
-                       response: Response) -> None:
-    """Send a replica's answer on to the client as it comes."""
-    started.value = True
-    dropped = _and_named_by_connection(response.headers, HOP_BY_HOP | {MODELS_HEADER})
-    await send({"type": "http.response.start", "status": response.status,
-                "headers": [(k, v) for k, v in response.headers if k not in dropped]})
-    body = response.buffered_body()
-    if body is not None:  # arrived with the head: one message, no iteration
-        await send({"type": "http.response.body", "body": body})
-        return
-    try:
-        async for chunk in response.chunks():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except UpstreamError as e:
-        # The status line is out: all that is left is to cut the response short.
-        logger.warning("request %s: %s", request_id, e)
-        raise ConnectionResetError from None
-    await send({"type": "http.response.body", "body": b""})

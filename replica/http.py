@@ -52,6 +52,7 @@ from servefleet.wire import (
     STREAM_HEADER,
 )
 
+from .answers import plain_answer, sent_raw, to_response
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_threads import UserThreads
@@ -155,32 +156,6 @@ async def _json_lines(items: Any, request_id: str) -> AsyncIterator[bytes]:
             await items.aclose()
         else:
             items.close()
-
-
-def plain_answer(result: Any) -> tuple[bytes, bytes] | None:
-    """(body, content type) of a str, dict or list result, as Starlette's
-    PlainTextResponse and JSONResponse make them, without making one (the
-    common answers, sent as two ASGI messages); None for any other result."""
-    kind = type(result)
-    if kind is str:
-        return result.encode(), b"text/plain; charset=utf-8"
-    if kind is dict or kind is list:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, indent=None,
-                          separators=(",", ":")).encode(), b"application/json"
-    return None
-
-
-def to_response(result: Any) -> Response:
-    if isinstance(result, Response):
-        return result
-    if isinstance(result, str):
-        return PlainTextResponse(result)
-    if isinstance(result, bytes | bytearray | memoryview):
-        return Response(bytes(result), media_type="application/octet-stream")
-    if inspect.isgenerator(result) or inspect.isasyncgen(result):
-        chunks: Any = result  # of str or bytes, as the handler yields them
-        return StreamingResponse(chunks, media_type="text/plain")
-    return JSONResponse(result)
 
 
 class Admission:
@@ -301,6 +276,8 @@ class ReplicaApp:
                 plain = plain_answer(result)
                 if plain is not None:
                     body, content_type = plain
+                    if sent_raw(scope, body, content_type, request_id):
+                        return True
                     await send_with_id({"type": "http.response.start", "status": 200,
                                         "headers": [(b"content-length", b"%d" % len(body)),
                                                     (b"content-type", content_type)]})

@@ -198,7 +198,7 @@ async def test_the_body_is_there_for_the_handler_with_or_without_one() -> None:
 def test_plain_answers_are_what_starlette_would_send(result) -> None:
     """str, dict and list results skip Starlette's response objects: same bytes,
     same content type."""
-    from servefleet.replica.http import plain_answer, to_response
+    from servefleet.replica.answers import plain_answer, to_response
 
     expected = to_response(result)
     assert plain_answer(result) == (expected.body, expected.headers["content-type"].encode())

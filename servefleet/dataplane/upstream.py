@@ -50,10 +50,13 @@ class UpstreamError(Exception):
 
 class Response:
     def __init__(self, pool: UpstreamPool, address: str, conn: Connection, status: int,
-                 headers: list[tuple[bytes, bytes]], method: str = "GET") -> None:
+                 headers: list[tuple[bytes, bytes]], method: str = "GET",
+                 raw_head: bytes = b"") -> None:
         self._pool, self._address, self._conn = pool, address, conn
         self.status = status
         self.headers = headers
+        # The status line and headers as the replica sent them, with the empty line.
+        self.raw_head = raw_head
         self._keep_alive = True
         self._done = False
         self._length: int | None = None
@@ -221,7 +224,7 @@ class UpstreamPool:
                 status, parsed = _parse_head(raw, address)
                 if not 100 <= status < 200 or status == 101:
                     break  # 1xx interim answers (100 Continue) come before the real one
-            return Response(self, address, conn, status, parsed, method)
+            return Response(self, address, conn, status, parsed, method, raw)
         except (OSError, Incomplete, TooLong) as e:
             conn.close()
             received = isinstance(e, Incomplete) and e.partial
