@@ -73,7 +73,8 @@ MAX_SHADOWS = 64
 # Host and length are recomputed for the request forwarded. A handle call's
 # marker and the route prefix are the proxy's to say: neither comes from a client.
 NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEADER,
-                              ROUTE_PREFIX_HEADER, CALLER_HEADER}
+                              ROUTE_PREFIX_HEADER, CALLER_HEADER, b"x-forwarded-for",
+                              b"x-forwarded-proto"}
 
 
 def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
@@ -85,10 +86,25 @@ def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
         dropped = dropped | {b"authorization"}
     headers = [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
                ] + [(REQUEST_ID_HEADER, request_id.encode()),
-                    (ROUTE_PREFIX_HEADER, route_prefix.encode())]
+                    (ROUTE_PREFIX_HEADER, route_prefix.encode()), *_forwarded(scope)]
     if caller is not None:
         headers.append((CALLER_HEADER, caller.encode()))
     return headers
+
+
+def _forwarded(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """x-forwarded-for with the client's address added to what came before
+    it, and x-forwarded-proto saying how it reached the proxy, as nginx's
+    `$proxy_add_x_forwarded_for` and `$scheme`: a replica's server trusts
+    the proxy (loopback) and takes the client from the right end, so a
+    client cannot pass itself off as another address."""
+    client = scope.get("client")
+    if not client:
+        return []
+    before = b", ".join(v for k, v in scope["headers"] if k == b"x-forwarded-for")
+    address = client[0].encode()
+    return [(b"x-forwarded-for", before + b", " + address if before else address),
+            (b"x-forwarded-proto", b"https" if scope["scheme"] in ("https", "wss") else b"http")]
 
 
 def _caller(scope: Scope, tokens: TokenTable | None) -> str | None:

@@ -87,7 +87,9 @@ async def serve(options: ProxyOptions) -> None:
         app.metrics_enabled = options.metrics
         app.websockets.idle_timeout_s = options.websocket_idle_timeout_s
         # The replica's date and server headers are passed through; the proxy adds none.
+        # The client is the connection's peer: the proxy adds it to x-forwarded-for.
         server = await start_http_server(app, host, int(port), date_header=False,
+                                         proxy_headers=False,
                                          reuse_port=options.worker is not None,
                                          server_header=False,
                                          timeout_graceful_shutdown=int(options.drain_timeout_s),

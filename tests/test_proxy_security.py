@@ -49,6 +49,8 @@ def test_https_ingress_and_applications_that_require_a_token(served, tmp_path: P
             assert seen.status_code == 200
             assert seen.json()["x-servefleet-caller"] == "web-frontend"
             assert "authorization" not in seen.json()  # the token stays at the proxy
+            assert seen.json()["x-forwarded-proto"] == "https"
+            assert seen.json()["x-forwarded-for"] == "127.0.0.1"
         # A client cannot pose as a caller the proxy checked.
         public = https.get(base + "/public", headers={"x-servefleet-caller": "admin"}).json()
         assert "x-servefleet-caller" not in public
@@ -62,3 +64,23 @@ def test_https_ingress_and_applications_that_require_a_token(served, tmp_path: P
     with httpx.Client(verify=ssl.create_default_context(cafile=certs / "ca.crt")) as https:
         assert https.get(base + "/private",
                          headers={"authorization": f"Bearer {token}"}).status_code == 401
+
+
+def test_a_client_cannot_pass_itself_off_as_another_address(served) -> None:
+    """The proxy adds the client's address to x-forwarded-for; the replica's
+    server trusts the proxy (loopback) and takes the client from the right
+    end. Before, the client's own x-forwarded-for reached the replica as it
+    was, and the replica believed it."""
+    client, start_proxy = served
+    client.deploy_applications([apb.ApplicationSpec(
+        name="peer", route_prefix="/peer", import_path="headers_app:peer_app",
+        runtime=dpb.RuntimeOptions(working_dir=APPS))])
+    wait_for(lambda: running(client, "peer"), 60, "RUNNING")
+    proxy = start_proxy()
+    wait_for(lambda: httpx.get(proxy.url + "/peer").status_code == 200, 30, "routes")
+    assert httpx.get(proxy.url + "/peer").json() == {"client": "127.0.0.1", "scheme": "http"}
+    elsewhere = httpx.HTTPTransport(local_address="127.0.0.2")  # not a trusted proxy
+    with httpx.Client(transport=elsewhere) as other:
+        spoofed = other.get(proxy.url + "/peer", headers={"x-forwarded-for": "6.6.6.6",
+                                                          "x-forwarded-proto": "https"})
+    assert spoofed.json() == {"client": "127.0.0.2", "scheme": "http"}

@@ -11,3 +11,12 @@ def show(request) -> dict:
 
 
 app = show.bind()
+
+
+@deployment
+def peer(request) -> dict:
+    """Who sent the request and how, as the replica's server worked it out."""
+    return {"client": request.client.host, "scheme": request.url.scheme}
+
+
+peer_app = peer.bind()
