@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from controller.config import ControllerConfig
+from servefleet.controller.config import ControllerConfig
 
 
 def test_the_advertised_address_is_the_listen_address_unless_it_binds_everything() -> None:

@@ -128,3 +128,20 @@ def test_no_script_shadows_an_installed_module() -> None:
             elif spec := importlib.machinery.PathFinder.find_spec(name, elsewhere):
                 shadows[str(path.relative_to(ROOT))] = str(spec.origin)
     assert shadows == {}
+
+
+def test_tests_and_benchmarks_import_the_installed_names() -> None:
+    """`controller`, `proxy` and `replica` install as servefleet.*; importing a
+    folder by its bare name loads its modules a second time (twice-registered
+    metrics, two copies of module state), and only works from the repository."""
+    bare = {"controller", "proxy", "replica"}
+    found = []
+    for folder in ("tests", "bench", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom)
+                         and not node.level else [])
+                found += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                          if n.split(".")[0] in bare]
+    assert not found, found

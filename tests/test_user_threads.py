@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from replica.user_threads import UserThreads
+from servefleet.replica.user_threads import UserThreads
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="")
 

@@ -10,8 +10,8 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from proxy.websocket import Denied, open_upstream
 from servefleet.dataplane.balancer import ReplicaPool
+from servefleet.proxy.websocket import Denied, open_upstream
 from servefleet.testing import free_port
 
 SCOPE = {"type": "websocket", "headers": [], "subprotocols": []}
