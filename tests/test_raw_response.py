@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from servefleet import multiplex
 from servefleet.dataplane.balancer import ReplicaPool
 from servefleet.dataplane.upstream import UpstreamPool
 from servefleet.lifecycle import HttpServer, start_http_server
@@ -55,10 +57,11 @@ async def scripted_replica(reader: asyncio.StreamReader, writer: asyncio.StreamW
 class Proxy:
     def __init__(self, server: HttpServer, port: int) -> None:
         self.server, self.port = server, port
+        self.last_raw_sent = 0
 
     @property
     def raw_sent(self) -> int:
-        """Answers that went out by RawResponse, over every connection so far."""
+        """Answers that went out by RawResponse, over the connections open now."""
         return sum(p.raw_response.sent for p in self.server.server_state.connections)
 
     async def exchange(self, *requests: bytes, answers: int = 1) -> tuple[bytes, bool]:
@@ -76,6 +79,8 @@ class Proxy:
                 if not piece:
                     break
                 got += piece
+        # Counted while the connection is open (its RawResponse goes with it).
+        self.last_raw_sent = self.raw_sent
         try:
             closed = await asyncio.wait_for(reader.read(1), 0.3) == b""
         except TimeoutError:
@@ -122,7 +127,7 @@ async def test_an_answer_goes_on_as_the_replicas_bytes_and_the_connection_stays(
         proxy: Proxy) -> None:
     got, closed = await proxy.exchange(GET, GET)
     assert got == PLAIN + PLAIN and not closed
-    assert proxy.raw_sent == 2
+    assert proxy.last_raw_sent == 2
 
 
 async def test_pipelined_requests_are_answered_in_order(proxy: Proxy) -> None:
@@ -132,7 +137,7 @@ async def test_pipelined_requests_are_answered_in_order(proxy: Proxy) -> None:
                                        answers=3)
     assert got.lower() == (PLAIN + b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
                            + PLAIN).lower()
-    assert not closed and proxy.raw_sent == 1
+    assert not closed and proxy.last_raw_sent == 1
 
 
 async def test_a_client_that_closes_gets_connection_close_then_the_close(proxy: Proxy) -> None:
@@ -152,7 +157,7 @@ async def test_an_http_1_0_client_is_not_kept_alive(proxy: Proxy) -> None:
 async def test_head_gets_the_head_alone(proxy: Proxy) -> None:
     got, closed = await proxy.exchange(b"HEAD /plain HTTP/1.1\r\nhost: x\r\n\r\n", GET)
     assert got == PLAIN.split(b"hello")[0] + PLAIN and not closed
-    assert proxy.raw_sent == 2
+    assert proxy.last_raw_sent == 2
 
 
 @pytest.mark.parametrize("path", [b"/hop", b"/models"])
@@ -162,20 +167,22 @@ async def test_answers_with_headers_to_drop_go_the_asgi_way(proxy: Proxy, path: 
     assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\nok")
     for dropped in (b"keep-alive:", b"x-secret:", b"connection:", b"x-servefleet-models:"):
         assert dropped not in head
-    assert proxy.raw_sent == 0
+    assert proxy.last_raw_sent == 0
 
 
 async def test_a_chunked_answer_streams_the_asgi_way(proxy: Proxy) -> None:
     got, closed = await proxy.exchange(b"GET /chunked HTTP/1.1\r\nhost: x\r\n\r\n")
     assert got.endswith(b"\r\n\r\n3\r\nabc\r\n0\r\n\r\n") and not closed
-    assert proxy.raw_sent == 0
+    assert proxy.last_raw_sent == 0
 
 
 async def answer(request):
     return {"json": [1, 2]} if request.query_params.get("kind") == "json" else "hello"
 
 
-async def test_a_replicas_plain_answers_carry_what_send_would_give_them() -> None:
+async def test_a_replicas_plain_answers_carry_what_send_would_give_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multiplex, "_caches", [])  # no models held (other tests load some)
     admission = Admission(5)
     app = ReplicaApp(admission, concurrent.futures.ThreadPoolExecutor(1), "r1")
     app.deployment = loader.build(answer, [], {}, False)
@@ -185,7 +192,12 @@ async def test_a_replicas_plain_answers_carry_what_send_would_give_them() -> Non
         got, closed = await replica.exchange(
             b"GET / HTTP/1.1\r\nhost: x\r\nx-request-id: id-1\r\n\r\n",
             b"GET /?kind=json HTTP/1.1\r\nhost: x\r\nx-request-id: id-2\r\n\r\n")
-        assert replica.raw_sent == 2 and not closed
+        assert replica.last_raw_sent == 2 and not closed
+        # A replica holding models says which: that answer goes the ASGI way.
+        monkeypatch.setattr(multiplex, "_caches", [SimpleNamespace(models={"m1": None})])
+        with_models, _ = await replica.exchange(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert b"\r\nx-servefleet-models: m1\r\n" in with_models
+        assert with_models.endswith(b"\r\n\r\nhello")
     finally:
         await replica.server.shutdown()
     text, json_answer = (b"HTTP/1.1 " + a for a in got.split(b"HTTP/1.1 ")[1:])
