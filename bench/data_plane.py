@@ -19,6 +19,10 @@ sync >= 0.35; p50 at 1 connection <= 0.4 ms.
 With --workers N a second proxy runs with `--workers N` in front of the
 same replica, measured in the same rounds.
 
+What is measured beside raw and proxy (--workers, --tls, the raw app with
+a plain def) runs at `--side-connections` only (default 16, where the
+goals are), which keeps bench/run-all within its time.
+
 With --tls a proxy serves HTTPS (--tls-cert/--tls-key, a certificate from
 `servefleet certs init`) in front of the same replica, measured in the same
 rounds: TLS on vs off, side by side (issue 13).
@@ -117,6 +121,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--handler", choices=["async", "sync", "both"], default="both")
     parser.add_argument("--connections", default="1,16,64")
+    parser.add_argument("--side-connections", default="16",
+                        help="connection counts for what is measured beside raw and proxy "
+                             "(--workers, --tls, the raw app with a plain def)")
     parser.add_argument("--workers", type=int, default=1,
                         help="also measure a proxy with this many --workers")
     parser.add_argument("--metrics", action="store_true",
@@ -128,6 +135,7 @@ def main() -> None:
         sys.exit("wrk not found: apt-get install wrk")
     handlers = ["async", "sync"] if args.handler == "both" else [args.handler]
     counts = [int(c) for c in args.connections.split(",")]
+    side_counts = {int(c) for c in args.side_connections.split(",")}
     work = tempfile.mkdtemp(prefix="servefleet-dataplane-")
     raw_ports = {h: free_port() for h in ["async", *(["sync"] if "sync" in handlers else [])]}
     started: list[Any] = []
@@ -171,14 +179,17 @@ def main() -> None:
             raws_here = {"raw": raw_ports["async"]}
             if h == "sync":
                 raws_here["raw (plain def)"] = raw_ports["sync"]
-            results[h] = {kind: {c: [] for c in counts} for kind in [*raws_here, *targets]}
+            # The main pair (raw, proxy) at every count; the others beside them.
+            results[h] = {kind: {c: [] for c in (counts if kind in ("raw", "proxy") else
+                                                 [c for c in counts if c in side_counts])}
+                          for kind in [*raws_here, *targets]}
+            urls = {**{kind: f"http://127.0.0.1:{port}" for kind, port in raws_here.items()},
+                    **targets}
             for _ in range(args.rounds):
                 for c in counts:
-                    for kind, port in raws_here.items():
-                        results[h][kind][c].append(
-                            wrk(f"http://127.0.0.1:{port}/{h}", c, args.duration))
-                    for kind, url in targets.items():
-                        results[h][kind][c].append(wrk(f"{url}/{h}", c, args.duration))
+                    for kind, url in urls.items():
+                        if c in results[h][kind]:
+                            results[h][kind][c].append(wrk(f"{url}/{h}", c, args.duration))
         if args.metrics:
             bare = proxy("--no-metrics")
             h = handlers[0]

@@ -52,9 +52,11 @@ def row(label: str, *cells: str) -> None:
 
 
 def echo(replicas: int, version: str) -> d.DeploymentSpec:
+    # Deleted between runs: an idle replica need not wait the default 2 s drain loop.
     return d.DeploymentSpec(name="Echo", import_path="echo_app:Echo", version=version,
                             runtime=d.RuntimeOptions(working_dir=APPS),
-                            replica_config=d.ReplicaConfig(num_replicas=replicas))
+                            replica_config=d.ReplicaConfig(num_replicas=replicas,
+                                                           graceful_shutdown_wait_loop_s=0.1))
 
 
 def wait_healthy(client: ControllerClient, version: str, timeout: float = 120) -> None:
