@@ -36,7 +36,7 @@ async def reply(send: Send, status: int, text: str, request_id: str = "",
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                *extra]
     if request_id:
-        headers.append((REQUEST_ID_HEADER, request_id.encode()))
+        headers.append((REQUEST_ID_HEADER, request_id.encode("latin-1")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -57,6 +57,7 @@ from servefleet.wire import (
 from servefleet.ws import deny
 
 from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back
+from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import RouteTable, Target
 from .websocket import WebSockets
@@ -77,7 +78,7 @@ NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEAD
                               b"x-forwarded-proto"}
 
 
-def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
+def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarded: Forwarded,
                       caller: str | None = None) -> list[tuple[bytes, bytes]]:
     """The headers a replica gets. With `caller` (the name of the token the
     proxy checked) the token itself stays here and the name goes on."""
@@ -85,26 +86,11 @@ def _upstream_headers(scope: Scope, request_id: str, route_prefix: str,
     if caller is not None:
         dropped = dropped | {b"authorization"}
     headers = [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
-               ] + [(REQUEST_ID_HEADER, request_id.encode()),
-                    (ROUTE_PREFIX_HEADER, route_prefix.encode()), *_forwarded(scope)]
+               ] + [(REQUEST_ID_HEADER, request_id.encode("latin-1")),
+                    (ROUTE_PREFIX_HEADER, route_prefix.encode()), *forwarded.headers(scope)]
     if caller is not None:
         headers.append((CALLER_HEADER, caller.encode()))
     return headers
-
-
-def _forwarded(scope: Scope) -> list[tuple[bytes, bytes]]:
-    """x-forwarded-for with the client's address added to what came before
-    it, and x-forwarded-proto saying how it reached the proxy, as nginx's
-    `$proxy_add_x_forwarded_for` and `$scheme`: a replica's server trusts
-    the proxy (loopback) and takes the client from the right end, so a
-    client cannot pass itself off as another address."""
-    client = scope.get("client")
-    if not client:
-        return []
-    before = b", ".join(v for k, v in scope["headers"] if k == b"x-forwarded-for")
-    address = client[0].encode()
-    return [(b"x-forwarded-for", before + b", " + address if before else address),
-            (b"x-forwarded-proto", b"https" if scope["scheme"] in ("https", "wss") else b"http")]
 
 
 def _caller(scope: Scope, tokens: TokenTable | None) -> str | None:
@@ -164,6 +150,8 @@ class ProxyApp:
         self.metrics_enabled = True
         # Open WebSockets (websocket.py); their idle limit is --websocket-idle-timeout-s.
         self.websockets = WebSockets()
+        # x-forwarded-for and -proto for replicas (--forwarded-allow-ips).
+        self.forwarded = Forwarded()
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -240,11 +228,11 @@ class ProxyApp:
             (503, f"{target.application} has no replicas known yet") if pool is None else None)
         if problem is not None or target is None or pool is None:
             await deny(scope, send, *(problem or (503, "")),
-                       headers=[(REQUEST_ID_HEADER, request_id.encode())])
+                       headers=[(REQUEST_ID_HEADER, request_id.encode("latin-1"))])
             return
         await self.websockets.serve(
             scope, receive, send, pool, _upstream_headers(scope, request_id, target.route_prefix,
-                                                          caller),
+                                                          self.forwarded, caller),
             _raw_target(scope), self._timeout or self._routes().request_timeout_s or None,
             request_id)
 
@@ -266,7 +254,8 @@ class ProxyApp:
             return
         shadow = target.shadow()
         shadow_pool = self._pools(target.application, shadow) if shadow else None
-        headers = _upstream_headers(scope, request_id, target.route_prefix, caller)
+        headers = _upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
+                                    caller)
         # The proxy's own --request-timeout-s, else the cluster's http_options.
         timeout = self._timeout or self._routes().request_timeout_s or None
         try:

@@ -29,6 +29,7 @@ from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
 
 from .app import MAX_HEADER_BYTES, ProxyApp
+from .forwarded import DEFAULT_TRUSTED, Forwarded
 from .grpc_ingress import GrpcProxy, start_grpc_ingress
 from .state import ProxyState
 
@@ -70,6 +71,8 @@ class ProxyOptions:
     worker: int | None = None
     # Close a WebSocket after this long without a message either way (0: never).
     websocket_idle_timeout_s: float = 0.0
+    # Peers whose x-forwarded-proto is kept (forwarded.py): addresses, networks or *.
+    forwarded_allow_ips: str = DEFAULT_TRUSTED
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -86,8 +89,10 @@ async def serve(options: ProxyOptions) -> None:
         app.access_log = options.access_log
         app.metrics_enabled = options.metrics
         app.websockets.idle_timeout_s = options.websocket_idle_timeout_s
+        app.forwarded = Forwarded(options.forwarded_allow_ips)
         # The replica's date and server headers are passed through; the proxy adds none.
-        # The client is the connection's peer: the proxy adds it to x-forwarded-for.
+        # The client is the connection's peer: the proxy adds it to x-forwarded-for
+        # (forwarded.py); uvicorn's own reading of those headers stays off.
         server = await start_http_server(app, host, int(port), date_header=False,
                                          proxy_headers=False,
                                          reuse_port=options.worker is not None,

@@ -200,7 +200,7 @@ def accept_message(upstream: ClientConnection, request_id: str) -> dict[str, Any
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                for k, v in response.headers.raw_items() if k.lower() not in _NOT_SENT_DOWN]
     if not any(k == b"x-request-id" for k, _ in headers):
-        headers.append((b"x-request-id", request_id.encode()))
+        headers.append((b"x-request-id", request_id.encode("latin-1")))
     return {"type": "websocket.accept", "subprotocol": upstream.subprotocol, "headers": headers}
 
 

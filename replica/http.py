@@ -242,7 +242,7 @@ class ReplicaApp:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
-                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                headers.append((REQUEST_ID_HEADER, request_id.encode("latin-1")))
                 models = loaded_model_ids()
                 if models:  # what this replica holds, for the routers (multiplex.py)
                     headers.append((MODELS_HEADER, ",".join(models).encode("latin-1")))

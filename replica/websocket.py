@@ -51,8 +51,8 @@ class OpenSocket:
             raise ClientDisconnected()
         if kind == "websocket.accept":
             headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
-            message = {**message, "headers": [*headers,
-                                              (REQUEST_ID_HEADER, self._request_id.encode())]}
+            request_id = self._request_id.encode("latin-1")  # as it came
+            message = {**message, "headers": [*headers, (REQUEST_ID_HEADER, request_id)]}
             self.accepted = True
         elif kind == "websocket.close":
             self.closed = True

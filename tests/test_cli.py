@@ -155,6 +155,8 @@ def test_controller_usage_errors(args: list[str], message: str) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["proxy", "--workers", "0"], "--workers"),
     (["up", "--proxy-workers", "65"], "--proxy-workers"),
+    (["proxy", "--forwarded-allow-ips", "10.0.0.0/8,lb"],
+     "--forwarded-allow-ips: 'lb' is not an IP address or network"),
 ])
 def test_worker_counts_are_bounded(args: list[str], message: str) -> None:
     result = servefleet(*args)

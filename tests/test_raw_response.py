@@ -36,7 +36,11 @@ HOP = (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nkeep-alive: timeout=5\r\n"
 MODELS = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-servefleet-models: m1\r\n\r\nok"
 CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
            b"3\r\nabc\r\n0\r\n\r\n")
-ANSWERS = {b"/plain": PLAIN, b"/hop": HOP, b"/models": MODELS, b"/chunked": CHUNKED}
+# A lone LF: one header to the proxy's parser, perhaps two to a client.
+SMUGGLED = (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: 1\ntransfer-encoding: chunked"
+            b"\r\n\r\nok")
+ANSWERS = {b"/plain": PLAIN, b"/hop": HOP, b"/models": MODELS, b"/chunked": CHUNKED,
+           b"/smuggled": SMUGGLED}
 
 
 async def scripted_replica(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -191,19 +195,21 @@ async def test_a_replicas_plain_answers_carry_what_send_would_give_them(
     try:
         got, closed = await replica.exchange(
             b"GET / HTTP/1.1\r\nhost: x\r\nx-request-id: id-1\r\n\r\n",
-            b"GET /?kind=json HTTP/1.1\r\nhost: x\r\nx-request-id: id-2\r\n\r\n")
+            b"GET /?kind=json HTTP/1.1\r\nhost: x\r\nx-request-id: id-\xe9\r\n\r\n")
         assert replica.last_raw_sent == 2 and not closed
         # A replica holding models says which: that answer goes the ASGI way.
         monkeypatch.setattr(multiplex, "_caches", [SimpleNamespace(models={"m1": None})])
-        with_models, _ = await replica.exchange(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        with_models, _ = await replica.exchange(
+            b"GET / HTTP/1.1\r\nhost: x\r\nx-request-id: m-\xe9\r\n\r\n")
         assert b"\r\nx-servefleet-models: m1\r\n" in with_models
+        assert b"\r\nx-request-id: m-\xe9\r\n" in with_models  # the id's bytes, as sent
         assert with_models.endswith(b"\r\n\r\nhello")
     finally:
         await replica.server.shutdown()
     text, json_answer = (b"HTTP/1.1 " + a for a in got.split(b"HTTP/1.1 ")[1:])
     for raw, body, content_type, request_id in (
             (text, b"hello", b"text/plain; charset=utf-8", b"id-1"),
-            (json_answer, b'{"json":[1,2]}', b"application/json", b"id-2")):
+            (json_answer, b'{"json":[1,2]}', b"application/json", b"id-\xe9")):
         head, _, rest = raw.partition(b"\r\n\r\n")
         status, *lines = head.split(b"\r\n")
         headers = dict(line.split(b": ", 1) for line in lines)
@@ -211,3 +217,18 @@ async def test_a_replicas_plain_answers_carry_what_send_would_give_them(
         assert headers.pop(b"date").endswith(b" GMT") and headers.pop(b"server") == b"uvicorn"
         assert headers == {b"content-length": b"%d" % len(body),
                            b"content-type": content_type, b"x-request-id": request_id}
+
+
+async def test_a_head_with_a_lone_line_break_is_refused(proxy: Proxy) -> None:
+    got, _ = await proxy.exchange(b"GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 502 ") and b"a lone CR or LF" in got
+    assert b"transfer-encoding" not in got
+
+
+async def test_the_route_metrics_count_a_raw_answer_by_its_status(proxy: Proxy) -> None:
+    from servefleet.proxy.metrics import REQUESTS
+
+    ok = REQUESTS.labels("app", "d", "/", "200")
+    before = ok._value.get()
+    await proxy.exchange(GET, GET)
+    assert proxy.last_raw_sent == 2 and ok._value.get() == before + 2

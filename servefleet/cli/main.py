@@ -78,6 +78,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
+    from servefleet.proxy.forwarded import Forwarded
     from servefleet.proxy.main import ProxyOptions, serve
     from servefleet.proxy.workers import Supervisor, worker_index
     from servefleet.security.tokens import TokenFileError
@@ -102,6 +103,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError("--workers: between 1 and 64")
     if not 0 <= args.websocket_idle_timeout_s < 1e9:
         raise UsageError("--websocket-idle-timeout-s: 0 (no limit) or more seconds")
+    try:
+        Forwarded(args.forwarded_allow_ips)
+    except ValueError as e:
+        raise UsageError(f"--forwarded-allow-ips: {e}") from None
     worker = worker_index()
     if args.workers > 1 and worker is None:
         return Supervisor(args.argv, args.workers).run()
@@ -113,7 +118,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
         passive_health=args.passive_health,
-        websocket_idle_timeout_s=args.websocket_idle_timeout_s)
+        websocket_idle_timeout_s=args.websocket_idle_timeout_s,
+        forwarded_allow_ips=args.forwarded_allow_ips)
     try:
         lifecycle.run(serve(options))
     except TokenFileError as e:
@@ -244,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--websocket-idle-timeout-s", type=float, default=0.0, metavar="S",
                        help="close a WebSocket (1001) after this long without a message "
                             "either way; not --request-timeout-s (default 0: no limit)")
+    proxy.add_argument("--forwarded-allow-ips", default="127.0.0.1,::1", metavar="IPS",
+                       help="peers (addresses, networks or *) whose x-forwarded-proto is "
+                            "passed on, e.g. a load balancer that ends TLS; the client's "
+                            "address is always added to x-forwarded-for (default loopback)")
     proxy.add_argument("--access-log", action="store_true",
                        help="log one line per routed request, with its x-request-id")
     proxy.add_argument("--tls-cert", default=None, metavar="FILE",

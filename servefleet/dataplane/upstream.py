@@ -138,6 +138,11 @@ class Response:
 
 
 def _parse_head(raw: bytes, address: str) -> tuple[int, list[tuple[bytes, bytes]]]:
+    crlf = raw.count(b"\r\n")
+    if raw.count(b"\n") != crlf or raw.count(b"\r") != crlf:
+        # Where this parser sees one header, a client might see two: refused,
+        # as the head may go to the client as it is (proxy/answers.py).
+        raise UpstreamError("a lone CR or LF in the answer's head", address)
     lines = raw.split(b"\r\n")
     try:
         status = int(lines[0].split(b" ", 2)[1])
