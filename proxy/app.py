@@ -163,18 +163,18 @@ class ProxyApp:
         header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
         if header_bytes > self._max_header_bytes:
             await reply(send, 431, f"the request's headers are {header_bytes} bytes; the "
-                         f"limit is {self._max_header_bytes}")
+                        f"limit is {self._max_header_bytes}")
             return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or new_request_id()
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path == "/-/healthz":
             await reply(send, 503 if self.draining else 200,
-                         "draining" if self.draining else "ok")
+                        "draining" if self.draining else "ok")
             return
         if path == "/-/routes":
             await reply(send, 200, json.dumps(self._routes().as_json()),
-                         content_type=b"application/json")
+                        content_type=b"application/json")
             return
         if path == "/-/metrics":
             await send_metrics(send)
@@ -183,7 +183,7 @@ class ProxyApp:
         if target is None:
             known = ", ".join(sorted(self._routes().as_json())) or "none yet"
             await reply(send, 404, f"no route matches {path!r}; route prefixes: {known}",
-                         request_id)
+                        request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
         if not self.metrics_enabled:  # --no-metrics: nothing counted per request
@@ -243,14 +243,14 @@ class ProxyApp:
             caller = _caller(scope, self._tokens())
             if caller is None:
                 await reply(send, 401, "this route needs a bearer token (authorization: "
-                             "Bearer TOKEN)", request_id,
-                             extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
+                            "Bearer TOKEN)", request_id,
+                            extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
                 return
         deployment = started.deployment = target.pick()
         pool = self._pools(target.application, deployment)
         if pool is None:
             await reply(send, 503, f"{target.application}/{deployment} has no "
-                         "replicas known yet", request_id)
+                        "replicas known yet", request_id)
             return
         shadow = target.shadow()
         shadow_pool = self._pools(target.application, shadow) if shadow else None
@@ -340,4 +340,4 @@ class ProxyApp:
             await reply(send, 502, f"replica failed: {e}", request_id)
         except NoReplicaTook:
             await reply(send, 503, f"no replica took the request after {MAX_ATTEMPTS} "
-                         "attempts", request_id)
+                        "attempts", request_id)

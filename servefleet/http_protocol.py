@@ -78,13 +78,15 @@ class RawResponse:
     a tenth of the proxy's time per request, bench/flame.py), and a replica's
     plain answers. One per connection, in each request's scope under RAW_KEY.
 
-    The caller vouches for the head: in the proxy it is the replica's, which
-    uvicorn wrote and checked there (answers with hop-by-hop headers are left
-    out); in the replica, fixed headers and values checked to be printable. uvicorn's bookkeeping
-    for the request is done as its `send` does it: the response is complete,
-    `connection: close` is added and the connection closed when it is not
-    kept alive, and the next pipelined request or the keep-alive timer
-    starts."""
+    The caller vouches for the head. In the proxy it is the replica's, which
+    uvicorn wrote and checked there, and which the proxy's parser found to be
+    CRLF lines only (answers with hop-by-hop headers are left out); in the
+    replica, fixed headers and values checked to be printable.
+
+    uvicorn's bookkeeping for the request is done as its `send` does it: the
+    response is complete, `connection: close` is added and the connection
+    closed when it is not kept alive, and the next pipelined request or the
+    keep-alive timer starts."""
 
     __slots__ = ("_protocol", "sent")
 
