@@ -24,6 +24,7 @@ from servefleet.client import (
     NoControllerRunning,
     resolve_addresses,
 )
+from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
 from . import apps, build_config, output, security, up
@@ -78,7 +79,6 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
-    from servefleet.proxy.forwarded import Forwarded
     from servefleet.proxy.main import ProxyOptions, serve
     from servefleet.proxy.workers import Supervisor, worker_index
     from servefleet.security.tokens import TokenFileError
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--websocket-idle-timeout-s", type=float, default=0.0, metavar="S",
                        help="close a WebSocket (1001) after this long without a message "
                             "either way; not --request-timeout-s (default 0: no limit)")
-    proxy.add_argument("--forwarded-allow-ips", default="127.0.0.1,::1", metavar="IPS",
+    proxy.add_argument("--forwarded-allow-ips", default=DEFAULT_TRUSTED, metavar="IPS",
                        help="peers (addresses, networks or *) whose x-forwarded-proto is "
                             "passed on, e.g. a load balancer that ends TLS; the client's "
                             "address is always added to x-forwarded-for (default loopback)")
