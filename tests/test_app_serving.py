@@ -229,3 +229,63 @@ def test_edited_code_rolls_out_and_an_unchanged_tree_is_unchanged(served_apps,
     assert deploy()[0] == "hello: deploying"
     wait_for(lambda: answer() == "two", 30, "the edited code to serve")
     assert deploy()[0] == "hello: unchanged"
+
+
+COUNTER = """
+from servefleet import deployment
+
+
+@deployment(graceful_shutdown_wait_loop_s=0.1)
+class Counter:
+    def __init__(self):
+        self.count = 0
+        self.reconfigured = 0
+
+    def reconfigure(self, config):
+        self.step = config["step"]
+        self.reconfigured += 1
+
+    def __call__(self, request):
+        self.count += self.step
+        return {"count": self.count, "step": self.step, "reconfigured": self.reconfigured}
+
+
+app = Counter.bind()
+"""
+
+
+def test_editing_user_config_beside_the_code_reconfigures_in_place(served_apps,
+                                                                     tmp_path) -> None:
+    """The README's layout: the config file in the working dir it names. Its
+    user_config edits are applied to the running replicas, which keep their state."""
+    client, proxy, address = served_apps
+    project = tmp_path / "project"  # tmp_path itself holds the store and logs
+    project.mkdir()
+    (project / "counter.py").write_text(COUNTER)
+    (project / "README.md").write_text("# my counter\n")
+    config = project / "config.yaml"
+    layout = ("applications:\n"
+              "  - name: counter\n"
+              "    route_prefix: /counter\n"
+              "    import_path: counter:app\n"
+              "    runtime: {working_dir: .}\n"
+              "    deployments:\n"
+              "      - {name: Counter, num_replicas: 1, user_config: {step: STEP}}\n")
+    config.write_text(layout.replace("STEP", "1"))
+    done = servefleet("deploy", str(config), "--wait", "--controller", address)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: httpx.get(proxy.url + "/counter").status_code == 200, 30, "the route")
+    counted = httpx.get(proxy.url + "/counter").json()["count"]
+    before = [r.record.replica_id for r in client.replicas("counter")]
+
+    config.write_text(layout.replace("STEP", "100"))
+    (project / "README.md").write_text("# my counter, documented\n")
+    done = servefleet("deploy", str(config), "--wait", "--controller", address)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "counter: deploying"  # its spec changed
+    wait_for(lambda: httpx.get(proxy.url + "/counter").json()["step"] == 100, 30,
+             "the new user_config to reach the replica")
+    answer = httpx.get(proxy.url + "/counter").json()
+    assert answer["reconfigured"] == 2  # once at start, once for the edit
+    assert answer["count"] % 100 == counted < 100  # counted on from before the edit
+    assert [r.record.replica_id for r in client.replicas("counter")] == before

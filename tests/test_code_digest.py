@@ -7,6 +7,7 @@ import os
 import pytest
 
 from servefleet.controller.goals.code_digest import TreeTooLarge, tree_digest
+from servefleet.controller.goals.code_rules import IgnoreFileError
 
 
 @pytest.fixture
@@ -43,20 +44,20 @@ def test_any_change_to_the_code_changes_the_digest(tree, change) -> None:
 
 
 def test_caches_vcs_and_excluded_files_do_not_count(tree) -> None:
-    excludes = ["data/", "*.log", "/notes.md", "pkg/scratch*"]
+    excludes = ["data/", "*.csv", "/notes.txt", "pkg/scratch*"]
     before = tree_digest(str(tree), excludes)
     for path, content in [("__pycache__/main.cpython-311.pyc", "x"), (".git/HEAD", "ref"),
                           ("pkg/__pycache__/model.pyc", "x"), (".venv/bin/python", "x"),
                           ("data/weights.bin", "w"), ("pkg/data/more.bin", "w"),
-                          ("run.log", "l"), ("pkg/deep/run.log", "l"), ("notes.md", "n"),
+                          ("run.csv", "l"), ("pkg/deep/run.csv", "l"), ("notes.txt", "n"),
                           ("pkg/scratch_1.py", "s")]:
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
         (tree / path).write_text(content)
     assert tree_digest(str(tree), excludes) == before
     # An anchored pattern matches only from the root; a dir pattern only directories.
-    (tree / "pkg" / "notes.md").write_text("n")
+    (tree / "pkg" / "notes.txt").write_text("n")
     assert tree_digest(str(tree), excludes) != before
-    (tree / "pkg" / "notes.md").unlink()
+    (tree / "pkg" / "notes.txt").unlink()
     (tree / "data.py").write_text("")
     assert tree_digest(str(tree), excludes) != before
 
@@ -83,3 +84,63 @@ def test_too_large_a_tree_is_refused(tree) -> None:
     with pytest.raises(TreeTooLarge, match=r"more than 50000 files or 9\.5"):
         tree_digest(str(tree), [], max_bytes=10)
     assert tree_digest(str(tree), ["pkg/"], max_files=1)  # excluding is the way out
+
+
+CONFIG = """# deployed with servefleet deploy
+http_options: {port: 8000}
+applications:
+  - name: app
+    import_path: main:app
+    deployments: [{name: Model, user_config: {threshold: 1}}]
+"""
+
+
+def test_a_servefleet_config_file_beside_the_code_is_not_code(tree) -> None:
+    (tree / "config.yaml").write_text(CONFIG)
+    before = tree_digest(str(tree), [])
+    (tree / "config.yaml").write_text(CONFIG.replace("threshold: 1", "threshold: 2"))
+    (tree / "pkg" / "prod.yml").write_text(CONFIG)  # another config file, anywhere
+    assert tree_digest(str(tree), []) == before
+    # YAML the model reads is code, as is a config-shaped file not named *.yaml.
+    (tree / "labels.yaml").write_text("labels: [cat, dog]\n")
+    assert tree_digest(str(tree), []) != before
+    before = tree_digest(str(tree), [])
+    (tree / "config.txt").write_text(CONFIG)
+    assert tree_digest(str(tree), []) != before
+
+
+def test_documents_logs_editor_files_and_servefleet_state_are_not_code(tree) -> None:
+    before = tree_digest(str(tree), [])
+    for path in ["README.md", "docs/guide.rst", "serve.log", "main.py~", ".main.py.swp",
+                 ".DS_Store", ".idea/workspace.xml", ".vscode/settings.json",
+                 ".servefleet/state.db", ".servefleetignore"]:
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_text("x")
+    assert tree_digest(str(tree), []) == before
+
+
+def test_servefleetignore_and_negation_name_more_or_fewer(tree) -> None:
+    (tree / "prompt.md").write_text("You are helpful.")
+    (tree / "data").mkdir()
+    (tree / "data" / "big.bin").write_text("1")
+    with_data = tree_digest(str(tree), [])
+    (tree / ".servefleetignore").write_text("# data the replicas load lazily\ndata/\n!prompt.md\n")
+    ignored = tree_digest(str(tree), [])
+    assert ignored != with_data
+    (tree / "data" / "big.bin").write_text("2")  # ignored now
+    assert tree_digest(str(tree), []) == ignored
+    (tree / "prompt.md").write_text("You are terse.")  # taken back from the defaults
+    assert tree_digest(str(tree), []) != ignored
+    # The spec's excludes come last and win over the file.
+    spec_excluded = tree_digest(str(tree), ["prompt.md"])
+    (tree / "prompt.md").write_text("You are brief.")
+    assert tree_digest(str(tree), ["prompt.md"]) == spec_excluded
+
+
+def test_an_unusable_ignore_file_is_refused(tree) -> None:
+    (tree / ".servefleetignore").write_bytes(b"\xff\xfe")
+    with pytest.raises(IgnoreFileError, match="not UTF-8"):
+        tree_digest(str(tree), [])
+    (tree / ".servefleetignore").write_text("x\n" * 300)
+    with pytest.raises(IgnoreFileError, match="more than 256 patterns"):
+        tree_digest(str(tree), [])

@@ -7,38 +7,28 @@ runtime bind-mounts it), so the controller hashes those same files when it
 stores a spec, and the digest goes into the spec's `runtime.working_dir_digest`
 and so into the code hash (spec.py).
 
-What is hashed: every regular file and symlink under working_dir, by relative
-path and contents (a symlink by its target; it is not followed), in sorted
-order. Sockets, FIFOs and devices are skipped. Left out are ALWAYS_EXCLUDED
-(VCS metadata, bytecode caches, virtualenvs) and the spec's
-`runtime.excludes`, gitignore-style patterns:
-
-- `name` (no slash) matches a file or directory of that name at any depth;
-- `dir/` (a trailing slash) matches directories only;
-- `a/b` or `/a` (a slash before the end) match from working_dir's root;
-- `*`, `?` and `[abc]` are wildcards, and `**` spans directories.
-
-An excluded directory is not read at all. A tree of more than MAX_FILES files
-or MAX_BYTES bytes is refused (InvalidArgument naming the field), since it
-most likely holds data that belongs in `excludes`.
+What is hashed: every regular file and symlink under working_dir that is code
+(code_rules.py says which are not: caches, VCS metadata, servefleet config
+files, documents, `.servefleetignore` and the spec's `runtime.excludes`), by
+relative path and contents (a symlink by its target; it is not followed), in
+sorted order. Sockets, FIFOs and devices are skipped. An excluded directory is
+not read at all. A tree of more than MAX_FILES files or MAX_BYTES bytes is
+refused (InvalidArgument naming the field), since it most likely holds data
+that belongs in `excludes`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import hashlib
 import os
-import re
 import stat
-from dataclasses import dataclass
 
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument
+from .code_rules import MAX_CONFIG_BYTES, CodeRules, IgnoreFileError, is_config_file
 
-ALWAYS_EXCLUDED = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/",
-                   ".mypy_cache/", ".pytest_cache/", ".ruff_cache/")
 MAX_FILES = 50_000
 MAX_BYTES = 512 * 1024 * 1024
 _CHUNK = 1024 * 1024
@@ -48,47 +38,18 @@ class TreeTooLarge(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class _Rule:
-    pattern: re.Pattern[str]
-    dir_only: bool
-    anchored: bool  # matched against the path from the root, not the name
-
-    @classmethod
-    def parse(cls, text: str) -> _Rule:
-        dir_only = text.endswith("/")
-        body = text.rstrip("/")
-        anchored = "/" in body
-        body = body.lstrip("/")
-        # fnmatch's "*" crosses "/", which gives "**" its gitignore meaning;
-        # for anchored patterns a lone "*" then also crosses, a small liberty.
-        return cls(re.compile(fnmatch.translate(body)), dir_only, anchored)
-
-    def matches(self, relative: str, name: str, is_dir: bool) -> bool:
-        if self.dir_only and not is_dir:
-            return False
-        return bool(self.pattern.match(relative if self.anchored else name))
-
-
-def _rules(excludes: list[str]) -> list[_Rule]:
-    return [_Rule.parse(p) for p in (*ALWAYS_EXCLUDED, *excludes) if p.strip("/")]
-
-
 def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
                 max_bytes: int = MAX_BYTES) -> str:
-    """The hex digest of the files under `root`; "" if `root` is not a directory here.
+    """The hex digest of the code under `root`; "" if `root` is not a directory here.
 
-    TreeTooLarge past `max_files` files or `max_bytes` bytes.
+    TreeTooLarge past `max_files` files or `max_bytes` bytes; IgnoreFileError
+    for a .servefleetignore that cannot be used.
     """
     if not os.path.isdir(root):
         return ""
-    rules = _rules(excludes)
+    rules = CodeRules.for_tree(root, excludes)
     digest = hashlib.sha256()
     files = total = 0
-
-    def skip(relative: str, name: str, is_dir: bool) -> bool:
-        return any(rule.matches(relative, name, is_dir) for rule in rules)
-
     for directory, dirnames, filenames in os.walk(root):
         base = os.path.relpath(directory, root)
         base = "" if base == "." else base + "/"
@@ -96,7 +57,7 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
         # they are hashed as links below, with the files.
         links = [d for d in dirnames if os.path.islink(os.path.join(directory, d))]
         dirnames[:] = sorted(d for d in dirnames
-                             if d not in links and not skip(base + d, d, True))
+                             if d not in links and not rules.excluded(base + d, d, True))
         for name in sorted([*filenames, *links]):
             relative = base + name
             path = os.path.join(directory, name)
@@ -104,7 +65,7 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
                 info = os.lstat(path)
             except OSError:
                 continue  # removed while we walked
-            if skip(relative, name, stat.S_ISDIR(info.st_mode)):
+            if rules.excluded(relative, name, stat.S_ISDIR(info.st_mode)):
                 continue
             if stat.S_ISLNK(info.st_mode):
                 digest.update(b"L\0" + relative.encode() + b"\0"
@@ -112,21 +73,29 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
                 continue
             if not stat.S_ISREG(info.st_mode):
                 continue
-            files += 1
-            total += info.st_size
-            if files > max_files or total > max_bytes:
+            if files + 1 > max_files or total + info.st_size > max_bytes:
                 raise TreeTooLarge(f"holds more than {max_files} files or "
                                    f"{max_bytes / 2**20:g} MiB (at {relative})")
+            content = _file_digest(path, name, info.st_size)
+            if content is None:
+                continue  # a servefleet config file: what is deployed, not code
+            files += 1
+            total += info.st_size
             digest.update(b"F\0" + relative.encode() + b"\0"
-                          + (b"x" if info.st_mode & 0o111 else b"-")
-                          + _file_digest(path) + b"\0")
+                          + (b"x" if info.st_mode & 0o111 else b"-") + content + b"\0")
     return digest.hexdigest()[:16]
 
 
-def _file_digest(path: str) -> bytes:
+def _file_digest(path: str, name: str, size: int) -> bytes | None:
+    """The digest of a file's contents, or None for a servefleet config file."""
     content = hashlib.sha256()
     try:
         with open(path, "rb") as f:
+            if size <= MAX_CONFIG_BYTES and name.endswith((".yaml", ".yml")):
+                whole = f.read(MAX_CONFIG_BYTES + 1)
+                if is_config_file(name, whole):
+                    return None
+                content.update(whole)
             while chunk := f.read(_CHUNK):
                 content.update(chunk)
     except OSError as e:  # unreadable here: its state is what we can hash
@@ -156,4 +125,6 @@ class WorkingDirDigests:
                 raise InvalidArgument(f"{field}.working_dir",
                                       f"{runtime.working_dir} {e}: list what replicas do not "
                                       "need (data, checkpoints) in runtime.excludes") from None
+            except IgnoreFileError as e:
+                raise InvalidArgument(f"{field}.working_dir", str(e)) from None
         runtime.working_dir_digest = self._known[key]

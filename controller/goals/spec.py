@@ -228,10 +228,10 @@ def _normalize_runtime(field: str, runtime: pb.RuntimeOptions) -> None:
     if len(runtime.excludes) > MAX_EXCLUDES:
         raise InvalidArgument(f"{field}.excludes", f"at most {MAX_EXCLUDES} patterns")
     for i, pattern in enumerate(runtime.excludes):
-        if not 0 < len(pattern) <= 256 or "\0" in pattern or pattern.startswith("!"):
+        if not 0 < len(pattern) <= 256 or "\0" in pattern or pattern == "!":
             raise InvalidArgument(f"{field}.excludes[{i}]",
-                                  "must be 1-256 characters without NUL, and not a '!' "
-                                  f"negation, got {pattern!r}")
+                                  "must be 1-256 characters without NUL, and not a lone '!', "
+                                  f"got {pattern!r}")
     placement = runtime.placement
     for key, most, rule in (("constraints", 32, PLACEMENT_CONSTRAINT_RE),
                             ("spread", 8, PLACEMENT_SPREAD_RE)):

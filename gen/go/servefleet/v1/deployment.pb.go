@@ -602,14 +602,17 @@ type RuntimeOptions struct {
 	// unset: the controller's --docker-image. Ignored by the process runtime.
 	Image string `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
 	// Files under working_dir that are not part of the code version (data,
-	// logs): gitignore-style patterns such as "data/", "*.log", "/notes.md".
-	// At most 256, each 1-256 characters; "!" negation is not supported.
-	// Replicas still see every file.
+	// scratch files): gitignore-style patterns such as "data/", "*.csv",
+	// "/notes.txt", and "!pattern" to count again what an earlier pattern or a
+	// default left out. Applied after the defaults (caches, VCS metadata,
+	// servefleet config files, logs, documents) and the working dir's
+	// .servefleetignore. At most 256, each 1-256 characters. Replicas still
+	// see every file.
 	Excludes []string `protobuf:"bytes,4,rep,name=excludes,proto3" json:"excludes,omitempty"`
 	// Set by the controller whenever it stores a spec, never by clients (a
 	// value sent is replaced): a digest of the files under working_dir as the
-	// controller's host sees them, less `excludes` and bytecode caches, VCS and
-	// virtualenv directories. A changed file there is a new code version, as in
+	// controller's host sees them, less what `excludes` and the defaults
+	// leave out. A changed file there is a new code version, as in
 	// Ray Serve, which hashes the working_dir it uploads. Empty when
 	// working_dir is unset or is not a directory on the controller's host (a
 	// path inside a Docker image).
