@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet.v1 import application_pb2, records_pb2, status_pb2, watch_pb2
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import records_pb2, status_pb2, watch_pb2
 
 from .api.status import Observed, cluster_status
 from .clock import Clock
@@ -54,6 +54,7 @@ from .reconcile.replica_ops import ReplicaOps
 from .reconcile.replicas import ReplicaReconciler
 from .runtime import Runtime
 from .store import Store, StoreUnavailable
+from .unservable import application_unavailable, deployment_unavailable
 from .watch import Publisher, StatePublisher
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,20 @@ class LeaderTerm:
     def _serving(self, application: str, name: str) -> list[ReplicaObservation]:
         return self.observed.serving(application, name)
 
+    def _unavailable(self, record: records_pb2.DeploymentRecord) -> str:
+        """Why no replica of the deployment can come, if none can (unservable.py)."""
+        if self.replicas is None:  # --runtime none: replicas are not this controller's
+            return ""
+        key = (record.spec.application, record.spec.name)
+        return deployment_unavailable(record,
+                                      self.observed.planned_status(record, goal_of(record)),
+                                      len(self.observed.serving(*key)))
+
+    def _unbuilt(self) -> list[tuple[application_pb2.ApplicationSpec, str]]:
+        """Applications that cannot serve at all, with why (their build failed)."""
+        return [(record.spec, why) for record in self.applications.live()
+                if (why := application_unavailable(record))]
+
     def _deployment_changed(self, application: str, name: str) -> None:
         if self._state is not None:
             self._state.refresh(application, name)
@@ -189,7 +204,8 @@ class LeaderTerm:
                 return False
         self._state = StatePublisher(self.publisher, self.deployments.live, self._serving,
                                      self.applications.spec,
-                                     lambda: self.applications.http_options)
+                                     lambda: self.applications.http_options,
+                                     self._unavailable, self._unbuilt)
         self._state.refresh_all()
         return True
 

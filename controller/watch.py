@@ -37,6 +37,7 @@ from servefleet.wire import (
     replicas_key,
 )
 
+from .goals.app_specs import route_of
 from .reconcile.observed import ReplicaObservation
 
 DEFAULT_HEARTBEAT_S = 5.0
@@ -259,13 +260,19 @@ class StatePublisher:
                  application: Callable[[str], application_pb2.ApplicationSpec | None]
                  | None = None,
                  http_options: Callable[[], application_pb2.HttpOptions] | None = None,
-                 ) -> None:
+                 unavailable: Callable[[records_pb2.DeploymentRecord], str] | None = None,
+                 unbuilt: Callable[[], list[tuple[application_pb2.ApplicationSpec, str]]]
+                 | None = None) -> None:
         self._publisher = publisher
         self._goals = goals
         self._running = running
         # An application's spec (traffic policy, require_token), for its route.
         self._application = application or (lambda name: None)
         self._http_options = http_options or application_pb2.HttpOptions
+        # Why no replica of a deployment can come ("" if one can: unservable.py).
+        self._unavailable = unavailable or (lambda record: "")
+        # Applications that cannot serve at all, each with why (its build failed).
+        self._unbuilt = unbuilt or list
 
     def refresh_all(self) -> None:
         live = self._goals()
@@ -310,6 +317,16 @@ class StatePublisher:
                 if spec.traffic.HasField("shadow"):
                     route.shadow.CopyFrom(spec.traffic.shadow)
                 route.require_token = spec.require_token
+        served = {r.route_prefix for r in table.routes}
+        for spec, why in self._unbuilt():  # answered at once, never queued
+            unbuilt_prefix = route_of(spec)
+            if unbuilt_prefix is not None and unbuilt_prefix not in served:
+                table.routes.add(route_prefix=unbuilt_prefix, application=spec.name,
+                                 unavailable=why, require_token=spec.require_token)
+            if spec.grpc_servicer_functions:
+                table.grpc_routes.add(application=spec.name, unavailable=why,
+                                      require_token=spec.require_token)
+        table.routes.sort(key=lambda r: r.route_prefix)
         for record in live:
             if record.spec.grpc_servicer_functions:
                 owner = self._application(record.spec.application)
@@ -332,7 +349,8 @@ class StatePublisher:
                                                  cleared=c) for i, a, g, c in endpoints],
             max_ongoing_requests=config.max_ongoing_requests,
             max_queued_requests=config.max_queued_requests,
-            retry_methods=config.retry_methods))
+            retry_methods=config.retry_methods,
+            unavailable="" if endpoints else self._unavailable(record)))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
             user_config_json=config.user_config_json,
             max_ongoing_requests=config.max_ongoing_requests,

@@ -2,13 +2,16 @@
 
     python examples/deploy_sentiment.py [--controller 127.0.0.1:7373] [--timeout 60]
 
-Prints a curl command for each running replica.
+Prints a curl command for each running replica. It works from any directory:
+the spec's working_dir, where replicas import the code from, is this file's
+own directory, by its absolute path.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -27,9 +30,10 @@ def main() -> None:
     spec = d.DeploymentSpec(
         name="Sentiment",
         application="demo",
-        import_path="examples.sentiment:SentimentModel",
+        import_path="sentiment:SentimentModel",
         init_kwargs_json=json.dumps({"name": "sentiment-v1"}),
         route_prefix="/sentiment",
+        runtime=d.RuntimeOptions(working_dir=os.path.dirname(os.path.abspath(__file__))),
         replica_config=d.ReplicaConfig(
             num_replicas=2,
             user_config_json=json.dumps({"threshold": 1}),

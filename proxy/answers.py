@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from starlette.types import Scope, Send
@@ -48,6 +49,9 @@ class Started:
     value = False
     code = 0
     deployment = ""
+    # The default bound on the wait for an answer (routes.DEFAULT_ANSWER_START_S),
+    # lifted once the answer begins; None when a request timeout bounds the whole.
+    until_start: asyncio.Timeout | None = None
 
 
 async def stream_back(scope: Scope, send: Send, request_id: str, started: Started,
@@ -56,6 +60,8 @@ async def stream_back(scope: Scope, send: Send, request_id: str, started: Starte
     whole with its head, and has no header the proxy must drop, goes on as
     the replica's bytes (RawResponse, when the server is servefleet's own)."""
     started.value = True
+    if started.until_start is not None:
+        started.until_start.reschedule(None)
     body = response.buffered_body()
     if body is not None:
         raw: RawResponse | None = scope.get(RAW_KEY)

@@ -39,7 +39,7 @@ from functools import partial
 
 from starlette.types import Message, Receive, Scope, Send
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
@@ -59,7 +59,7 @@ from servefleet.ws import deny
 from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back
 from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
-from .routes import RouteTable, Target
+from .routes import DEFAULT_ANSWER_START_S, RouteTable, Target
 from .websocket import WebSockets
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ class ProxyApp:
         self._routes = routes
         self._upstream = upstream
         self._timeout = request_timeout_s
+        # Without a request timeout, the bound on the wait for an answer's start.
+        self.answer_start_s = DEFAULT_ANSWER_START_S
         self.draining = False
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
@@ -225,6 +227,7 @@ class ProxyApp:
             (404, f"no route matches {scope['path']!r}") if target is None else
             (401, "this route needs a bearer token (authorization: Bearer TOKEN)")
             if target.require_token and caller is None else
+            (503, target.unavailable) if target.unavailable else
             (503, f"{target.application} has no replicas known yet") if pool is None else None)
         if problem is not None or target is None or pool is None:
             await deny(scope, send, *(problem or (503, "")),
@@ -246,6 +249,9 @@ class ProxyApp:
                             "Bearer TOKEN)", request_id,
                             extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
                 return
+        if target.unavailable:  # the application cannot serve at all
+            await reply(send, 503, target.unavailable, request_id)
+            return
         deployment = started.deployment = target.pick()
         pool = self._pools(target.application, deployment)
         if pool is None:
@@ -256,17 +262,25 @@ class ProxyApp:
         shadow_pool = self._pools(target.application, shadow) if shadow else None
         headers = _upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
                                     caller)
-        # The proxy's own --request-timeout-s, else the cluster's http_options.
+        # The proxy's own --request-timeout-s, else the cluster's http_options,
+        # bound the whole exchange; without either, the wait for the answer's start.
         timeout = self._timeout or self._routes().request_timeout_s or None
         try:
             # In this task (wait_for would make one more per request on Python 3.11).
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout or self.answer_start_s) as bound:
+                if timeout is None:
+                    started.until_start = bound
                 await self._forward_until_disconnect(scope, receive, send, pool, headers,
                                                      request_id, started, shadow_pool)
         except TimeoutError:
-            logger.warning("request %s timed out after %ss", request_id, timeout)
+            limit = timeout or self.answer_start_s
+            logger.warning("request %s timed out after %ss", request_id, limit)
             if not started.value:  # else the answer can only be cut short
-                await reply(send, 504, f"no answer within {timeout}s", request_id)
+                await reply(send, 504, f"no answer within {limit:g}s" + (
+                    "" if timeout else " for the answer to begin (the default; "
+                    "http_options.request_timeout_s sets a limit of your own)"), request_id)
+        except Unservable as e:
+            await reply(send, 503, str(e), request_id)
         except Overloaded as e:
             await reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
         except BodyTooLarge as e:

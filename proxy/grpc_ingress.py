@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
 from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
 from servefleet.logs import REQUEST_ID, new_request_id
@@ -53,7 +53,7 @@ from servefleet.wire import (
 )
 
 from .metrics import ProxyMetrics
-from .routes import NoGrpcRoute, RouteTable
+from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable
 
 logger = logging.getLogger(__name__)
 _CALLER = CALLER_HEADER.decode()
@@ -100,6 +100,8 @@ class GrpcProxy:
         self._tokens = tokens
         self._metrics = metrics
         self.draining = False
+        # Without a deadline or request timeout, the bound on the wait for an answer's start.
+        self.answer_start_s = DEFAULT_ANSWER_START_S
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         """Every method but the port's own: unary-unary for RPCs the route table
@@ -174,6 +176,8 @@ class GrpcProxy:
                 if caller is None:
                     raise _Abort(_Code.UNAUTHENTICATED, "this application needs a bearer "
                                  "token (metadata authorization: Bearer TOKEN)")
+            if target.unavailable:
+                raise _Abort(_Code.UNAVAILABLE, target.unavailable)
             pool = self._pools(application, deployment)
             if pool is None:
                 raise _Abort(_Code.UNAVAILABLE, f"{application}/{deployment} has no replicas "
@@ -206,14 +210,24 @@ class GrpcProxy:
                        relay: Callable[[Answer], Awaitable[None]], request_id: str,
                        unary: bool) -> None:
         try:
-            async with asyncio.timeout(timeout):
+            # Without a deadline or request timeout, the wait for the answer's
+            # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began is not.
+            async with asyncio.timeout(timeout or self.answer_start_s) as bound:
+                async def begun(answer: Answer) -> None:
+                    if timeout is None:
+                        bound.reschedule(None)
+                    await relay(answer)
+
                 await forward_grpc(pool, self._channels, method, request, metadata,
-                                   timeout, relay, request_id, unary)
+                                   timeout, begun, request_id, unary)
         except CallFailed as e:
             raise _Abort(e.code, e.details, tuple(
                 (k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY)) from None
         except TimeoutError:
-            raise _Abort(_Code.DEADLINE_EXCEEDED, f"no answer within {timeout:g}s") from None
+            raise _Abort(_Code.DEADLINE_EXCEEDED, f"no answer within "
+                         f"{timeout or self.answer_start_s:g}s") from None
+        except Unservable as e:
+            raise _Abort(_Code.UNAVAILABLE, str(e)) from None
         except Overloaded as e:
             raise _Abort(_Code.UNAVAILABLE, f"{pool.key[0]}/{pool.key[1]} is overloaded: "
                          f"{e}") from None

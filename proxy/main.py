@@ -31,6 +31,7 @@ from servefleet.wire import ROUTES_KEY, replicas_key
 from .app import MAX_HEADER_BYTES, ProxyApp
 from .forwarded import DEFAULT_TRUSTED, Forwarded
 from .grpc_ingress import GrpcProxy, start_grpc_ingress
+from .routes import DEFAULT_ANSWER_START_S
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
@@ -46,6 +47,8 @@ class ProxyOptions:
     listen: str
     # Seconds before 504; None: the cluster's http_options.request_timeout_s.
     request_timeout_s: float | None = None
+    # Without either, how long a request waits for its answer to begin.
+    answer_start_timeout_s: float = DEFAULT_ANSWER_START_S
     # Seconds in-flight requests get to finish on SIGTERM.
     drain_timeout_s: float = 30.0
     # The address announced to the controller (default: `listen`).
@@ -89,6 +92,7 @@ async def serve(options: ProxyOptions) -> None:
         app.access_log = options.access_log
         app.metrics_enabled = options.metrics
         app.websockets.idle_timeout_s = options.websocket_idle_timeout_s
+        app.answer_start_s = app.websockets.answer_start_s = options.answer_start_timeout_s
         app.forwarded = Forwarded(options.forwarded_allow_ips)
         # The replica's date and server headers are passed through; the proxy adds none.
         # The client is the connection's peer: the proxy adds it to x-forwarded-for
@@ -106,6 +110,7 @@ async def serve(options: ProxyOptions) -> None:
             grpc_proxy = GrpcProxy(state.replica_sets.get, lambda: state.routes, channels,
                                    options.request_timeout_s, lambda: tokens.table,
                                    app.metrics if options.metrics else None)
+            grpc_proxy.answer_start_s = options.answer_start_timeout_s
             try:
                 grpc_server, checks = await start_grpc_ingress(
                     grpc_proxy, lambda: state.routes, options.grpc_listen,

@@ -28,6 +28,8 @@ class Target:
     shadow_of: tuple[str, float] | None = None
     # The application wants a bearer token from the proxy's --http-tokens.
     require_token: bool = False
+    # Why the application cannot serve at all (Route.unavailable); "" if it can.
+    unavailable: str = ""
 
     def pick(self, rng: random.Random | None = None) -> str:
         """The deployment this request goes to."""
@@ -56,6 +58,8 @@ class GrpcTarget:
     streaming: frozenset[str] = frozenset()
     # (deployment, weight) pairs: the application's traffic split.
     split: tuple[tuple[str, float], ...] = ()
+    # Why the application cannot serve at all (GrpcRoute.unavailable).
+    unavailable: str = ""
 
     def pick(self, rng: random.Random | None = None) -> str:
         """The deployment this call goes to."""
@@ -71,6 +75,12 @@ class NoGrpcRoute(Exception):
 
 # http_options.max_request_body_bytes when the cluster sets none.
 DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
+# Without a request timeout (the proxy's --request-timeout-s, the cluster's
+# http_options.request_timeout_s, a gRPC deadline), a request waits at most
+# this long for its answer to begin (HTTP 504, gRPC DEADLINE_EXCEEDED); an
+# answer that began, a long stream say, is not cut. nginx's
+# proxy_read_timeout and BentoML's default timeout are 60 s too.
+DEFAULT_ANSWER_START_S = 60.0
 
 
 class RouteTable:
@@ -94,13 +104,13 @@ class RouteTable:
                            tuple((t.deployment, t.weight) for t in r.split if t.weight > 0),
                            (r.shadow.deployment, r.shadow.fraction)
                            if r.HasField("shadow") and r.shadow.fraction > 0 else None,
-                           r.require_token)
+                           r.require_token, r.unavailable)
                     for r in table.routes], table.request_timeout_s,
                    table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES,
                    [GrpcTarget(r.application, r.deployment, frozenset(r.services),
                                r.require_token, frozenset(r.streaming_methods),
                                tuple((t.deployment, t.weight) for t in r.split
-                                     if t.weight > 0))
+                                     if t.weight > 0), r.unavailable)
                     for r in table.grpc_routes])
 
     def match(self, path: str) -> Target | None:
@@ -140,5 +150,6 @@ class RouteTable:
         return next((t for t in candidates if service in t.services), candidates[0])
 
     def as_json(self) -> dict[str, str]:
-        return {t.route_prefix: f"{t.application}/{t.deployment}" for t in
+        return {t.route_prefix: f"{t.application}/{t.deployment}" if t.deployment
+                else f"{t.application} (cannot serve)" for t in
                 sorted(self.routes, key=lambda t: t.route_prefix)}

@@ -35,11 +35,13 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.forward import MAX_ATTEMPTS
 from servefleet.dataplane.metrics import RETRIES
 from servefleet.wire import REJECTED_HEADER
 from servefleet.ws import GOING_AWAY, NOT_SENDABLE, deny
+
+from .routes import DEFAULT_ANSWER_START_S
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +211,8 @@ class WebSockets:
 
     def __init__(self, idle_timeout_s: float = 0.0) -> None:
         self.idle_timeout_s = idle_timeout_s
+        # Without a request timeout, the bound on the handshake.
+        self.answer_start_s = DEFAULT_ANSWER_START_S
         self.open: set[Relay] = set()
 
     async def close_all(self) -> None:
@@ -221,9 +225,10 @@ class WebSockets:
                     headers: list[tuple[bytes, bytes]], target: bytes,
                     timeout_s: float | None, request_id: str) -> None:
         """Relay one WebSocket; the handshake (its wait for a replica with room
-        included) may take `timeout_s`."""
+        included) may take `timeout_s` (None: DEFAULT_ANSWER_START_S)."""
         if (await receive())["type"] != "websocket.connect":
             return
+        timeout_s = timeout_s or self.answer_start_s
         try:
             async with asyncio.timeout(timeout_s):
                 replica, upstream = await open_upstream(pool, scope, headers, target,
@@ -231,11 +236,14 @@ class WebSockets:
         except Denied as e:
             await deny(scope, send, e.status, e.text, e.headers)
             return
+        except Unservable as e:
+            await deny(scope, send, 503, str(e))
+            return
         except Overloaded as e:
             await deny(scope, send, 503, f"{pool.key[1]} is overloaded: {e}")
             return
         except TimeoutError:
-            await deny(scope, send, 504, f"no replica took the WebSocket within {timeout_s}s")
+            await deny(scope, send, 504, f"no replica took the WebSocket within {timeout_s:g}s")
             return
         relay = Relay(pool.key, upstream, receive, send, self.idle_timeout_s)
         gauge = OPEN.labels(*pool.key)

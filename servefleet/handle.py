@@ -44,7 +44,7 @@ from typing import Any
 
 from servefleet.api import HANDLE_MARKER, encode
 from servefleet.client import resolve_addresses
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.replica_sets import ReplicaSets
@@ -127,6 +127,8 @@ class HandleRouter:
         try:
             status, payload = await forward(pool, self.upstream, "POST", b"/", headers, body,
                                             _read_answer, request_id, model_id)
+        except Unservable as e:
+            raise HandleError(str(e), 503) from None
         except Overloaded as e:
             raise HandleError(f"{deployment} is overloaded: {e}", 503) from None
         except NoReplicaTook:
@@ -172,6 +174,8 @@ class HandleRouter:
             await forward(pool, self.upstream, "POST", b"/", headers, body, deliver, request_id,
                           model_id)
             await out.put(_END)
+        except Unservable as e:
+            await out.put(HandleError(str(e), 503))
         except Overloaded as e:
             await out.put(HandleError(f"{deployment} is overloaded: {e}", 503))
         except NoReplicaTook:

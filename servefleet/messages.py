@@ -1,4 +1,5 @@
-"""Protobuf messages as JSON data, the way servefleet shows them to people.
+"""Protobuf messages as JSON data, and errors as one line, the way servefleet
+shows them to people.
 
 Proto field names (`target_replicas`), every field present (zero values and
 empty lists too, so the shape does not change with the state), and enum
@@ -58,3 +59,20 @@ def _shorten_enums(descriptor: Descriptor, data: dict[str, Any]) -> None:
             for item in value if isinstance(value, list) else [value]:
                 if isinstance(item, dict):  # well-known types are strings
                     _shorten_enums(field.message_type, item)
+
+
+TRACEBACK = "Traceback (most recent call last):"
+# The longest one-line summary; status has the whole error.
+MAX_SUMMARY = 1000
+
+
+def error_summary(text: str) -> str:
+    """One line for an error that may carry a traceback: the text before the
+    traceback if there is any, else the traceback's last line (the exception)."""
+    head, found, tail = text.partition(TRACEBACK)
+    lines = [line.strip() for line in (head if head.strip() or not found else tail).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return ""
+    line = " ".join(lines) if head.strip() else lines[-1]
+    return line if len(line) <= MAX_SUMMARY else line[:MAX_SUMMARY - 3] + "..."

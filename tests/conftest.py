@@ -19,7 +19,7 @@ from servefleet.controller.runtime.process import scan
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess
+from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess, free_port
 
 
 @pytest.fixture(scope="session")
@@ -154,6 +154,21 @@ def sqlite_fleet(cluster: str, tmp_path, request) -> Iterator[ControllerFleet]:
     """Controllers on a fresh sqlite store (the embedded default), for tests of
     the data plane that need not run on both stores."""
     yield from _fleet(f"sqlite://{tmp_path}/state.db", cluster, tmp_path, request)
+
+
+@pytest.fixture
+def grpc_cluster(sqlite_fleet, tmp_path):
+    """A controller (process runtime) and a proxy with a gRPC port; yields
+    (client, proxy, grpc target)."""
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    port = free_port()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--grpc-listen", f"127.0.0.1:{port}"]).start()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        yield client, proxy, f"127.0.0.1:{port}"
+        proxy.stop()
+        client.shutdown()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -144,3 +144,17 @@ def test_an_unusable_ignore_file_is_refused(tree) -> None:
     (tree / ".servefleetignore").write_text("x\n" * 300)
     with pytest.raises(IgnoreFileError, match="more than 256 patterns"):
         tree_digest(str(tree), [])
+
+
+def test_a_tagged_state_directory_is_not_code_whatever_its_name(tree) -> None:
+    """`servefleet up --state-dir state` inside the project: the store and logs
+    there change all the time, and must not roll anything out."""
+    from servefleet import state_dir
+
+    before = tree_digest(str(tree), [])
+    state_dir.tag(tree / "state")
+    (tree / "state" / "state.db").write_text("changing")
+    assert tree_digest(str(tree), []) == before
+    (tree / "untagged").mkdir()
+    (tree / "untagged" / "CACHEDIR.TAG").write_text("not the signature")
+    assert tree_digest(str(tree), []) != before

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servefleet import get_deployment_handle
 from servefleet.cli.output import replicas_text
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, free_port, wait_for
+from servefleet.testing import wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc, replica_pb2, status_pb2
@@ -41,21 +41,6 @@ SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server
 def _running(client: ControllerClient, name: str) -> bool:
     info = client.application_status(name)
     return info is not None and info.status == status_pb2.APPLICATION_STATUS_RUNNING
-
-
-@pytest.fixture
-def grpc_cluster(sqlite_fleet, tmp_path):
-    """A controller (process runtime) and a proxy with a gRPC port; yields
-    (client, proxy, grpc target)."""
-    sqlite_fleet.start(1, runtime="process")
-    sqlite_fleet.leader()
-    port = free_port()
-    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
-                         extra_args=["--grpc-listen", f"127.0.0.1:{port}"]).start()
-    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
-        yield client, proxy, f"127.0.0.1:{port}"
-        proxy.stop()
-        client.shutdown()
 
 
 def _application(marks: Path, replicas: int = 2) -> apb.ApplicationSpec:

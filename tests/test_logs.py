@@ -33,7 +33,8 @@ def json_lines(text: str) -> list[dict]:
 
 def check_servefleet_logs(client: ControllerClient, controller: ControllerProcess,
                           proxy: ProxyProcess, replica_id: str) -> None:
-    """`servefleet logs` (the GetLogs stream): past lines, then followed ones."""
+    """`servefleet logs` (the GetLogs stream): past lines, then followed ones. A
+    deployment is found by its name alone, in whichever application has it."""
     out = subprocess.run([sys.executable, "-m", "servefleet", "logs", "Chatty", "--controller",
                           controller.address, "--tail", "50"], capture_output=True, text=True,
                          timeout=30)
@@ -63,6 +64,20 @@ def check_servefleet_logs(client: ControllerClient, controller: ControllerProces
     assert not reader.is_alive(), seen[-5:]
     stream.close()  # cancels the GetLogs stream
 
+    # The same name in a second application: which one must be said.
+    client.deploy(d.DeploymentSpec(name="Chatty", application="other",
+                                   import_path="chatty_app:chatty",
+                                   runtime=d.RuntimeOptions(working_dir=APPS),
+                                   replica_config=d.ReplicaConfig(num_replicas=0)))
+    both = subprocess.run([sys.executable, "-m", "servefleet", "logs", "Chatty", "--controller",
+                           controller.address], capture_output=True, text=True, timeout=30)
+    assert both.returncode == 1 and "INVALID_ARGUMENT" in both.stderr
+    assert "in several applications (other, talk)" in both.stderr
+    named = subprocess.run([sys.executable, "-m", "servefleet", "logs", "Chatty", "--app",
+                            "talk", "--controller", controller.address, "--tail", "50"],
+                           capture_output=True, text=True, timeout=30)
+    assert named.returncode == 0 and "user code heard hello" in named.stdout
+
 
 def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, cluster,
                                                                  monkeypatch) -> None:
@@ -72,8 +87,8 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
     proxy = ProxyProcess([controller.address], log_dir=tmp_path, extra_args=["--access-log"])
     client = ControllerClient([controller.address], timeout=30)
     try:
-        client.deploy(d.DeploymentSpec(name="Chatty", import_path="chatty_app:chatty",
-                                       route_prefix="/chat",
+        client.deploy(d.DeploymentSpec(name="Chatty", application="talk",
+                                       import_path="chatty_app:chatty", route_prefix="/chat",
                                        runtime=d.RuntimeOptions(working_dir=APPS)))
         wait_for(lambda: any(dep.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY
                              for app in client.status().applications
@@ -94,7 +109,7 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
         assert line["request_id"] == request_id
         assert line["message"] == "user code heard hello"
         assert (line["component"], line["application"], line["deployment"],
-                line["replica"]) == ("replica", "default", "Chatty",
+                line["replica"]) == ("replica", "talk", "Chatty",
                                      replica.record.replica_id)
         assert line["level"] == "WARNING" and line["time"].endswith("Z")
         at_proxy = [e for e in json_lines(proxy.logs()) if e.get("request_id") == request_id]

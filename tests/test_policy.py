@@ -10,7 +10,7 @@ import pytest
 from test_controller_api import store_revision
 
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.controller.errors import PermissionDenied
+from servefleet.controller.errors import InvalidArgument, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
 from servefleet.testing import ControllerProcess
 from servefleet.v1 import application_pb2 as apb
@@ -49,6 +49,10 @@ def test_import_paths_name_user_code(tmp_path: Path) -> None:
                           ("yaml:load", "is not a file or package")]:
         with pytest.raises(PermissionDenied, match=message):
             strict.check_import("p", path, str(tmp_path))
+    # A module that exists nowhere is a mistake to point out, not a policy matter.
+    with pytest.raises(InvalidArgument, match=f"p: no module 'modle' in '{tmp_path}', where "
+                                              "'modle:App' is looked for"):
+        strict.check_import("p", "modle:App", str(tmp_path))
     anywhere = DeployPolicy.build(loopback=True, cwd=str(tmp_path), default_image="sf:1",
                                   working_dirs=["/"])
     anywhere.check_import("p", "yaml:load", "")  # --allow-working-dir /: trusted

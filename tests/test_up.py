@@ -125,23 +125,33 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
     readme = (ROOT / "README.md").read_text()
     tries = [line for line in (ROOT / "examples" / "try.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert len(tries) == 4
+    assert len(tries) == 6
     for line in tries:
-        assert line.replace("{http}", "127.0.0.1:8000") in readme
+        assert line.replace("{http}", "127.0.0.1:8000").replace("{grpc}", "127.0.0.1:9000") \
+            in readme
+    grpc = f"127.0.0.1:{free_port()}"
     up = Up(ROOT / "examples" / "config.yaml", tmp_path / "state", f"127.0.0.1:{free_port()}",
-            f"127.0.0.1:{free_port()}", "--try-file", str(ROOT / "examples" / "try.txt"))
+            f"127.0.0.1:{free_port()}", "--try-file", str(ROOT / "examples" / "try.txt"),
+            "--grpc", grpc)
     try:
         up.wait_ready()
         printed = [line.split("|", 1)[1].strip() for line in up.lines
-                   if line.startswith("up") and "curl" in line]
-        assert printed == [line.replace("{http}", up.http) for line in tries]
-        answers = [httpx.get(line.split("'")[1], timeout=30) for line in printed]
+                   if line.startswith("up") and ("curl" in line or "client.py" in line)]
+        assert printed == [line.replace("{http}", up.http).replace("{grpc}", grpc)
+                           for line in tries]
+        answers = [httpx.get(line.split("'")[1], timeout=30) for line in printed[:5]]
         assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-        sentiment, item, composed, streamed = (a.text for a in answers)
+        sentiment, item, composed, streamed, classified = (a.text for a in answers)
         assert '"label":"positive"' in sentiment
         assert item == '{"item_id":3,"q":"x"}'
         assert composed == '{"words":5,"counts":{"cat":1,"hat":1}}'
         assert streamed.splitlines() == [f"token {i}" for i in range(5)]
+        assert classified == '{"label":"negative","score":-2}'
+        command = printed[5].split("#")[0].replace(".venv/bin/python", sys.executable)
+        by_grpc = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True,
+                                 text=True, timeout=60)
+        assert by_grpc.returncode == 0, by_grpc.stderr
+        assert "positive" in by_grpc.stdout
     finally:
         assert up.stop() == 0, up.output[-3000:]
 
@@ -173,6 +183,13 @@ def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:
             second.proc.stdout.close()
             assert len(second.lines) == 1 and flag in second.output, second.output
             assert "Traceback" not in second.output
+        # Every taken address is named at once, not one per try.
+        second = Up(config, tmp_path / "f", first.http, first.listen)
+        assert second.wait_exit() == 2, second.output
+        second.proc.stdout.close()
+        assert len(second.lines) == 1, second.output
+        assert f"{first.listen}: choose another with --listen" in second.output
+        assert f"{first.http}: choose another with --http" in second.output
         serves()
         with ControllerClient(first.listen, timeout=5) as client:
             assert [a.name for a in client.status().applications] == ["calc"]

@@ -224,3 +224,19 @@ def test_envoy_http_resources_round_trip_and_keep_servefleet_routing() -> None:
                   endpoint_pb2.ClusterLoadAssignment)
     assert web.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value == 7001
     assert built.wildcard[LISTENER] == set()  # Envoy's listener is its own (docs/xds.md)
+
+
+def test_an_application_that_cannot_serve_is_a_direct_503_for_envoy_and_absent_for_grpc(
+        ) -> None:
+    why = "application web is DEPLOY_FAILED: its build failed: ImportError: numpy"
+    table = watch_pb2.RouteTable(
+        routes=[watch_pb2.Route(route_prefix="/web", application="web", unavailable=why)],
+        grpc_routes=[watch_pb2.GrpcRoute(application="web", unavailable=why)])
+    built = build(table, {})
+    config = _unpack(built.by_type[ROUTE]["servefleet-http"], route_pb2.RouteConfiguration)
+    routes = config.virtual_hosts[0].routes
+    assert [(r.match.path, r.match.prefix) for r in routes] == [("/web", ""), ("", "/web/")]
+    for route in routes:
+        assert route.direct_response.status == 503
+        assert route.direct_response.body.inline_string == why + "\n"
+    assert built.wildcard[CLUSTER] == set() and "web" not in built.by_type[LISTENER]

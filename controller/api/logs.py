@@ -17,7 +17,6 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import replica_pb2
 
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
-from ..goals.spec import DEFAULT_APPLICATION
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -26,6 +25,24 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 DEFAULT_TAIL = 100
 MAX_TAIL = 10_000
+
+
+def _application_of(term: LeaderTerm, application: str, deployment: str) -> str:
+    """The application of the named deployment: `application` if it has one
+    so named; without one, the only application that has (as ListReplicas
+    finds it). NotFound or InvalidArgument otherwise."""
+    apps = sorted(r.spec.application for r in term.deployments.live()
+                  if r.spec.name == deployment)
+    if application:
+        if application not in apps:
+            raise NotFound(f"no deployment {application}/{deployment}")
+        return application
+    if not apps:
+        raise NotFound(f"no deployment named {deployment} in any application")
+    if len(apps) > 1:
+        raise InvalidArgument("application", f"deployment {deployment} is in several "
+                              f"applications ({', '.join(apps)}): name one")
+    return apps[0]
 
 
 class LogStream:
@@ -40,11 +57,9 @@ class LogStream:
         self._term = term
         self._runtime = runtime
         self._request = request
-        self._application = request.application or (
-            DEFAULT_APPLICATION if request.deployment else "")
-        if request.deployment and (self._application, request.deployment) not in {
-                (r.spec.application, r.spec.name) for r in term.deployments.live()}:
-            raise NotFound(f"no deployment {self._application}/{request.deployment}")
+        self._application = request.application
+        if request.deployment:
+            self._application = _application_of(term, request.application, request.deployment)
         self._tail = request.tail_lines or DEFAULT_TAIL
 
     def _matching(self) -> list[replica_pb2.ReplicaRecord]:

@@ -387,4 +387,6 @@ class ApplicationTable:
             record.CopyFrom(current)
             record.build_error = error[:64 * 1024]
             record.failed_generation = generation
-            await self._commit([self._put(record)], {name: record})
+            # An application that never built is routed to a refusal (unservable.py).
+            await self._commit([self._put(record)], {name: record},
+                               lambda: self._on_traffic(name))

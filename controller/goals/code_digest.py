@@ -24,6 +24,7 @@ import hashlib
 import os
 import stat
 
+from servefleet import state_dir
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument
@@ -57,7 +58,8 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
         # they are hashed as links below, with the files.
         links = [d for d in dirnames if os.path.islink(os.path.join(directory, d))]
         dirnames[:] = sorted(d for d in dirnames
-                             if d not in links and not rules.excluded(base + d, d, True))
+                             if d not in links and not rules.excluded(base + d, d, True)
+                             and not state_dir.is_tagged(os.path.join(directory, d)))
         for name in sorted([*filenames, *links]):
             relative = base + name
             path = os.path.join(directory, name)

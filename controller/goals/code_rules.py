@@ -16,6 +16,9 @@ gitignore, so a `!pattern` can take back a default):
    `#` starting a comment line.
 4. The spec's `runtime.excludes`.
 
+Directories servefleet keeps its own state in are skipped whatever their name
+(they hold a CACHEDIR.TAG: servefleet/state_dir.py).
+
 Patterns are gitignore-style:
 
 - `name` (no slash) matches a file or directory of that name at any depth;

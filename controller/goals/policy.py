@@ -21,7 +21,9 @@ choosing, so the operator bounds them with controller flags:
   vouches for: only the standard-library rule applies.
 
 A spec outside the policy is refused with PERMISSION_DENIED naming the field
-and the rule, before anything is read from disk or written to the store.
+and the rule, before anything is written to the store; an import_path whose
+module exists nowhere (a typo) is INVALID_ARGUMENT naming the module and the
+directory searched.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 from servefleet.v1 import deployment_pb2 as pb
 
-from ..errors import PermissionDenied
+from ..errors import InvalidArgument, PermissionDenied
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ class DeployPolicy:
                    os.path.realpath(cwd))
 
     def check_import(self, field: str, import_path: str, working_dir: str) -> None:
-        """PermissionDenied naming `field` when `import_path` is not user code."""
+        """PermissionDenied naming `field` when `import_path` is not user code;
+        InvalidArgument when its module is found neither in the working dir
+        nor installed."""
         top = import_path.partition(":")[0].partition(".")[0]
         if top in sys.stdlib_module_names or top in sys.builtin_module_names \
                 or top in ("servefleet", "controller", "proxy", "replica"):
@@ -72,9 +76,12 @@ class DeployPolicy:
             return
         where = working_dir or self.cwd
         if importlib.machinery.PathFinder.find_spec(top, [where]) is None:
+            if importlib.machinery.PathFinder.find_spec(top) is None:  # a typo, most likely
+                raise InvalidArgument(field, f"no module {top!r} in {where[:200]!r}, where "
+                                      f"{import_path[:200]!r} is looked for")
             raise PermissionDenied(f"{field}: module {top!r} is not a file or package in "
                                    f"{where[:200]!r}; this controller runs only code from its "
-                                   "allowed working dirs")
+                                   "allowed working dirs, not installed packages")
 
     def describe(self) -> str:
         dirs = ", ".join(self.working_dir_roots) or "none"

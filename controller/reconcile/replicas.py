@@ -168,7 +168,12 @@ class ReplicaReconciler:
         plan, failures = plan_deployment(goal, list(views.values()),
                                          self._failures.get(key, StartupFailures()), now)
         self._failures[key] = failures
-        if self._plans.get(key) != (goal, plan.status, plan.message):
+        planned = self._plans.get(key)
+        if planned != (goal, plan.status, plan.message):
+            if planned is None or planned[1] != plan.status:
+                # Whether a replica can still come is in the replica set
+                # (ReplicaSet.unavailable): republish it.
+                self._serving_changed.add(key)
             self._plans[key] = (goal, plan.status, plan.message)
             self._dirty.add(key)
         for replica_id in plan.stop:

@@ -38,6 +38,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from servefleet import state_dir
 from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 from servefleet.security.tls import ENV_TOKEN, TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
@@ -147,6 +148,7 @@ class ProcessRuntime:
         return self._dir / f"{replica_id}.json", self._dir / f"{replica_id}.log"
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
+        state_dir.tag(self._dir.parent)  # not code, wherever it is (code_rules.py)
         self._dir.mkdir(parents=True, exist_ok=True)
         settings_path, log_path = self._paths(launch.replica_id)
         settings = dict(launch.settings)

@@ -13,6 +13,8 @@ takes the route configuration `servefleet-http` over ADS, and CDS over ADS
   `x-servefleet-rejected` (the replica never processed the request).
   Routes of applications with `require_token` are left out: Envoy cannot
   check servefleet's tokens, and such a route must not be reachable without;
+  the route of an application that cannot serve (its build failed) is a
+  direct 503 response with the reason;
 - CDS (to wildcard subscribers): a cluster per routed deployment,
   `servefleet-http/<application>/<deployment>`, EDS, least request;
 - EDS: the RUNNING replicas' HTTP addresses.
@@ -80,6 +82,13 @@ def http_resources(out: Resources, routes: watch_pb2.RouteTable,
     clusters: dict[str, tuple[str, str]] = {}
     for route in sorted(routes.routes, key=lambda r: len(r.route_prefix), reverse=True):
         if route.require_token:
+            continue
+        if route.unavailable:  # the application cannot serve: say so at once
+            refusal = rc.DirectResponseAction(status=503, body=base_pb2.DataSource(
+                inline_string=route.unavailable + "\n"))
+            for match in _matches(route.route_prefix):
+                host.routes.add(match=match, direct_response=refusal,
+                                name=f"{route.application}{match.path or match.prefix}")
             continue
         action = _action(route, routes.request_timeout_s)
         header = base_pb2.HeaderValueOption(

@@ -142,8 +142,10 @@ def grpc_resources(out: Resources, routes: watch_pb2.RouteTable,
     """Add the proxyless gRPC clients' resources to `out`."""
     for route in routes.grpc_routes:
         app = route.application
-        if app in out.by_type[LISTENER]:
-            continue  # an application's first gRPC deployment is its ingress
+        if app in out.by_type[LISTENER] or route.unavailable:
+            # An application's first gRPC deployment is its ingress; one that
+            # cannot serve (its build failed) has nothing to offer clients.
+            continue
         targets = [(t.deployment, t.weight) for t in route.split if t.weight > 0] or [
             (route.deployment, 1.0)]
         out.add(LISTENER, app, _listener(app))

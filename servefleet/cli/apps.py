@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from servefleet.client import ControllerClient
 from servefleet.config_file import ConfigError, dump_config, load_config
+from servefleet.messages import error_summary
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import status_pb2
 
@@ -15,6 +16,7 @@ from . import output
 from .errors import CommandFailed
 
 AS = status_pb2.ApplicationStatus
+DS = status_pb2.DeploymentStatus
 WAIT_POLL_S = 0.5
 
 ClientFactory = Callable[[argparse.Namespace], ControllerClient]
@@ -77,7 +79,7 @@ def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
                                                    if now[1] else ""))
         failed = [n for n in names if last[n][0] == AS.APPLICATION_STATUS_DEPLOY_FAILED]
         if failed:
-            details = "\n".join(f"{n}: {last[n][1]}" for n in failed)
+            details = "\n".join(failure_text(apps[n]) for n in failed)
             raise CommandFailed(f"{', '.join(failed)} failed to deploy:\n{details}")
         if all(last[n][0] == AS.APPLICATION_STATUS_RUNNING for n in names):
             return
@@ -85,6 +87,19 @@ def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
             waiting = [n for n in names if last[n][0] != AS.APPLICATION_STATUS_RUNNING]
             raise CommandFailed(f"{', '.join(waiting)} not RUNNING after {timeout_s:g} s")
         time.sleep(WAIT_POLL_S)
+
+
+def failure_text(app: status_pb2.ApplicationStatusInfo) -> str:
+    """Why an application failed to deploy: each failed deployment's last error
+    in one line (else the application's, a build error), and where to see more."""
+    failed = [d for d in app.deployments if d.status in (DS.DEPLOYMENT_STATUS_DEPLOY_FAILED,
+                                                          DS.DEPLOYMENT_STATUS_UNHEALTHY)]
+    lines = [f"  {app.name}/{d.name}: {error_summary(d.message)}" for d in failed] or [
+        f"  {app.name}: {error_summary(app.message)}"]
+    more = "  (all of it, tracebacks included: servefleet status"
+    if failed:
+        more += f"; the replicas' output: servefleet logs {failed[0].name} --app {app.name}"
+    return "\n".join([*lines, more + ")"])
 
 
 def cmd_config(args: argparse.Namespace, client_for: ClientFactory) -> int:

@@ -25,6 +25,7 @@ from servefleet.client import (
     resolve_addresses,
 )
 from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
+from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
 from . import apps, build_config, output, security, up
@@ -90,6 +91,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise UsageError("--max-header-bytes: between 1024 and 16777216")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
+    if not 0 < args.answer_start_timeout_s < 1e9:
+        raise UsageError("--answer-start-timeout-s: must be a positive number of seconds")
     if args.grpc_listen is not None:
         ghost, gsep, gport = args.grpc_listen.rpartition(":")
         if not gsep or not ghost or not gport.isdigit():
@@ -114,6 +117,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         worker=worker,
         controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
         listen=args.listen, request_timeout_s=args.request_timeout_s,
+        answer_start_timeout_s=args.answer_start_timeout_s,
         credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
@@ -236,7 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="proxy processes sharing the port (SO_REUSEPORT), each with its "
                             "own Watch stream; /-/metrics sums them (default 1)")
     proxy.add_argument("--request-timeout-s", type=float, default=None, metavar="S",
-                       help="answer 504 when a request takes longer (default: no limit)")
+                       help="answer 504 when a request takes longer, its answer's stream "
+                            "included (default: the cluster's http_options.request_timeout_s)")
+    proxy.add_argument("--answer-start-timeout-s", type=float, default=DEFAULT_ANSWER_START_S,
+                       metavar="S",
+                       help="without a request timeout, answer 504 (gRPC: "
+                            "DEADLINE_EXCEEDED) when a request's answer has not begun within "
+                            "this long; an answer that began is not cut (default 60)")
     proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
                        help="answer 431 to requests with more header bytes (default 65536)")
     proxy.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
+from servefleet import state_dir as state_dirs
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.config_file import ConfigError, grpc_listen_of, load_config
 from servefleet.lifecycle import NOTIFY_ENV, can_bind, is_loopback
@@ -72,10 +73,16 @@ def claim_state_dir(state_dir: str) -> Iterator[None]:
         yield
 
 
-def check_free(address: str, flag: str) -> None:
-    if not can_bind(address):
+def check_free(addresses: Sequence[tuple[str, str]]) -> None:
+    """UsageError naming every (address, flag) whose address is taken, in one message."""
+    taken = [(address, flag) for address, flag in addresses if not can_bind(address)]
+    if len(taken) == 1:
+        address, flag = taken[0]
         raise UsageError(f"{address} is in use (another servefleet up?); "
                          f"choose another address with {flag}")
+    if taken:
+        raise UsageError("these addresses are in use (another servefleet up?): " + "; ".join(
+            f"{address}: choose another with {flag}" for address, flag in taken))
 
 
 class Cluster:
@@ -85,6 +92,8 @@ class Cluster:
                  controller_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
                  credentials: Credentials | None = None) -> None:
         self.listen, self.http, self.runtime_dir = listen, http, runtime_dir
+        # The proxy's gRPC ingress address, if it serves one (for the try-file).
+        self.grpc: str | None = None
         # How this `up` calls its own controller (with --certs: the admin certificate).
         self.credentials = credentials or Credentials()
         self._lock = threading.Lock()
@@ -206,17 +215,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     http = http or DEFAULT_HTTP
     grpc_listen = args.grpc or (grpc_listen_of(args.config) if args.config else None)
     state_dir = os.path.abspath(os.path.expanduser(args.state_dir))
-    os.makedirs(state_dir, exist_ok=True)
+    state_dirs.tag(state_dir)  # its files are not code, even inside a working dir
     store = args.store or f"sqlite://{os.path.join(state_dir, 'state.db')}"
 
     with claim_state_dir(state_dir):
-        check_free(args.listen, "--listen")
-        check_free(http, "--http" if args.http else "--http (or http_options.port in CONFIG)")
-        if grpc_listen:
-            check_free(grpc_listen, "--grpc" if args.grpc else "grpc_options.port in CONFIG")
         dashboard = None if args.dashboard == "off" else args.dashboard
-        if dashboard is not None:
-            check_free(dashboard, "--dashboard (or --dashboard off)")
+        check_free([(args.listen, "--listen"),
+                    (http, "--http" if args.http else "--http (or http_options.port in CONFIG)"),
+                    *([(grpc_listen, "--grpc" if args.grpc else "grpc_options.port in CONFIG")]
+                      if grpc_listen else []),
+                    *([(dashboard, "--dashboard (or --dashboard off)")] if dashboard else [])])
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -232,6 +240,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                            *(["--workers", str(args.proxy_workers)]
                              if args.proxy_workers > 1 else [])],
                           Credentials(tls))
+        cluster.grpc = grpc_listen
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
         if grpc_listen:
             cluster.say(f"up        | gRPC ingress on {grpc_listen} (metadata 'application' "
@@ -284,7 +293,7 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
             cluster.say(f"up        | {e}")
             return False
     cluster.say("up        | ready. Try:")
-    for line in _suggestions(request, cluster.http, args.try_file):
+    for line in _suggestions(request, cluster.http, args.try_file, cluster.grpc):
         cluster.say(f"up        |   {line}")
     cluster.say("up        | Ctrl-C stops everything.")
     return True
@@ -298,12 +307,14 @@ def _security_line(tls: bool, listen: str) -> str:
             "then servefleet up --certs DIR")
 
 
-def _suggestions(request, http: str, try_file: str | None) -> list[str]:
-    """The commands to try: the --try-file's lines, else one curl per route."""
+def _suggestions(request, http: str, try_file: str | None, grpc: str | None) -> list[str]:
+    """The commands to try: the --try-file's lines ({http} and {grpc} filled
+    in; a {grpc} line only with a gRPC port), else one curl per route."""
     if try_file:
         with open(try_file) as f:
-            return [line.rstrip().replace("{http}", http) for line in f
-                    if line.strip() and not line.startswith("#")]
+            lines = [line.rstrip() for line in f if line.strip() and not line.startswith("#")]
+        return [line.replace("{http}", http).replace("{grpc}", grpc or "") for line in lines
+                if grpc or "{grpc}" not in line]
     return [f"curl http://{http}{app.route_prefix if app.HasField('route_prefix') else '/'}"
             for app in request.applications if not app.no_route]
 
@@ -331,7 +342,8 @@ def add_command(commands) -> None:
                     help="seconds CONFIG may take to be RUNNING (default %(default)s)")
     up.add_argument("--try-file", default=None, metavar="FILE",
                     help="once ready, print the commands in FILE (one a line, {http} is the "
-                         "proxy's address) instead of one curl per route")
+                         "proxy's address, {grpc} its gRPC port's) instead of one curl per "
+                         "route")
     up.add_argument("--dashboard", default="127.0.0.1:8265", metavar="HOST:PORT",
                     help="where the controller serves its dashboard and /metrics "
                          "(default %(default)s; `off`: nowhere)")

@@ -56,6 +56,11 @@ class PoolClosed(Overloaded):
     """The deployment left the route table while requests waited for it."""
 
 
+class Unservable(Overloaded):
+    """No replica of the deployment can come until it changes (it failed to
+    deploy, or asks for none): the controller's text says why."""
+
+
 @dataclass
 class Replica:
     replica_id: str
@@ -122,6 +127,9 @@ class ReplicaPool:
     # Methods whose requests a hung replica holds may go to another replica
     # (forward.py); the deployment's retry_methods.
     retry_methods: frozenset[str] = RETRY_SAFE
+    # The controller's word that no replica can come (ReplicaSet.unavailable):
+    # requests are refused with it instead of queueing. "" while one can.
+    unavailable: str = ""
 
     @property
     def queued(self) -> int:
@@ -130,12 +138,14 @@ class ReplicaPool:
     def update(self, endpoints: list[tuple[str, str]], max_ongoing: int,
                max_queued: int, grpc_addresses: dict[str, str] | None = None,
                retry_methods: Iterable[str] = (), cleared: dict[str, int] | None = None,
-               ) -> None:
+               unavailable: str = "") -> None:
         """Apply a replica-set snapshot: the controller's word replaces local guesses.
         `endpoints` are (replica id, HTTP address); `grpc_addresses` and
         `cleared` (ReplicaEndpoint.cleared) by replica id; `retry_methods` empty
         means RETRY_SAFE. An ejected replica whose `cleared` grew is back: the
-        controller checked it because of an ejection, and it answered."""
+        controller checked it because of an ejection, and it answered.
+        `unavailable` (with no endpoints): no replica can come, so the queued
+        requests fail with Unservable and new ones are refused."""
         current = dict(self.replicas)
         self.replicas = {rid: current.get(rid) or Replica(rid, addr) for rid, addr in endpoints}
         now = self.clock()
@@ -152,6 +162,9 @@ class ReplicaPool:
         self._down.clear()
         self.max_ongoing, self.max_queued = max(1, max_ongoing), max_queued
         self.retry_methods = frozenset(retry_methods) or RETRY_SAFE
+        self.unavailable = "" if endpoints else unavailable
+        if self.unavailable:
+            self._fail_waiters(Unservable(self.unavailable))
         self._wake()
 
     def mark_down(self, replica: Replica) -> None:
@@ -295,6 +308,8 @@ class ReplicaPool:
                 replica.in_flight += 1
                 self.ongoing += 1
                 return replica
+        if self.unavailable:
+            raise Unservable(self.unavailable)
         if 0 <= self.max_queued <= len(self._waiters):
             raise Overloaded(f"{len(self._waiters)} requests already queued")
         waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
@@ -320,10 +335,13 @@ class ReplicaPool:
 
     def close(self) -> None:
         """Fail every queued request: the deployment is no longer served."""
+        self._fail_waiters(PoolClosed("the deployment is no longer served"))
+
+    def _fail_waiters(self, error: Overloaded) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(PoolClosed("the deployment is no longer served"))
+                waiter.set_exception(error)
 
     def release(self, replica: Replica) -> None:
         replica.in_flight -= 1

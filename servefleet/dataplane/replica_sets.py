@@ -67,7 +67,8 @@ class ReplicaSets:
                         replicas.max_ongoing_requests, replicas.max_queued_requests,
                         {e.replica_id: e.grpc_address for e in replicas.endpoints
                          if e.grpc_address}, replicas.retry_methods,
-                        {e.replica_id: e.cleared for e in replicas.endpoints})
+                        {e.replica_id: e.cleared for e in replicas.endpoints},
+                        replicas.unavailable)
             after = {e.http_address for e in replicas.endpoints}
             grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
         for address in before - after:

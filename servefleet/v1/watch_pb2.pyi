@@ -81,52 +81,58 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ..., grpc_routes: _Optional[_Iterable[_Union[GrpcRoute, _Mapping]]] = ...) -> None: ...
 
 class GrpcRoute(_message.Message):
-    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split")
+    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split", "unavailable")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     services: _containers.RepeatedScalarFieldContainer[str]
     require_token: bool
     streaming_methods: _containers.RepeatedScalarFieldContainer[str]
     split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ...) -> None: ...
+    unavailable: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., unavailable: _Optional[str] = ...) -> None: ...
 
 class Route(_message.Message):
-    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token")
+    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token", "unavailable")
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     route_prefix: str
     application: str
     deployment: str
     split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
     shadow: _application_pb2.ShadowTarget
     require_token: bool
-    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ...) -> None: ...
+    unavailable: str
+    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ..., unavailable: _Optional[str] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
-    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods")
+    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods", "unavailable")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     endpoints: _containers.RepeatedCompositeFieldContainer[ReplicaEndpoint]
     max_ongoing_requests: int
     max_queued_requests: int
     retry_methods: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ...) -> None: ...
+    unavailable: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
     __slots__ = ("replica_id", "http_address", "grpc_address", "cleared")

@@ -1,0 +1,61 @@
+"""Routes and deployments that cannot serve, and the text their requests get (pure).
+
+A request for a deployment with no replica waits in the proxy's (or
+handle's) queue while a replica can still come: one is starting, the
+autoscaler is bringing the deployment back from zero, a failed replica is
+being replaced. When none can come until the user changes something, waiting
+only hangs the client, so the controller says so in the deployment's replica
+set (`ReplicaSet.unavailable`) or, for an application whose build failed, in
+its route (`Route.unavailable`), and proxies and handles answer at once:
+HTTP 503, gRPC UNAVAILABLE, a HandleError. The text names the application,
+its status and the last error; `servefleet status` has the whole of it.
+
+No replica can come when:
+
+- the deployment is DEPLOY_FAILED (its replicas failed to start so often
+  that the controller stopped trying until the goal changes) and none of an
+  earlier version still serves;
+- it asks for 0 replicas and does not autoscale;
+- its application's latest build failed and no earlier build was applied.
+"""
+
+from __future__ import annotations
+
+from servefleet.messages import error_summary
+from servefleet.v1 import application_pb2, records_pb2, status_pb2
+
+from .goals.spec import target_replicas
+
+
+def deployment_unavailable(record: records_pb2.DeploymentRecord,
+                           planned: tuple[status_pb2.DeploymentStatus, str] | None,
+                           serving: int) -> str:
+    """Why no replica of the deployment can come ("" when one can, or serves).
+
+    `planned` is the replica planner's (status, message) for the record's
+    current goal (None before the first plan); `serving` counts the replicas
+    that take traffic now.
+    """
+    if serving or record.deleted:
+        return ""
+    app, name = record.spec.application, record.spec.name
+    config = record.spec.replica_config
+    if not config.HasField("autoscaling_config") and target_replicas(record) == 0:
+        return (f"application {app}: deployment {name} has num_replicas 0 and does not "
+                "autoscale, so no replica serves it")
+    if planned is not None and planned[0] == status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED:
+        return (f"application {app} cannot serve: deployment {name} is DEPLOY_FAILED: "
+                f"{error_summary(planned[1])} (servefleet status {app} has all of it)")
+    return ""
+
+
+def application_unavailable(record: application_pb2.ApplicationRecord) -> str:
+    """Why an application built by DeployApplications cannot serve at all: its
+    latest build failed and none was applied before ("" otherwise)."""
+    if record.deleted or record.failed_generation != record.generation:
+        return ""
+    if record.applied_generation:  # an earlier build's deployments still serve
+        return ""
+    name = record.spec.name
+    return (f"application {name} is DEPLOY_FAILED: its build failed: "
+            f"{error_summary(record.build_error)} (servefleet status {name} has all of it)")

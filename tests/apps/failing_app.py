@@ -1,0 +1,41 @@
+"""Deployments that cannot serve (tests/test_unservable.py): one whose
+replicas fail to start, and a module that fails at import when told to."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from servefleet import deployment
+
+# The gRPC service these deployments name is the classifier example's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples"))
+if os.environ.get("FAILING_APP_IMPORT_ERROR"):
+    raise ImportError("the build cannot import this: a dependency is missing")
+
+
+class Broken:
+    def __init__(self, delay_s: float = 0.0) -> None:
+        time.sleep(delay_s)
+        raise RuntimeError("model file missing: weights.bin")
+
+
+class Slow:
+    """Answers after `s` seconds; `stream=1` streams one line a `s`/4 instead."""
+
+    async def __call__(self, request):
+        pause = float(request.query_params.get("s", "3"))
+        if request.query_params.get("stream"):
+            async def lines():
+                for i in range(4):
+                    yield f"line {i}\n"
+                    await asyncio.sleep(pause / 4)
+            return lines()
+        await asyncio.sleep(pause)
+        return "finally"
+
+
+app = deployment(Broken).bind()  # for a config file

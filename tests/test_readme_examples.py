@@ -1,0 +1,86 @@
+"""The README's first examples, run as a new user runs them: `calc.py` served
+with `servefleet up calc.yaml` answers what the README says; a `user_config`
+edit in calc.yaml reconfigures the running replicas; the "Local runs" script
+runs as a script (real processes)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servefleet.client import ControllerClient
+from servefleet.testing import free_port, wait_for
+
+pytestmark = pytest.mark.slow
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"\n{title}\n") + len(title) + 2
+    following = re.compile(r"^#{2,3} ", re.M).search(README, start)
+    return README[start:following.start() if following else len(README)]
+
+
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def servefleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servefleet", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_serve_your_own_model_as_the_readme_says(tmp_path) -> None:
+    text = section("## Serve your own model")
+    (code,) = blocks(text, "python")
+    (shell,) = blocks(text, "sh")
+    (tmp_path / "calc.py").write_text(code)
+    config = re.search(r"<<'YAML'\n(.*?)YAML\n", shell, re.S).group(1)
+    (tmp_path / "calc.yaml").write_text(config)
+    curl = re.search(r"curl '(http://127\.0\.0\.1:8000/[^']*)'\s+# (.*)", shell)
+    assert "servefleet up calc.yaml" in shell
+
+    http, listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    up = subprocess.Popen([sys.executable, "-m", "servefleet", "up", "calc.yaml",
+                           "--state-dir", str(tmp_path / "state"), "--http", http,
+                           "--listen", listen, "--dashboard", "off"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = curl.group(1).replace("127.0.0.1:8000", http)
+        def serving() -> bool:
+            try:
+                return up.poll() is not None or httpx.get(url, timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False  # not listening yet
+        wait_for(serving, 120, "calc to serve")
+        assert up.poll() is None
+        assert httpx.get(url).text == curl.group(2)  # {"label":"front","sum":11,"same":11}
+        with ControllerClient(listen, timeout=10) as client:
+            before = sorted(r.record.replica_id for r in client.replicas("calc"))
+            (tmp_path / "calc.yaml").write_text(config.replace("label: front", "label: edited"))
+            done = servefleet("deploy", "calc.yaml", "--wait", "--controller", listen,
+                              cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            wait_for(lambda: httpx.get(url).json()["label"] == "edited", 30, "the new label")
+            assert sorted(r.record.replica_id for r in client.replicas("calc")) == before
+    finally:
+        up.send_signal(signal.SIGINT)
+        output = up.communicate(timeout=120)[0]
+    assert up.returncode == 0, output[-3000:]
+
+
+def test_the_local_run_script_runs_as_a_script(tmp_path) -> None:
+    (tmp_path / "calc.py").write_text(blocks(section("## Serve your own model"), "python")[0])
+    (script,) = blocks(section("### Local runs: `servefleet.run`"), "python")
+    (tmp_path / "run_adder.py").write_text(script)
+    ran = subprocess.run([sys.executable, "run_adder.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=180)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    first, second, url = ran.stdout.split()[:3]
+    assert (first, second) == ("15", "11") and url.startswith("http://127.0.0.1:")

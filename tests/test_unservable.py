@@ -1,0 +1,167 @@
+"""No request waits forever for a replica that cannot come (real processes).
+
+A deployment that failed to deploy, or an application whose build failed, is
+refused at once with 503 (HTTP), UNAVAILABLE (gRPC ingress) or a HandleError
+naming the application, its status and its last error; requests queued
+before the failure are answered so too. Without a request timeout, a request
+waits a bounded time for its answer to begin, and an answer that began is
+not cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from servefleet import HandleError, get_deployment_handle
+from servefleet.testing import ProxyProcess, wait_for
+from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import deployment_pb2 as dpb
+from servefleet.v1 import status_pb2
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = str(ROOT / "tests" / "apps")
+sys.path.insert(0, str(ROOT / "examples"))
+
+from grpc_classifier import classifier_pb2 as pb  # noqa: E402
+from grpc_classifier import classifier_pb2_grpc as pb_grpc  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
+
+
+def broken(delay_s: float, **kwargs) -> dpb.DeploymentSpec:
+    return dpb.DeploymentSpec(
+        name="Broken", application="broken", import_path="failing_app:Broken",
+        init_kwargs_json=json.dumps({"delay_s": delay_s}), route_prefix="/broken",
+        grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS),
+        replica_config=dpb.ReplicaConfig(num_replicas=1, startup_timeout_s=20), **kwargs)
+
+
+def timed(call):
+    begun = time.monotonic()
+    result = call()
+    return result, time.monotonic() - begun
+
+
+def grpc_refusal(target: str, app: str) -> grpc.RpcError:
+    with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as raised:
+        pb_grpc.ClassifierStub(channel).Predict(pb.PredictRequest(text="hi"),
+                                                metadata=(("application", app),))
+    return raised.value
+
+
+def test_a_deployment_that_failed_to_deploy_is_refused_at_once(grpc_cluster, sqlite_fleet) -> None:
+    client, proxy, grpc_target = grpc_cluster
+    client.deploy(broken(delay_s=0.5))
+    wait_for(lambda: "/broken" in httpx.get(proxy.url + "/-/routes").json(), 30, "the route")
+    # Queued while its replicas still try to start: answered once they gave up,
+    # long before the default bound of 60 s.
+    with ThreadPoolExecutor(1) as pool:
+        queued = pool.submit(httpx.get, proxy.url + "/broken", timeout=120)
+        wait_for(lambda: client.status().applications
+                 and client.status().applications[0].deployments[0].status
+                 == status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED, 90, "DEPLOY_FAILED")
+        answer = queued.result(30)
+    assert answer.status_code == 503, answer.text
+    assert "application broken" in answer.text and "DEPLOY_FAILED" in answer.text
+    assert "RuntimeError: model file missing: weights.bin" in answer.text
+    assert "Traceback" not in answer.text
+
+    again, took = timed(lambda: httpx.get(proxy.url + "/broken", timeout=10))
+    assert again.status_code == 503 and "model file missing" in again.text and took < 1.5
+
+    refused, took = timed(lambda: grpc_refusal(grpc_target, "broken"))
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE and took < 1.5
+    details = refused.details() or ""
+    assert "DEPLOY_FAILED" in details and "model file missing" in details
+
+    async def by_handle() -> HandleError:
+        with pytest.raises(HandleError) as raised:
+            await get_deployment_handle("Broken", "broken", sqlite_fleet.addresses()).remote()
+        return raised.value
+    error, took = timed(lambda: asyncio.run(by_handle()))
+    assert error.status == 503 and "model file missing" in str(error) and took < 5
+
+    # A deployment that can serve again serves: the refusal is lifted.
+    client.deploy(dpb.DeploymentSpec(
+        name="Broken", application="broken", import_path="echo_app:Echo",
+        route_prefix="/broken", runtime=dpb.RuntimeOptions(working_dir=APPS),
+        replica_config=dpb.ReplicaConfig(num_replicas=1)))
+    wait_for(lambda: httpx.get(proxy.url + "/broken", timeout=10).status_code == 200, 60,
+             "the fixed deployment to serve")
+
+
+def test_zero_replicas_without_autoscaling_is_refused_at_once(grpc_cluster) -> None:
+    client, proxy, _ = grpc_cluster
+    client.deploy(dpb.DeploymentSpec(
+        name="Idle", application="idle", import_path="echo_app:Echo", route_prefix="/idle",
+        runtime=dpb.RuntimeOptions(working_dir=APPS),
+        replica_config=dpb.ReplicaConfig(num_replicas=0)))
+    wait_for(lambda: "/idle" in httpx.get(proxy.url + "/-/routes").json(), 30, "the route")
+    wait_for(lambda: httpx.get(proxy.url + "/idle", timeout=10).status_code == 503, 30,
+             "a refusal")
+    answer, took = timed(lambda: httpx.get(proxy.url + "/idle", timeout=10))
+    assert "num_replicas 0" in answer.text and took < 1.5
+
+
+def test_an_application_whose_build_failed_is_refused_at_once(grpc_cluster) -> None:
+    client, proxy, grpc_target = grpc_cluster
+    client.deploy_applications([apb.ApplicationSpec(
+        name="unbuilt", route_prefix="/unbuilt", import_path="failing_app:Broken",
+        grpc_servicer_functions=[SERVICER],
+        runtime=dpb.RuntimeOptions(working_dir=APPS,
+                                   env={"FAILING_APP_IMPORT_ERROR": "1"}))])
+    wait_for(lambda: httpx.get(proxy.url + "/unbuilt", timeout=10).status_code == 503, 60,
+             "the failed build's route")
+    answer = httpx.get(proxy.url + "/unbuilt/any/path", timeout=10)
+    assert answer.status_code == 503
+    assert "application unbuilt is DEPLOY_FAILED: its build failed" in answer.text
+    assert "ImportError: the build cannot import this" in answer.text
+    refused = grpc_refusal(grpc_target, "unbuilt")
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE
+    assert "its build failed" in (refused.details() or "")
+
+
+def test_the_wait_for_an_answer_to_begin_is_bounded_and_a_stream_is_not_cut(
+        grpc_cluster, sqlite_fleet, tmp_path) -> None:
+    client, _, _ = grpc_cluster
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--answer-start-timeout-s", "2"]).start()
+    client.deploy(dpb.DeploymentSpec(
+        name="Slow", application="slow", import_path="failing_app:Slow", route_prefix="/slow",
+        runtime=dpb.RuntimeOptions(working_dir=APPS),
+        replica_config=dpb.ReplicaConfig(num_replicas=1)))
+    wait_for(lambda: httpx.get(proxy.url + "/slow", params={"s": 0}).status_code == 200, 60,
+             "the deployment to serve")
+    late, took = timed(lambda: httpx.get(proxy.url + "/slow", params={"s": 5}, timeout=30))
+    assert late.status_code == 504 and "no answer within 2s" in late.text and took < 4.5
+    streamed = httpx.get(proxy.url + "/slow", params={"s": 4, "stream": 1}, timeout=30)
+    assert streamed.status_code == 200
+    assert streamed.text == "".join(f"line {i}\n" for i in range(4))
+    proxy.stop()
+
+
+def test_deploy_wait_names_the_error_and_where_to_see_all_of_it(grpc_cluster, sqlite_fleet,
+                                                               tmp_path) -> None:
+    config = tmp_path / "broken.yaml"
+    config.write_text("applications:\n"
+                      "  - {name: broken, route_prefix: /broken, import_path: failing_app:app,\n"
+                      f"     runtime: {{working_dir: {APPS}}}}}\n")
+    failed = subprocess.run([sys.executable, "-m", "servefleet", "deploy", str(config), "--wait",
+                             "--controller", sqlite_fleet.addresses()[0]],
+                            capture_output=True, text=True, timeout=180)
+    assert failed.returncode == 1, failed.stdout
+    assert "broken/Broken: replicas failed to start" in failed.stderr
+    assert "Last error: RuntimeError: model file missing: weights.bin" in failed.stderr
+    assert "servefleet logs Broken --app broken" in failed.stderr
+    assert "Traceback" not in failed.stderr
