@@ -1050,8 +1050,9 @@ type GetLogsRequest struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	// Filters; empty matches all. A deployment needs its application (or the
-	// default one).
+	// Filters; empty matches all. A deployment without its application is
+	// looked for in every application: NOT_FOUND when none has it,
+	// INVALID_ARGUMENT naming them when several do.
 	Application string `protobuf:"bytes,1,opt,name=application,proto3" json:"application,omitempty"`
 	Deployment  string `protobuf:"bytes,2,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	ReplicaId   string `protobuf:"bytes,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
