@@ -138,7 +138,9 @@ class LeaderTerm:
                     self.autoscaler.decision(key))
 
         applications = cluster_status(self.deployments.live(), observe,
-                                      self.applications.records(), self.builds.building)
+                                      self.applications.records(), self.builds.building,
+                                      [*self.deployments.unusable.values(),
+                                       *self.applications.unusable.values()])
         for app in applications:
             for dep in app.deployments:
                 dep.queued_requests = self.load_reports.queued(app.name, dep.name)

@@ -14,6 +14,7 @@ from itertools import groupby
 from servefleet.v1 import application_pb2, records_pb2, status_pb2
 
 from ..goals.spec import target_replicas
+from ..goals.stored import Unusable
 from ..reconcile.autoscale import Decision
 
 DS = status_pb2.DeploymentStatus
@@ -92,16 +93,27 @@ def cluster_status(live: Sequence[records_pb2.DeploymentRecord],
                    observe: Observer,
                    applications: Sequence[application_pb2.ApplicationRecord] = (),
                    building: Callable[[str], bool] = lambda name: False,
-                   ) -> list[status_pb2.ApplicationStatusInfo]:
+                   unusable: Sequence[Unusable] = ()) -> list[status_pb2.ApplicationStatusInfo]:
     """One entry per application, in name order: those deployed as applications
-    (their records) and those that are only deployments (Deploy)."""
+    (their records), those that are only deployments (Deploy), and stored
+    records the leader set aside (goals/stored.py), as DEPLOY_FAILED."""
     ordered = sorted(live, key=lambda r: (r.spec.application, r.spec.name))
     by_app = {app: [deployment_status(r, observe(r)) for r in records]
               for app, records in groupby(ordered, key=lambda r: r.spec.application)}
+    for problem in unusable:
+        if problem.name:
+            by_app.setdefault(problem.application, []).append(status_pb2.DeploymentStatusInfo(
+                name=problem.name, status=DS.DEPLOYMENT_STATUS_DEPLOY_FAILED,
+                message=problem.message))
     out = {app: application_status(app, infos) for app, infos in by_app.items()}
     for record in applications:
         name = record.spec.name
         out[name] = application_record_status(record, by_app.get(name, []), building(name))
+    for problem in unusable:
+        if not problem.name:
+            out[problem.application] = status_pb2.ApplicationStatusInfo(
+                name=problem.application, status=AS.APPLICATION_STATUS_DEPLOY_FAILED,
+                message=problem.message, deployments=by_app.get(problem.application, []))
     return [out[name] for name in sorted(out)]
 
 

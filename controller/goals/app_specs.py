@@ -182,3 +182,14 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             raise InvalidArgument(f"deployments[{name}]" + e.field.removeprefix("spec"),
                                   e.rule) from None
     return out
+
+
+def check_http_options(options: apb.HttpOptions) -> None:
+    if options.port > 65535:
+        raise InvalidArgument("http_options.port", f"must be at most 65535, got {options.port}")
+    if not math.isfinite(options.request_timeout_s) or options.request_timeout_s < 0:
+        raise InvalidArgument("http_options.request_timeout_s",
+                              f"must be >= 0 seconds, got {options.request_timeout_s!r}")
+    if options.max_request_body_bytes > 1 << 50:
+        raise InvalidArgument("http_options.max_request_body_bytes",
+                              f"must be at most {1 << 50}, got {options.max_request_body_bytes}")

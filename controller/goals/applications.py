@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -45,6 +44,7 @@ from ..errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from ..keys import ClusterKeys
 from ..store import Delete, Op, Put, Store
 from .app_specs import (
+    check_http_options,
     check_traffic,
     check_traffic_targets,
     normalize_application,
@@ -54,8 +54,10 @@ from .code_digest import WorkingDirDigests
 from .deployments import MAX_OPS_PER_TXN, DeploymentTable
 from .mirror import StoreMirror
 from .spec import check_name
+from .stored import Unusable, load_application
 
 logger = logging.getLogger(__name__)
+
 
 def _without_traffic(spec: apb.ApplicationSpec) -> apb.ApplicationSpec:
     out = apb.ApplicationSpec()
@@ -67,17 +69,6 @@ def _without_traffic(spec: apb.ApplicationSpec) -> apb.ApplicationSpec:
 def pending(record: apb.ApplicationRecord) -> bool:
     """The newest generation is neither applied nor failed."""
     return record.generation not in (record.applied_generation, record.failed_generation)
-
-
-def check_http_options(options: apb.HttpOptions) -> None:
-    if options.port > 65535:
-        raise InvalidArgument("http_options.port", f"must be at most 65535, got {options.port}")
-    if not math.isfinite(options.request_timeout_s) or options.request_timeout_s < 0:
-        raise InvalidArgument("http_options.request_timeout_s",
-                              f"must be >= 0 seconds, got {options.request_timeout_s!r}")
-    if options.max_request_body_bytes > 1 << 50:
-        raise InvalidArgument("http_options.max_request_body_bytes",
-                              f"must be at most {1 << 50}, got {options.max_request_body_bytes}")
 
 
 class ApplicationTable:
@@ -93,6 +84,9 @@ class ApplicationTable:
         # Told when an application has a new generation to build (or delete).
         self._on_goal = on_goal or (lambda: None)
         self._records: dict[str, apb.ApplicationRecord] = {}
+        # Stored records this term cannot use (stored.py), by name: status shows
+        # them failed; deploying the name replaces them, deleting it removes them.
+        self.unusable: dict[str, Unusable] = {}
         self.http_options = apb.HttpOptions()
         self._lock = asyncio.Lock()
         self._writes = StoreMirror(fenced, store, self.load)
@@ -102,20 +96,19 @@ class ApplicationTable:
     # -- loading and reads -------------------------------------------------------
 
     async def load(self, store: Store) -> None:
-        records = {}
+        records, unusable = {}, {}
         for kv in await store.list_prefix(self._keys.applications):
-            record = apb.ApplicationRecord()
-            try:
-                record.ParseFromString(kv.value)
-            except Exception:
-                logger.error("skipping unreadable application record at %s", kv.key)
-                continue
-            records[record.spec.name] = record
+            record, problem = load_application(self._keys.applications, kv.key, kv.value)
+            if problem is not None:  # set aside, never a poison pill (stored.py)
+                logger.error("application %s", problem.message)
+                unusable[problem.application] = problem
+            elif record is not None:
+                records[record.spec.name] = record
         options = apb.HttpOptions()
         stored = await store.get(self._keys.http_options)
         if stored is not None:
             options.ParseFromString(stored.value)
-        self._records, self.http_options = records, options
+        self._records, self.http_options, self.unusable = records, options, unusable
 
     def records(self) -> list[apb.ApplicationRecord]:
         """Every application record, deleted ones still being cleaned up included."""
@@ -158,6 +151,7 @@ class ApplicationTable:
 
     def _mirror(self, updated: dict[str, apb.ApplicationRecord | None]) -> None:
         for name, record in updated.items():
+            self.unusable.pop(name, None)
             if record is None:
                 self._records.pop(name, None)
             else:
@@ -310,7 +304,11 @@ class ApplicationTable:
             if updated:
                 await self._commit([self._put(r) for r in updated.values() if r], updated,
                                    self._on_goal)
-        return targets
+            gone = [self.unusable[n] for n in dict.fromkeys(names) if n in self.unusable]
+            if gone:
+                await self._commit([Delete(p.key) for p in gone],
+                                   {p.application: None for p in gone})
+        return targets + [p.application for p in gone]
 
     async def set_traffic(self, name: str, traffic: apb.TrafficPolicy) -> None:
         check_name("application", name)
@@ -333,11 +331,13 @@ class ApplicationTable:
         """Forget every application record (Shutdown deletes the deployments itself);
         from then on, this term's table refuses writes (a build under way writes nothing)."""
         async with self._lock:
-            names = sorted(self._records)
-            for start in range(0, len(names), MAX_OPS_PER_TXN):
-                chunk = names[start:start + MAX_OPS_PER_TXN]
-                await self._commit([Delete(self._keys.application(n)) for n in chunk],
-                                   dict.fromkeys(chunk))
+            keys = {self._keys.application(n): n for n in sorted(self._records)}
+            keys.update({p.key: p.application for p in self.unusable.values()})
+            found = list(keys.items())
+            for start in range(0, len(found), MAX_OPS_PER_TXN):
+                chunk = found[start:start + MAX_OPS_PER_TXN]
+                await self._commit([Delete(key) for key, _ in chunk],
+                                   dict.fromkeys(name for _, name in chunk))
             self.closed = True
 
     # -- the results of builds (reconcile/builds.py) -----------------------------------

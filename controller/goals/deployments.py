@@ -33,6 +33,7 @@ from .code_digest import WorkingDirDigests
 from .mirror import StoreMirror
 from .policy import DeployPolicy
 from .spec import DEFAULT_APPLICATION, check_name, code_hash, normalize_spec, stored_version
+from .stored import Unusable, load_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class DeploymentTable:
         self._writes = StoreMirror(fenced, store, self.load)
         self._clock = clock or Clock()
         self._records: dict[Key, records_pb2.DeploymentRecord] = {}
+        # Stored records this term cannot use, by (application, name): status
+        # shows them failed; Deploy replaces them, delete removes them.
+        self.unusable: dict[Key, Unusable] = {}
         self._lock = asyncio.Lock()
 
     # -- loading ------------------------------------------------------------
@@ -98,15 +102,15 @@ class DeploymentTable:
     async def load(self, store: Store) -> None:
         """Replace memory with the records in the store (a new leader term)."""
         records: dict[Key, records_pb2.DeploymentRecord] = {}
+        unusable: dict[Key, Unusable] = {}
         for kv in await store.list_prefix(self._keys.deployments):
-            record = records_pb2.DeploymentRecord()
-            try:
-                record.ParseFromString(kv.value)
-            except Exception:
-                logger.error("skipping unreadable deployment record at %s", kv.key)
-                continue
-            records[(record.spec.application, record.spec.name)] = record
-        self._records = records
+            record, problem = load_deployment(self._keys.deployments, kv.key, kv.value)
+            if problem is not None:  # set aside, never a poison pill (stored.py)
+                logger.error("deployment %s", problem.message)
+                unusable[(problem.application, problem.name)] = problem
+            elif record is not None:
+                records[(record.spec.application, record.spec.name)] = record
+        self._records, self.unusable = records, unusable
         live = sum(not r.deleted for r in records.values())
         logger.info("loaded %d deployments (%d deleted) from the store",
                     live, len(records) - live)
@@ -141,6 +145,8 @@ class DeploymentTable:
         """Write (store_mirror.py), then mirror in memory and run `after`."""
         def mirror() -> None:
             self._records.update(updated)
+            for key in updated:  # a set-aside record written over is gone
+                self.unusable.pop(key, None)
             if after is not None:
                 after()
             for key in updated:
@@ -293,6 +299,7 @@ class DeploymentTable:
                        if (application, n) in self._records
                        and not self._records[(application, n)].deleted]
             await self._mark_deleted(targets)
+            targets += await self._remove_unusable([(application, n) for n in names])
             await self._purge_history()
         return [name for _, name in targets]
 
@@ -302,8 +309,23 @@ class DeploymentTable:
             await self._writes.refresh_if_stale()
             targets = [k for k, r in sorted(self._records.items()) if not r.deleted]
             await self._mark_deleted(targets)
+            targets += await self._remove_unusable(list(self.unusable))
             await self._purge_history()
         return len(targets)
+
+    async def _remove_unusable(self, keys: builtins.list[Key]) -> builtins.list[Key]:
+        """Delete the set-aside records among `keys` from the store, by the keys
+        they were found at; the keys removed."""
+        found = [self.unusable[key] for key in dict.fromkeys(keys) if key in self.unusable]
+        for start in range(0, len(found), MAX_OPS_PER_TXN):
+            chunk = found[start:start + MAX_OPS_PER_TXN]
+
+            def forget(chunk: builtins.list[Unusable] = chunk) -> None:
+                for problem in chunk:
+                    self.unusable.pop((problem.application, problem.name), None)
+
+            await self._commit([Delete(p.key) for p in chunk], {}, forget)
+        return [(p.application, p.name) for p in found]
 
     async def _purge_history(self) -> None:
         """Forget the oldest deleted deployments past MAX_DELETED_HISTORY."""

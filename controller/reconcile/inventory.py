@@ -59,8 +59,13 @@ class Inventory:
 
     async def recover(self, store: Store) -> list[replica_pb2.ReplicaRecord]:
         """The registry's records of replicas still running (stopping ones marked so)."""
-        records = [replica_pb2.ReplicaRecord.FromString(kv.value)
-                   for kv in await store.list_prefix(self._keys.replicas)]
+        records = []
+        for kv in await store.list_prefix(self._keys.replicas):
+            try:
+                records.append(replica_pb2.ReplicaRecord.FromString(kv.value))
+            except Exception as e:  # never a poison pill (goals/stored.py): skipped
+                logger.error("the stored replica record at %s cannot be used (%s); "
+                             "skipping it", kv.key, type(e).__name__)
         running = {r.replica_id: r for r in await self._ops.runtime.list(self._ops.cluster)}
         adopted = []
         for record in records:
