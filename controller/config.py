@@ -17,6 +17,7 @@ from servefleet.wire import DEFAULT_CONTROLLER
 from .errors import InvalidArgument
 from .goals.policy import DeployPolicy
 from .goals.spec import check_name
+from .runtime.sandbox import Sandbox
 
 RUNTIMES = ("process", "docker", "swarm", "none")
 
@@ -68,12 +69,23 @@ class ControllerConfig:
     auth_tokens: str | None = None
     # host:port of the HTTP server for /metrics and /-/metrics-targets; None: none.
     metrics_listen: str | None = None
+    # DNS names that server answers to besides localhost and IP addresses
+    # (api/http_gate.py: a guard against DNS rebinding).
+    allow_http_hosts: tuple[str, ...] = ()
     # What deploys may run (goals/policy.py): roots for runtime.working_dir,
     # patterns for runtime.image, and whether runtime.env may be set. Empty /
     # None: the defaults, which depend on whether `listen` is loopback.
     allow_working_dirs: tuple[str, ...] = ()
     allow_images: tuple[str, ...] = ()
     allow_env: bool | None = None
+    # Who user code runs as on this host (runtime/sandbox.py): "auto", "none",
+    # a user name or UID[:GID].
+    replica_user: str = "auto"
+
+    def sandbox(self) -> Sandbox:
+        """ValueError naming --replica-user when it cannot be."""
+        return Sandbox.resolve(self.replica_user,
+                               secured=self.tls is not None or self.auth_tokens is not None)
 
     def deploy_policy(self) -> DeployPolicy:
         return DeployPolicy.build(loopback=is_loopback(self.listen), cwd=os.getcwd(),
@@ -106,6 +118,7 @@ class ControllerConfig:
         if self.tls is not None and self.replica_tls is None:
             raise ValueError("TLS: replicas need certificates of their own: --certs DIR "
                              "(with DIR/replica.crt), or --replica-cert and --replica-key")
+        self.sandbox()
         if not 0.5 <= self.lease_ttl <= 300:
             raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
 

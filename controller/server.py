@@ -46,6 +46,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc
 from .api.auth import Authorizer
 from .api.gate import SERVICE_NAME, LeaderGate, Leadership
 from .api.http import ControllerHttp
+from .api.http_gate import HttpGate, server_tls
 from .api.servicer import ControllerServicer
 from .clock import Clock
 from .config import ControllerConfig
@@ -57,6 +58,7 @@ from .reconcile.loop import tune_gc
 from .reconcile.replica_client import GrpcReplicaClient
 from .runtime import Runtime
 from .runtime.process import ProcessRuntime
+from .runtime.sandbox import Sandbox
 from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
 from .xds.ads import AggregatedDiscovery
@@ -73,6 +75,25 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+
+def _checked_sandbox(config: ControllerConfig) -> Sandbox:
+    """Who user code runs as: --replica-user, tried once. "auto" that cannot
+    work here (the interpreter is unreadable to that user) warns and runs user
+    code as this controller's user; a user named outright is an error."""
+    sandbox = config.sandbox()
+    problem = sandbox.problem()
+    if not problem:
+        if sandbox.uid is not None:
+            logger.info("user code runs as uid %d, gid %d (--replica-user)", sandbox.uid,
+                        sandbox.gid)
+        return sandbox
+    if config.replica_user != "auto":
+        raise ValueError(f"--replica-user {config.replica_user}: {problem}")
+    logger.warning("user code runs as this controller's user, and could read its keys and "
+                   "token file: %s (make the interpreter and servefleet readable to it, or "
+                   "set --replica-user)", problem)
+    return Sandbox()
+
 class ControllerServer:
     def __init__(self, config: ControllerConfig, store: Store | None = None,
                  clock: Clock | None = None) -> None:
@@ -81,6 +102,7 @@ class ControllerServer:
         self._clock = clock or Clock()
         self._store = store or open_store(config.store_url, config.etcd_tls or config.tls)
         self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
+        self.authorizer.replica_tokens = self._replica_token_owner
         keys = ClusterKeys(config.cluster)
         self.election = LeaderElection(self._store, keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
@@ -96,12 +118,13 @@ class ControllerServer:
         self._http: Any = None
         TERM.identity = config.advertised()
         TERM.term = lambda: self.term
+        self._sandbox = _checked_sandbox(config)
         self._replica_client = GrpcReplicaClient(
             Credentials(config.tls, server_name=role_server_name("replica")))
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
                                 self._make_runtime(), self._replica_client,
                                 lambda: self.membership.addresses,
-                                policy=config.deploy_policy())
+                                policy=config.deploy_policy(), sandbox=self._sandbox)
         # The serving leader term, or None while this controller does not lead.
         self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()
@@ -131,7 +154,8 @@ class ControllerServer:
                                  replica_tls=self.config.replica_tls)
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
         return ProcessRuntime(runtime_dir, self.config.cluster,
-                              replica_tls=self.config.replica_tls)
+                              replica_tls=self.config.replica_tls,
+                              sandbox=self._sandbox)
 
     # -- 1. startup -------------------------------------------------------------
 
@@ -154,7 +178,8 @@ class ControllerServer:
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(self.config.cluster, self._leadership, lambda: self.term,
                                self.membership,
-                               on_shutdown=lambda: self.request_stop(stop_replicas=True)),
+                               on_shutdown=lambda: self.request_stop(stop_replicas=True),
+                               role=self.authorizer.role),
             server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.xds = AggregatedDiscovery(lambda: self.term.publisher if self.term else None,
@@ -220,10 +245,21 @@ class ControllerServer:
         host, _, port = self.config.metrics_listen.rpartition(":")
         app = ControllerHttp(lambda: self.term, lambda: members.addresses,
                              lambda: self.election.leader, self.config.cluster,
-                             self._leadership.identity, lambda: self.membership.addresses)
-        self._http = await start_http_server(app, host.strip("[]"), int(port))
+                             self._leadership.identity, lambda: self.membership.addresses,
+                             HttpGate(self.authorizer, self.config.allow_http_hosts))
+        self._http = await start_http_server(app, host.strip("[]"), int(port),
+                                             **server_tls(self.config.tls))
         self._metrics_task = asyncio.create_task(members.run(), name="metrics-membership")
-        logger.info("metrics on http://%s/metrics", self.config.metrics_listen)
+        logger.info("metrics on %s://%s/metrics%s", "https" if self.config.tls else "http",
+                    self.config.metrics_listen,
+                    " (credentials needed)" if self.authorizer.enabled else "")
+
+    def _replica_token_owner(self, hashed: str) -> tuple[str, str] | None:
+        """Whose replica token this is, by the serving term's registry."""
+        term = self.term
+        if term is None or term.replicas is None:
+            return None
+        return term.replicas.token_owner(hashed)
 
     def _security_summary(self) -> str:
         parts = ["mutual TLS" if self.config.tls else "plain text"]

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from servefleet.v1 import application_pb2, records_pb2, status_pb2, watch_pb2
+from servefleet.v1 import application_pb2, records_pb2, replica_pb2, status_pb2, watch_pb2
 from servefleet.v1 import controller_pb2 as api
 
+from .api.redact import env_values, scrub
 from .api.status import Observed, cluster_status
 from .clock import Clock
 from .election import FencedStore, LeaderElection
@@ -53,6 +54,7 @@ from .reconcile.replica_client import ReplicaClient
 from .reconcile.replica_ops import ReplicaOps
 from .reconcile.replicas import ReplicaReconciler
 from .runtime import Runtime
+from .runtime.sandbox import Sandbox
 from .store import Store, StoreUnavailable
 from .unservable import application_unavailable, deployment_unavailable
 from .watch import Publisher, StatePublisher
@@ -79,6 +81,8 @@ class TermParts:
     max_history: int = MAX_DELETED_HISTORY
     # What deploys may run (--allow-working-dir, --allow-image, --allow-env).
     policy: DeployPolicy = field(default_factory=DeployPolicy)
+    # Who user code run on this host runs as (--replica-user; runtime/sandbox.py).
+    sandbox: Sandbox = field(default_factory=Sandbox)
 
 
 def _stamp(seconds: float) -> Timestamp:
@@ -115,6 +119,7 @@ class LeaderTerm:
         self.load_reports = LoadReports(parts.clock)
         self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,
                                               parts.clock, self._running_count)
+        self.autoscaler.sandbox = parts.sandbox
         self.loop.add(self.autoscaler)
         self.deployments.can_purge = lambda key: not self.observed.tracks(key)
         self._running: asyncio.Task[None] | None = None
@@ -141,13 +146,31 @@ class LeaderTerm:
                                       self.applications.records(), self.builds.building,
                                       [*self.deployments.unusable.values(),
                                        *self.applications.unusable.values()])
+        secrets = self.env_values()
         for app in applications:
+            app.message = scrub(app.message, secrets.get(app.name, ()))
             for dep in app.deployments:
+                dep.message = scrub(dep.message, secrets.get(app.name, ()))
                 dep.queued_requests = self.load_reports.queued(app.name, dep.name)
                 traffic = self.load_reports.traffic(app.name, dep.name)
                 if traffic is not None:
                     dep.traffic.requests_per_s, dep.traffic.p50_ms, dep.traffic.p99_ms = traffic
         return applications
+
+    def env_values(self) -> dict[str, list[str]]:
+        """Each application's environment values, to scrub from texts (redact.py)."""
+        return env_values(self.deployments.list(include_deleted=True),
+                          self.applications.records())
+
+    def replica_infos(self, application: str = "",
+                      deployment: str = "") -> list[replica_pb2.ReplicaInfo]:
+        """ListReplicas: the observed replicas, their messages scrubbed of env values."""
+        infos = self.observed.replica_infos(application, deployment)
+        secrets = self.env_values()
+        for info in infos:
+            if info.message:
+                info.message = scrub(info.message, secrets.get(info.record.application, ()))
+        return infos
 
     def status_response(self, cluster: str, leader: str,
                         controllers: list[str]) -> api.GetStatusResponse:
@@ -237,6 +260,7 @@ class LeaderTerm:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._running
         await self.loop.cancel_all()  # work that recovery started, even if the loop never ran
+        await self.autoscaler.close()  # custom policies' processes
         self.publisher.close()  # Watch streams notice and end
 
     async def wait_replicas_gone(self, timeout_s: float) -> bool:

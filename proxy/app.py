@@ -2,13 +2,15 @@
 
 Per request:
 
-1. `/-/healthz` and `/-/routes` are answered by the proxy itself; a path no
-   route prefix matches gets 404 naming the known prefixes.
-2. Headers past `max_header_bytes` get 431; a body past the cluster's
-   http_options.max_request_body_bytes gets 413 (dataplane/body.py). A body
-   up to 1 MiB is read once, whole (it may have to go to a second replica);
-   a larger one streams to the replica as the client sends it.
-3. The request is forwarded with `x-request-id` kept or created, by the
+1. `/-/healthz`, `/-/routes` and `/-/metrics` are answered by the proxy
+   itself, the last two only to whom `--admin-paths` lets in (access.py); a
+   path no route prefix matches gets 404 naming the known prefixes.
+2. A body past the cluster's http_options.max_request_body_bytes gets 413
+   (dataplane/body.py). A body up to 1 MiB is read once, whole (it may have
+   to go to a second replica); a larger one streams to the replica as the
+   client sends it. (Heads past the limits never get here: edge.py.)
+3. The request is forwarded with `x-request-id` kept or created, and none of
+   the client's `x-servefleet-*` headers (the cluster's own), by the
    forward-with-retry proxies share with handles (servefleet/dataplane/):
    a replica is chosen by its deployment's pool; when all are full the
    request queues, and past max_queued_requests it gets 503. A request no
@@ -23,7 +25,8 @@ once the body is read: that copy runs on its own, its answer is read and
 dropped, and its failures are only logged. Streamed bodies get no shadow copy.
 
 The replica learns which route prefix matched from `x-servefleet-route-prefix`
-(ASGI apps are served under it as their root_path).
+(ASGI apps are served under it as their root_path), and the name of the
+token the proxy checked from `x-servefleet-caller`.
 
 `request_timeout_s` bounds the whole exchange: 504 when it runs out.
 """
@@ -49,13 +52,14 @@ from servefleet.metrics.exposition import send_metrics
 from servefleet.security.tokens import TokenTable
 from servefleet.wire import (
     CALLER_HEADER,
-    METHOD_HEADER,
     MODEL_ID_HEADER,
+    OWN_HEADER_PREFIX,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
 )
 from servefleet.ws import deny
 
+from .access import ADMIN_PATHS, AdminAccess, bearer_name
 from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back
 from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
@@ -66,16 +70,15 @@ logger = logging.getLogger(__name__)
 access = logging.getLogger("servefleet.proxy.access")
 
 SHADOW_TIMEOUT_S = 30.0
-# Past this many bytes of request headers (names, values and separators): 431.
-MAX_HEADER_BYTES = 64 * 1024
 # Shadow copies in flight per proxy; past it (or while the shadow's own queue
 # is not empty) copies are dropped: a shadow must never cost the real traffic.
 MAX_SHADOWS = 64
-# Host and length are recomputed for the request forwarded. A handle call's
-# marker and the route prefix are the proxy's to say: neither comes from a client.
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", METHOD_HEADER,
-                              ROUTE_PREFIX_HEADER, CALLER_HEADER, b"x-forwarded-for",
-                              b"x-forwarded-proto"}
+# Host and length are recomputed for the request forwarded; the request id,
+# x-forwarded-* (forwarded.py) and, beside these, every x-servefleet-* header
+# (OWN_HEADER_PREFIX: a handle call's marker, the route prefix, the caller, the
+# multiplexed models, ...) are the proxy's to say.
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", REQUEST_ID_HEADER,
+                              b"x-forwarded-for", b"x-forwarded-proto"}
 
 
 def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarded: Forwarded,
@@ -85,24 +88,13 @@ def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarde
     dropped = and_named_by_connection(scope["headers"], NOT_FORWARDED)
     if caller is not None:
         dropped = dropped | {b"authorization"}
-    headers = [(k, v) for k, v in scope["headers"] if k not in dropped and k != REQUEST_ID_HEADER
+    headers = [(k, v) for k, v in scope["headers"]
+               if k not in dropped and not k.startswith(OWN_HEADER_PREFIX)
                ] + [(REQUEST_ID_HEADER, request_id.encode("latin-1")),
                     (ROUTE_PREFIX_HEADER, route_prefix.encode()), *forwarded.headers(scope)]
     if caller is not None:
         headers.append((CALLER_HEADER, caller.encode()))
     return headers
-
-
-def _caller(scope: Scope, tokens: TokenTable | None) -> str | None:
-    """The name of the request's bearer token, or None when it has no valid one."""
-    if tokens is None:
-        return None
-    for k, v in scope["headers"]:
-        if k == b"authorization":
-            scheme, _, token = v.decode("latin-1").partition(" ")
-            entry = tokens.lookup(token.strip()) if scheme.lower() == "bearer" else None
-            return entry.name if entry is not None else None
-    return None
 
 
 def _raw_target(scope: Scope) -> bytes:
@@ -130,12 +122,11 @@ class ProxyApp:
     def __init__(self, pools: Callable[[str, str], ReplicaPool | None],
                  routes: Callable[[], RouteTable], upstream: UpstreamPool,
                  request_timeout_s: float | None = None,
-                 max_header_bytes: int = MAX_HEADER_BYTES,
                  tokens: Callable[[], TokenTable | None] = lambda: None) -> None:
         self._pools = pools
-        # The tokens of --http-tokens (None: none), for routes that require one.
+        # The tokens of --http-tokens (None: none), for routes that require one
+        # and for the admin paths.
         self._tokens = tokens
-        self._max_header_bytes = max_header_bytes
         self._routes = routes
         self._upstream = upstream
         self._timeout = request_timeout_s
@@ -154,6 +145,8 @@ class ProxyApp:
         self.websockets = WebSockets()
         # x-forwarded-for and -proto for replicas (--forwarded-allow-ips).
         self.forwarded = Forwarded()
+        # Who may read /-/routes and /-/metrics (--admin-paths).
+        self.admin = AdminAccess()
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -162,24 +155,11 @@ class ProxyApp:
                 await self._websocket(scope, receive, send)
             return
         path: str = scope["path"]
-        header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
-        if header_bytes > self._max_header_bytes:
-            await reply(send, 431, f"the request's headers are {header_bytes} bytes; the "
-                        f"limit is {self._max_header_bytes}")
-            return
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or new_request_id()
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
-        if path == "/-/healthz":
-            await reply(send, 503 if self.draining else 200,
-                        "draining" if self.draining else "ok")
-            return
-        if path == "/-/routes":
-            await reply(send, 200, json.dumps(self._routes().as_json()),
-                        content_type=b"application/json")
-            return
-        if path == "/-/metrics":
-            await send_metrics(send)
+        if path.startswith("/-/") and (path == "/-/healthz" or path in ADMIN_PATHS):
+            await self._own_path(scope, send, path)
             return
         target = self._routes().match(path)
         if target is None:
@@ -210,19 +190,32 @@ class ProxyApp:
                             started.code or CLIENT_LEFT, seconds * 1e3, target.application,
                             started.deployment)
 
+    async def _own_path(self, scope: Scope, send: Send, path: str) -> None:
+        """/-/healthz for anyone; /-/routes and /-/metrics for whom --admin-paths lets in."""
+        if path == "/-/healthz":
+            await reply(send, 503 if self.draining else 200,
+                        "draining" if self.draining else "ok")
+            return
+        refusal = self.admin.refusal(scope, self._tokens())
+        if refusal is not None:
+            await reply(send, refusal[0], refusal[1], extra=refusal[2])
+        elif path == "/-/routes":
+            await reply(send, 200, json.dumps(self._routes().as_json()),
+                        content_type=b"application/json")
+        else:
+            await send_metrics(send)
+
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route a WebSocket handshake as an HTTP request is routed (the same
         checks and refusals, as HTTP answers), then relay it (websocket.py)."""
         request_id = next((v.decode("latin-1") for k, v in scope["headers"]
                            if k == REQUEST_ID_HEADER and v), "") or new_request_id()
         REQUEST_ID.set(request_id)
-        header_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
         target = self._routes().match(scope["path"])
-        caller = _caller(scope, self._tokens()) if target and target.require_token else None
+        caller = bearer_name(scope, self._tokens()) if target and target.require_token \
+            else None
         pool = self._pools(target.application, target.pick()) if target else None
         problem = (
-            (431, f"the request's headers are {header_bytes} bytes; the limit is "
-                  f"{self._max_header_bytes}") if header_bytes > self._max_header_bytes else
             (503, "the proxy is draining") if self.draining else
             (404, f"no route matches {scope['path']!r}") if target is None else
             (401, "this route needs a bearer token (authorization: Bearer TOKEN)")
@@ -243,7 +236,7 @@ class ProxyApp:
                            request_id: str, started: Started) -> None:
         caller = None
         if target.require_token:
-            caller = _caller(scope, self._tokens())
+            caller = bearer_name(scope, self._tokens())
             if caller is None:
                 await reply(send, 401, "this route needs a bearer token (authorization: "
                             "Bearer TOKEN)", request_id,

@@ -10,7 +10,8 @@ of the users' protos. Per call:
    NOT_FOUND naming the applications there are.
 2. an application with require_token wants `authorization: Bearer TOKEN`
    (the --http-tokens file): UNAUTHENTICATED otherwise; the token stays here
-   and its name goes on as `x-servefleet-caller`.
+   and its name goes on as `x-servefleet-caller`. No `x-servefleet-*` key a
+   client sends goes on: those are the cluster's own (servefleet/wire.py).
 3. forward (servefleet/dataplane/grpc_forward.py): the same pool, queue and
    balancer as HTTP; a call no replica processed is retried on another one.
    The deadline is the client's, bounded by the request timeout (the
@@ -21,7 +22,10 @@ of the users' protos. Per call:
 
 Statuses of the proxy's own: NOT_FOUND (no route), UNAUTHENTICATED,
 UNAVAILABLE (no replica yet, overloaded past max_queued_requests, no replica
-took it: all retryable), DEADLINE_EXCEEDED. The port also serves
+took it: all retryable), DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED for a
+request message past GRPC_MAX_REQUEST_BYTES (4 MiB, what replicas take;
+gRPC's own refusal, before any of this runs: "Received message larger than
+max (N vs. 4194304)"). The port also serves
 grpc.health.v1 and servefleet.v1.IngressService (ListApplications, Healthz).
 Unary and server-streaming RPCs are forwarded; client and bidirectional
 streaming are not (UNIMPLEMENTED from the replica).
@@ -41,13 +45,21 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
-from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
+from servefleet.dataplane.grpc_forward import (
+    GRPC_MAX_ANSWER_BYTES,
+    Answer,
+    CallFailed,
+    GrpcChannels,
+    forward_grpc,
+)
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.security.tokens import TokenTable
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 from servefleet.wire import (
     APPLICATION_METADATA_KEY,
     CALLER_HEADER,
+    GRPC_MAX_REQUEST_BYTES,
+    OWN_HEADER_PREFIX,
     REJECTED_METADATA_KEY,
     REQUEST_ID_METADATA_KEY,
 )
@@ -57,9 +69,11 @@ from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable
 
 logger = logging.getLogger(__name__)
 _CALLER = CALLER_HEADER.decode()
-# Not forwarded: the transport's own, and what only the proxy may say.
+# Not forwarded: the transport's own, the request id (kept or made up, then
+# added), and what only the proxy may say (any key with _OWN_PREFIX).
 _DROPPED = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
-                      "grpc-accept-encoding", _CALLER})
+                      "grpc-accept-encoding", REQUEST_ID_METADATA_KEY})
+_OWN_PREFIX = OWN_HEADER_PREFIX.decode()
 _OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name,
                  "/grpc.health.v1.Health/")
 _Code = grpc.StatusCode
@@ -183,8 +197,8 @@ class GrpcProxy:
                 raise _Abort(_Code.UNAVAILABLE, f"{application}/{deployment} has no replicas "
                              "known yet")
             forwarded = [(k, v) for k, v in metadata
-                         if k not in _DROPPED and k != REQUEST_ID_METADATA_KEY
-                         and not k.startswith(":") and not (caller and k == "authorization")]
+                         if k not in _DROPPED and not k.startswith((":", _OWN_PREFIX))
+                         and not (caller and k == "authorization")]
             forwarded.append((REQUEST_ID_METADATA_KEY, request_id))
             if caller is not None:
                 forwarded.append((_CALLER, caller))
@@ -267,9 +281,12 @@ async def start_grpc_ingress(proxy: GrpcProxy, routes: Callable[[], RouteTable],
                              tls_cert: str | None = None, tls_key: str | None = None
                              ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
     """Bind and start the gRPC ingress; OSError when it cannot listen."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
-                                      ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    # Requests as large as replicas take, no larger (gRPC refuses the rest
+    # with RESOURCE_EXHAUSTED naming the limit); answers as large as the
+    # proxy takes from replicas (dataplane/grpc_forward.py).
+    server = grpc.aio.server(options=[
+        ("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", GRPC_MAX_REQUEST_BYTES),
+        ("grpc.max_send_message_length", GRPC_MAX_ANSWER_BYTES)])
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     ingress_pb2_grpc.add_IngressServiceServicer_to_server(IngressService(proxy, routes), server)

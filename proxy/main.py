@@ -5,7 +5,8 @@ WatchClient, announcing itself as a proxy with its address) and serves HTTP
 with uvicorn. With no controller reachable it keeps serving the last routes
 and replicas it was sent. On SIGTERM/SIGINT it drains: /-/healthz turns 503,
 the listener closes, in-flight requests finish (up to --drain-timeout-s),
-and it exits; a second signal exits at once.
+and it exits; a second signal exits at once. What one client may hold of it
+(head sizes and times, idle and open connections) is edge.py's.
 """
 
 from __future__ import annotations
@@ -15,26 +16,37 @@ import logging
 import signal
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from servefleet.dataplane.grpc_forward import GrpcChannels
 from servefleet.dataplane.load_report import LoadReporter
 from servefleet.dataplane.metrics import publish_pools
 from servefleet.dataplane.upstream import UpstreamPool
-from servefleet.lifecycle import notify_ready, on_stop_signals, start_http_server
+from servefleet.lifecycle import (
+    notify_ready,
+    on_stop_signals,
+    raise_open_file_limit,
+    start_http_server,
+)
 from servefleet.security.tls import Credentials
 from servefleet.security.tokens import TokenFile
 from servefleet.v1 import watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import ROUTES_KEY, replicas_key
 
-from .app import MAX_HEADER_BYTES, ProxyApp
+from .access import AdminAccess
+from .app import ProxyApp
+from .edge import HeadClock
 from .forwarded import DEFAULT_TRUSTED, Forwarded
 from .grpc_ingress import GrpcProxy, start_grpc_ingress
+from .limits import EdgeLimits
 from .routes import DEFAULT_ANSWER_START_S
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
+# Open files kept for other than client connections (logs, listeners, the
+# controller's channel) when the connection cap is derived from the file limit.
+RESERVED_FILES = 64
 
 
 @dataclass
@@ -55,8 +67,12 @@ class ProxyOptions:
     advertise: str | None = None
     # The proxy's identity towards the controllers (mutual TLS), or None: from the env.
     credentials: Credentials | None = None
-    # 431 past this many bytes of request headers.
-    max_header_bytes: int = MAX_HEADER_BYTES
+    # Head sizes and times, idle and open connections (edge.py); with
+    # max_connections None, half the open files left after RESERVED_FILES
+    # (each request forwarded holds a second one, to its replica).
+    limits: EdgeLimits = field(default_factory=EdgeLimits)
+    # Who may read /-/routes and /-/metrics: loopback, token or public (access.py).
+    admin_paths: str = "loopback"
     # HTTPS on the ingress: PEM certificate chain and key. None: plain HTTP.
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -83,12 +99,17 @@ async def serve(options: ProxyOptions) -> None:
     TokenFileError for an --http-tokens file that does not parse."""
     host, _, port = options.listen.rpartition(":")
     tokens = TokenFile(options.http_tokens, "HTTP tokens")
+    open_files = raise_open_file_limit()
+    limits = options.limits
+    if limits.max_connections is None:
+        limits = replace(limits, max_connections=max(1, (open_files - RESERVED_FILES) // 2))
+    heads = HeadClock(limits)
     upstream = UpstreamPool()
     state = ProxyState(upstream, options.passive_health)
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
-                       options.request_timeout_s, options.max_header_bytes,
-                       lambda: tokens.table)
+                       options.request_timeout_s, lambda: tokens.table)
+        app.admin = AdminAccess(options.admin_paths)
         app.access_log = options.access_log
         app.metrics_enabled = options.metrics
         app.websockets.idle_timeout_s = options.websocket_idle_timeout_s
@@ -98,7 +119,8 @@ async def serve(options: ProxyOptions) -> None:
         # The client is the connection's peer: the proxy adds it to x-forwarded-for
         # (forwarded.py); uvicorn's own reading of those headers stays off.
         server = await start_http_server(app, host, int(port), date_header=False,
-                                         proxy_headers=False,
+                                         proxy_headers=False, http=heads.protocol(),
+                                         timeout_keep_alive=limits.keep_alive_timeout_s,
                                          reuse_port=options.worker is not None,
                                          server_header=False,
                                          timeout_graceful_shutdown=int(options.drain_timeout_s),
@@ -118,6 +140,7 @@ async def serve(options: ProxyOptions) -> None:
             except OSError:
                 await server.shutdown()
                 raise
+        heads.start()
         address = options.advertise or (options.listen if host not in ("0.0.0.0", "::", "")
                                         else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(options.controllers, [ROUTES_KEY, replicas_key()],
@@ -131,10 +154,11 @@ async def serve(options: ProxyOptions) -> None:
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
         publishing = asyncio.create_task(publish_pools()) if options.worker is not None \
             else None
-        logger.info("proxy %s listening on %s (%s)%s, watching %s", watcher.watcher_id,
-                    options.listen, "HTTPS" if options.tls_cert else "HTTP",
+        logger.info("proxy %s listening on %s (%s)%s, watching %s; at most %s client "
+                    "connections (%d open files)", watcher.watcher_id, options.listen,
+                    "HTTPS" if options.tls_cert else "HTTP",
                     f" and {options.grpc_listen} (gRPC)" if options.grpc_listen else "",
-                    options.controllers)
+                    options.controllers, limits.max_connections or "unlimited", open_files)
         notify_ready(f"proxy listening on {options.listen}")
         stop = asyncio.Event()
         on_stop_signals(stop.set)
@@ -148,6 +172,7 @@ async def serve(options: ProxyOptions) -> None:
             await checks.enter_graceful_shutdown()  # health: NOT_SERVING
             stopped = asyncio.ensure_future(grpc_server.stop(options.drain_timeout_s))
         await server.shutdown()
+        heads.stop()
         if grpc_server is not None:
             await stopped
             await channels.close()

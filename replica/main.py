@@ -36,7 +36,13 @@ from servefleet.lifecycle import on_stop_signals, start_http_server
 from servefleet.metrics.exposition import metrics_app
 from servefleet.replica_command import add_arguments
 from servefleet.security.roles import REPLICA_CONTROL
-from servefleet.security.tls import Credentials, TlsFiles, add_port, peer_role
+from servefleet.security.tls import (
+    Credentials,
+    TlsFiles,
+    add_port,
+    peer_role,
+    set_process_credentials,
+)
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
 from servefleet.watch_client import WatchClient
 from servefleet.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
@@ -58,12 +64,32 @@ async def only_controllers(method: str, request: object,
                       f"certificate is for {role!r})")
 
 
-async def run(settings: ReplicaSettings) -> int:
-    replica = Replica(settings)
+def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
+    """Read the replica's key and certificates into memory, then drop to the
+    sandbox's user, if any: from then on nothing here can open the files a
+    replica of the controller's user could. Handles in user code call the
+    controllers as this replica through `set_process_credentials`, with the
+    token and keys in memory, none in the environment. OSError when the
+    working dir is not readable as that user."""
     tls = TlsFiles.from_dict(settings.tls)
     if tls is not None:
-        # Handles in user code find the replica's identity here (Credentials.from_env).
-        os.environ.update(Credentials(tls).to_env())
+        tls = tls.loaded()
+    set_process_credentials(Credentials(tls, settings.token or None))
+    if settings.run_as:
+        uid, _, gid = settings.run_as.partition(":")
+        os.setgroups([])
+        os.setgid(int(gid or uid))
+        os.setuid(int(uid))
+        where = settings.working_dir
+        if where and not os.access(where, os.R_OK | os.X_OK):
+            raise OSError(f"the working dir {where} cannot be read by uid {uid}, the user "
+                          "replicas run as (the controller's --replica-user): let others "
+                          "read it, or choose another user")
+    return tls
+
+
+async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
+    replica = Replica(settings)
     # No SO_REUSEPORT: a port another replica holds must fail the bind
     # (EXIT_BIND_FAILURE), not be shared with it.
     control = grpc.aio.server(
@@ -119,7 +145,7 @@ async def run(settings: ReplicaSettings) -> int:
                             kind=watch_pb2.WATCHER_KIND_REPLICA,
                             address=f"{settings.host}:{settings.http_port}",
                             watcher_id=settings.replica_id,
-                            credentials=Credentials(tls))
+                            credentials=Credentials.from_env())
         watch.start()
     loading = asyncio.create_task(replica.load())
     await replica.wait_and_drain()
@@ -160,12 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         settings = parse_args(argv)
         logs.configure("replica", fmt=None, application=settings.application,
                        deployment=settings.deployment, replica=settings.replica_id)
+        tls = take_credentials(settings)
     except (OSError, ValueError, TypeError) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     code = EXIT_FAILED
     try:
-        code = lifecycle.run(run(settings))
+        code = lifecycle.run(run(settings, tls))
     except BaseException:
         logger.exception("replica crashed")
     logging.shutdown()

@@ -80,6 +80,12 @@ class ReplicaSettings:
     # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
     # only controllers' certificates; calls to the controllers present it.
     tls: dict[str, str] | None = None
+    # This replica's own token for its calls to the controllers (issued by the
+    # leader that started it; it may watch only its own deployment's config).
+    token: str = ""
+    # "UID:GID" to run as once the settings, key and token are read (the
+    # process runtime's sandbox: runtime/sandbox.py); "": stay as started.
+    run_as: str = ""
 
 
 class Replica:

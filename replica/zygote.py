@@ -48,7 +48,7 @@ def _child(request: dict[str, Any], listener: socket.socket, conn: socket.socket
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         with open(os.devnull, "rb") as null:
             os.dup2(null.fileno(), 0)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)

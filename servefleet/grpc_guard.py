@@ -34,6 +34,11 @@ class Refused(Exception):
         self.message = message
 
 
+def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    context.set_code(code)
+    context.set_details(message)
+
+
 def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
     """`handler`, with requests parsed here and `check` awaited before it runs."""
     parse = handler.request_deserializer
@@ -48,13 +53,31 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"the request is not a valid {kind}: {e}")
 
-    async def checked(request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def admitted(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        """The parsed request, or None with the refusal's status set. Set, not
+        aborted with: grpc.aio keeps what an abort's frames hold, a request of
+        megabytes among them, for good."""
+        try:
+            request = parse(raw)
+        except DecodeError as e:
+            _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request is not a valid {kind}: {e}")
+            return None
+        del raw
+        if not await checked(request, context):
+            return None
+        return request
+
+    async def checked(request: Any, context: grpc.aio.ServicerContext) -> bool:
+        """Whether the call may go on; with the refusal's status set if not."""
         if check is None:
-            return
+            return True
         try:
             await check(method, request, context)
         except Refused as e:
-            await context.abort(e.code, e.message)
+            _refuse(context, e.code, e.message)
+            return False
+        return True
 
     respond = handler.response_serializer
     # The stubs type the behaviours as sync gRPC's; on the aio server they are coroutines.
@@ -64,16 +87,16 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
     if call is not None:
 
         async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            request = await parsed(raw, context)
-            await checked(request, context)
-            return await call(request, context)
+            request = await admitted(raw, context)
+            return None if request is None else await call(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary, response_serializer=respond)
     if stream is not None:
 
         async def streaming(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            request = await parsed(raw, context)
-            await checked(request, context)
+            request = await admitted(raw, context)
+            if request is None:
+                return
             async for item in stream(request, context):
                 yield item
 
@@ -81,7 +104,8 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
     if take is not None:
 
         async def taking(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
-            await checked(None, context)
+            if not await checked(None, context):
+                return None
 
             async def requests() -> AsyncIterator[Any]:
                 async for raw in raws:  # parsed inline: a coroutine per message costs

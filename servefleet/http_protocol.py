@@ -60,6 +60,10 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self.flush()  # what was written first goes first
+        self._transport.write_eof()
+
     def abort(self) -> None:
         self._pending = None
         self._transport.abort()

@@ -6,7 +6,9 @@ and stopped by its caller (`Server.serve()` would install uvicorn's own
 signal handlers, and our processes drain on signals themselves).
 `can_bind`: whether an address is free to listen on. `notify_ready`: tell
 the supervisor that the process listens (systemd's readiness protocol).
-`run`: a proxy's or replica's main coroutine on uvloop.
+`run`: a proxy's or replica's main coroutine on uvloop. `raise_open_file_limit`:
+as many file descriptors as the process may have (a proxy holds two per
+request: its client's and its replica's).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import resource
 import signal
 import socket
 import time
@@ -158,6 +161,22 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def raise_open_file_limit(most: int = 1 << 20) -> int:
+    """Raise this process's soft limit on open files to its hard limit (at
+    most `most`), as Go programs do at start; the soft limit now. The soft
+    limit is often 1,024 while the hard one is far higher (systemd's default
+    is 1024:524288): it is left for programs that need more to raise."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as e:
+            logger.warning("cannot raise the open-file limit to %d: %s", wanted, e)
+    return most if soft == resource.RLIM_INFINITY else soft
 
 
 NOTIFY_ENV = "NOTIFY_SOCKET"

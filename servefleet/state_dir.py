@@ -23,7 +23,7 @@ _TEXT = SIGNATURE + (b"\n# This directory holds servefleet's state (store, logs,
 
 def tag(directory: str | os.PathLike[str]) -> None:
     """Create `directory` if need be and tag it (once: an existing tag is kept)."""
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o711, exist_ok=True)  # what is inside says who reads it
     path = os.path.join(directory, TAG_NAME)
     if not os.path.exists(path):
         with open(path, "wb") as f:

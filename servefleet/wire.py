@@ -38,6 +38,10 @@ ROUTE_PREFIX_HEADER = b"x-servefleet-route-prefix"
 # On routes that require a token: the name of the caller's token, which the
 # proxy checked and kept (a proxy sets it, never forwards a client's).
 CALLER_HEADER = b"x-servefleet-caller"
+# Every header (and gRPC metadata key) with this prefix is the cluster's own:
+# a proxy drops the ones a client sends, whatever follows the prefix, and adds
+# its own (as Envoy drops x-envoy-* from untrusted clients).
+OWN_HEADER_PREFIX = b"x-servefleet-"
 
 # -- gRPC ------------------------------------------------------------------------
 
@@ -49,6 +53,12 @@ REQUEST_ID_METADATA_KEY = "x-request-id"
 # on a replica's refusal (RESOURCE_EXHAUSTED, UNAVAILABLE), trailing: it never
 # processed the call, which may go to another replica; the value says why.
 REJECTED_METADATA_KEY = "x-servefleet-rejected"
+
+# The largest request message a replica's gRPC ingress takes: gRPC's default
+# receive limit, which the replica's server keeps (replica/main.py sets none).
+# The proxy's gRPC ingress refuses larger ones itself (RESOURCE_EXHAUSTED
+# naming it) rather than forward what every replica would refuse.
+GRPC_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 # Trailing metadata on a standby's UNAVAILABLE: the leader's address, to go to.
 LEADER_METADATA_KEY = "servefleet-leader"

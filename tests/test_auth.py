@@ -127,3 +127,37 @@ def test_the_cli_creates_tokens_and_sends_them(guarded, capsys) -> None:
     assert "UNAUTHENTICATED" in err and "Traceback" not in err
     assert main(["token", "revoke", "ci", "--file", str(path)]) == 0
     assert main(["token", "revoke", "ci", "--file", str(path)]) == 2
+
+
+def test_a_revoked_tokens_open_watch_stream_is_ended_on_sighup(guarded) -> None:
+    controller, path, _ = guarded
+    watcher = tokens.create(path, "watcher", "admin")
+    controller.signal(signal.SIGHUP)
+    metadata = Credentials(token=watcher).metadata
+    with grpc.insecure_channel(controller.address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        wait_for(lambda: _leads(stub, metadata), 20, "the controller leads with the new token")
+        stream = stub.Watch(watch_pb2.WatchRequest(known={"routes": ""}, heartbeat_s=0.2),
+                            metadata=metadata, timeout=30)
+        assert next(stream).HasField("snapshot")
+        assert next(stream).HasField("heartbeat")  # open, and being fed
+        tokens.revoke(path, "watcher")
+        controller.signal(signal.SIGHUP)
+        with pytest.raises(grpc.RpcError) as ended:
+            for _ in range(100):  # 20 s of heartbeats at most
+                next(stream)
+        assert ended.value.code() in (grpc.StatusCode.CANCELLED,
+                                      grpc.StatusCode.UNAUTHENTICATED), ended.value
+        with pytest.raises(grpc.RpcError) as again:
+            next(stub.Watch(watch_pb2.WatchRequest(known={"routes": ""}), metadata=metadata,
+                            timeout=5))
+        assert again.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def _leads(stub, metadata) -> bool:
+    try:
+        stub.ListDeployments(controller_pb2.ListDeploymentsRequest(), metadata=metadata,
+                             timeout=2)
+    except grpc.RpcError:
+        return False
+    return True

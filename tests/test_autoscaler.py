@@ -169,20 +169,30 @@ async def test_a_custom_policy_from_the_working_dir_decides(
     assert term.status()[0].deployments[0].autoscaling.policy_error == ""
 
 
-async def test_a_policy_that_cannot_load_or_raises_keeps_the_target_and_says_why(
+async def test_a_policy_that_fails_gives_way_to_the_built_in_one_and_says_why(
         world: FakeControlPlane, tmp_path: Path) -> None:
-    working_dir = policy_dir(tmp_path, "def broken(context):\n"
-                                       "    raise RuntimeError('no idea')\n",
-                             name="sf_broken_policy")
+    policy_dir(tmp_path, "import ctypes, os, time\n"
+                         "def broken(context):\n"
+                         "    raise RuntimeError('no idea')\n"
+                         "def hangs(context):\n"
+                         "    time.sleep(60)\n"
+                         "def exits(context):\n"
+                         "    os._exit(3)\n"
+                         "def crashes(context):\n"
+                         "    ctypes.string_at(0)\n", name="sf_broken_policy")
     term = await world.lead()
     for policy, words in [("sf_missing_policy:f", "cannot be loaded: ModuleNotFoundError"),
-                          ("json:loads", "one the controller itself uses"),
-                          ("sf_broken_policy:broken", "RuntimeError: no idea")]:
-        bad = spec(policy=policy, version=policy)
-        bad.runtime.working_dir = working_dir
+                          ("sf_broken_policy:broken", "RuntimeError: no idea"),
+                          ("sf_broken_policy:hangs", "took longer than 2 s to answer"),
+                          ("sf_broken_policy:exits", "its process exited with code 3"),
+                          ("sf_broken_policy:crashes", "its process exited with code -11")]:
+        bad = spec(policy=policy, version=policy.replace(":", "-"))
+        bad.runtime.working_dir = str(tmp_path)
         await term.deployments.deploy(bad)
-        report(term, ongoing=8)
+        report(term, ongoing=8)  # the built-in policy wants 8 / 2 = 4
         await world.settle(term, ticks=8)
         (dep,) = term.status()[0].deployments
-        assert words in dep.autoscaling.policy_error, dep.autoscaling
-        assert dep.target_replicas == 1 and running(term) == 1
+        assert words in dep.autoscaling.policy_error, (policy, dep.autoscaling)
+        assert dep.target_replicas == 4, (policy, dep)
+        await term.deployments.delete("default", ["A"])  # the next starts from 1 again
+        await world.settle(term, ticks=2)

@@ -42,9 +42,14 @@ def write(db: Path, cluster: str, items: dict[str, bytes]) -> None:
 
 
 def statuses(client: ControllerClient) -> dict[str, tuple[int, str]]:
-    return {f"{app.name}/{dep.name}" if dep.name else app.name: (dep.status, dep.message)
-            for app in client.status().applications for dep in app.deployments or
-            [status_pb2.DeploymentStatusInfo(status=app.status, message=app.message)]}
+    """By "app/deployment", or by "app" for an application without deployments."""
+    out: dict[str, tuple[int, str]] = {}
+    for app in client.status().applications:
+        if not app.deployments:
+            out[app.name] = (app.status, app.message)
+        for dep in app.deployments:
+            out[f"{app.name}/{dep.name}"] = (dep.status, dep.message)
+    return out
 
 
 def test_a_controller_leads_whatever_the_store_holds(tmp_path, cluster) -> None:
@@ -60,6 +65,14 @@ def test_a_controller_leads_whatever_the_store_holds(tmp_path, cluster) -> None:
     first.stop()
 
     keys = ClusterKeys(cluster)
+    gadget = tmp_path / "gadget"
+    gadget.mkdir()
+    (gadget / "model.py").write_text("import asyncio\n")
+    exits = echo("Exits")
+    exits.runtime.working_dir = str(gadget)
+    exits.replica_config.ClearField("num_replicas")
+    exits.replica_config.autoscaling_config.CopyFrom(dpb.AutoscalingConfig(
+        min_replicas=0, max_replicas=1, policy="model:asyncio.base_events.sys.exit"))
     other = records_pb2.DeploymentRecord(spec=echo("SomeoneElse"))
     invalid = records_pb2.DeploymentRecord(spec=echo("Invalid", route_prefix="no-slash"))
     write(db, cluster, {
@@ -69,6 +82,10 @@ def test_a_controller_leads_whatever_the_store_holds(tmp_path, cluster) -> None:
         keys.deployments + "default/too/deep": b"",
         keys.application("broken"): b"\x0a\xff\xff\xff garbage",
         keys.replica("default", "Good", "Good-forged"): b"\xff garbage",
+        # The probe's poison pill: a policy that walked into sys.exit, which
+        # the controller imported and ran. Now it runs, and fails, elsewhere.
+        keys.deployment("default", "Exits"): records_pb2.DeploymentRecord(
+            spec=exits).SerializeToString(),
     })
 
     second = ControllerProcess(f"sqlite://{db}", cluster=cluster, log_dir=tmp_path,
@@ -88,6 +105,9 @@ def test_a_controller_leads_whatever_the_store_holds(tmp_path, cluster) -> None:
                 assert status in (DS.DEPLOYMENT_STATUS_DEPLOY_FAILED,
                                   status_pb2.APPLICATION_STATUS_DEPLOY_FAILED), (name, seen)
                 assert "cannot be used" in message and reason in message, (name, message)
+            wait_for(lambda: "not part of 'model'" in next(
+                d.autoscaling.policy_error for a in client.status().applications
+                for d in a.deployments if d.name == "Exits"), 30, "the policy refused")
             time.sleep(3)  # it keeps leading
             assert second.proc.poll() is None and second.is_leader()
 

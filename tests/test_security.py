@@ -65,7 +65,7 @@ def test_bad_token_requests_name_the_problem(tmp_path: Path, name: str, role: st
 
 @pytest.mark.parametrize("line, message", [
     ("alice deployer", "expected 'NAME ROLE"),
-    ("alice proxy sha256:" + "0" * 64, "role 'proxy'"),
+    ("alice replica sha256:" + "0" * 64, "role 'replica'"),  # the controller issues those
     ("alice reader sha256:xyz", "64 lowercase hex"),
 ])
 def test_a_token_file_that_does_not_parse_names_the_line(tmp_path: Path, line: str,
@@ -84,7 +84,13 @@ def test_roles() -> None:
     assert not may_call("client", "GetStatus") and not may_call("nobody", "GetStatus")
     assert unwatchable_key("reader", ["routes", "replicas/"]) is None
     assert unwatchable_key("reader", ["routes", "config/a/b"]) == "config/a/b"
-    assert unwatchable_key("proxy", ["config/"]) is None
+    assert unwatchable_key("admin", ["config/"]) is None
+    # Config carries user_config: a proxy never needs it, a replica only its own.
+    assert unwatchable_key("proxy", ["routes", "config/"]) == "config/"
+    assert unwatchable_key("replica", ["config/a/b"]) == "config/a/b"  # a shared certificate
+    assert unwatchable_key("replica", ["config/a/b", "replicas/a/c"], ("a", "b")) is None
+    assert unwatchable_key("replica", ["config/a/c"], ("a", "b")) == "config/a/c"
+    assert unwatchable_key("replica", ["config/"], ("a", "b")) == "config/"
 
 
 def test_peer_role_reads_the_certificate_ou() -> None:
@@ -134,7 +140,16 @@ async def test_the_authorizer_decides_from_token_then_certificate(tmp_path: Path
     watch = watch_pb2.WatchRequest(known={"routes": "", "config/a/b": ""})
     with pytest.raises(Refused, match="config/a/b"):
         await auth.check("Watch", watch, FakeContext(reader))
-    await auth.check("Watch", watch, FakeContext(ou="replica"))
+    with pytest.raises(Refused, match="config/a/b"):  # the shared replica certificate
+        await auth.check("Watch", watch, FakeContext(ou="replica"))
+    # A replica's own token (its record's hash) watches its own deployment's config.
+    auth.replica_tokens = {tokens.digest("sfr_mine"): ("a", "b")}.get
+    await auth.check("Watch", watch, FakeContext("sfr_mine", ou="replica"))
+    with pytest.raises(Refused, match="config/a/c"):
+        await auth.check("Watch", watch_pb2.WatchRequest(known={"config/a/c": ""}),
+                         FakeContext("sfr_mine", ou="replica"))
+    with pytest.raises(Refused, match="unknown replica token"):
+        await auth.check("Watch", watch, FakeContext("sfr_forged", ou="replica"))
     as_proxy = watch_pb2.WatchRequest(known={"routes": ""}, kind=watch_pb2.WATCHER_KIND_PROXY)
     with pytest.raises(Refused, match="only admin or proxy may watch as a WATCHER_KIND_PROXY"):
         await auth.check("Watch", as_proxy, FakeContext(reader))

@@ -135,6 +135,7 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
             "--grpc", grpc)
     try:
         up.wait_ready()
+        wait_for(lambda: "Ctrl-C stops everything" in up.output, 30, "the last line to try")
         printed = [line.split("|", 1)[1].strip() for line in up.lines
                    if line.startswith("up") and ("curl" in line or "client.py" in line)]
         assert printed == [line.replace("{http}", up.http).replace("{grpc}", grpc)

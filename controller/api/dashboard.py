@@ -34,7 +34,7 @@ def snapshot(term: LeaderTerm, cluster: str, leader: str,
               for r in term.deployments.live() if r.spec.HasField("route_prefix")}
     replicas: dict[tuple[str, str], list[dict[str, Any]]] = {}
     errors: list[dict[str, str]] = []
-    for info in term.observed.replica_infos("", ""):
+    for info in term.replica_infos():
         record = info.record
         created = record.created_time.ToNanoseconds() / 1e9 if record.created_time.seconds else 0
         state = replica_pb2.ReplicaState.Name(info.state).removeprefix("REPLICA_STATE_")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
@@ -96,28 +96,45 @@ class LeaderGate(grpc.aio.ServerInterceptor):
         yield None  # never reached: makes this a streaming handler
 
 
+def refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str,
+           trailing: tuple[tuple[str, str], ...] = ()) -> None:
+    """Answer with `code` once the handler returns (None, or the end of a stream)."""
+    context.set_code(code)
+    context.set_details(message)
+    if trailing:
+        context.set_trailing_metadata(trailing)
+
+
 def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map ApiError to its status; log and answer INTERNAL for anything else."""
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any,
                       context: grpc.aio.ServicerContext) -> R:
+        # The status is set, not aborted with: grpc.aio keeps what an abort's
+        # frames hold, the request among them (about 6 MB for each refused
+        # DeployApplications of 10,000 applications, never returned).
+        hint: str | None = None
+        not_leader = False
         try:
             return await fn(self, request, context)
         except ApiError as e:
-            hint, message = None, e.message
+            code, message = e.code, e.message
             if isinstance(e, NotLeader):
-                hint = e.leader or await self._leadership.hint()
-                message = NotLeader(hint).message
+                not_leader, hint = True, e.leader
             else:
                 logger.info("refused %s: %s: %s", fn.__name__, e.code.name, message)
-            await context.abort(e.code, message, trailing_metadata=_leader_metadata(hint))
         except grpc.aio.AbortError:
             raise  # already answered (a malformed message in a request stream, say)
         except Exception:
             logger.exception("internal error in %s", fn.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}")
-        raise AssertionError("unreachable: abort raises")
+            code, message = grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}"
+        del request
+        if not_leader:
+            hint = hint or await self._leadership.hint()
+            message = NotLeader(hint).message
+        refuse(context, code, message, _leader_metadata(hint))
+        return cast(R, None)
 
     return wrapper
 

@@ -11,6 +11,8 @@
   follows replicas as they come and go.
 - GET /-/dashboard: a live page of the cluster; GET /api/status: its data
   (dashboard.py). A standby answers /api/status 503 with the leader.
+
+Who may read it, and under which host names: http_gate.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from servefleet.metrics.exposition import send_body, send_metrics
 from servefleet.v1 import watch_pb2
 
 from . import dashboard
+from .http_gate import HttpGate
 
 if TYPE_CHECKING:
     from ..term import LeaderTerm
@@ -56,7 +59,9 @@ class ControllerHttp:
     def __init__(self, term: Callable[[], LeaderTerm | None],
                  controllers: Callable[[], list[str]], leader: Callable[[], str | None],
                  cluster: str = "", identity: str = "",
-                 grpc_controllers: Callable[[], list[str]] = list) -> None:
+                 grpc_controllers: Callable[[], list[str]] = list,
+                 gate: HttpGate | None = None) -> None:
+        self._gate = gate
         self._term = term
         self._controllers = controllers
         self._leader = leader
@@ -66,6 +71,11 @@ class ControllerHttp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            return
+        refused = self._gate.refusal(scope) if self._gate is not None else None
+        if refused is not None:
+            status, why = refused
+            await send_body(send, status, why.encode() + b"\n", b"text/plain; charset=utf-8")
             return
         path = scope["path"]
         if path == "/metrics":

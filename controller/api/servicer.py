@@ -26,6 +26,7 @@ from ..watch import MAX_WATCH_KEYS
 from ..watch_stream import serve_watch
 from .gate import Leadership, api_method
 from .logs import LogStream
+from .redact import SEE_SECRETS, redacted_application, redacted_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +34,11 @@ logger = logging.getLogger(__name__)
 class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(self, cluster: str, leadership: Leadership,
                  term: Callable[[], LeaderTerm | None], members: Membership,
-                 on_shutdown: Callable[[], None]) -> None:
+                 on_shutdown: Callable[[], None],
+                 role: Callable[[Any], str] = lambda context: "admin") -> None:
         self._cluster = cluster
+        # The caller's role (auth.py): specs are shown whole only to SEE_SECRETS.
+        self._role = role
         self._leadership = leadership
         # The serving term, or None between terms.
         self._current = term
@@ -65,6 +69,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def GetDeployment(self, request: api.GetDeploymentRequest,
                             context: Any) -> api.GetDeploymentResponse:
         record = self._term().deployments.get(request.application, request.name)
+        if self._role(context) not in SEE_SECRETS:
+            record = redacted_deployment(record)
         return api.GetDeploymentResponse(deployment=record)
 
     @api_method
@@ -72,12 +78,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                               context: Any) -> api.ListDeploymentsResponse:
         records = self._term().deployments.list(include_deleted=request.include_deleted,
                                                 application=request.application)
+        if self._role(context) not in SEE_SECRETS:
+            records = [redacted_deployment(r) for r in records]
         return api.ListDeploymentsResponse(deployments=records)
 
     @api_method
     async def ListReplicas(self, request: api.ListReplicasRequest,
                            context: Any) -> api.ListReplicasResponse:
-        infos = self._term().observed.replica_infos(request.application, request.deployment)
+        infos = self._term().replica_infos(request.application, request.deployment)
         return api.ListReplicasResponse(replicas=infos)
 
     @api_method
@@ -104,8 +112,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def ListApplications(self, request: api.ListApplicationsRequest,
                                context: Any) -> api.ListApplicationsResponse:
         apps = self._term().applications
-        return api.ListApplicationsResponse(applications=apps.live(),
-                                            http_options=apps.http_options)
+        live = apps.live()
+        if self._role(context) not in SEE_SECRETS:
+            live = [redacted_application(a) for a in live]
+        return api.ListApplicationsResponse(applications=live, http_options=apps.http_options)
 
     @api_method
     async def DeleteApplications(self, request: api.DeleteApplicationsRequest,

@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 
 from servefleet.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
+from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument
@@ -193,3 +194,33 @@ def check_http_options(options: apb.HttpOptions) -> None:
     if options.max_request_body_bytes > 1 << 50:
         raise InvalidArgument("http_options.max_request_body_bytes",
                               f"must be at most {1 << 50}, got {options.max_request_body_bytes}")
+
+
+# One DeployApplications reads at most this many working dirs (each with its
+# excludes): a config file names a handful; hashing is the costly part.
+MAX_WORKING_DIRS_PER_REQUEST = 32
+MAX_APPLICATIONS_PER_REQUEST = 100  # deployments.MAX_OPS_PER_TXN: one transaction
+
+
+def check_request_bounds(request: api.DeployApplicationsRequest) -> None:
+    """The cheap checks of a DeployApplications, made before anything is copied,
+    read from disk or hashed: how many applications, deployments per
+    application and distinct working dirs. InvalidArgument naming the field."""
+    apps = request.applications
+    if len(apps) > MAX_APPLICATIONS_PER_REQUEST:
+        raise InvalidArgument("applications", f"at most {MAX_APPLICATIONS_PER_REQUEST} in one "
+                              f"request, got {len(apps)}")
+    trees = set()
+    for i, app in enumerate(apps):
+        if len(app.deployments) > MAX_DEPLOYMENTS_PER_APPLICATION:
+            raise InvalidArgument(f"applications[{i}].deployments",
+                                  f"at most {MAX_DEPLOYMENTS_PER_APPLICATION}, "
+                                  f"got {len(app.deployments)}")
+        for runtime in [app.runtime, *(o.runtime for o in app.deployments)]:
+            if runtime.working_dir:
+                trees.add((runtime.working_dir, tuple(runtime.excludes)))
+        if len(trees) > MAX_WORKING_DIRS_PER_REQUEST:
+            raise InvalidArgument(f"applications[{i}].runtime.working_dir",
+                                  f"one request may name at most "
+                                  f"{MAX_WORKING_DIRS_PER_REQUEST} different working dirs "
+                                  "(with their excludes)")

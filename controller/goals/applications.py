@@ -45,6 +45,7 @@ from ..keys import ClusterKeys
 from ..store import Delete, Op, Put, Store
 from .app_specs import (
     check_http_options,
+    check_request_bounds,
     check_traffic,
     check_traffic_targets,
     normalize_application,
@@ -173,6 +174,7 @@ class ApplicationTable:
 
     async def deploy(self, request: api.DeployApplicationsRequest) -> tuple[list[str], list[str]]:
         """Store the applications asked for; returns (changed, deleted) names."""
+        check_request_bounds(request)  # counts before any copy, file or hash
         specs = [normalize_application(s, f"applications[{i}]")
                  for i, s in enumerate(request.applications)]
         self._check_unique(specs)

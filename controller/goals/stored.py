@@ -10,7 +10,8 @@ replaces it; deleting it removes it from the store.
 
 A deployment record is usable when it parses, names the deployment its key
 names, and its spec passes the same validation as a Deploy
-(spec.normalize_spec). An application record likewise
+(spec.normalize_spec), whose normalised form (defaults filled in) is what
+is loaded. An application record likewise
 (app_specs.normalize_application). The deploy policy (working dirs,
 images, env) is not re-applied here: a record may predate a policy change,
 and replicas already running from it are left alone.
@@ -76,7 +77,9 @@ def load_deployment(prefix: str, key: str, value: bytes,
                               f"{record.spec.name[:100]!r}, not the deployment its key names")
     if not record.deleted:
         try:
-            normalize_spec(record.spec)
+            # Normalised, as a Deploy stores it: defaults filled in for fields
+            # an older or hand-made record left at zero.
+            record.spec.CopyFrom(normalize_spec(record.spec))
         except InvalidArgument as e:
             return None, Unusable(key, application, name, f"its spec is invalid: {_short(str(e))}")
     return record, None

@@ -23,7 +23,8 @@ carry over:
 - A custom policy (`policy: "module:function"`) replaces the desired-count
   step: it gets an AutoscalingContext and returns a count. Clamping, the
   delays and the start from zero apply to its answer as to the built-in
-  one. If it raises, the target stays and the error is kept for the status.
+  one. If it fails (raises, hangs, its process dies: policy_process.py),
+  the built-in policy decides instead and the error is kept for the status.
 
 `evaluate` is called once per reconcile pass per autoscaled deployment with
 the aggregated load (None while no load figure exists, e.g. just after a
@@ -56,6 +57,10 @@ class AutoscalingContext:
 CustomPolicy = Callable[[AutoscalingContext], float]
 
 
+class PolicyFailed(Exception):
+    """A custom policy gave no count; the message says why, for the status."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     target: int
@@ -86,22 +91,32 @@ def desired_replicas(config: deployment_pb2.AutoscalingConfig, load: float,
     return clamp(config, step)
 
 
+def context_of(config: deployment_pb2.AutoscalingConfig, decision: Decision, load: float,
+               running: int, now: float, application: str, deployment: str
+               ) -> AutoscalingContext:
+    """What a custom policy is asked with."""
+    copy = deployment_pb2.AutoscalingConfig()
+    copy.CopyFrom(config)
+    return AutoscalingContext(application, deployment, running, decision.target, load, copy,
+                              now - decision.changed_at)
+
+
 def _asked(config: deployment_pb2.AutoscalingConfig, decision: Decision, load: float,
            running: int, now: float, application: str, deployment: str,
            custom: CustomPolicy | None) -> tuple[int, str]:
-    """The clamped desired count and the custom policy's error ("" if none)."""
+    """The clamped desired count and the custom policy's error ("" if none);
+    the built-in policy's count when the custom one fails."""
     if custom is None:
         return desired_replicas(config, load, running), ""
-    copy = deployment_pb2.AutoscalingConfig()
-    copy.CopyFrom(config)
-    context = AutoscalingContext(application, deployment, running, decision.target, load,
-                                 copy, now - decision.changed_at)
+    context = context_of(config, decision, load, running, now, application, deployment)
     try:
         answer = float(custom(context))
         if not math.isfinite(answer) or answer < 0:
             raise ValueError(f"returned {answer!r}; expected a replica count >= 0")
     except Exception as e:  # the user's code: anything it raises is its failure
-        return decision.target, f"custom policy {config.policy}: {type(e).__name__}: {e}"
+        error = str(e) if isinstance(e, PolicyFailed) else \
+            f"custom policy {config.policy}: {type(e).__name__}: {e}"
+        return desired_replicas(config, load, running), error
     return clamp(config, math.ceil(answer)), ""
 
 

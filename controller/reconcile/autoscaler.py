@@ -12,11 +12,18 @@ replicas toward the new target like after any deploy.
 For its first WARMUP_S a term decides nothing: the reports that a new leader
 needs arrive within one report period, and until then "no report" would read
 as "no load".
+
+A custom policy runs in a process of its own (policy_process.py). Its start
+and each call are work on the loop, off the pass: a pass decides with the
+policy's latest answer (to the previous pass's context) and asks it again
+with this pass's. Until the first answer the target stays; when the policy
+fails (cannot load, raises, hangs, exits) the built-in policy decides and
+the status says why. A runner that could not start or died is started
+again with the loop's backoff.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -28,9 +35,17 @@ from ..goals.deployments import DeploymentTable
 from ..goals.spec import target_replicas
 from ..load_reports import LoadReports
 from ..load_window import LoadWindow
-from .autoscale import CustomPolicy, Decision, evaluate
-from .loop import ReconcileLoop
-from .policy_loader import load_policy
+from ..runtime.sandbox import Sandbox
+from .autoscale import (
+    AutoscalingContext,
+    CustomPolicy,
+    Decision,
+    PolicyFailed,
+    context_of,
+    evaluate,
+)
+from .loop import BACKOFF, ReconcileLoop
+from .policy_process import PolicyProcess
 
 logger = logging.getLogger(__name__)
 DKey = tuple[str, str]
@@ -48,8 +63,10 @@ class AutoscaleReconciler:
         self._windows: dict[DKey, LoadWindow] = {}
         self._decisions: dict[DKey, Decision] = {}
         self._records: dict[DKey, records_pb2.DeploymentRecord] = {}
-        # Custom policies: (what was loaded, the function or None, why not).
-        self._policies: dict[DKey, tuple[str, CustomPolicy | None, str]] = {}
+        # Custom policies' runner processes, by deployment.
+        self._policies: dict[DKey, _Policy] = {}
+        # Who custom policies run as (runtime/sandbox.py).
+        self.sandbox = Sandbox()
 
     def decision(self, key: DKey) -> Decision | None:
         """The last decision for `key` (for the status), if it is autoscaled."""
@@ -61,7 +78,7 @@ class AutoscaleReconciler:
         for gone in (set(self._decisions) | set(self._policies)) - set(self._records):
             self._decisions.pop(gone, None)
             self._windows.pop(gone, None)
-            self._policies.pop(gone, None)
+            self._drop_policy(gone)
 
     def keys(self) -> Iterable[DKey]:
         return self._records.keys()
@@ -84,46 +101,53 @@ class AutoscaleReconciler:
         if now - self._started < WARMUP_S:
             self._decisions[key] = decision
             return
-        ready, custom, error = self._policy(key, record)
-        if not ready or error:  # loading, or it cannot be: keep the target (and say why)
-            self._decisions[key] = replace(decision, error=error)
-            return
         load = window.aggregate(now, config.look_back_period_s, config.aggregation_function)
         if decision.target == 0 and total > 0:
             load = max(load or 0.0, total)  # a request waits now: no averaging it away
+        custom: CustomPolicy | None = None
+        policy = self._policy(key, record)
+        if policy is not None:
+            if load is not None:
+                policy.ask(self._loop, key, context_of(config, decision, load, self._running(key),
+                                                       now, *key))
+            custom = policy.function()
+            if custom is None:  # loading, or no answer yet: keep the target
+                self._decisions[key] = decision
+                return
         after = evaluate(config, decision, load, self._running(key), now,
                          application=key[0], deployment=key[1], custom=custom)
         self._decisions[key] = after
         if after.target != stored:
             self._loop.spawn(("autoscale", key), lambda: self._store(key, after))
 
-    def _policy(self, key: DKey, record: records_pb2.DeploymentRecord
-                ) -> tuple[bool, CustomPolicy | None, str]:
-        """(ready, the deployment's custom policy or None for the built-in one,
-        why it cannot be loaded); a load is spawned when the policy or its
-        files change, and until it ends the policy is not ready."""
+    def _policy(self, key: DKey, record: records_pb2.DeploymentRecord) -> _Policy | None:
+        """The deployment's custom policy (None for the built-in one); its
+        runner is started when the policy or its files change, or after it died."""
         policy = record.spec.replica_config.autoscaling_config.policy
         if not policy:
-            return True, None, ""
+            self._drop_policy(key)
+            return None
         runtime = record.spec.runtime
         identity = f"{policy}@{runtime.working_dir}#{runtime.working_dir_digest}"
-        loaded = self._policies.get(key)
-        if loaded is not None and loaded[0] == identity:
-            return True, loaded[1], loaded[2]
-        self._loop.spawn(("policy", key), lambda: self._load_policy(key, identity, policy,
-                                                                  runtime.working_dir))
-        return False, None, ""
+        state = self._policies.get(key)
+        if state is None or state.identity != identity:
+            self._drop_policy(key)
+            state = self._policies[key] = _Policy(identity, PolicyProcess(
+                policy, runtime.working_dir, runtime.env, self.sandbox), self._clock)
+        if not state.running and self._clock.monotonic() >= state.retry_at:
+            self._loop.spawn(("policy", key), state.start)
+        return state
 
-    async def _load_policy(self, key: DKey, identity: str, policy: str,
-                           working_dir: str) -> None:
-        try:
-            function = await asyncio.to_thread(load_policy, policy, working_dir)
-        except Exception as e:  # the user's code: whatever its import raises
-            error = f"custom policy {policy} cannot be loaded: {type(e).__name__}: {e}"
-            logger.warning("autoscaling %s/%s: %s", *key, error)
-            self._policies[key] = (identity, None, error)
-        else:
-            self._policies[key] = (identity, function, "")
+    def _drop_policy(self, key: DKey) -> None:
+        state = self._policies.pop(key, None)
+        if state is not None:
+            self._loop.spawn(("policy-stop", state.identity), state.process.close)
+
+    async def close(self) -> None:
+        """Stop every policy runner (the term is over)."""
+        for state in self._policies.values():
+            await state.process.close()
+        self._policies.clear()
 
     async def _store(self, key: DKey, decision: Decision) -> None:
         if await self._table.set_autoscale(key, decision.target, decision.reason):
@@ -131,3 +155,62 @@ class AutoscaleReconciler:
 
     def end_pass(self, now: float) -> None:
         pass
+
+
+class _Policy:
+    """A deployment's custom policy: its runner, its last answer or failure."""
+
+    def __init__(self, identity: str, process: PolicyProcess, clock: Clock) -> None:
+        self.identity = identity
+        self.process = process
+        self._clock = clock
+        self.running = False  # started and loaded
+        self.answer: float | None = None
+        self.failure = ""  # why it gives no count now ("" when it does)
+        # Starts that failed in a row, and when the next may be tried.
+        self._failed_starts = 0
+        self.retry_at = 0.0
+
+    async def start(self) -> None:
+        try:
+            await self.process.start()
+        except PolicyFailed as e:
+            self.failure = str(e)
+            self._failed_starts += 1
+            self.retry_at = self._clock.monotonic() + BACKOFF.delay(self._failed_starts)
+            logger.warning("autoscaling: %s", e)
+            return
+        self.running, self.failure, self._failed_starts = True, "", 0
+
+    def ask(self, loop: ReconcileLoop, key: DKey, context: AutoscalingContext) -> None:
+        """Ask for a count for `context` (one call at a time), for the next pass."""
+        if not self.running:
+            return
+
+        async def call() -> None:
+            try:
+                self.answer, self.failure = await self.process.decide(context), ""
+            except PolicyFailed as e:
+                self.failure = str(e)
+                if self.process.pid is None:  # hung or died: start again (backing off)
+                    self.running = False
+                    self._failed_starts += 1
+                    self.retry_at = self._clock.monotonic() + BACKOFF.delay(
+                        self._failed_starts)
+                    logger.warning("autoscaling %s/%s: %s", *key, e)
+
+        loop.spawn(("policy-call", key), call)
+
+    def function(self) -> CustomPolicy | None:
+        """The policy as the pure evaluation calls it: its last answer, or
+        PolicyFailed; None while there is neither."""
+        if self.failure:
+            failure = self.failure
+
+            def failed(context: AutoscalingContext) -> float:
+                raise PolicyFailed(failure)
+            return failed
+        if self.answer is None:
+            return None
+        answer = self.answer
+        return lambda context: answer

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet.security.tokens import REPLICA_TOKEN_PREFIX, digest
 from servefleet.v1 import records_pb2, replica_pb2
 from servefleet.wire import EXIT_BIND_FAILURE
 
@@ -111,6 +113,10 @@ class ReplicaOps:
         stamp.FromNanoseconds(int(now * 1e9))
         record.created_time.CopyFrom(stamp)
         record.runtime = self.runtime.name
+        # Its own credential for Watch and load reports (api/auth.py); the
+        # registry holds only the hash, written before the replica can use it.
+        token = REPLICA_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        record.token_sha256 = digest(token)
         await self._put(record)
         self.check_leading()
         launched = await self.runtime.start(ReplicaLaunch(
@@ -136,6 +142,7 @@ class ReplicaOps:
                 "graceful_shutdown_timeout_s": config.graceful_shutdown_timeout_s,
                 "graceful_shutdown_wait_loop_s": config.graceful_shutdown_wait_loop_s,
                 "grpc_servicer_functions": list(spec.grpc_servicer_functions),
+                "token": token,
             }))
         record.handle = launched.handle
         record.control_address = launched.control_address

@@ -73,6 +73,8 @@ class ReplicaReconciler:
         self._inventory = Inventory(keys, ops, loop, clock, self._post)
         self._views: dict[DKey, dict[str, ReplicaView]] = {}
         self._records: dict[str, replica_pb2.ReplicaRecord] = {}
+        # Replicas' token hashes -> (application, deployment), for their calls.
+        self._tokens: dict[str, tuple[str, str]] = {}
         self._failures: dict[DKey, StartupFailures] = {}
         self._plans: dict[DKey, Planned] = {}
         self._inbox: list[tuple[str, Observation]] = []
@@ -99,8 +101,18 @@ class ReplicaReconciler:
     def _track(self, record: replica_pb2.ReplicaRecord, view: ReplicaView) -> None:
         key = (record.application, record.deployment)
         self._views.setdefault(key, {})[record.replica_id] = view
-        self._records[record.replica_id] = record
+        self._record(record)
         self._dirty.add(key)
+
+    def _record(self, record: replica_pb2.ReplicaRecord) -> None:
+        self._records[record.replica_id] = record
+        if record.token_sha256:
+            self._tokens[record.token_sha256] = (record.application, record.deployment)
+
+    def token_owner(self, hashed: str) -> tuple[str, str] | None:
+        """(application, deployment) of the tracked replica whose token has the
+        hex SHA-256 `hashed` (api/auth.py), or None."""
+        return self._tokens.get(hashed)
 
     def _post(self, replica_id: str, seen: Observation) -> None:
         self._inbox.append((replica_id, seen))
@@ -128,7 +140,7 @@ class ReplicaReconciler:
             if view is None:
                 continue
             if isinstance(seen, Started):
-                self._records[replica_id] = seen.record
+                self._record(seen.record)
             current = view.is_current(self._goals.last_goal(key))
             self._apply(key, view, apply(view, seen, current=current, now=now), now)
 
@@ -139,7 +151,9 @@ class ReplicaReconciler:
             return
         if after is None:
             self._views.get(key, {}).pop(replica_id, None)
-            self._records.pop(replica_id, None)
+            gone = self._records.pop(replica_id, None)
+            if gone is not None:
+                self._tokens.pop(gone.token_sha256, None)
             self._health.forget(replica_id)
             self._suspect_checked.pop(replica_id, None)
             self._loop.forget(replica_id)

@@ -84,7 +84,7 @@ def settings_files(settings: dict[str, Any], tls: TlsFiles | None
         files += [(str(inside.ca), tls.ca.read_bytes(), 0o644),
                   (str(inside.cert), tls.cert.read_bytes(), 0o644),
                   (str(inside.key), tls.key.read_bytes(), 0o600)]
-    files.append((SETTINGS_PATH, json.dumps(settings).encode(), 0o644))
+    files.append((SETTINGS_PATH, json.dumps(settings).encode(), 0o600))  # its token
     return files
 
 

@@ -40,10 +40,11 @@ from pathlib import Path
 
 from servefleet import state_dir
 from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
-from servefleet.security.tls import ENV_TOKEN, TlsFiles
+from servefleet.security.tls import TlsFiles
 from servefleet.wire import ZYGOTE_PROCS_DIR
 
 from .base import ReplicaLaunch, RuntimeReplica
+from .sandbox import Sandbox, user_env
 from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
@@ -131,30 +132,57 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
     return found
 
 
+# Environment variables read when an interpreter starts (or a library loads):
+# a replica whose runtime.env sets one is started as a new interpreter, not
+# forked from the zygote, where they would be in os.environ and have no effect.
+STARTUP_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_BIND_NOW", "MALLOC_ARENA_MAX",
+                         "GRPC_ENABLE_FORK_SUPPORT", "GRPC_VERBOSITY", "GRPC_TRACE"})
+STARTUP_ENV_PREFIXES = ("PYTHON",)
+
+
 class ProcessRuntime:
     name = "process"
 
     def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1",
-                 replica_tls: TlsFiles | None = None) -> None:
+                 replica_tls: TlsFiles | None = None, sandbox: Sandbox | None = None) -> None:
         self._dir = Path(runtime_dir).resolve() / cluster
         self._host = host
         self._replica_tls = replica_tls
+        self._sandbox = sandbox or Sandbox()
         # Children this process started: polling them reaps their exit status.
         self._children: dict[int, subprocess.Popen] = {}
         self._zygote = Zygote(self._dir)
         self._forked: set[int] = set()  # replicas the zygote forked for this process
+
+    def _home(self) -> Path:
+        """A HOME for sandboxed replicas (caches of libraries such as torch's),
+        theirs alone: the controller's own is not."""
+        home = self._dir / "home"
+        home.mkdir(mode=0o700, exist_ok=True)
+        os.chown(home, self._sandbox.uid or 0, self._sandbox.gid or 0)
+        return home
 
     def _paths(self, replica_id: str) -> tuple[Path, Path]:
         return self._dir / f"{replica_id}.json", self._dir / f"{replica_id}.log"
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         state_dir.tag(self._dir.parent)  # not code, wherever it is (code_rules.py)
-        self._dir.mkdir(parents=True, exist_ok=True)
+        # Settings hold the replica's token: only this user reads them (a
+        # sandboxed replica reads its own before it drops to its user).
+        # Settings and logs are this user's alone (0600); the directory is
+        # traversable (0711) for the sandboxed replicas' HOME below it.
+        self._dir.mkdir(mode=0o711, parents=True, exist_ok=True)
         settings_path, log_path = self._paths(launch.replica_id)
         settings = dict(launch.settings)
         if self._replica_tls is not None:
             settings["tls"] = self._replica_tls.as_dict()
-        settings_path.write_text(json.dumps(settings))
+        extra_env = {}
+        if self._sandbox.uid is not None:
+            settings["run_as"] = self._sandbox.run_as
+            extra_env["HOME"] = str(self._home())
+        fd = os.open(settings_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w") as f:
+            f.write(json.dumps(settings))
         command = ReplicaCommand(
             cluster=launch.cluster, application=launch.application,
             deployment=launch.deployment, replica_id=launch.replica_id,
@@ -163,16 +191,20 @@ class ProcessRuntime:
             grpc_port=free_port(self._host) if launch.serves_grpc else 0,
             config_file=str(settings_path))
         argv = [sys.executable, "-m", MODULE, *command.argv()]
-        # The controller's token is its own, not user code's.
-        env = {**{k: v for k, v in os.environ.items() if k != ENV_TOKEN},
-               **REPLICA_ENV, **launch.env}
+        # The controller's credentials are its own, not user code's.
+        env = user_env({**REPLICA_ENV, **extra_env, **launch.env})
         cwd = launch.working_dir or os.getcwd()
+        # A forked replica skips the interpreter's start, where these act.
+        fork = not any(name in STARTUP_ENV or name.startswith(STARTUP_ENV_PREFIXES)
+                       for name in launch.env)
         pid = await self._zygote.fork({"args": argv[3:], "env": env, "cwd": cwd,
-                                       "log": str(log_path), "identity": command.identity()})
+                                       "log": str(log_path), "identity": command.identity()}
+                                      ) if fork else None
         if pid is not None:
             self._forked.add(pid)
         else:
-            with open(log_path, "ab") as log:
+            with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                      "ab") as log:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                         start_new_session=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import secrets
 import sqlite3
 import time
@@ -85,6 +86,12 @@ class SqliteStore:
             try:
                 if self._path != ":memory:":
                     Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                    # The store holds every spec, env values included: this
+                    # user's alone (sqlite gives its -wal and -shm the same mode).
+                    os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o600))
+                    for path in (self._path, self._path + "-wal", self._path + "-shm"):
+                        with contextlib.suppress(OSError):  # one made before, or not ours
+                            os.chmod(path, 0o600)
                 conn = sqlite3.connect(self._path, timeout=10.0, isolation_level=None,
                                        check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")

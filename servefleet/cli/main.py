@@ -24,8 +24,11 @@ from servefleet.client import (
     NoControllerRunning,
     resolve_addresses,
 )
+from servefleet.proxy.access import ADMIN_MODES
 from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
+from servefleet.proxy.limits import add_edge_flags, edge_limits
 from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
+from servefleet.security.tls import ENV_TOKEN
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 
 from . import apps, build_config, output, security, up
@@ -67,6 +70,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               docker_network=args.docker_network,
                               docker_code=args.docker_code,
                               metrics_listen=args.metrics_listen,
+                              allow_http_hosts=tuple(args.allow_http_host),
                               **security.controller_security(args))
     try:
         config.validate()
@@ -87,8 +91,12 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     host, sep, port = args.listen.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--listen {args.listen!r}: expected HOST:PORT")
-    if not 1024 <= args.max_header_bytes <= 16 * 1024 * 1024:
-        raise UsageError("--max-header-bytes: between 1024 and 16777216")
+    try:
+        limits = edge_limits(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.admin_paths == "token" and not args.http_tokens:
+        raise UsageError("--admin-paths token: needs --http-tokens FILE (the tokens to accept)")
     if args.request_timeout_s is not None and not args.request_timeout_s > 0:
         raise UsageError("--request-timeout-s: must be a positive number of seconds")
     if not 0 < args.answer_start_timeout_s < 1e9:
@@ -118,7 +126,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         answer_start_timeout_s=args.answer_start_timeout_s,
-        credentials=security.proxy_credentials(args), max_header_bytes=args.max_header_bytes,
+        credentials=security.proxy_credentials(args), limits=limits,
+        admin_paths=args.admin_paths,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
         passive_health=args.passive_health,
@@ -224,7 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "this host (default), or find it inside the image (a controller "
                           "that itself runs in a container)")
     ctl.add_argument("--metrics-listen", default=None, metavar="HOST:PORT",
-                     help="serve /metrics and /-/metrics-targets (Prometheus http_sd) here")
+                     help="serve /metrics, /-/metrics-targets (Prometheus http_sd) and the "
+                          "dashboard here (HTTPS and credentials when the cluster has TLS or "
+                          "tokens)")
+    ctl.add_argument("--allow-http-host", action="append", default=[], metavar="NAME",
+                     help="a DNS name the --metrics-listen face answers to besides localhost "
+                          "and IP addresses (repeatable)")
     security.add_controller_flags(ctl)
     ctl.set_defaults(run=cmd_controller)
 
@@ -247,8 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="without a request timeout, answer 504 (gRPC: "
                             "DEADLINE_EXCEEDED) when a request's answer has not begun within "
                             "this long; an answer that began is not cut (default 60)")
-    proxy.add_argument("--max-header-bytes", type=int, default=64 * 1024, metavar="N",
-                       help="answer 431 to requests with more header bytes (default 65536)")
+    add_edge_flags(proxy)
+    proxy.add_argument("--admin-paths", choices=ADMIN_MODES, default="loopback",
+                       help="who may read /-/routes and /-/metrics: loopback clients not "
+                            "relayed by a local proxy, or any client with a bearer token of "
+                            "--http-tokens (loopback, the default); token holders only "
+                            "(token); anyone (public). /-/healthz is open to all")
     proxy.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                        help="count requests for /-/metrics and the status's traffic figures "
                             "(default on)")
@@ -270,9 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve HTTPS with this PEM certificate chain (with --tls-key)")
     proxy.add_argument("--tls-key", default=None, metavar="FILE")
     proxy.add_argument("--http-tokens", default=None, metavar="FILE",
-                       help="bearer tokens for applications with require_token "
-                            "(servefleet token create; reread on SIGHUP)")
+                       help="bearer tokens for applications with require_token and for "
+                            "the admin paths (servefleet token create; reread on SIGHUP)")
     security.add_tls_flags(proxy, "proxy")
+    proxy.add_argument("--token", default=None,
+                       help="a token of role proxy for the controllers, on a cluster with "
+                            f"tokens and no TLS (default: ${ENV_TOKEN})")
     proxy.set_defaults(run=cmd_proxy)
 
     status = commands.add_parser("status", help="applications, deployments and proxies")

@@ -85,6 +85,12 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--allow-env", action=argparse.BooleanOptionalAction, default=None,
                         help="whether a deploy may set runtime.env (default: only when "
                              "--listen is loopback)")
+    policy.add_argument("--replica-user", default="auto", metavar="USER",
+                        help="who user code (replicas of the process runtime, builds, custom "
+                             "autoscaling policies) runs as: a user name or UID[:GID], 'none' "
+                             "for this controller's user, or 'auto': an unprivileged user "
+                             "('servefleet' if it exists, else nobody) when this controller "
+                             "runs as root and the cluster has TLS or tokens (default auto)")
 
 
 def controller_security(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,7 +129,8 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
     return {"tls": own, "replica_tls": replica, "etcd_tls": etcd,
             "auth_tokens": args.auth_tokens,
             "allow_working_dirs": tuple(args.allow_working_dir),
-            "allow_images": tuple(args.allow_image), "allow_env": args.allow_env}
+            "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
+            "replica_user": args.replica_user}
 
 
 # -- certs and token commands --------------------------------------------------------
@@ -191,5 +198,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def proxy_credentials(args: argparse.Namespace) -> Credentials:
-    """The proxy's identity towards the controllers (no token: proxies use certificates)."""
-    return Credentials(tls_files(args))
+    """The proxy's identity towards the controllers: its certificate, and on a
+    cluster with tokens but no TLS a token of role proxy."""
+    return credentials(args)

@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from servefleet.wire import REJECTED_METADATA_KEY
+from servefleet.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
 from .balancer import ReplicaPool
 from .forward import MAX_ATTEMPTS, NoReplicaTook
@@ -45,9 +45,12 @@ _CONNECT_FAILURES = ("failed to connect", "connection refused", "connections to 
 _MAX_CACHED_CALLS = 4096
 # Statuses that come from this side, not from the replica.
 _NOT_ANSWERS = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-# Messages up to 64 MiB (gRPC's default is 4); retries are this module's to do.
-_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+# Answers from replicas up to 64 MiB (gRPC's default is 4), which the proxy's
+# ingress sends on; requests up to what replicas take (servefleet/wire.py).
+GRPC_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# Retries are this module's to do.
+_OPTIONS = [("grpc.max_receive_message_length", GRPC_MAX_ANSWER_BYTES),
+            ("grpc.max_send_message_length", GRPC_MAX_REQUEST_BYTES),
             ("grpc.enable_retries", 0)]
 
 

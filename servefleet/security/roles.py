@@ -32,11 +32,14 @@ CONTROLLER_API: dict[str, frozenset[str]] = {
     "replica": DATA_PLANE,
     "controller": READER,
 }
-# Roles a token may carry (the others belong to components, by certificate).
-TOKEN_ROLES = ("reader", "deployer", "admin")
+# Roles a token from --auth-tokens may carry: a proxy on a cluster without TLS
+# holds one too. Replicas get tokens of their own from the controller that
+# starts them; controllers always use certificates.
+TOKEN_ROLES = ("reader", "deployer", "admin", "proxy")
 # Roles that may watch every key; the others only routes and replica sets
-# (config snapshots carry user_config, which may hold credentials).
-WATCH_ALL = frozenset({"admin", "proxy", "replica"})
+# (config snapshots carry user_config, which may hold credentials), but for
+# a replica with its own token: its own deployment's config too.
+WATCH_ALL = frozenset({"admin"})
 # Roles whose calls a replica's control server accepts.
 REPLICA_CONTROL = frozenset({"controller"})
 
@@ -45,14 +48,18 @@ def may_call(role: str, method: str) -> bool:
     return method in CONTROLLER_API.get(role, frozenset())
 
 
-def unwatchable_key(role: str, keys: list[str]) -> str | None:
-    """The first of `keys` that `role` may not watch, or None."""
+def unwatchable_key(role: str, keys: list[str],
+                    own: tuple[str, str] | None = None) -> str | None:
+    """The first of `keys` that `role` may not watch, or None. `own` is the
+    (application, deployment) of a replica calling with its own token."""
     if role in WATCH_ALL:
         return None
     for key in keys:
         try:
-            if parse_watch_key(key).kind == CONFIG_KIND:
-                return key
+            parsed = parse_watch_key(key)
         except ValueError:
             continue  # a malformed key is the handler's to refuse
+        if parsed.kind == CONFIG_KIND and (own is None or role != "replica"
+                                           or (parsed.application, parsed.deployment) != own):
+            return key
     return None

@@ -43,6 +43,13 @@ class TlsFiles:
     ca: Path
     cert: Path
     key: Path
+    # The files' contents, once `loaded`: a process that gives up the right to
+    # read them (a replica dropping its privileges) goes on with these.
+    pem: tuple[bytes, bytes, bytes] | None = None
+
+    def loaded(self) -> TlsFiles:
+        """These files with their contents read now and kept in memory."""
+        return TlsFiles(self.ca, self.cert, self.key, self._read())
 
     @classmethod
     def from_dir(cls, directory: str | Path, role: str) -> TlsFiles:
@@ -83,6 +90,8 @@ class TlsFiles:
         return self
 
     def _read(self) -> tuple[bytes, bytes, bytes]:
+        if self.pem is not None:
+            return self.pem
         return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
 
     def server_credentials(self) -> grpc.ServerCredentials:
@@ -142,8 +151,12 @@ class Credentials:
     @classmethod
     def from_env(cls, role: str = "admin",
                  env: Mapping[str, str] | None = None) -> Credentials:
-        """From SERVEFLEET_CERTS (DIR/<role>.crt) or SERVEFLEET_CLUSTER_CA/_CERT/_KEY,
-        and SERVEFLEET_TOKEN; plain text without a token when none is set."""
+        """This process's own credentials when it has them (a replica:
+        `set_process_credentials`); else from SERVEFLEET_CERTS (DIR/<role>.crt)
+        or SERVEFLEET_CLUSTER_CA/_CERT/_KEY, and SERVEFLEET_TOKEN; plain text
+        without a token when none is set."""
+        if env is None and _process_credentials is not None:
+            return _process_credentials
         env = os.environ if env is None else env
         return cls(TlsFiles.from_settings(role, env=env), env.get(ENV_TOKEN) or None)
 
@@ -158,6 +171,16 @@ class Credentials:
 
 
 PLAIN = Credentials()
+# Set once by a process that holds credentials in memory only (a replica).
+_process_credentials: Credentials | None = None
+
+
+def set_process_credentials(credentials: Credentials) -> None:
+    """What `Credentials.from_env()` returns in this process from now on: how
+    handles in a replica's user code call the controllers as that replica,
+    without its key files or token in the environment for the code to read."""
+    global _process_credentials
+    _process_credentials = credentials
 
 
 def add_port(server: grpc.Server | grpc.aio.Server, address: str, tls: TlsFiles | None) -> int:

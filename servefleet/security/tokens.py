@@ -21,6 +21,8 @@ from .roles import TOKEN_ROLES
 
 logger = logging.getLogger(__name__)
 PREFIX = "sft_"
+# Tokens the controller issues to the replicas it starts (api/auth.py).
+REPLICA_TOKEN_PREFIX = "sfr_"
 HASH_PREFIX = "sha256:"
 
 
@@ -142,3 +144,6 @@ class TokenTable:
 
     def lookup(self, token: str) -> TokenEntry | None:
         return self._by_digest.get(digest(token))
+
+    def by_digest(self, hashed: str) -> TokenEntry | None:
+        return self._by_digest.get(hashed)

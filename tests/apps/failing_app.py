@@ -23,6 +23,13 @@ class Broken:
         raise RuntimeError("model file missing: weights.bin")
 
 
+class Quotes:
+    """Fails quoting a secret of its environment, as careless code does."""
+
+    def __init__(self) -> None:
+        raise RuntimeError(f"cannot log in with key {os.environ.get('API_KEY')}")
+
+
 class Slow:
     """Answers after `s` seconds; `stream=1` streams one line a `s`/4 instead."""
 
