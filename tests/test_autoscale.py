@@ -8,6 +8,7 @@ from servefleet.controller.load_window import LoadWindow
 from servefleet.controller.reconcile.autoscale import (
     AutoscalingContext,
     Decision,
+    PolicyFailed,
     desired_replicas,
     evaluate,
 )
@@ -119,19 +120,23 @@ def test_a_custom_policy_decides_and_the_delays_and_bounds_still_apply() -> None
     assert seen[0].config.max_replicas == 10 and seen[0].config is not cfg
 
 
-def test_a_failing_custom_policy_keeps_the_target_and_says_why() -> None:
+def test_a_failing_custom_policy_gives_way_to_the_built_in_one_and_says_why() -> None:
     def broken(context: AutoscalingContext) -> float:
         raise ZeroDivisionError("oops")
 
     cfg = config(policy="mine:broken")
+    # The built-in policy: load 50 at 2 per replica asks for 25, clamped to 10.
     decision, changes = run(cfg, Decision(target=2), load=50, seconds=10, start=0,
                             custom=broken)
-    assert changes == [] and decision.target == 2
+    assert changes == [(3.0, 10)] and decision.target == 10
     assert "mine:broken: ZeroDivisionError: oops" in decision.error
-    nonsense = evaluate(cfg, decision, 50, 2, 11.0, custom=lambda c: float("nan"))
-    assert nonsense.target == 2 and "expected a replica count" in nonsense.error
-    healed = evaluate(cfg, decision, 50, 2, 12.0, custom=lambda c: 2)
-    assert healed.error == ""
+    nonsense = evaluate(cfg, decision, 50, 10, 11.0, custom=lambda c: float("nan"))
+    assert nonsense.desired == 10 and "expected a replica count" in nonsense.error
+    gone = evaluate(cfg, decision, 50, 10, 11.5,
+                    custom=lambda c: (_ for _ in ()).throw(PolicyFailed("its process exited")))
+    assert gone.error == "its process exited"  # the runner's own words, as they are
+    healed = evaluate(cfg, decision, 50, 10, 12.0, custom=lambda c: 2)
+    assert healed.error == "" and healed.desired == 2
 
 
 def test_the_window_mean_is_time_weighted() -> None:
