@@ -1,4 +1,4 @@
-"""The layout of a cluster's hard state in the store (DESIGN.md, "Hard state").
+"""The layout of a cluster's hard state in the store (docs/design.md, "Hard state").
 
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
     /servefleet/<cluster>/controllers/<member id>     lease-bound, a live controller's address

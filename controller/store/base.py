@@ -11,7 +11,7 @@ contract (tests/test_store_contract.py runs against both):
   disappear. Leader election is built on this (controller/election.py).
 - `txn` applies all its operations or none, and only when every guard holds.
   The controller guards each write with the create revision of its leader key
-  (DESIGN.md, "fenced transactions").
+  (docs/design.md, "fenced transactions").
 
 Store errors: `StoreUnavailable` when the backend cannot be reached or timed
 out; the outcome of a write that raised it is unknown.

@@ -1,6 +1,6 @@
 """Forward-with-retry: send a request to one of a deployment's replicas.
 
-The one loop both proxies and handles run (DESIGN.md, "one way to reach a
+The one loop both proxies and handles run (docs/design.md, "one way to reach a
 replica"); they differ only in framing: what they send, and what `deliver`
 does with the answer (stream it to an HTTP client, or read a handle call's
 JSON).
