@@ -171,7 +171,10 @@ class ControllerServer:
         # cluster reconnecting after a failover) lost every call past it.
         server = grpc.aio.server(
             interceptors=[LeaderGate(self._leadership),
-                          Guard(SERVICE_NAME, self.authorizer.check)],
+                          Guard(SERVICE_NAME, self.authorizer.check),
+                          # Health parses through a Guard too: garbage gets
+                          # INVALID_ARGUMENT, not gRPC's UNKNOWN.
+                          Guard(health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)],
             options=[("grpc.so_reuseport", 0),
                      ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
                      ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS)])

@@ -52,6 +52,7 @@ from servefleet.dataplane.grpc_forward import (
     GrpcChannels,
     forward_grpc,
 )
+from servefleet.grpc_guard import Guard
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.security.tokens import TokenTable
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
@@ -277,6 +278,10 @@ class IngressService(ingress_pb2_grpc.IngressServiceServicer):
         return ingress_pb2.HealthzResponse(message="success")
 
 
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+INGRESS_SERVICE = ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name
+
+
 async def start_grpc_ingress(proxy: GrpcProxy, routes: Callable[[], RouteTable], listen: str,
                              tls_cert: str | None = None, tls_key: str | None = None
                              ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
@@ -284,9 +289,13 @@ async def start_grpc_ingress(proxy: GrpcProxy, routes: Callable[[], RouteTable],
     # Requests as large as replicas take, no larger (gRPC refuses the rest
     # with RESOURCE_EXHAUSTED naming the limit); answers as large as the
     # proxy takes from replicas (dataplane/grpc_forward.py).
-    server = grpc.aio.server(options=[
-        ("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", GRPC_MAX_REQUEST_BYTES),
-        ("grpc.max_send_message_length", GRPC_MAX_ANSWER_BYTES)])
+    # The port's own services parse their requests through a Guard: garbage
+    # gets INVALID_ARGUMENT, where gRPC's own parsing answers UNKNOWN.
+    server = grpc.aio.server(
+        interceptors=[Guard(HEALTH_SERVICE), Guard(INGRESS_SERVICE)], options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", GRPC_MAX_REQUEST_BYTES),
+            ("grpc.max_send_message_length", GRPC_MAX_ANSWER_BYTES)])
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     ingress_pb2_grpc.add_IngressServiceServicer_to_server(IngressService(proxy, routes), server)

@@ -97,7 +97,11 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
             request = await admitted(raw, context)
             if request is None:
                 return
-            async for item in stream(request, context):
+            answers = stream(request, context)
+            if not hasattr(answers, "__aiter__"):  # a handler that writes (context.write)
+                await answers
+                return
+            async for item in answers:
                 yield item
 
         return grpc.unary_stream_rpc_method_handler(streaming, response_serializer=respond)
