@@ -1,8 +1,14 @@
-"""Errors the API reports to clients, each with its gRPC status code.
+"""Errors the API reports to clients, each with its gRPC status code, and
+client text quoted safely.
 
 Handlers raise these for the caller's mistakes and for conditions the caller
 can act on; the servicer turns them into a status with the message. Anything
 else is a bug and surfaces as INTERNAL after being logged with its traceback.
+
+Text a client sent (a name, a node id, an xDS NACK's message) goes into a
+log line or a message only through `one_line`: written as it came, a line
+break in it would forge a log line of its own, and megabytes of it would
+flood the log.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import grpc
 # 100 KB name must not turn INVALID_ARGUMENT into RESOURCE_EXHAUSTED.
 MAX_FIELD_CHARS = 200
 MAX_MESSAGE_CHARS = 1_000
+# Client text quoted in a log line: names and ids fit; past it, the rest is cut.
+MAX_QUOTED_CHARS = 200
 
 
 def cap(text: str, limit: int) -> str:
@@ -21,6 +29,16 @@ def cap(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def one_line(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """Client text quoted on one line, as repr() quotes it: line breaks, other
+    control and format characters (terminal escapes, bidi overrides) and
+    anything else not printable become escapes (\\n, \\x1b, \\u202e); cut
+    to `limit` characters, with a note of what was cut."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text) - limit} more characters)"
 
 
 class ApiError(Exception):

@@ -9,6 +9,13 @@ starts empty and fills up within one report period. Reports also name the
 replicas their reporter has ejected, or would have but may not (the last
 replica of a pool): `suspects`, which the replica reconciler health-checks
 at once.
+
+What one reporter holds is bounded by what one report may carry (MAX_KEYS
+deployments and replica ids per field); a reporter that stops reporting is
+forgotten STALE_S after its last report, swept at most once a second on the
+next report or read. The StreamLoad handler takes one report at a time (the
+rest wait in gRPC's flow control, at the client), and one stream reports
+for one reporter.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class LoadReports:
                traffic: Mapping[str, api.DeploymentTraffic] | None = None,
                ejected: Sequence[str] = (), suspected: Sequence[str] = ()) -> None:
         """Store a report; InvalidArgument (nothing stored) on a bad one."""
+        self._sweep()
         if not reporter_id or len(reporter_id) > 128:
             raise InvalidArgument("reporter_id", "must be 1-128 characters")
         for field, ids in (("ejected", ejected), ("suspected", suspected)):
@@ -152,6 +160,9 @@ class LoadReports:
         self._swept_at = now
         for reporter_id in [r for r, (at, _) in self._reports.items() if now - at >= STALE_S]:
             self._forget(reporter_id)
+        for held in (self._ejected, self._traffic):
+            for reporter_id in [r for r, (at, _) in held.items() if now - at >= STALE_S]:
+                del held[reporter_id]
 
     def queued(self, application: str, deployment: str) -> int:
         self._sweep()

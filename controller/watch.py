@@ -69,9 +69,18 @@ class Heartbeat:
 
     The timer is kept across changes and moved only when it fires early (a
     message was sent since): creating and cancelling a timer per stream per
-    change was a fifth of a 1,000-stream fan-out's time."""
+    change was a fifth of a 1,000-stream fan-out's time.
 
-    __slots__ = ("_loop", "_timer", "due", "interval", "waiter")
+    With `stall_after`, the same timer notices a stream whose write does not
+    complete: fired while the stream is not waiting for a change, it finds
+    the stream inside a write (its only other await) and looks again an
+    interval later. Once no write has completed (the stream counts them in
+    `writes`) for `stall_s` and two looks (one late timer, with the write's
+    completion queued behind it, is no stall), it calls `on_stall`. Nothing
+    is added per change but the count."""
+
+    __slots__ = ("_looks", "_loop", "_on_stall", "_stall_s", "_stalled_since", "_timer",
+                 "_writes_seen", "due", "interval", "waiter", "writes")
 
     def __init__(self, interval: float) -> None:
         self._loop = asyncio.get_running_loop()
@@ -80,6 +89,13 @@ class Heartbeat:
         # The future of the wait under way, resolved False when the beat is due.
         self.waiter: asyncio.Future[bool] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.writes, self._writes_seen, self._looks = 0, -1, 0
+        self._stall_s, self._stalled_since = 0.0, 0.0
+        self._on_stall: Callable[[], None] | None = None
+
+    def stall_after(self, stall_s: float, on_stall: Callable[[], None]) -> None:
+        """Call `on_stall` once no write of the stream has completed for `stall_s`."""
+        self._stall_s, self._on_stall = stall_s, on_stall
 
     def sent(self) -> None:
         """A message went out: the next beat is due `interval` from now."""
@@ -88,12 +104,30 @@ class Heartbeat:
             self._timer = self._loop.call_at(self.due, self._fire)
 
     def _fire(self) -> None:
+        if self.waiter is None and self._on_stall is not None:
+            self._look()
+            return
+        self._looks = 0
         if self._loop.time() < self.due:
             self._timer = self._loop.call_at(self.due, self._fire)
             return
         self._timer = None
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(False)
+
+    def _look(self) -> None:
+        """The stream is inside a write: has one completed since the last look?"""
+        assert self._on_stall is not None
+        now = self._loop.time()
+        if self.writes != self._writes_seen:
+            self._writes_seen, self._stalled_since, self._looks = self.writes, now, 0
+        else:
+            self._looks += 1
+            if self._looks >= 2 and now - self._stalled_since >= self._stall_s:
+                self._timer = None
+                self._on_stall()
+                return
+        self._timer = self._loop.call_at(now + self.interval, self._fire)
 
     def stop(self) -> None:
         if self._timer is not None:

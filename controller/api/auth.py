@@ -36,7 +36,7 @@ from servefleet.security.tls import TOKEN_METADATA_KEY, peer_role
 from servefleet.security.tokens import REPLICA_TOKEN_PREFIX, TokenFile, TokenTable, digest
 from servefleet.v1 import watch_pb2
 
-from ..errors import ApiError, PermissionDenied, Unauthenticated
+from ..errors import MAX_MESSAGE_CHARS, ApiError, PermissionDenied, Unauthenticated, one_line
 
 logger = logging.getLogger(__name__)
 # Watch streams that announce themselves as a component (and so appear in
@@ -156,7 +156,7 @@ class Authorizer:
                                            + (" and its own deployment's config"
                                               if owner else ""))
         except ApiError as e:
-            logger.info("refused %s: %s", method, e.message)
+            logger.info("refused %s: %s", method, one_line(e.message, MAX_MESSAGE_CHARS))
             raise Refused(e.code, e.message) from None
 
 

@@ -21,7 +21,7 @@ import grpc
 from servefleet.wire import LEADER_METADATA_KEY
 
 from ..election import LeaderElection
-from ..errors import ApiError, NotLeader
+from ..errors import MAX_MESSAGE_CHARS, ApiError, NotLeader, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             if isinstance(e, NotLeader):
                 not_leader, hint = True, e.leader
             else:
-                logger.info("refused %s: %s: %s", fn.__name__, e.code.name, message)
+                logger.info("refused %s: %s: %s", fn.__name__, e.code.name,
+                            one_line(message, MAX_MESSAGE_CHARS))
         except grpc.aio.AbortError:
             raise  # already answered (a malformed message in a request stream, say)
         except Exception:

@@ -18,13 +18,14 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.wire import check_watch_key
 
-from ..errors import ApiError, FailedPrecondition, NotLeader
+from ..errors import ApiError, FailedPrecondition, InvalidArgument, NotLeader, one_line
 from ..goals.spec import DEFAULT_APPLICATION
 from ..members import Membership
+from ..stream_end import close_requests
 from ..term import LeaderTerm
 from ..watch import MAX_WATCH_KEYS
 from ..watch_stream import serve_watch
-from .gate import Leadership, api_method
+from .gate import Leadership, api_method, refuse
 from .logs import LogStream
 from .redact import SEE_SECRETS, redacted_application, redacted_deployment
 
@@ -139,13 +140,24 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def StreamLoad(self, requests: AsyncIterator[api.StreamLoadRequest],
                          context: Any) -> api.StreamLoadResponse:
+        """Reports of one reporter; INVALID_ARGUMENT for a bad report (nothing of it
+        stored) or one of another reporter than the stream's first."""
         term = self._term()
-        async for message in requests:
-            if self._current() is not term or not self._leadership.can_serve():
-                raise NotLeader(None)  # the reporter goes on with the new leader
-            report = message.report
-            term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
-                                     report.traffic, report.ejected, report.suspected)
+        reporter = None
+        try:
+            async for message in requests:
+                if self._current() is not term or not self._leadership.can_serve():
+                    raise NotLeader(None)  # the reporter goes on with the new leader
+                report = message.report
+                reporter = reporter or report.reporter_id
+                if report.reporter_id != reporter:
+                    # One stream holds one report: it cannot fill the table alone.
+                    raise InvalidArgument("report.reporter_id", "a stream carries the "
+                                          f"reports of one reporter, {one_line(reporter)}")
+                term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
+                                         report.traffic, report.ejected, report.suspected)
+        finally:
+            await close_requests(requests)
         return api.StreamLoadResponse()
 
     async def GetLogs(self, request: api.GetLogsRequest,
@@ -164,17 +176,16 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:
-        """Stream snapshots; INVALID_ARGUMENT for an unknown key, UNAVAILABLE on losing lead."""
-        if len(request.known) > MAX_WATCH_KEYS:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"known: at most {MAX_WATCH_KEYS} keys")
-        for key in request.known:
-            problem = check_watch_key(key)
-            if problem:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"known[{key!r}]: {problem}")
+        """Stream snapshots; INVALID_ARGUMENT for an unknown key, UNAVAILABLE on losing
+        lead, RESOURCE_EXHAUSTED once the client stops reading (watch_stream.py)."""
+        problem = _watch_request_problem(request)
+        if problem is not None:
+            # Set, not aborted with: an abort's frames would keep the request.
+            logger.info("refused Watch: %s: %s", problem.code.name, problem.message)
+            refuse(context, problem.code, problem.message)
+            return
         async for response in serve_watch(self._term().publisher, request,
-                                          self._leadership.can_serve):
+                                          self._leadership.can_serve, context):
             yield response
         await self._leadership.abort_not_leader(context)
 
@@ -186,3 +197,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                     "then exiting", count)
         self._on_shutdown()
         return api.ShutdownResponse()
+
+
+def _watch_request_problem(request: watch_pb2.WatchRequest) -> InvalidArgument | None:
+    if len(request.known) > MAX_WATCH_KEYS:
+        return InvalidArgument("known", f"at most {MAX_WATCH_KEYS} keys, got "
+                               f"{len(request.known)}")
+    for key in request.known:
+        problem = check_watch_key(key)
+        if problem:
+            return InvalidArgument(f"known[{one_line(key)}]", problem)
+    return None

@@ -31,6 +31,7 @@ from dataclasses import replace
 from servefleet.v1 import records_pb2
 
 from ..clock import Clock
+from ..errors import one_line
 from ..goals.deployments import DeploymentTable
 from ..goals.spec import target_replicas
 from ..load_reports import LoadReports
@@ -178,7 +179,7 @@ class _Policy:
             self.failure = str(e)
             self._failed_starts += 1
             self.retry_at = self._clock.monotonic() + BACKOFF.delay(self._failed_starts)
-            logger.warning("autoscaling: %s", e)
+            logger.warning("autoscaling: %s", one_line(str(e), 1000))
             return
         self.running, self.failure, self._failed_starts = True, "", 0
 
@@ -197,7 +198,7 @@ class _Policy:
                     self._failed_starts += 1
                     self.retry_at = self._clock.monotonic() + BACKOFF.delay(
                         self._failed_starts)
-                    logger.warning("autoscaling %s/%s: %s", *key, e)
+                    logger.warning("autoscaling %s/%s: %s", *key, one_line(str(e), 1000))
 
         loop.spawn(("policy-call", key), call)
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+from servefleet.messages import error_summary
 from servefleet.v1 import application_pb2 as apb
 
-from ..errors import AlreadyExists, InvalidArgument
+from ..errors import AlreadyExists, InvalidArgument, one_line
 from ..goals.app_specs import deployment_specs
 from ..goals.applications import ApplicationTable, pending
 from .builder import BuildResult, run_build
@@ -77,7 +78,7 @@ class BuildReconciler:
         result = await self._build(record.spec)
         if result.graph is None:
             logger.warning("application %s: the build failed: %s", name,
-                           result.error.splitlines()[0] if result.error else "")
+                           one_line(error_summary(result.error)))
             await self._table.fail_build(name, generation, result.error)
             return
         try:

@@ -21,9 +21,11 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
+from servefleet.messages import error_summary
 from servefleet.v1 import records_pb2, replica_pb2
 
 from ..clock import Clock
+from ..errors import one_line
 from ..keys import ClusterKeys
 from ..store import Store
 from .goal_index import GoalIndex
@@ -160,7 +162,8 @@ class ReplicaReconciler:
         else:
             self._views[key][replica_id] = after
             if after.failure and not before.failure:
-                logger.warning("replica %s of %s/%s failed: %s", replica_id, *key, after.failure)
+                logger.warning("replica %s of %s/%s failed: %s", replica_id, *key,
+                               one_line(error_summary(after.failure)))
             elif after.state == RUNNING and before.state != RUNNING:
                 logger.info("replica %s of %s/%s is %s", replica_id, *key,
                             "adopted" if before.state == RECOVERING else "running")

@@ -18,10 +18,19 @@ asked for and what it was last sent:
 - a request with an old nonce is stale (the client had not seen the latest
   response yet) and only updates the subscription.
 
+A request no xDS client sends (requests.py's checks, an ACK of another
+version than its nonce carried, bytes that are no DiscoveryRequest) ends the
+stream with INVALID_ARGUMENT naming the field, logged at INFO. A client that
+does not read its stream is cut off with RESOURCE_EXHAUSTED once the
+requests it sent meanwhile pass requests.py's bounds, and what it queued is
+dropped. Client text (node ids, names, NACK messages) is logged only
+through errors.one_line.
+
 A standby controller relays the stream to the leader (so a client whose
-bootstrap lists every controller reaches the leader through any of them);
-a leader whose term ends, or a standby that knows no leader, ends the stream
-with UNAVAILABLE and the leader's address in the trailing metadata, as Watch
+bootstrap lists every controller reaches the leader through any of them),
+passing on the leader's INVALID_ARGUMENT or RESOURCE_EXHAUSTED; a leader
+whose term ends, or a standby that knows no leader, ends the stream with
+UNAVAILABLE and the leader's address in the trailing metadata, as Watch
 does. The client then opens a new stream, which the next leader serves.
 """
 
@@ -38,17 +47,27 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf.message import DecodeError
 
 from servefleet.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
+from ..errors import InvalidArgument, cap, one_line
+from ..stream_end import close_requests, cut_off
 from ..watch import Publisher
 from .build import build
-from .resources import CLUSTER, LISTENER, TYPES, Resources
+from .requests import MAX_NACK_CHARS, MAX_QUEUED_NAMES, MAX_QUEUED_REQUESTS, Inbox, check_request
+from .resources import CLUSTER, LISTENER, Resources
 
 logger = logging.getLogger(__name__)
 # Types whose responses carry the whole subscribed set (state of the world).
 _WHOLE_SET = (LISTENER, CLUSTER)
 _IDLE_CHECK_S = 5.0
+# What a NACK's message may fill of a log line.
+_LOGGED_NACK_CHARS = 1_000
+# The leader's answers to a relayed client's own faults, passed on as they are.
+_CLIENT_FAULTS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+_NOT_READING = (f"the client does not read its stream: it sent {MAX_QUEUED_REQUESTS} "
+                f"requests or {MAX_QUEUED_NAMES} names while a response waited to be read")
 
 
 class ResourceCache:
@@ -125,11 +144,11 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             if leader is not None and self._connect is not None:
                 async for response in self._relay(leader, request_iterator, context):
                     yield response
+        else:
+            async for response in self._serve(publisher, request_iterator, context):
+                yield response
+        if context.code() is None:  # not refused
             await self._abort_not_leader(context)
-            return
-        async for response in self._serve(publisher, request_iterator, context):
-            yield response
-        await self._abort_not_leader(context)
 
     async def _relay(self, leader: str, request_iterator: Any,
                      context: grpc.aio.ServicerContext
@@ -141,39 +160,59 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         channel = self._connect(leader)
         upstream = ads_pb2_grpc.AggregatedDiscoveryServiceStub(
             channel).StreamAggregatedResources(metadata=metadata)
+        handler = asyncio.current_task()
+        assert handler is not None
+        requests = request_iterator.__aiter__()
 
         async def pump() -> None:
-            async for request in request_iterator:
-                await upstream.write(request)
-            await upstream.done_writing()
+            try:
+                async for request in requests:
+                    await upstream.write(request)
+                await upstream.done_writing()
+            except DecodeError as e:
+                refusal = _garbage(e)
+                logger.info("refused an xDS stream from %s: %s", context.peer(),
+                            refusal.message)
+                cut_off(handler, context, refusal.code, refusal.message)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                pass  # the leader ended the stream: `follow` or the loop says how
 
-        pumping = asyncio.create_task(pump())
+        async def follow() -> None:
+            """The leader refused the client (garbage, or it does not read): say so
+            now, even while a response to it waits to be read here."""
+            code = await upstream.code()
+            if code in _CLIENT_FAULTS and context.code() is None:
+                cut_off(handler, context, code, await upstream.details() or "")
+
+        tasks = [asyncio.create_task(pump()), asyncio.create_task(follow())]
         logger.info("relaying an xDS stream from %s to the leader %s", context.peer(), leader)
         try:
             async for response in upstream:
                 yield response
         except grpc.aio.AioRpcError as e:
-            logger.info("the relayed xDS stream ended: %s %s", e.code().name, e.details())
+            logger.info("the relayed xDS stream ended: %s %s", e.code().name,
+                        one_line(e.details() or ""))
+            if e.code() in _CLIENT_FAULTS and not context.done():
+                context.set_code(e.code())
+                context.set_details(e.details() or "")
         finally:
-            pumping.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             upstream.cancel()
             await channel.close()
+            await close_requests(requests)
 
     async def _serve(self, publisher: Publisher, request_iterator: Any,
                      context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
         client = XdsClient(node_id="", peer=context.peer())
         self.clients[id(client)] = client
-        inbox: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                async for request in request_iterator:
-                    await inbox.put(request)
-            finally:
-                await inbox.put(None)
-
-        reader = asyncio.create_task(read())
+        inbox = Inbox()
+        handler = asyncio.current_task()
+        assert handler is not None
+        reader = asyncio.create_task(self._read(request_iterator, inbox, client, context,
+                                                handler))
         try:
             seen = -1
             while not publisher.closed and self._can_serve():
@@ -183,16 +222,50 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 request = await self._next(inbox, publisher, seen)
                 if request is _GONE:
                     return
-                if isinstance(request, discovery_pb2.DiscoveryRequest):
-                    self._take(client, request)
+                try:
+                    if request is not None:
+                        self._take(client, request)
+                except InvalidArgument as e:
+                    logger.info("refused a request of xDS client %s from %s: %s",
+                                one_line(client.node_id), client.peer, e.message)
+                    context.set_code(e.code)
+                    context.set_details(e.message)
+                    return
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
             self.clients.pop(id(client), None)
 
-    async def _next(self, inbox: asyncio.Queue, publisher: Publisher, seen: int) -> Any:
-        """The next request, _GONE when the client left, or None after a change."""
+    async def _read(self, request_iterator: Any, inbox: Inbox, client: XdsClient,
+                    context: grpc.aio.ServicerContext, handler: asyncio.Task[Any]) -> None:
+        """Move the client's requests into `inbox`, checked, until it finishes. One no
+        client sends ends the stream (INVALID_ARGUMENT), and so does one more than the
+        inbox holds: the client does not read its stream (RESOURCE_EXHAUSTED)."""
+        requests = request_iterator.__aiter__()
+        refusal: tuple[grpc.StatusCode, str] | None = None
+        try:
+            async for request in requests:
+                check_request(request)
+                if not inbox.put(request):
+                    logger.warning("cut off xDS client %s from %s: it does not read its "
+                                   "stream", one_line(client.node_id), client.peer)
+                    refusal = (grpc.StatusCode.RESOURCE_EXHAUSTED, _NOT_READING)
+                    break
+        except (InvalidArgument, DecodeError) as e:
+            error = e if isinstance(e, InvalidArgument) else _garbage(e)
+            logger.info("refused a request of xDS client %s from %s: %s",
+                        one_line(client.node_id), client.peer, error.message)
+            refusal = (error.code, error.message)
+        finally:
+            if refusal is not None:
+                cut_off(handler, context, *refusal)
+            else:  # the client finished sending, or the stream ends
+                inbox.end()
+            await close_requests(requests)
+
+    async def _next(self, inbox: Inbox, publisher: Publisher, seen: int) -> Any:
+        """The next request, _GONE when the client finished, or None after a change."""
         getting = asyncio.ensure_future(inbox.get())
         changing = asyncio.ensure_future(publisher.wait_change(seen, _IDLE_CHECK_S))
         done, _ = await asyncio.wait({getting, changing}, return_when=asyncio.FIRST_COMPLETED)
@@ -206,22 +279,24 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         return None
 
     def _take(self, client: XdsClient, request: discovery_pb2.DiscoveryRequest) -> None:
+        """Apply a checked request; InvalidArgument for an ACK of another version."""
         if request.node.id and not client.node_id:
             client.node_id = request.node.id
-            logger.info("xDS client %s connected from %s", client.node_id, client.peer)
-        if request.type_url not in TYPES:
-            logger.info("xDS client %s asked for %s, which this server does not serve",
-                        client.node_id, request.type_url)
-            return
+            logger.info("xDS client %s connected from %s", one_line(client.node_id),
+                        client.peer)
         sub = client.subscriptions.setdefault(request.type_url, _Subscription())
         if request.response_nonce and request.response_nonce != sub.nonce:
             pass  # stale: the client has not seen our latest response yet
         elif request.response_nonce:
             if request.HasField("error_detail"):
-                sub.nack = request.error_detail.message
-                logger.warning("xDS client %s refused %s version %s: %s", client.node_id,
-                               request.type_url.rpartition("/")[2], sub.sent_version,
-                               sub.nack)
+                sub.nack = cap(request.error_detail.message, MAX_NACK_CHARS)
+                logger.warning("xDS client %s refused %s version %s: %s",
+                               one_line(client.node_id), request.type_url.rpartition("/")[2],
+                               sub.sent_version, one_line(sub.nack, _LOGGED_NACK_CHARS))
+            elif request.version_info != sub.sent_version:
+                raise InvalidArgument("version_info", f"an ACK carries the version it "
+                                      f"acknowledges, {sub.sent_version} for nonce "
+                                      f"{sub.nonce}; got {one_line(request.version_info)}")
             else:
                 sub.acked_version, sub.nack = request.version_info, ""
         names = set(request.resource_names)
@@ -255,6 +330,10 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 version_info=version, type_url=type_url, nonce=sub.nonce,
                 resources=[available[n].packed for n in chosen]))
         return out
+
+
+def _garbage(error: DecodeError) -> InvalidArgument:
+    return InvalidArgument("request", f"not a valid DiscoveryRequest: {error}")
 
 
 _GONE = object()
