@@ -78,6 +78,9 @@ class ControllerConfig:
     allow_working_dirs: tuple[str, ...] = ()
     allow_images: tuple[str, ...] = ()
     allow_env: bool | None = None
+    # Virtualenvs or site-packages below a working dir whose modules import
+    # paths may name (goals/policy.py); empty: none.
+    allow_packages_below: tuple[str, ...] = ()
     # Who user code runs as on this host (runtime/sandbox.py): "auto", "none",
     # a user name or UID[:GID].
     replica_user: str = "auto"
@@ -92,6 +95,7 @@ class ControllerConfig:
                                   default_image=self.docker_image,
                                   working_dirs=self.allow_working_dirs,
                                   images=self.allow_images, allow_env=self.allow_env,
+                                  packages_below=self.allow_packages_below,
                                   # --runtime none runs no replicas; Docker (or
                                   # Swarm) with code in the image runs none from
                                   # this host.

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -76,7 +77,8 @@ class TermParts:
     replica_client: ReplicaClient
     # The live controllers' addresses, handed to new replicas.
     controllers: Callable[[], list[str]]
-    build: Builder = run_build
+    # How applications are built; None: run_build, as `sandbox` says.
+    build: Builder | None = None
     # Deleted deployments kept for ListDeployments(include_deleted).
     max_history: int = MAX_DELETED_HISTORY
     # What deploys may run (--allow-working-dir, --allow-image, --allow-env).
@@ -114,7 +116,9 @@ class LeaderTerm:
                 parts.clock, on_change=self._deployment_changed,
                 suspects=lambda: self.load_reports.suspects())
             self.loop.add(self.replicas)
-        self.builds = BuildReconciler(self.applications, self.loop, parts.build)
+        self.applications.runs_code = parts.runtime is not None
+        self.builds = BuildReconciler(self.applications, self.loop,
+                                      parts.build or partial(run_build, sandbox=parts.sandbox))
         self.loop.add(self.builds)
         self.load_reports = LoadReports(parts.clock)
         self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,

@@ -15,12 +15,12 @@ caller, never on the event loop.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from servefleet.user_code import import_user_object
 
 
 class LoadError(Exception):
@@ -57,17 +57,12 @@ def _is_asgi(obj: Any) -> bool:
 
 
 def import_attr(import_path: str, working_dir: str = "") -> Any:
-    if working_dir and working_dir not in sys.path:
-        sys.path.insert(0, working_dir)
-    module_name, _, attr_path = import_path.partition(":")
-    module = importlib.import_module(module_name)
-    obj: Any = module
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise LoadError(f"module {module_name!r} has no attribute {attr_path!r}") from None
-    return obj
+    """What `import_path` names, never a walk into other modules (user_code.py);
+    LoadError when the attribute is missing, UserCodeError when refused."""
+    try:
+        return import_user_object(import_path, working_dir)
+    except AttributeError as e:
+        raise LoadError(str(e)) from None
 
 
 def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:

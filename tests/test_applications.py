@@ -51,7 +51,7 @@ def names(client: ControllerClient, application: str) -> list[str]:
 
 @pytest.fixture
 def client(fleet):
-    fleet.start(1)
+    fleet.start(1, runtime="process")  # builds import user code: --runtime none runs none
     fleet.leader()
     with ControllerClient(fleet.addresses(), timeout=30) as c:
         yield c
@@ -172,7 +172,7 @@ def test_a_route_taken_by_a_deployment_is_already_exists(client) -> None:
 
 
 def test_a_build_interrupted_by_failover_is_finished_by_the_new_leader(etcd_fleet) -> None:
-    etcd_fleet.start(2, lease_ttl=1.0)
+    etcd_fleet.start(2, lease_ttl=1.0, runtime="process")
     first = etcd_fleet.leader()
     with ControllerClient(etcd_fleet.addresses(), timeout=30) as client:
         client.deploy_applications([app(import_path="slow_build_app:app",
@@ -181,3 +181,19 @@ def test_a_build_interrupted_by_failover_is_finished_by_the_new_leader(etcd_flee
         record = wait_for(applied(client, "calc"), 60, "applied by the new leader")
         assert list(record.deployment_names) == ["hello"]
         assert etcd_fleet.leader() is not first
+
+
+def test_a_controller_that_runs_no_user_code_builds_no_application(fleet, tmp_path) -> None:
+    """--runtime none: nothing from a spec runs on the controller's host, the
+    build's import included (the builder would leave a file if it ran)."""
+    fleet.start(1)
+    fleet.leader()
+    marker = tmp_path / "built"
+    with ControllerClient(fleet.addresses(), timeout=30) as client:
+        with pytest.raises(ControllerError) as refused:
+            client.deploy_applications([app(import_path="slow_build_app:app", runtime={
+                "env": {"SLOW_BUILD_S": "0", "BUILD_MARKER": str(marker)}})])
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "runs no user code (--runtime none)" in refused.value.details
+        assert client.applications().applications == []
+    assert not marker.exists()

@@ -105,7 +105,7 @@ def test_a_controller_leads_whatever_the_store_holds(tmp_path, cluster) -> None:
                 assert status in (DS.DEPLOYMENT_STATUS_DEPLOY_FAILED,
                                   status_pb2.APPLICATION_STATUS_DEPLOY_FAILED), (name, seen)
                 assert "cannot be used" in message and reason in message, (name, message)
-            wait_for(lambda: "not part of 'model'" in next(
+            wait_for(lambda: "model:asyncio is a module" in next(
                 d.autoscaling.policy_error for a in client.status().applications
                 for d in a.deployments if d.name == "Exits"), 30, "the policy refused")
             time.sleep(3)  # it keeps leading

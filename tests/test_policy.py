@@ -40,6 +40,7 @@ def test_import_paths_name_user_code(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text("x = 1\n")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub.py").write_text("class App: ...\n")
     strict = DeployPolicy.build(loopback=True, cwd=str(tmp_path), default_image="sf:1")
     strict.check_import("p", "model:App", "")  # the controller's directory
     strict.check_import("p", "pkg.sub:App", str(tmp_path))

@@ -40,7 +40,7 @@ from servefleet.v1 import deployment_pb2 as dpb
 
 from ..clock import Clock
 from ..election import FencedStore
-from ..errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ..keys import ClusterKeys
 from ..store import Delete, Op, Put, Store
 from .app_specs import (
@@ -93,6 +93,9 @@ class ApplicationTable:
         self._writes = StoreMirror(fenced, store, self.load)
         # Set by Shutdown (clear): no more writes or builds in this term.
         self.closed = False
+        # False under --runtime none: nothing from a spec runs on this host, so
+        # applications, which are built by importing their code, are refused.
+        self.runs_code = True
 
     # -- loading and reads -------------------------------------------------------
 
@@ -181,15 +184,13 @@ class ApplicationTable:
         # The files under each working_dir are part of the spec, so that an
         # edited module is a change (and a rebuild) like an edited config.
         policy = self._deployments.policy
-        for i, spec in enumerate(specs):  # all checked before any file is read
-            policy.check(f"applications[{i}].runtime", spec.runtime)
-            policy.check_import(f"applications[{i}].import_path", spec.import_path,
-                                spec.runtime.working_dir)
-            for j, path in enumerate(spec.grpc_servicer_functions):
-                policy.check_import(f"applications[{i}].grpc_servicer_functions[{j}]", path,
-                                    spec.runtime.working_dir)
-            for j, override in enumerate(spec.deployments):
-                policy.check(f"applications[{i}].deployments[{j}].runtime", override.runtime)
+        for i, spec in enumerate(specs):  # all checked before any tree is hashed
+            policy.check_application(f"applications[{i}]", spec)
+        if specs and not self.runs_code:
+            raise FailedPrecondition("this controller runs no user code (--runtime none), and "
+                                     "an application is built by importing its code: give "
+                                     "the controller a runtime, or deploy the deployments "
+                                     "themselves with Deploy")
         digests = WorkingDirDigests()
         for i, spec in enumerate(specs):
             await digests.stamp(spec.runtime, f"applications[{i}].runtime")

@@ -157,11 +157,7 @@ class DeploymentTable:
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
-        self.policy.check("spec.runtime", goal.runtime)
-        self.policy.check_import("spec.import_path", goal.import_path, goal.runtime.working_dir)
-        for i, path in enumerate(goal.grpc_servicer_functions):
-            self.policy.check_import(f"spec.grpc_servicer_functions[{i}]", path,
-                                     goal.runtime.working_dir)
+        self.policy.check_deployment("spec", goal)
         await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:
@@ -246,6 +242,8 @@ class DeploymentTable:
         deployments of the application that `specs` does not name are deleted,
         unchanged ones are left alone."""
         goals = [normalize_spec(spec) for spec in specs]
+        for goal in goals:  # what the build reported is checked like a Deploy
+            self.policy.check_deployment(f"deployments[{goal.name}]", goal)
         digests = WorkingDirDigests()  # the files as they are now, which replicas will run
         for goal in goals:
             await digests.stamp(goal.runtime, f"deployments[{goal.name}].runtime")

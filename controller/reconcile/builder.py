@@ -21,6 +21,8 @@ from typing import Any
 
 from servefleet.v1 import application_pb2
 
+from ..runtime.sandbox import Sandbox, user_env
+
 BUILD_TIMEOUT_S = 120.0
 OUTPUT_TAIL_CHARS = 2000
 
@@ -33,21 +35,29 @@ class BuildResult:
 
 
 async def run_build(spec: application_pb2.ApplicationSpec,
-                    timeout_s: float = BUILD_TIMEOUT_S) -> BuildResult:
-    """Build `spec`; cancellation kills the build process."""
+                    timeout_s: float = BUILD_TIMEOUT_S,
+                    sandbox: Sandbox | None = None) -> BuildResult:
+    """Build `spec`; cancellation kills the build process. It runs as user code
+    does (runtime/sandbox.py): without the controller's credentials in its
+    environment, as `sandbox`'s user."""
+    sandbox = sandbox or Sandbox()
     working_dir = spec.runtime.working_dir
     with tempfile.TemporaryDirectory(prefix="servefleet-build-") as tmp:
         output = os.path.join(tmp, "graph.json")
         args_file = os.path.join(tmp, "args.json")  # args may not fit in an argument
         with open(args_file, "w") as f:
             f.write(spec.args_json or "{}")
+        if sandbox.uid is not None:  # the build reads its args and writes its graph here
+            for path in (tmp, args_file):
+                os.chown(path, sandbox.uid, sandbox.gid or sandbox.uid)
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "servefleet.build", spec.import_path, "--output", output,
-                "--working-dir", working_dir, "--args-file", args_file,
-                *(a for f in spec.grpc_servicer_functions
-                  for a in ("--grpc-servicer-function", f)),
-                cwd=working_dir or None, env={**os.environ, **spec.runtime.env},
+                *sandbox.wrap([
+                    sys.executable, "-m", "servefleet.build", spec.import_path, "--output",
+                    output, "--working-dir", working_dir, "--args-file", args_file,
+                    *(a for f in spec.grpc_servicer_functions
+                      for a in ("--grpc-servicer-function", f))]),
+                cwd=working_dir or None, env=user_env(spec.runtime.env),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         except OSError as e:  # e.g. the working directory does not exist here

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from servefleet.messages import error_summary
 from servefleet.v1 import application_pb2 as apb
 
-from ..errors import AlreadyExists, InvalidArgument, one_line
+from ..errors import AlreadyExists, InvalidArgument, PermissionDenied, one_line
 from ..goals.app_specs import deployment_specs
 from ..goals.applications import ApplicationTable, pending
 from .builder import BuildResult, run_build
@@ -73,6 +73,10 @@ class BuildReconciler:
             logger.info("application %s: deleting its deployments", name)
             await self._table.apply_build(name, generation, [])
             return
+        if not self._table.runs_code:  # --runtime none: no user code on this host
+            await self._table.fail_build(name, generation, "not built: this controller runs "
+                                         "no user code (--runtime none)")
+            return
         logger.info("application %s: building generation %d from %s", name, generation,
                     record.spec.import_path)
         result = await self._build(record.spec)
@@ -85,7 +89,7 @@ class BuildReconciler:
             specs = deployment_specs(record.spec, result.graph)
             _warn_about_batches(name, specs, result.graph)
             await self._table.apply_build(name, generation, specs)
-        except (InvalidArgument, AlreadyExists) as e:
+        except (InvalidArgument, AlreadyExists, PermissionDenied) as e:
             await self._table.fail_build(name, generation, e.message)
 
 

@@ -68,12 +68,13 @@ class PolicyProcess:
         ours, theirs = socket.socketpair()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "servefleet.policy_runner", "--policy", self.policy,
-                "--fd", str(theirs.fileno()), "--working-dir", self._working_dir,
+                *self._sandbox.wrap([
+                    sys.executable, "-m", "servefleet.policy_runner", "--policy", self.policy,
+                    "--fd", str(theirs.fileno()), "--working-dir", self._working_dir]),
                 pass_fds=[theirs.fileno()], cwd=self._working_dir or None,
                 env=user_env(self._env), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True, **self._sandbox.popen_kwargs())
+                start_new_session=True)
         except OSError as e:
             ours.close()
             raise PolicyFailed(f"custom policy {self.policy}: its process cannot start: "

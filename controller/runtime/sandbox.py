@@ -22,7 +22,6 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 # The controller's own credentials and settings that name them.
 CREDENTIAL_VARS = frozenset({"SERVEFLEET_TOKEN", "SERVEFLEET_CERTS", "SERVEFLEET_CLUSTER_CA",
@@ -32,6 +31,7 @@ CREDENTIAL_PREFIXES = ("ETCDCTL_",)
 # the operator made one (useradd --system servefleet), else nobody.
 DEFAULT_USER = "servefleet"
 NOBODY = 65534
+SETPRIV = "setpriv"  # util-linux, essential on Debian
 
 
 def user_env(extra: Mapping[str, str] | None = None,
@@ -51,11 +51,14 @@ class Sandbox:
     uid: int | None = None
     gid: int | None = None
 
-    def popen_kwargs(self) -> dict[str, Any]:
-        """For subprocess.Popen and asyncio's create_subprocess_exec."""
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` run as this user: through util-linux's setpriv, which any
+        subprocess API can start (uvloop's refuses Popen's user= and group=),
+        with no supplementary groups."""
         if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+            return argv
+        return [SETPRIV, f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                "--", *argv]
 
     @property
     def run_as(self) -> str:
@@ -103,9 +106,9 @@ class Sandbox:
         if self.uid is None:
             return ""
         try:
-            subprocess.run([sys.executable, "-c", "import servefleet.replica.main"],
+            subprocess.run(self.wrap([sys.executable, "-c", "import servefleet.replica.main"]),
                            cwd="/", env={"PATH": os.environ.get("PATH", "")},
-                           capture_output=True, check=True, timeout=60, **self.popen_kwargs())
+                           capture_output=True, check=True, timeout=60)
         except subprocess.CalledProcessError as e:
             last = (e.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
             return (f"uid {self.uid} cannot import servefleet with {sys.executable}"

@@ -85,6 +85,10 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--allow-env", action=argparse.BooleanOptionalAction, default=None,
                         help="whether a deploy may set runtime.env (default: only when "
                              "--listen is loopback)")
+    policy.add_argument("--allow-packages-below", action="append", default=[],
+                        metavar="DIR",
+                        help="a virtualenv or site-packages directory below a working dir "
+                             "whose modules import paths may name (repeatable; default: none)")
     policy.add_argument("--replica-user", default="auto", metavar="USER",
                         help="who user code (replicas of the process runtime, builds, custom "
                              "autoscaling policies) runs as: a user name or UID[:GID], 'none' "
@@ -123,13 +127,16 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             tokens.TokenTable.load(args.auth_tokens)
         except tokens.TokenFileError as e:
             raise UsageError(f"--auth-tokens: {e}") from None
-    for directory in args.allow_working_dir:
-        if not os.path.isabs(directory):
-            raise UsageError(f"--allow-working-dir {directory!r}: must be an absolute path")
+    for flag, directories in (("--allow-working-dir", args.allow_working_dir),
+                              ("--allow-packages-below", args.allow_packages_below)):
+        for directory in directories:
+            if not os.path.isabs(directory):
+                raise UsageError(f"{flag} {directory!r}: must be an absolute path")
     return {"tls": own, "replica_tls": replica, "etcd_tls": etcd,
             "auth_tokens": args.auth_tokens,
             "allow_working_dirs": tuple(args.allow_working_dir),
             "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
+            "allow_packages_below": tuple(args.allow_packages_below),
             "replica_user": args.replica_user}
 
 
