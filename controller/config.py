@@ -96,6 +96,9 @@ class ControllerConfig:
                                   working_dirs=self.allow_working_dirs,
                                   images=self.allow_images, allow_env=self.allow_env,
                                   packages_below=self.allow_packages_below,
+                                  # Builds and custom policies run on this host
+                                  # whatever the runtime; --runtime none runs none.
+                                  runs_user_code=self.runtime != "none",
                                   # --runtime none runs no replicas; Docker (or
                                   # Swarm) with code in the image runs none from
                                   # this host.

@@ -124,6 +124,7 @@ class LeaderTerm:
         self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,
                                               parts.clock, self._running_count)
         self.autoscaler.sandbox = parts.sandbox
+        self.autoscaler.runs_code = parts.runtime is not None
         self.loop.add(self.autoscaler)
         self.deployments.can_purge = lambda key: not self.observed.tracks(key)
         self._running: asyncio.Task[None] | None = None

@@ -13,7 +13,9 @@ IMPORT_PATH may name a bound application, a deployment (bound with no
 arguments), or a builder function: called with the args object, it returns
 a bound application (Ray Serve's application builders). Args for anything
 but a builder are an error. With gRPC servicer functions, the graph also
-names the services they register (`grpc_services`).
+names the services they register (`grpc_services`). Every import path is
+resolved by servefleet/user_code.py, which refuses a walk out of the user's
+code (`model:asyncio.base_events.subprocess.getoutput`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from servefleet.api import Application, Deployment, graph_of
 from servefleet.batching import batch_sizes
 from servefleet.grpc_servicers import services_of
-from servefleet.replica.loader import import_attr
+from servefleet.user_code import import_user_object
 
 
 def resolve(obj: Any, args: dict[str, Any]) -> Application:
@@ -50,11 +52,11 @@ def resolve(obj: Any, args: dict[str, Any]) -> Application:
 def build(import_path: str, working_dir: str, args: dict[str, Any],
           grpc_servicer_functions: list[str] | None = None) -> dict[str, Any]:
     try:
-        app = resolve(import_attr(import_path, working_dir), args)
+        app = resolve(import_user_object(import_path, working_dir), args)
         graph = graph_of(app)
         for node in graph["deployments"]:
             try:
-                target = import_attr(node["import_path"], working_dir)
+                target = import_user_object(node["import_path"], working_dir)
             except Exception:
                 continue  # not importable by its path: the replica will say so
             sizes = batch_sizes(getattr(target, "func_or_class", target))

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet.replica.loader import LoadError, import_attr
+from servefleet.replica.loader import LoadError
+from servefleet.user_code import import_user_object
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,10 @@ class _Recorder:
 def rpcs_of(import_path: str, working_dir: str = "") -> list[Rpc]:
     """The RPCs the generated function at `import_path` registers.
 
-    LoadError naming the import path when it is not such a function.
+    LoadError naming the import path when it is not such a function;
+    UserCodeError (servefleet/user_code.py) when the path leaves user code.
     """
-    add = import_attr(import_path, working_dir)
+    add = import_user_object(import_path, working_dir)
     if not callable(add):
         raise LoadError(f"grpc_servicer_functions: {import_path!r} is not a function")
     recorder = _Recorder()

@@ -196,3 +196,22 @@ async def test_a_policy_that_fails_gives_way_to_the_built_in_one_and_says_why(
         assert dep.target_replicas == 4, (policy, dep)
         await term.deployments.delete("default", ["A"])  # the next starts from 1 again
         await world.settle(term, ticks=2)
+
+
+async def test_a_stored_custom_policy_does_not_run_where_no_user_code_runs(
+        world: FakeControlPlane, tmp_path: Path) -> None:
+    """--runtime none: a policy already in the store (Deploy now refuses one)
+    never starts its runner; the built-in policy decides and status says why."""
+    marker = tmp_path / "imported"
+    policy_dir(tmp_path, f"open({str(marker)!r}, 'w').close()\n"
+                         "def three(context):\n    return 3\n", name="sf_never_policy")
+    term = await world.lead()
+    term.autoscaler.runs_code = False
+    custom = spec(policy="sf_never_policy:three")
+    custom.runtime.working_dir = str(tmp_path)
+    await term.deployments.deploy(custom)
+    report(term, ongoing=8)
+    await world.settle(term, ticks=8)
+    (dep,) = term.status()[0].deployments
+    assert "this controller runs no user code" in dep.autoscaling.policy_error
+    assert dep.target_replicas == 4 and not marker.exists()

@@ -8,6 +8,7 @@ never a 500 from the proxy itself).
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,9 @@ DEFINED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
            grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.DEADLINE_EXCEEDED,
            grpc.StatusCode.RESOURCE_EXHAUSTED}
-FUZZ = settings(max_examples=500, deadline=None,
+# SERVEFLEET_FUZZ_SCALE=10 runs ten times the examples (a long run, outside CI).
+SCALE = float(os.environ.get("SERVEFLEET_FUZZ_SCALE", "1"))
+FUZZ = settings(max_examples=int(500 * SCALE), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz import exchange
+from test_fuzz import SCALE, exchange
 
 from servefleet.client import ControllerClient
 from servefleet.security import tokens
@@ -22,7 +22,7 @@ from servefleet.testing import ControllerProcess, ProxyProcess, free_port, wait_
 from servefleet.v1 import deployment_pb2
 
 pytestmark = pytest.mark.slow
-FUZZ = settings(max_examples=300, deadline=None,
+FUZZ = settings(max_examples=int(300 * SCALE), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
@@ -79,7 +79,7 @@ def test_the_controllers_http_face_answers_garbage_with_defined_statuses(secured
     port = int(http.rpartition(":")[2])
     statuses: set[int] = set()
 
-    @settings(FUZZ, max_examples=100)
+    @settings(FUZZ, max_examples=int(100 * SCALE))
     @given(st.data())
     def one(data) -> None:
         answer = exchange(port, data.draw(http_bytes(reader)))
@@ -124,7 +124,7 @@ def test_the_grpc_ingress_answers_garbage_with_defined_statuses(secured) -> None
     seen: set[grpc.StatusCode] = set()
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
 
-        @settings(FUZZ, max_examples=150)
+        @settings(FUZZ, max_examples=int(150 * SCALE))
         @given(grpc_calls())
         def one(case) -> None:
             path, raw, metadata = case

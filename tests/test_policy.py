@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -12,9 +13,12 @@ from test_controller_api import store_revision
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.errors import InvalidArgument, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
-from servefleet.testing import ControllerProcess
+from servefleet.controller.keys import ClusterKeys
+from servefleet.controller.store import Put, open_store
+from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import status_pb2
 
 
 def test_defaults_depend_on_listening_on_loopback(tmp_path: Path) -> None:
@@ -139,3 +143,60 @@ def test_a_controller_refuses_specs_outside_its_policy_and_writes_nothing(
             assert store_revision(url) > before
     finally:
         controller.stop()
+
+
+def test_a_controller_without_a_runtime_runs_no_user_code(tmp_path: Path, cluster: str) -> None:
+    """--runtime none: no build and no custom policy from a spec runs on the
+    controller's host (each module would leave a file when imported)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    ran = tmp_path / "ran"
+    for module, function in (("builder_app", "def build(args):\n    pass\n"),
+                             ("policies", "def decide(context):\n    return 1\n")):
+        (code / f"{module}.py").write_text(f"import os\nos.makedirs({str(ran)!r}, exist_ok=True)\n"
+                                           f"open(os.path.join({str(ran)!r}, {module!r}), 'w')"
+                                           f".close()\n\n\n{function}")
+    runtime = d.RuntimeOptions(working_dir=str(code))
+    url = f"sqlite://{tmp_path}/state.db"
+    # An application already in the store (written by a controller that had a
+    # runtime) is not built here either.
+    stored = apb.ApplicationRecord(spec=apb.ApplicationSpec(
+        name="stored", import_path="builder_app:build", runtime=runtime), generation=1)
+    write(url, ClusterKeys(cluster).application("stored"), stored.SerializeToString())
+    controller = ControllerProcess(url, cluster=cluster, runtime="none", log_dir=tmp_path,
+                                   extra_args=["--allow-working-dir", str(code)]).start()
+    try:
+        with ControllerClient([controller.address], timeout=10) as client:
+            wait_for(lambda: "not built" in (client.application_status("stored") or
+                                             status_pb2.ApplicationStatusInfo()).message,
+                     30, "the stored application failed, unbuilt")
+            before = store_revision(url)
+            with pytest.raises(ControllerError) as refused:
+                client.deploy_applications([apb.ApplicationSpec(
+                    name="b", import_path="builder_app:build", runtime=runtime)])
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "runs no user code (--runtime none)" in refused.value.details
+            with pytest.raises(ControllerError) as refused:
+                client.deploy(d.DeploymentSpec(
+                    name="p", import_path="policies:decide", runtime=runtime,
+                    replica_config=d.ReplicaConfig(autoscaling_config=d.AutoscalingConfig(
+                        max_replicas=2, policy="policies:decide"))))
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert refused.value.details.startswith(
+                "spec.replica_config.autoscaling_config.policy: this controller runs no user code")
+            assert store_revision(url) == before
+            client.deploy(d.DeploymentSpec(name="p", import_path="policies:decide",
+                                           runtime=runtime))  # stored, run nowhere
+    finally:
+        controller.stop()
+    assert not ran.exists(), os.listdir(ran)
+
+
+def write(url: str, key: str, value: bytes) -> None:
+    async def put() -> None:
+        store = open_store(url)
+        try:
+            await store.txn([], [Put(key, value)])
+        finally:
+            await store.close()
+    asyncio.run(put())

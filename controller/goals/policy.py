@@ -14,18 +14,29 @@ choosing, so the operator bounds them with controller flags:
   Default: allowed on loopback, refused otherwise.
 - An import path (`import_path`, an application's builder, a gRPC servicer
   function, `autoscaling_config.policy`) names user code, never the standard
-  library's (a deployment `subprocess:Popen` with init args would run any
-  command). Unless the roots allow everything (`--allow-working-dir /`), its
-  module must also be a file or package in the spec's working dir (the
-  controller's directory when it names none), so installed packages cannot
-  be borrowed either. Where the module is found in the working dir, whatever
-  the roots: its real file (links followed) must lie in the working dir, not
-  in a virtualenv or site-packages below it (unless `--allow-packages-below`
-  names that directory), and the path after the colon may not start at a
-  name the module binds by `import` (user_modules.py). Replicas, builds and
-  policy runners check the walk again when they import (servefleet/user_code.py).
-  With `--docker-code image` the code is inside the image, which
-  --allow-image vouches for: only the standard-library rule applies.
+  library's or servefleet's, and no dunder (a deployment `subprocess:Popen`
+  with init args would run any command). Where the path is imported on this
+  host (replicas of the process runtime or with mounted working dirs; builds
+  and custom policies always), its module is looked for in the spec's
+  working dir (the controller's directory when it names none):
+  - found there: every file the import runs (package `__init__`s, the
+    module), links followed, lies in the working dir, in an allowed root,
+    outside the standard library, and, unless the roots are `/`, not in a
+    virtualenv or site-packages below the root (unless
+    `--allow-packages-below` names it); and the path after the colon does
+    not start at a name the module binds by `import` (user_modules.py): a
+    module never, a name from the standard library or servefleet never, a
+    name from another package not to walk on from it;
+  - not found there: refused as installed code unless the roots are `/`
+    (the operator trusts every directory); a typo is INVALID_ARGUMENT.
+  Replicas, builds and policy runners check the walk again when they import
+  (servefleet/user_code.py: no module, no class or function of another
+  package along the way). With `--docker-code image` a deployment's code is
+  inside the image, which --allow-image vouches for: only the names are
+  checked.
+- With `--runtime none` no user code runs on this host: a custom autoscaling
+  policy is FAILED_PRECONDITION (its runner would run here), and so is an
+  application (goals/applications.py: it is built by importing its code).
 
 A spec outside the policy is refused with PERMISSION_DENIED naming the field
 and the rule, before anything is written to the store; an import_path whose
@@ -38,15 +49,15 @@ from __future__ import annotations
 import fnmatch
 import importlib.machinery
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servefleet.user_code import below, is_stdlib_file, link_out, module_files, refused_name
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as pb
 
-from ..errors import InvalidArgument, PermissionDenied
-from .user_modules import imported_names, module_file, package_dir
+from ..errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from .user_modules import import_bindings, package_dir
 
 
 @dataclass(frozen=True)
@@ -56,79 +67,121 @@ class DeployPolicy:
     # fnmatch patterns for runtime.image. Empty: no image may be named.
     image_patterns: tuple[str, ...] = ("*",)
     allow_env: bool = True
-    # Whether user code is on this host (process runtime, Docker with mounted
-    # working dirs): then import paths are checked against the files there.
+    # Whether replicas' code is on this host (process runtime, Docker with
+    # mounted working dirs): then their import paths are checked against the
+    # files here.
     code_on_host: bool = True
     cwd: str = "/"
     # Real paths of virtualenvs or site-packages below a working dir whose
     # modules import paths may name (--allow-packages-below). Empty: none.
     packages_below: tuple[str, ...] = ()
+    # Whether user code from a spec may run on this host at all (builds and
+    # custom autoscaling policies run here whatever the runtime). False
+    # under --runtime none.
+    runs_user_code: bool = True
 
     @classmethod
     def build(cls, *, loopback: bool, cwd: str, default_image: str,
               working_dirs: Sequence[str] = (), images: Sequence[str] = (),
               allow_env: bool | None = None, code_on_host: bool = True,
-              packages_below: Sequence[str] = ()) -> DeployPolicy:
+              packages_below: Sequence[str] = (), runs_user_code: bool = True) -> DeployPolicy:
         """The policy from the flags, with the defaults described above."""
         roots = working_dirs or ([cwd] if loopback else [])
         return cls(tuple(os.path.realpath(r) for r in roots),
                    tuple(images) or (default_image,),
                    loopback if allow_env is None else allow_env, code_on_host,
-                   os.path.realpath(cwd), tuple(os.path.realpath(d) for d in packages_below))
+                   os.path.realpath(cwd), tuple(os.path.realpath(d) for d in packages_below),
+                   runs_user_code)
 
-    def check_import(self, field: str, import_path: str, working_dir: str) -> None:
+    def check_import(self, field: str, import_path: str, working_dir: str,
+                     on_host: bool | None = None) -> None:
         """PermissionDenied naming `field` when `import_path` is not user code;
         InvalidArgument when its module is found neither in the working dir
-        nor installed."""
-        top = import_path.partition(":")[0].partition(".")[0]
-        if top in sys.stdlib_module_names or top in sys.builtin_module_names \
-                or top in ("servefleet", "controller", "proxy", "replica"):
-            raise PermissionDenied(f"{field}: {import_path[:200]!r} names the standard library "
-                                   "or servefleet itself, not user code")
-        if not self.code_on_host:
-            return  # in an image that --allow-image vouches for
-        where = working_dir or self.cwd
+        nor installed. `on_host`: whether the path is imported on this host
+        (default: where replicas' code is, `code_on_host`); if not, only the
+        names are checked."""
         module_name, _, attribute = import_path.partition(":")
-        found = module_file(module_name, where)
-        if found is None:
-            if "/" in self.working_dir_roots:
-                return  # the operator trusts every directory, installed code included
-            if (importlib.machinery.PathFinder.find_spec(top) is None  # a typo, most likely
-                    or importlib.machinery.PathFinder.find_spec(top, [where]) is not None):
-                raise InvalidArgument(field, f"no module {module_name[:200]!r} in "
-                                      f"{where[:200]!r}, where {import_path[:200]!r} is "
-                                      "looked for")
-            raise PermissionDenied(f"{field}: module {top!r} is not a file or package in "
-                                   f"{where[:200]!r}; this controller runs only code from its "
-                                   "allowed working dirs, not installed packages")
-        self._check_module_file(field, import_path, os.path.realpath(found), where)
-        first = attribute.partition(".")[0]
-        if first in imported_names(found):
-            raise PermissionDenied(f"{field}: {import_path[:200]!r} walks through {first!r}, "
-                                   f"a module {module_name!r} imports: an import path names "
-                                   "what the module defines")
+        shown = repr(import_path[:200])
+        problem = refused_name(module_name, attribute)
+        if problem:
+            raise PermissionDenied(f"{field}: {shown} {problem}")
+        if not (self.code_on_host if on_host is None else on_host):
+            return  # in an image that --allow-image vouches for, or run nowhere
+        where = working_dir or self.cwd
+        files = module_files(module_name, where)
+        if files is None:
+            self._not_in_working_dir(field, import_path, module_name, where)
+            return
+        outside = link_out(files, where)
+        if outside is not None:
+            raise PermissionDenied(f"{field}: {shown} is found through a link to "
+                                   f"{outside[:200]!r}, outside the working dir")
+        for real in map(os.path.realpath, files):
+            self._check_file(field, shown, real)
+        self._check_walk(field, shown, files[-1], module_name, attribute)
 
-    def _check_module_file(self, field: str, import_path: str, real: str, where: str) -> None:
-        """The module's real file (symlinks followed) lies in the working dir,
-        and not in a virtualenv or site-packages below it unless allowed."""
-        root = os.path.realpath(where)
-        if not real.startswith(root + os.sep):
-            raise PermissionDenied(f"{field}: {import_path[:200]!r} is found through a link "
-                                   f"to {real[:200]!r}, outside the working dir")
-        # Below the allowed root, the working dir itself included: a working
-        # dir may be a virtualenv's site-packages. "/" trusts everything.
-        allowed = [r for r in self.working_dir_roots
-                   if r != "/" and (root == r or root.startswith(r.rstrip("/") + "/"))]
-        installed = package_dir(real, min(allowed, key=len)) if allowed else None
-        if installed is not None and not any(
-                real.startswith(allowed.rstrip("/") + "/") for allowed in self.packages_below):
-            raise PermissionDenied(f"{field}: {import_path[:200]!r} is installed code (in "
+    def _not_in_working_dir(self, field: str, import_path: str, module_name: str,
+                            where: str) -> None:
+        if "/" in self.working_dir_roots:
+            return  # the operator trusts every directory, installed code included
+        top = module_name.partition(".")[0]
+        if (importlib.machinery.PathFinder.find_spec(top) is None  # a typo, most likely
+                or module_files(top, where) is not None):
+            raise InvalidArgument(field, f"no module {module_name[:200]!r} in {where[:200]!r}, "
+                                  f"where {import_path[:200]!r} is looked for")
+        raise PermissionDenied(f"{field}: module {top!r} is not a file or package in "
+                               f"{where[:200]!r}; this controller runs only code from its "
+                               "allowed working dirs, not installed packages")
+
+    def _check_file(self, field: str, shown: str, real: str) -> None:
+        """A file the import runs (a real path in the working dir) is neither
+        the standard library, nor outside the roots, nor installed code."""
+        if is_stdlib_file(real):
+            raise PermissionDenied(f"{field}: {shown} is the standard library's "
+                                   f"{real[:200]!r}, not user code")
+        if "/" in self.working_dir_roots:
+            return
+        roots = [r for r in self.working_dir_roots if below(real, r)]
+        if not roots:  # the controller's own directory, outside the roots
+            raise PermissionDenied(f"{field}: {shown} is {real[:200]!r}, outside the "
+                                   "directories this controller runs code from "
+                                   "(--allow-working-dir)")
+        # From the outermost root down: a working dir may be a virtualenv's
+        # site-packages, or lie in one.
+        installed = package_dir(real, min(roots, key=len))
+        if installed is not None and not any(below(real, d) for d in self.packages_below):
+            raise PermissionDenied(f"{field}: {shown} is installed code (in "
                                    f"{installed[:200]!r}), not the working dir's own: name "
                                    "the directory with --allow-packages-below to allow it")
 
+    @staticmethod
+    def _check_walk(field: str, shown: str, source: str, module_name: str,
+                    attribute: str) -> None:
+        """The path does not start at what the module imports, as far as its
+        source tells: a module (`import asyncio`) never; a name from the
+        standard library or servefleet (`from subprocess import Popen`) never;
+        a name from another package not to walk on from it. (Such a name
+        itself may be a value the module serves, a FastAPI app made
+        elsewhere, or a class of elsewhere: which, the import-time check
+        tells.)"""
+        bindings = import_bindings(source, module_name.partition(".")[0])
+        first, _, rest = attribute.partition(".")
+        if bindings is None or first not in bindings:
+            return
+        origin = bindings[first]
+        if origin is None:
+            raise PermissionDenied(f"{field}: {shown} walks through {first!r}, a module "
+                                   f"{module_name!r} imports: an import path names what the "
+                                   "module defines")
+        if rest or refused_name(origin, "") is not None:
+            raise PermissionDenied(f"{field}: {shown} starts at {first!r}, which "
+                                   f"{module_name!r} imports from {origin[:200]!r}: an import "
+                                   "path names what the module defines")
+
     def check_deployment(self, field: str, spec: pb.DeploymentSpec) -> None:
         """Every part of a deployment spec the policy bounds: its runtime, its
-        import path, gRPC servicer functions and custom autoscaling policy."""
+        import path and gRPC servicer functions (imported by its replicas),
+        and its custom autoscaling policy (run on this host)."""
         where = spec.runtime.working_dir
         self.check(f"{field}.runtime", spec.runtime)
         self.check_import(f"{field}.import_path", spec.import_path, where)
@@ -136,29 +189,41 @@ class DeployPolicy:
             self.check_import(f"{field}.grpc_servicer_functions[{i}]", path, where)
         policy = spec.replica_config.autoscaling_config.policy
         if policy:
-            self.check_import(f"{field}.replica_config.autoscaling_config.policy", policy, where)
+            field = f"{field}.replica_config.autoscaling_config.policy"
+            self.check_import(field, policy, where, on_host=self.runs_user_code)
+            if not self.runs_user_code:
+                raise FailedPrecondition(
+                    f"{field}: this controller runs no user code (--runtime none), and a "
+                    "custom autoscaling policy runs in a process on its host: leave it out "
+                    "(the built-in policy decides), or give the controller a runtime")
 
     def check_application(self, field: str, spec: apb.ApplicationSpec) -> None:
-        """The same for an application: its builder, servicers and overrides."""
-        where = spec.runtime.working_dir
+        """The same for an application. Its builder and gRPC servicer
+        functions are imported by the build, on this host whatever the
+        runtime; so are its overrides' custom policies. (That an application
+        cannot be built under --runtime none, goals/applications.py says.)"""
+        where, here = spec.runtime.working_dir, self.runs_user_code
         self.check(f"{field}.runtime", spec.runtime)
-        self.check_import(f"{field}.import_path", spec.import_path, where)
+        self.check_import(f"{field}.import_path", spec.import_path, where, on_host=here)
         for i, path in enumerate(spec.grpc_servicer_functions):
-            self.check_import(f"{field}.grpc_servicer_functions[{i}]", path, where)
+            self.check_import(f"{field}.grpc_servicer_functions[{i}]", path, where, on_host=here)
         for i, override in enumerate(spec.deployments):
             self.check(f"{field}.deployments[{i}].runtime", override.runtime)
             policy = override.replica_config.autoscaling_config.policy
             if policy:
                 self.check_import(f"{field}.deployments[{i}].replica_config.autoscaling_config"
-                                  ".policy", policy, override.runtime.working_dir or where)
+                                  ".policy", policy, override.runtime.working_dir or where,
+                                  on_host=here)
 
     def describe(self) -> str:
         dirs = ", ".join(self.working_dir_roots) or "none"
         strict = self.code_on_host and "/" not in self.working_dir_roots
         imports = "the working dir only" if strict else "anywhere but the standard library"
+        runs = "builds and custom policies here" if self.runs_user_code else \
+            "no user code here (--runtime none)"
         return (f"working dirs below: {dirs}; images: {', '.join(self.image_patterns)}; "
                 f"runtime.env {'allowed' if self.allow_env else 'refused'}; "
-                f"import paths from {imports}")
+                f"import paths from {imports}; {runs}")
 
     def check(self, field: str, runtime: pb.RuntimeOptions) -> None:
         """PermissionDenied naming `field`.<part> when `runtime` breaks the policy."""

@@ -66,8 +66,10 @@ class AutoscaleReconciler:
         self._records: dict[DKey, records_pb2.DeploymentRecord] = {}
         # Custom policies' runner processes, by deployment.
         self._policies: dict[DKey, _Policy] = {}
-        # Who custom policies run as (runtime/sandbox.py).
+        # Who custom policies run as (runtime/sandbox.py); whether they run at
+        # all (False under --runtime none: a stored one gives way to the built-in).
         self.sandbox = Sandbox()
+        self.runs_code = True
 
     def decision(self, key: DKey) -> Decision | None:
         """The last decision for `key` (for the status), if it is autoscaled."""
@@ -106,8 +108,10 @@ class AutoscaleReconciler:
         if decision.target == 0 and total > 0:
             load = max(load or 0.0, total)  # a request waits now: no averaging it away
         custom: CustomPolicy | None = None
-        policy = self._policy(key, record)
-        if policy is not None:
+        policy = self._policy(key, record) if self.runs_code else None
+        if config.policy and not self.runs_code:  # --runtime none: no user code here
+            custom = _not_here
+        elif policy is not None:
             if load is not None:
                 policy.ask(self._loop, key, context_of(config, decision, load, self._running(key),
                                                        now, *key))
@@ -215,3 +219,11 @@ class _Policy:
             return None
         answer = self.answer
         return lambda context: answer
+
+
+
+def _not_here(context: AutoscalingContext) -> float:
+    """A stored custom policy on a controller that runs no user code: reported,
+    and the built-in policy decides."""
+    raise PolicyFailed("custom policies do not run here: this controller runs no user code "
+                       "(--runtime none)")
