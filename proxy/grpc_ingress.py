@@ -80,6 +80,7 @@ _OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"]
 _Code = grpc.StatusCode
 # Method handlers kept per method path, up to this many.
 _MAX_CACHED_METHODS = 1024
+_DEADLINE_MARGIN_S = 0.05  # answer this much before a caller's deadline at most
 
 
 class _Abort(Exception):
@@ -206,12 +207,17 @@ class GrpcProxy:
             limit = self._timeout or self._routes().request_timeout_s or None
             remaining = context.time_remaining()
             if remaining is not None:
+                # Answer a little before the caller's own deadline, so it gets our
+                # status and details rather than racing its own clock (a status sent
+                # after the caller gave up fails inside grpc, noisily).
+                remaining -= min(_DEADLINE_MARGIN_S, remaining / 10)
                 limit = remaining if limit is None else min(limit, remaining)
             await self._forward(pool, method, request, forwarded, limit, relay, request_id,
                                 unary)
         except _Abort as e:
             code = e.code
-            await context.abort(e.code, str(e), trailing_metadata=e.trailing)
+            if not (context.done() or context.cancelled()):
+                await context.abort(e.code, str(e), trailing_metadata=e.trailing)
         except asyncio.CancelledError:
             code = _Code.CANCELLED
             raise

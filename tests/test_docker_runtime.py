@@ -198,7 +198,7 @@ def test_a_bad_image_is_a_clear_status_without_a_crash_loop(containers, fleet) -
         assert not containers()
         times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
                  for line in fleet.started[0].logs().splitlines()
-                 if "failed: could not start" in line]
+                 if "failed: \"could not start" in line]
         assert 1 < len(times) <= 3, f"{len(times)} attempts: it should stop at the cap"
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
         assert all(gap >= 0.4 for gap in gaps), f"no backoff between attempts: {gaps}"

@@ -154,10 +154,16 @@ def http_bytes(draw) -> bytes:
     return bytes(raw)
 
 
-def exchange(port: int, raw: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+def exchange(port: int, raw: bytes, half_close: bool = True, timeout: float = 3) -> bytes:
+    """Send raw bytes and read what comes back until the server closes (or
+    `timeout`). With half_close the write side is shut after sending: a server
+    may take that as the client leaving (nginx and uvicorn do) and not answer
+    a request still in progress, so a test that needs its answers passes False
+    and asks for `connection: close`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(raw)
-        s.shutdown(socket.SHUT_WR)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         answer = b""
         try:
             while chunk := s.recv(65536):

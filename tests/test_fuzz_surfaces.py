@@ -51,7 +51,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...
     controller.stop()
 
 
-REQUEST = (b"GET /api/status HTTP/1.1\r\nhost: localhost\r\n"
+REQUEST = (b"GET /api/status HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n"
            b"authorization: Bearer TOKEN\r\n\r\n")
 
 
@@ -82,7 +82,9 @@ def test_the_controllers_http_face_answers_garbage_with_defined_statuses(secured
     @settings(FUZZ, max_examples=int(100 * SCALE))
     @given(st.data())
     def one(data) -> None:
-        answer = exchange(port, data.draw(http_bytes(reader)))
+        # Not half-closed: uvicorn takes that as the client leaving, and a
+        # request still being answered (as /api/status may be) gets nothing.
+        answer = exchange(port, data.draw(http_bytes(reader)), half_close=False, timeout=1)
         if not answer:
             return  # closed without a word: allowed for garbage
         assert answer.startswith(b"HTTP/1.1 "), answer[:80]
