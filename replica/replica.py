@@ -30,8 +30,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet import handle
+from servefleet import handle, replica_context
 from servefleet.batching import batch_sizes
+from servefleet.replica_context import ReplicaIdentity
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
 
@@ -91,6 +92,10 @@ class ReplicaSettings:
 class Replica:
     def __init__(self, settings: ReplicaSettings) -> None:
         self.settings = settings
+        self.identity = ReplicaIdentity(settings.cluster, settings.application,
+                                        settings.deployment, settings.replica_id,
+                                        tuple(settings.controllers))
+        replica_context.set_current(self.identity)
         self.phase = PHASE.REPLICA_PHASE_LOADING
         self.error = ""
         self.traceback = ""
@@ -147,6 +152,7 @@ class Replica:
         self._warn_about_batches()
         self.app.deployment = self.deployment
         self.grpc.deployment = self.deployment
+        self.identity.servable[:] = [self.deployment.instance]
         self.admission.ready = True
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)

@@ -1,0 +1,36 @@
+"""Who this process serves as, when it is a replica: set once by the replica
+at start (replica/replica.py), read by user code's helpers.
+
+`current()` is None outside replicas. Handles made inside a replica
+(`get_deployment_handle` without controllers) call this replica's own
+controllers, and `servefleet.serve.get_replica_context()` answers from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ReplicaIdentity:
+    cluster: str
+    application: str
+    deployment: str
+    replica_id: str
+    # The controllers the replica follows (handles made here call them).
+    controllers: tuple[str, ...] = ()
+    # The user's object once loaded (the instance of the class, or the function).
+    servable: list[Any] = field(default_factory=list, compare=False)
+
+
+_current: ReplicaIdentity | None = None
+
+
+def set_current(identity: ReplicaIdentity) -> None:
+    global _current
+    _current = identity
+
+
+def current() -> ReplicaIdentity | None:
+    return _current
