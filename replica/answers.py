@@ -1,31 +1,47 @@
-"""How a handler's result becomes the HTTP answer: Starlette responses for
-anything, and the common plain answers (str, dict, list) made directly, sent
-in one step when the server is servefleet's own."""
+"""How a handler's result becomes the HTTP answer, as Ray Serve makes it:
+a starlette Response as it is; str as text; bytes as they are; generators
+streamed; anything else as JSON by FastAPI's jsonable_encoder rules
+(jsonable.py: pydantic models, dataclasses, numpy arrays and scalars...).
+The common plain answers (str, and dicts and lists of JSON values) are made
+directly and sent in one step when the server is servefleet's own.
+
+Also: whether a handler takes the request at all (Ray calls a `__call__` or
+function without parameters without one), and `FrameAnswer`, a handle
+call's pickled answer written segment by segment."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from typing import Any
 
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
+from servefleet import values
 from servefleet.http_protocol import RAW_KEY, RawResponse
 from servefleet.multiplex import loaded_model_ids
 from servefleet.wire import REQUEST_ID_HEADER
+
+from .jsonable import jsonable
 
 
 def plain_answer(result: Any) -> tuple[bytes, bytes] | None:
     """(body, content type) of a str, dict or list result, as Starlette's
     PlainTextResponse and JSONResponse make them, without making one (the
-    common answers, sent as two ASGI messages); None for any other result."""
+    common answers, sent as two ASGI messages); None for any other result,
+    and for dicts and lists holding more than JSON values (to_response
+    encodes those)."""
     kind = type(result)
     if kind is str:
         return result.encode(), b"text/plain; charset=utf-8"
     if kind is dict or kind is list:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, indent=None,
-                          separators=(",", ":")).encode(), b"application/json"
+        try:
+            return json.dumps(result, ensure_ascii=False, allow_nan=False, indent=None,
+                              separators=(",", ":")).encode(), b"application/json"
+        except (TypeError, ValueError):
+            return None
     return None
 
 
@@ -52,4 +68,40 @@ def to_response(result: Any) -> Response:
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
         chunks: Any = result  # of str or bytes, as the handler yields them
         return StreamingResponse(chunks, media_type="text/plain")
-    return JSONResponse(result)
+    return JSONResponse(jsonable(result))
+
+
+def takes_request(fn: Any) -> bool:
+    """Whether an HTTP handler takes a positional parameter (the request)."""
+    try:
+        return _takes_request(fn)
+    except TypeError:  # unhashable: asked each time
+        return _takes_request.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_request(fn: Any) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (some builtins): as before
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in parameters)
+
+
+class FrameAnswer:
+    """A handle call's answer: a frame (servefleet/values.py) whose segments
+    go out one by one, so an array's memory is written as it is."""
+
+    def __init__(self, parts: list[values.Buffer], status_code: int = 200) -> None:
+        self.parts = parts
+        self.status_code = status_code
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": [(b"content-type", values.CONTENT_TYPE),
+                                (b"content-length",
+                                 b"%d" % values.frame_length(self.parts))]})
+        last = len(self.parts) - 1
+        for i, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": i < last})

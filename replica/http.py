@@ -15,10 +15,17 @@ is logged with its traceback and answered 500 naming the exception.
 and put in the log lines.
 
 A request with the header `x-servefleet-method` is a handle call
-(servefleet/handle.py), not an HTTP request for the user's code: its JSON
-body holds the arguments of the named method, and the answer is the JSON of
-its result (`{"result": ...}`) or `{"error": ...}` with 4xx/5xx. It passes
-the same admission. Proxies strip the header from their clients' requests.
+(servefleet/handle_router.py), not an HTTP request for the user's code: its
+body is the pickled (args, kwargs) of the named method (servefleet/values.py),
+and the answer is the result's frame, an error frame (500) with what the
+method raised and its traceback, or `{"error": ...}` (4xx/5xx) when the call
+never reached it. It passes the same admission. Proxies strip the header
+from their clients' requests.
+
+Security: this port therefore unpickles what callers send with that header,
+as Ray's workers unpickle their callers' arguments: it must be reachable
+only by the cluster's own processes (proxies, replicas, trusted drivers),
+never by untrusted clients directly.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -39,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from servefleet import values
 from servefleet.disconnect import CancelOnDisconnect
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.multiplex import MODEL_ID, loaded_model_ids
@@ -52,7 +60,7 @@ from servefleet.wire import (
     STREAM_HEADER,
 )
 
-from .answers import plain_answer, sent_raw, to_response
+from .answers import FrameAnswer, plain_answer, sent_raw, takes_request, to_response
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_threads import UserThreads
@@ -132,30 +140,33 @@ def _under_route_prefix(scope: Scope) -> Scope:
     return scope
 
 
-def _unbound(app: Any) -> str:
-    raise TypeError("a bound deployment cannot be returned; return its handle")
-
-
-async def _json_lines(items: Any, request_id: str) -> AsyncIterator[bytes]:
-    """A generator's yields as JSON lines; its exception as a last `error` line.
-    A caller that leaves cancels this, and so the user's generator."""
-    from servefleet.api import encode
-
+async def _pickled_items(items: Any, request_id: str, where: str) -> AsyncIterator[Any]:
+    """A generator's yields as length-prefixed frames; its exception as a
+    last error frame. A caller that leaves cancels this, and so the user's
+    generator."""
     try:
         if inspect.isasyncgen(items):
             async for item in items:
-                yield json.dumps({"item": encode(item, _unbound, "a yield")}).encode() + b"\n"
+                for part in values.stream_item(values.frame(item)):
+                    yield part
         else:
             async for item in iterate_in_threadpool(items):
-                yield json.dumps({"item": encode(item, _unbound, "a yield")}).encode() + b"\n"
+                for part in values.stream_item(values.frame(item)):
+                    yield part
     except Exception as e:
-        logger.exception("request %s: streaming handle call failed", request_id)
-        yield json.dumps({"error": f"{type(e).__name__}: {e}"}).encode() + b"\n"
+        logger.exception("request %s: streaming handle call %s failed", request_id, where)
+        for part in values.stream_item([values.error_frame(e, traceback.format_exc())]):
+            yield part
     finally:
         if inspect.isasyncgen(items):
             await items.aclose()
         else:
             items.close()
+
+
+def _refusal(message: str, status: int) -> Response:
+    """A handle call that never reached the method (handle_router reads `error`)."""
+    return JSONResponse({"error": message}, status)
 
 
 class Admission:
@@ -191,7 +202,8 @@ class ReplicaApp:
         self.deployment: UserDeployment | None = None
         # Open WebSockets of an ASGI ingress (websocket.py), closed when draining.
         self.websockets = OpenSockets()
-        # Turns handle markers in a handle call's arguments into handles.
+        # Turns handle markers in JSON into handles (replica.py sets it; handle
+        # calls' arguments are pickled, with handles that unpickle as handles).
         self.decode_args: Callable[[Any], Any] = lambda value: value
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -269,7 +281,9 @@ class ReplicaApp:
                     await request.body()  # cached for the user; receive() now only
                 else:  # signals a disconnect
                     request._body = b""  # Starlette's cache of the body: none to wait for
-                result = await self._call_until_disconnect(deployment.target, (request,), {},
+                # Ray calls a __call__ or function that takes no request without one.
+                args = (request,) if takes_request(deployment.target) else ()
+                result = await self._call_until_disconnect(deployment.target, args, {},
                                                            scope, receive, request_id)
                 if result is _DISCONNECTED:
                     return True
@@ -293,20 +307,19 @@ class ReplicaApp:
         return True
 
     async def _handle_call(self, deployment: UserDeployment, method: str, scope: Scope,
-                           receive: Receive, request_id: str) -> Response | None:
-        """Run a handle call; None when the caller left before the answer."""
+                           receive: Receive, request_id: str) -> Any:
+        """Run a handle call; the answer to send (a FrameAnswer or a
+        Response), or None when the caller left before it."""
         fn = _method_of(deployment, method)
         if fn is None:
-            return JSONResponse({"error": f"the deployment has no method {method!r} to call"},
-                                404)
+            return _refusal(f"the deployment has no method {method!r} to call", 404)
         try:
-            payload = json.loads(await Request(scope, receive).body() or b"{}")
-            args = self.decode_args(list(payload.get("args", [])))
-            kwargs = self.decode_args(dict(payload.get("kwargs", {})))
-        except (ValueError, TypeError, AttributeError) as e:
-            return JSONResponse({"error": f"bad handle call body: {e}"}, 400)
-        from servefleet.api import encode
-
+            _, (args, kwargs) = values.load(await Request(scope, receive).body())
+            args, kwargs = tuple(args), dict(kwargs)
+        except Exception as e:
+            logger.warning("request %s: a handle call body that cannot be unpickled: %r",
+                           request_id, e)
+            return _refusal(f"bad handle call body: {type(e).__name__}: {e}", 400)
         stream = any(k == STREAM_HEADER for k, _ in scope["headers"])
         try:
             result = await self._call_until_disconnect(fn, args, kwargs, scope, receive,
@@ -315,18 +328,23 @@ class ReplicaApp:
                 return None
             generator = inspect.isgenerator(result) or inspect.isasyncgen(result)
             if stream and generator:
-                return StreamingResponse(_json_lines(result, request_id),
-                                         media_type="application/x-ndjson")
-            if stream:
-                return JSONResponse({"error": f"{method} is not a generator: call it without "
-                                              "stream=True"}, 400)
+                return StreamingResponse(_pickled_items(result, request_id, method),
+                                         media_type=values.STREAM_CONTENT_TYPE.decode())
             if generator:
-                raise TypeError(f"{method} is a generator: call it with "
-                                "handle.options(stream=True)")
-            return JSONResponse({"result": encode(result, _unbound, "the result")})
+                await _close(result)
+                return _refusal(f"{method} is a generator: call it with "
+                                "handle.options(stream=True)", 400)
+            if stream:
+                return _refusal(f"{method} is not a generator: call it without stream=True",
+                                400)
+            try:
+                return FrameAnswer(values.frame(result))
+            except Exception as e:
+                raise TypeError(f"the result of {method} ({type(result).__name__}) cannot be "
+                                f"pickled: {e}") from e
         except Exception as e:
             logger.exception("request %s: handle call %s failed", request_id, method)
-            return JSONResponse({"error": f"{type(e).__name__}: {e}"}, 500)
+            return FrameAnswer([values.error_frame(e, traceback.format_exc())], 500)
 
     async def _call_until_disconnect(self, target: Any, args: Any, kwargs: dict[str, Any],
                                      scope: Scope, receive: Receive, request_id: str) -> Any:
@@ -362,3 +380,10 @@ class ReplicaApp:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _close(generator: Any) -> None:
+    if inspect.isasyncgen(generator):
+        await generator.aclose()
+    else:
+        generator.close()

@@ -1,11 +1,19 @@
 """What a handle call returns (servefleet/handle.py makes them).
 
 - `DeploymentResponse`: one answer; `await` it in async code, or call
-  `.result()` from sync code in a replica's threads (DEFAULT_RESULT_TIMEOUT_S
-  unless given a timeout).
+  `.result(timeout_s=...)` from sync code: a replica's threads, or a plain
+  script (the call then runs on handle_loop's private loop). It waits
+  DEFAULT_RESULT_TIMEOUT_S unless given a timeout (None: no limit). Passed
+  as an argument to another handle call, it is awaited first and its
+  result passed on (servefleet/handle.py).
 - `DeploymentResponseGenerator`: a streaming call's items (`stream=True`),
-  read at most STREAM_BUFFER ahead of the consumer; leaving early cancels
-  the call, and so the generator at the replica.
+  read at most STREAM_BUFFER ahead of the consumer; `async for` in async
+  code, `for` in sync code; leaving early cancels the call, and so the
+  generator at the replica.
+
+Both raise what the target raised (its type, with the replica's traceback
+as the cause: handle_router.remote_error), or a HandleError when the call
+could not be routed.
 """
 
 from __future__ import annotations
@@ -21,10 +29,14 @@ DEFAULT_RESULT_TIMEOUT_S = 60.0
 STREAM_BUFFER = 16
 # The end of a stream, on its queue.
 _END = object()
+# No timeout given to result().
+_UNSET: Any = object()
 
 
 class HandleError(Exception):
-    """A handle call failed: the target raised, or no replica could take it."""
+    """A handle call failed: no replica could take it (overloaded, unknown,
+    failed mid-call), the method does not exist, or what the target raised
+    cannot be unpickled here (then the message carries its type and text)."""
 
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
@@ -38,22 +50,55 @@ class DeploymentResponse:
         self._future = future
 
     def __await__(self):
+        return self._awaitable().__await__()
+
+    def _awaitable(self) -> asyncio.Future:
+        """The result as a future of the running loop (the call may run on
+        another loop: the private one, or a replica's)."""
         future = self._future
         if isinstance(future, concurrent.futures.Future):
-            future = asyncio.wrap_future(future)
-        return future.__await__()
+            return asyncio.wrap_future(future)
+        if future.get_loop() is not asyncio.get_running_loop():
+            return asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(_wait(future), future.get_loop()))
+        return future
 
-    def result(self, timeout: float | None = DEFAULT_RESULT_TIMEOUT_S) -> Any:
-        """Wait for the answer from sync code: at most `timeout` seconds
-        (None: no limit); then TimeoutError, and the call is cancelled."""
+    def result(self, timeout_s: float | None = DEFAULT_RESULT_TIMEOUT_S, *,
+               timeout: Any = _UNSET, _skip_asyncio_check: bool = False) -> Any:
+        """Wait for the answer from sync code: at most `timeout_s` seconds
+        (`timeout` is the older name; None: no limit); then TimeoutError, and
+        the call is cancelled. RuntimeError in async code, where waiting
+        would block the loop the call needs."""
+        wait = timeout_s if timeout is _UNSET else timeout
+        if wait is not None and not isinstance(wait, int | float):
+            raise TypeError(f"timeout_s must be a number of seconds or None, not {wait!r}")
         if not isinstance(self._future, concurrent.futures.Future):
             raise RuntimeError("result() would block the event loop: use `await` in async code")
         try:
-            return self._future.result(timeout)
+            return self._future.result(wait)
         except concurrent.futures.TimeoutError:
             self._future.cancel()
-            raise TimeoutError(f"no answer within {timeout:g} s (result(timeout=...) waits "
+            raise TimeoutError(f"no answer within {wait:g} s (result(timeout_s=...) waits "
                                "longer; None waits for ever)") from None
+        except concurrent.futures.CancelledError:
+            from servefleet.serve.exceptions import RequestCancelledError
+
+            raise RequestCancelledError() from None
+
+    def cancelled(self) -> bool:
+        return self._future.cancelled()
+
+    def cancel(self) -> None:
+        """Cancel the call (the replica cancels the target when it is async)."""
+        future = self._future
+        if isinstance(future, concurrent.futures.Future):
+            future.cancel()
+        else:
+            future.get_loop().call_soon_threadsafe(future.cancel)
+
+
+async def _wait(future: asyncio.Future) -> Any:
+    return await future
 
 
 class DeploymentResponseGenerator:
@@ -84,7 +129,7 @@ class DeploymentResponseGenerator:
             raise
         if item is _END:
             raise StopAsyncIteration
-        if isinstance(item, HandleError):
+        if isinstance(item, BaseException):
             raise item
         return item
 
@@ -94,9 +139,15 @@ class DeploymentResponseGenerator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def cancel(self) -> None:
+        """Stop the stream (the generator at the replica is cancelled)."""
+        if self._task is not None and not self._task.done():
+            self._task.get_loop().call_soon_threadsafe(self._task.cancel)
+
     def __iter__(self) -> Any:
         if self._loop is None:
-            raise RuntimeError("use `async for` in async code")
+            raise RuntimeError("use `async for` in async code (`for` would block the loop "
+                               "the call needs)")
         loop = self._loop
         try:
             while True:
