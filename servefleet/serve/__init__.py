@@ -1,0 +1,50 @@
+"""`servefleet.serve`: Ray Serve's public Python API, under the same names.
+
+A Ray Serve program runs on servefleet with its imports swapped:
+
+    from servefleet import serve                  # was: from ray import serve
+    from servefleet.serve.handle import DeploymentHandle   # was: ray.serve.handle
+
+and `import ray` / `ray.init()` dropped. The submodules are Ray's too:
+`servefleet.serve.handle`, `.config`, `.schema`, `.exceptions`. Where
+servefleet behaves differently from Ray (no object store, no placement
+groups, one proxy per embedded cluster), the module that implements the
+name says so. Everything else under servefleet.serve is internal.
+"""
+
+from typing import Any
+
+from servefleet.api import Application, Deployment
+from servefleet.batching import batch
+from servefleet.multiplex import get_multiplexed_model_id, multiplexed
+
+from . import config, exceptions, handle, schema
+from .api import (
+    delete,
+    deployment,
+    get_app_handle,
+    get_deployment_handle,
+    run,
+    shutdown,
+    start,
+    status,
+)
+from .config import AutoscalingConfig, HTTPOptions, gRPCOptions
+from .context import ReplicaContext, get_replica_context
+from .handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+
+
+def ingress(app: Any) -> Any:
+    """Wrap a deployment class around a FastAPI (or other ASGI) app, or a
+    function building one (servefleet.ingress)."""
+    from servefleet.ingress import ingress as make_ingress
+
+    return make_ingress(app)
+
+
+__all__ = ["Application", "AutoscalingConfig", "Deployment", "DeploymentHandle",
+           "DeploymentResponse", "DeploymentResponseGenerator", "HTTPOptions",
+           "ReplicaContext", "batch", "config", "delete", "deployment", "exceptions",
+           "gRPCOptions", "get_app_handle", "get_deployment_handle",
+           "get_multiplexed_model_id", "get_replica_context", "handle", "ingress",
+           "multiplexed", "run", "schema", "shutdown", "start", "status"]
