@@ -81,6 +81,10 @@ class ControllerConfig:
     # Virtualenvs or site-packages below a working dir whose modules import
     # paths may name (goals/policy.py); empty: none.
     allow_packages_below: tuple[str, ...] = ()
+    # Whether deploys may send code and init args by value (pickles that
+    # replicas load; goals/policy.py): --allow-code-by-value. Default off;
+    # the controller servefleet.run starts for its own process turns it on.
+    allow_code_by_value: bool = False
     # Who user code runs as on this host (runtime/sandbox.py): "auto", "none",
     # a user name or UID[:GID].
     replica_user: str = "auto"
@@ -99,6 +103,7 @@ class ControllerConfig:
                                   # Builds and custom policies run on this host
                                   # whatever the runtime; --runtime none runs none.
                                   runs_user_code=self.runtime != "none",
+                                  allow_code_by_value=self.allow_code_by_value,
                                   # --runtime none runs no replicas; Docker (or
                                   # Swarm) with code in the image runs none from
                                   # this host.

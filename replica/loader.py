@@ -1,4 +1,5 @@
-"""Loading user code: import `module:attr` and make a deployment out of it.
+"""Loading user code: import `module:attr` (or unpickle what a local run sent
+by value) and make a deployment out of it.
 
 What `attr` names decides the kind of deployment:
 
@@ -16,10 +17,12 @@ caller, never on the event loop.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from servefleet.by_value import loads_init, loads_target
 from servefleet.user_code import import_user_object
 
 
@@ -63,6 +66,33 @@ def import_attr(import_path: str, working_dir: str = "") -> Any:
         return import_user_object(import_path, working_dir)
     except AttributeError as e:
         raise LoadError(str(e)) from None
+
+
+def unpickle_target(data: bytes, working_dir: str = "") -> Any:
+    """The class or function a local run sent by value (servefleet/by_value.py),
+    with `working_dir` (the script's directory) first on sys.path so that the
+    modules it imports from there are found; LoadError when it cannot be loaded."""
+    if working_dir and working_dir not in sys.path:
+        sys.path.insert(0, working_dir)
+    try:
+        return loads_target(data)
+    except Exception as e:
+        raise LoadError(f"the code sent by value cannot be loaded here "
+                        f"({type(e).__name__}: {e}); a module it imports may be missing "
+                        "from the working dir, or this Python differs from the sender's") from e
+
+
+def unpickle_init_args(data: bytes, working_dir: str, handle: Callable[[dict[str, Any]], Any]
+                       ) -> tuple[list[Any], dict[str, Any]]:
+    """The init args a local run sent by value, with `handle(marker)` making
+    each bound deployment a handle; LoadError when they cannot be loaded."""
+    if working_dir and working_dir not in sys.path:
+        sys.path.insert(0, working_dir)
+    try:
+        return loads_init(data, handle)
+    except Exception as e:
+        raise LoadError(f"the init args sent by value cannot be loaded here "
+                        f"({type(e).__name__}: {e})") from e
 
 
 def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:

@@ -27,10 +27,12 @@ import concurrent.futures
 import json
 import logging
 import traceback
+from base64 import b64decode
 from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet import handle, replica_context
+from servefleet.api import HANDLE_MARKER
 from servefleet.batching import batch_sizes
 from servefleet.replica_context import ReplicaIdentity
 from servefleet.v1 import replica_pb2 as rpb
@@ -76,6 +78,10 @@ class ReplicaSettings:
     # generated add_XServicer_to_server functions (import paths).
     grpc_port: int = 0
     grpc_servicer_functions: list[str] = field(default_factory=list)
+    # Code and init args sent by value (a DeploymentSpec's by_value), base64;
+    # "": import `import_path`, parse the JSON init args.
+    by_value_target: str = ""
+    by_value_init_args: str = ""
     # Controller addresses for the config Watch stream; none: no stream.
     controllers: list[str] = field(default_factory=list)
     # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
@@ -128,12 +134,15 @@ class Replica:
     async def load(self) -> None:
         s = self.settings
         try:
-            # Bound deployments among the init args arrive as handles.
-            args = self.decode(json.loads(s.init_args_json) if s.init_args_json else [])
-            kwargs = self.decode(json.loads(s.init_kwargs_json) if s.init_kwargs_json else {})
             loop = asyncio.get_running_loop()
-            obj = await loop.run_in_executor(self.executor, loader.import_attr, s.import_path,
-                                             s.working_dir)
+            # In a worker thread: unpickling and imports run user code.
+            args, kwargs = await loop.run_in_executor(self.executor, self._init_args)
+            if s.by_value_target:
+                obj = await loop.run_in_executor(self.executor, loader.unpickle_target,
+                                                 b64decode(s.by_value_target), s.working_dir)
+            else:
+                obj = await loop.run_in_executor(self.executor, loader.import_attr,
+                                                 s.import_path, s.working_dir)
             if s.grpc_servicer_functions:
                 self.grpc_services = await loop.run_in_executor(
                     self.executor, self.grpc.register, s.grpc_servicer_functions, s.working_dir)
@@ -157,6 +166,17 @@ class Replica:
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)
         self._follow_config()
+
+    def _init_args(self) -> tuple[list[Any], dict[str, Any]]:
+        """The constructor's arguments; bound deployments among them arrive as handles."""
+        s = self.settings
+        if s.by_value_init_args:
+            return loader.unpickle_init_args(
+                b64decode(s.by_value_init_args), s.working_dir,
+                lambda marker: self.decode({HANDLE_MARKER: marker}))
+        args = self.decode(json.loads(s.init_args_json) if s.init_args_json else [])
+        kwargs = self.decode(json.loads(s.init_kwargs_json) if s.init_kwargs_json else {})
+        return args, kwargs
 
     def _warn_about_batches(self) -> None:
         """Batches cannot fill past max_ongoing_requests: say so (batching.py)."""

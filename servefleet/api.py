@@ -11,13 +11,22 @@
 
 A bound deployment (`Application`) passed as an argument to another one
 becomes, in the replica, a `DeploymentHandle` to it (servefleet/handle.py).
-Arguments travel as JSON, so they must be JSON values, bound deployments, or
-lists and dicts of those; nothing is pickled.
+Deployed from a config file or the CLI, arguments travel as JSON, so they
+must be JSON values, bound deployments, or lists and dicts of those. A local
+run (`servefleet.run`) may send more by value (servefleet/by_value.py): a
+class or function defined in a script or notebook, and init args of any
+Python type.
 
 `graph_of(app)` walks an application from its ingress and returns the plain
 data the build step reports to the controller (servefleet/build.py): per
 deployment its name, import path, init args (bound deployments replaced by
-handle markers) and options as given in code.
+handle markers) and options as given in code. `graph_of(app, by_value=True)`
+adds the pickles of a local run.
+
+`route_prefix` is accepted as a `@deployment` option, as Ray Serve 2.x still
+accepts it (deprecated there): it is the route of an application whose
+ingress it is, when `run` is given none; it is not a deployment option the
+controller knows, so it stays out of `options_dict`.
 """
 
 from __future__ import annotations
@@ -26,20 +35,32 @@ import inspect
 from collections.abc import Callable
 from typing import Any, overload
 
+from .by_value import check_size, dumps_init, dumps_target, is_by_value
 from .options import OptionError, to_json, to_override
 
 # A JSON object standing for a handle in init args and handle-call arguments.
 HANDLE_MARKER = "__servefleet_handle__"
+ROUTE_PREFIX = "route_prefix"
+# A deployment's route_prefix when its options do not set one.
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
 
 class Deployment:
     """A class or function with its deployment options; `.bind()` makes an application."""
 
     def __init__(self, target: Any, name: str, options: dict[str, Any]) -> None:
+        options = dict(options)
+        route = options.pop(ROUTE_PREFIX, UNSET)
+        if route is not UNSET and route is not None and (
+                not isinstance(route, str) or not route.startswith("/")):
+            raise OptionError(f"deployment {name}: route_prefix must be a path starting with "
+                              f"'/', or None for no HTTP route, got {route!r}")
         to_override(f"deployment {name}", options)  # raises on a bad option now, in code
         self.func_or_class = target
         self.name = name
-        self._options = dict(options)
+        self._options = options
+        # Ray's deprecated @deployment(route_prefix=...): UNSET, a path, or None.
+        self.route_prefix: str | None = route
 
     @property
     def import_path(self) -> str:
@@ -53,7 +74,9 @@ class Deployment:
 
     def options(self, *, name: str | None = None, **options: Any) -> Deployment:
         """A copy with some options replaced (`name` renames it)."""
-        return Deployment(self.func_or_class, name or self.name, {**self._options, **options})
+        mine = {**self._options} if self.route_prefix is UNSET else \
+            {**self._options, ROUTE_PREFIX: self.route_prefix}
+        return Deployment(self.func_or_class, name or self.name, {**mine, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Application:
         return Application(self, args, kwargs)
@@ -111,12 +134,18 @@ def deployment(_target: Any = None, /, *, name: str | None = None,
     return wrap
 
 
-def graph_of(app: Application | Deployment) -> dict[str, Any]:
+def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str, Any]:
     """The application's deployments as plain data, ingress first.
 
     A deployment bound more than once with different arguments gets names
     `Name`, `Name_1`, ... in the order met; the same bound object met again is
     the same deployment.
+
+    With `by_value` (a local run), a deployment whose class or function cannot
+    be imported back (defined in `__main__`) gets `by_value_target`, its
+    pickle, and one with such a target or with init args that are not JSON
+    gets `by_value_init_args` instead of JSON ones (by_value.py); ByValueError
+    when they cannot be pickled or are too large.
     """
     if isinstance(app, Deployment):
         app = app.bind()
@@ -143,16 +172,62 @@ def graph_of(app: Application | Deployment) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "import_path": node.deployment.import_path,
                                  "options": node.deployment.options_dict}
         nodes.append(entry)
-        entry["init_args"] = [encode(a, visit, f"{name} argument {i}")
-                              for i, a in enumerate(node.args)]
-        entry["init_kwargs"] = {k: encode(v, visit, f"{name} argument {k!r}")
-                                for k, v in node.kwargs.items()}
+        if by_value:
+            _add_by_value(entry, node, visit)
+        else:
+            _add_json_args(entry, node, visit)
         return name
 
     ingress = visit(app)
     for entry in nodes:  # the options must be JSON too: they travel to the controller
         to_json(f"deployment {entry['name']} options", entry["options"])
     return {"ingress": ingress, "deployments": nodes}
+
+
+def _add_json_args(entry: dict[str, Any], node: Application,
+                   visit: Callable[[Application], str]) -> None:
+    name = entry["name"]
+    entry["init_args"] = [encode(a, visit, f"{name} argument {i}")
+                          for i, a in enumerate(node.args)]
+    entry["init_kwargs"] = {k: encode(v, visit, f"{name} argument {k!r}")
+                            for k, v in node.kwargs.items()}
+
+
+def _add_by_value(entry: dict[str, Any], node: Application,
+                  visit: Callable[[Application], str]) -> None:
+    """A local run's node: its target pickled if it must be, and its init
+    args as JSON when they are and the target is imported, else pickled."""
+    what = f"deployment {entry['name']}"
+    target = node.deployment.func_or_class
+    code = b""
+    if is_by_value(target):
+        code = dumps_target(target, what)
+        entry["by_value_target"] = code
+        entry["import_path"] = f"__main__:{_identifier(getattr(target, '__name__', ''))}"
+    else:
+        try:
+            _add_json_args(entry, node, visit)
+            return
+        except OptionError:
+            pass  # not JSON: pickled below
+
+    def marker(obj: Any) -> dict[str, Any] | None:
+        if isinstance(obj, Application):
+            return {"deployment": visit(obj)}
+        if isinstance(obj, Deployment):
+            return {"deployment": visit(obj.bind())}
+        handle = getattr(type(obj), "_servefleet_marker", None)
+        return handle(obj)[HANDLE_MARKER] if handle is not None else None
+
+    init = dumps_init(node.args, node.kwargs, marker, what)
+    check_size(code, init, what)
+    entry["by_value_init_args"] = init
+    entry["init_args"], entry["init_kwargs"] = [], {}
+
+
+def _identifier(name: str) -> str:
+    """`name` if it can stand after the colon of an import path, else a stand-in."""
+    return name if name.isidentifier() else "deployment"
 
 
 def encode(value: Any, bound: Callable[[Application], str], path: str) -> Any:

@@ -11,7 +11,9 @@ So:
 - GetDeployment, ListDeployments and ListApplications show specs whole to
   roles that may write them (deployer, admin); to the others (reader, and the
   components' roles) each `runtime.env` value reads `***` (the names stay)
-  and `user_config` is left out (`redacted_*`).
+  and `user_config` is left out (`redacted_*`), and so is code sent by value
+  (`by_value`: a pickled class and init args may hold whatever the script
+  held, credentials included).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def redacted_deployment(record: records_pb2.DeploymentRecord
     out.spec.runtime.env.clear()
     out.spec.runtime.env.update(masked)
     out.spec.replica_config.user_config_json = ""
+    out.spec.ClearField("by_value")
     return out
 
 

@@ -34,6 +34,14 @@ choosing, so the operator bounds them with controller flags:
   package along the way). With `--docker-code image` a deployment's code is
   inside the image, which --allow-image vouches for: only the names are
   checked.
+- Code by value (a spec's `by_value`: a pickled class or function, pickled
+  init args; what `servefleet.run` sends for a script or a notebook) runs
+  only where `--allow-code-by-value` is given; unpickling runs whatever the
+  sender chose, like an import path anywhere, so it is off by default. The
+  controller that `servefleet.run` starts for its own process (loopback, its
+  user) is given the flag. Such a spec's `import_path` only names the code:
+  it is never imported, so it is not checked against the working dir. The
+  controller never unpickles: only replicas do.
 - With `--runtime none` no user code runs on this host: a custom autoscaling
   policy is FAILED_PRECONDITION (its runner would run here), and so is an
   application (goals/applications.py: it is built by importing its code).
@@ -79,19 +87,23 @@ class DeployPolicy:
     # custom autoscaling policies run here whatever the runtime). False
     # under --runtime none.
     runs_user_code: bool = True
+    # Whether a spec may carry code or init args by value (pickles its
+    # replicas load): --allow-code-by-value.
+    allow_code_by_value: bool = False
 
     @classmethod
     def build(cls, *, loopback: bool, cwd: str, default_image: str,
               working_dirs: Sequence[str] = (), images: Sequence[str] = (),
               allow_env: bool | None = None, code_on_host: bool = True,
-              packages_below: Sequence[str] = (), runs_user_code: bool = True) -> DeployPolicy:
+              packages_below: Sequence[str] = (), runs_user_code: bool = True,
+              allow_code_by_value: bool = False) -> DeployPolicy:
         """The policy from the flags, with the defaults described above."""
         roots = working_dirs or ([cwd] if loopback else [])
         return cls(tuple(os.path.realpath(r) for r in roots),
                    tuple(images) or (default_image,),
                    loopback if allow_env is None else allow_env, code_on_host,
                    os.path.realpath(cwd), tuple(os.path.realpath(d) for d in packages_below),
-                   runs_user_code)
+                   runs_user_code, allow_code_by_value)
 
     def check_import(self, field: str, import_path: str, working_dir: str,
                      on_host: bool | None = None) -> None:
@@ -184,7 +196,9 @@ class DeployPolicy:
         and its custom autoscaling policy (run on this host)."""
         where = spec.runtime.working_dir
         self.check(f"{field}.runtime", spec.runtime)
-        self.check_import(f"{field}.import_path", spec.import_path, where)
+        self.check_by_value(field, spec)
+        if not spec.by_value.target:  # by value, the import path is a name only
+            self.check_import(f"{field}.import_path", spec.import_path, where)
         for i, path in enumerate(spec.grpc_servicer_functions):
             self.check_import(f"{field}.grpc_servicer_functions[{i}]", path, where)
         policy = spec.replica_config.autoscaling_config.policy
@@ -196,6 +210,18 @@ class DeployPolicy:
                     f"{field}: this controller runs no user code (--runtime none), and a "
                     "custom autoscaling policy runs in a process on its host: leave it out "
                     "(the built-in policy decides), or give the controller a runtime")
+
+    def check_by_value(self, field: str, spec: pb.DeploymentSpec) -> None:
+        """PermissionDenied naming --allow-code-by-value when the spec carries
+        pickles and this controller does not run code by value."""
+        part = "target" if spec.by_value.target else "init_args" \
+            if spec.by_value.init_args else None
+        if part is not None and not self.allow_code_by_value:
+            raise PermissionDenied(
+                f"{field}.by_value.{part}: this controller does not run code sent by value "
+                "(pickled by servefleet.run from a script or notebook); start it with "
+                "--allow-code-by-value, or deploy code by import path from a module in "
+                "the working dir")
 
     def check_application(self, field: str, spec: apb.ApplicationSpec) -> None:
         """The same for an application. Its builder and gRPC servicer
@@ -223,7 +249,8 @@ class DeployPolicy:
             "no user code here (--runtime none)"
         return (f"working dirs below: {dirs}; images: {', '.join(self.image_patterns)}; "
                 f"runtime.env {'allowed' if self.allow_env else 'refused'}; "
-                f"import paths from {imports}; {runs}")
+                f"import paths from {imports}; {runs}; code by value "
+                f"{'allowed' if self.allow_code_by_value else 'refused'}")
 
     def check(self, field: str, runtime: pb.RuntimeOptions) -> None:
         """PermissionDenied naming `field`.<part> when `runtime` breaks the policy."""

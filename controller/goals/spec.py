@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from servefleet.by_value import MAX_BY_VALUE_BYTES
 from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
 from servefleet.v1 import records_pb2
@@ -284,9 +285,25 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
             f"and be at most 256 URL path characters, got {out.route_prefix!r}")
     _normalize_replica_config("spec.replica_config", out.replica_config)
     _normalize_runtime("spec.runtime", out.runtime)
+    _check_by_value(out)
     check_grpc("spec", out.grpc_servicer_functions, out.grpc_services,
                out.grpc_streaming_methods)
     return out
+
+
+def _check_by_value(spec: pb.DeploymentSpec) -> None:
+    """Bounded, and init args given one way only. (What the bytes hold is
+    never looked at here: the controller does not unpickle.)"""
+    by_value = spec.by_value
+    size = len(by_value.target) + len(by_value.init_args)
+    if size > MAX_BY_VALUE_BYTES:
+        raise InvalidArgument("spec.by_value", f"must be at most {MAX_BY_VALUE_BYTES} bytes "
+                              f"(target and init_args together), got {size}")
+    if by_value.init_args and (spec.init_args_json or spec.init_kwargs_json):
+        raise InvalidArgument("spec.by_value.init_args", "must be unset when init_args_json "
+                              "or init_kwargs_json is set: init args are given one way")
+    if not by_value.target and not by_value.init_args:
+        spec.ClearField("by_value")  # an empty one means none: specs compare equal
 
 
 def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = (),
@@ -334,6 +351,10 @@ def code_hash(spec: pb.DeploymentSpec) -> str:
         code["working_dir_files"] = spec.runtime.working_dir_digest
     if spec.grpc_servicer_functions:
         code["grpc_servicer_functions"] = list(spec.grpc_servicer_functions)
+    if spec.by_value.target:  # code sent by value (servefleet.run of a script)
+        code["by_value_target"] = hashlib.sha256(spec.by_value.target).hexdigest()
+    if spec.by_value.init_args:
+        code["by_value_init_args"] = hashlib.sha256(spec.by_value.init_args).hexdigest()
     if spec.runtime.HasField("placement"):  # where replicas run: new ones elsewhere
         code["placement"] = [list(spec.runtime.placement.constraints),
                              list(spec.runtime.placement.spread)]

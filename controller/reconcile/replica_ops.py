@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from base64 import b64encode
 from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -142,6 +143,9 @@ class ReplicaOps:
                 "graceful_shutdown_timeout_s": config.graceful_shutdown_timeout_s,
                 "graceful_shutdown_wait_loop_s": config.graceful_shutdown_wait_loop_s,
                 "grpc_servicer_functions": list(spec.grpc_servicer_functions),
+                # Pickles (servefleet.run of a script), as base64: settings are JSON.
+                "by_value_target": b64encode(spec.by_value.target).decode(),
+                "by_value_init_args": b64encode(spec.by_value.init_args).decode(),
                 "token": token,
             }))
         record.handle = launched.handle

@@ -89,6 +89,10 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                         metavar="DIR",
                         help="a virtualenv or site-packages directory below a working dir "
                              "whose modules import paths may name (repeatable; default: none)")
+    policy.add_argument("--allow-code-by-value", action="store_true",
+                        help="let deploys send code and init args by value (pickles that "
+                             "replicas load: servefleet.run of a script or notebook); "
+                             "default: refused")
     policy.add_argument("--replica-user", default="auto", metavar="USER",
                         help="who user code (replicas of the process runtime, builds, custom "
                              "autoscaling policies) runs as: a user name or UID[:GID], 'none' "
@@ -137,6 +141,7 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             "allow_working_dirs": tuple(args.allow_working_dir),
             "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
             "allow_packages_below": tuple(args.allow_packages_below),
+            "allow_code_by_value": args.allow_code_by_value,
             "replica_user": args.replica_user}
 
 
