@@ -29,18 +29,26 @@ and wrong type is a ConfigError naming the file and the path in it
 (`app.yaml: applications[0].deployments[1].num_replicas: expected an integer,
 got 'two'`); nothing is sent before the whole file is valid. `dump_config`
 writes what was deployed back as the same YAML (`servefleet config`).
+
+A file written for Ray Serve's `serve deploy` is read too: its keys that
+servefleet lacks (servefleet/ray_config.py), its deployment options
+(servefleet/ray_options.py), `runtime_env` for `runtime`, an application
+without a name as "default" (Ray's default name), and import paths in Ray's
+dotted form (`module.app`, `pkg.mod_pb2_grpc.add_XServicer_to_server`). What
+is renamed or not used is said as one warning line each, through `warn`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from servefleet.options import (
-    DEPLOYMENT_OPTIONS,
     OptionError,
     check_bool,
     check_float,
@@ -55,22 +63,41 @@ from servefleet.options import (
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 
-TOP_KEYS = ("http_options", "grpc_options", "applications")
-GRPC_KEYS = ("host", "port", "grpc_servicer_functions")
-HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes")
+from . import ray_config
+from .import_paths import colon_form
+from .option_notes import quiet_notes
+from .ray_options import normalize_options
+
+TOP_KEYS = ("http_options", "grpc_options", "applications", *ray_config.RAY_TOP_KEYS)
+GRPC_KEYS = ("host", "port", "grpc_servicer_functions", *ray_config.RAY_GRPC_KEYS)
+HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes",
+             *ray_config.RAY_HTTP_KEYS)
 APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic",
-            "require_token", "grpc_servicer_functions")
+            "require_token", "grpc_servicer_functions", *ray_config.RAY_APP_KEYS)
 TRAFFIC_KEYS = ("split", "shadow")
 SHADOW_KEYS = ("deployment", "fraction")
-# Keys a Ray Serve config has, with what to write here instead.
-HINTS = {"runtime_env": "use runtime: {working_dir, env, excludes}",
-         "env_vars": "use env",
-         "ray_actor_options": "servefleet has no Ray actors; resources come with the runtime",
-         "proxy_location": "proxies are started on their own (servefleet proxy)"}
+# Ray Serve's name for an application the file does not name.
+DEFAULT_APP_NAME = "default"
+# Keys that look right and are not, with what to write here instead.
+HINTS = {"env_vars": "use env",
+         "host": "set host and port under http_options (as Ray's multi-application "
+                 "config requires too)",
+         "port": "set host and port under http_options (as Ray's multi-application "
+                 "config requires too)"}
+
+Warn = Callable[[str], None]
 
 
 class ConfigError(ValueError):
     """The config file is unreadable or breaks a rule; the message names where."""
+
+
+class ConfigWarning(UserWarning):
+    """A key that is accepted but renamed, or not used here (the message says why)."""
+
+
+def _python_warning(message: str) -> None:
+    warnings.warn(message, ConfigWarning, stacklevel=3)
 
 
 def _keys(path: str, value: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -80,7 +107,11 @@ def _keys(path: str, value: dict[str, Any], allowed: tuple[str, ...]) -> None:
     check_keys(path, value, allowed)
 
 
-def load_config(path: str) -> api.DeployApplicationsRequest:
+def load_config(path: str, warn: Warn | None = None) -> api.DeployApplicationsRequest:
+    """The request the file at `path` describes; ConfigError naming what is wrong.
+    Each warning line (starting with `path`) goes to `warn`, only once the
+    whole file is valid; default: a ConfigWarning."""
+    lines: list[str] = []
     try:
         with open(path) as f:
             data = yaml.safe_load(f)
@@ -89,28 +120,35 @@ def load_config(path: str) -> api.DeployApplicationsRequest:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:
-        return parse_config(data, os.path.dirname(os.path.abspath(path)))
+        request = parse_config(data, os.path.dirname(os.path.abspath(path)), lines.append)
     except OptionError as e:
         raise ConfigError(f"{path}: {e}") from None
+    for line in lines:
+        (warn or _python_warning)(f"{path}: {line}")
+    return request
 
 
-def parse_config(data: Any, base_dir: str) -> api.DeployApplicationsRequest:
-    """The request a config describes; relative working dirs resolve from `base_dir`."""
+def parse_config(data: Any, base_dir: str, warn: Warn | None = None
+                 ) -> api.DeployApplicationsRequest:
+    """The request a config describes; relative working dirs resolve from
+    `base_dir`. Warning lines go to `warn` (default: a ConfigWarning)."""
+    say = warn or _python_warning
     if data is None:
         data = {}
     data = check_mapping("(top level)", data)
     _keys("(top level)", data, TOP_KEYS)
+    ray_config.read_top_level(data, say)
     request = api.DeployApplicationsRequest()
     if data.get("http_options") is not None:
-        request.http_options.CopyFrom(_http_options(data["http_options"]))
+        request.http_options.CopyFrom(_http_options(data["http_options"], say))
     apps = data.get("applications")
     if apps is None:
         raise OptionError("applications: required (a list of applications)")
     if not isinstance(apps, list):
         raise OptionError(f"applications: expected a list, got {type(apps).__name__}")
-    grpc = _grpc_options(data.get("grpc_options"))
+    grpc = _grpc_options(data.get("grpc_options"), say)
     for i, app in enumerate(apps):
-        spec = _application(f"applications[{i}]", app, base_dir)
+        spec = _application(f"applications[{i}]", app, base_dir, say)
         if not spec.grpc_servicer_functions:  # grpc_options' serve every application
             spec.grpc_servicer_functions.extend(grpc.get("grpc_servicer_functions", []))
         request.applications.append(spec)
@@ -121,16 +159,18 @@ def _servicer_functions(path: str, value: Any) -> list[str]:
     if not isinstance(value, list):
         raise OptionError(f"{path}: expected a list of import paths "
                           "(module_pb2_grpc:add_XServicer_to_server)")
-    return [check_str(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    # Ray's dotted form (pkg.mod_pb2_grpc.add_XServicer_to_server) too.
+    return [colon_form(check_str(f"{path}[{i}]", v)) for i, v in enumerate(value)]
 
 
-def _grpc_options(value: Any) -> dict[str, Any]:
+def _grpc_options(value: Any, say: Warn = lambda line: None) -> dict[str, Any]:
     """Ray Serve's grpc_options: the servicer functions (for every application
     that lists none itself) and where `servefleet up` serves gRPC."""
     if value is None:
         return {}
     value = check_mapping("grpc_options", value)
     _keys("grpc_options", value, GRPC_KEYS)
+    ray_config.read_grpc_extras(value, say)
     out: dict[str, Any] = {}
     if "host" in value:
         out["host"] = check_str("grpc_options.host", value["host"])
@@ -153,9 +193,10 @@ def grpc_listen_of(path: str) -> str | None:
     return f"{grpc.get('host', '127.0.0.1')}:{grpc['port']}" if "port" in grpc else None
 
 
-def _http_options(value: Any) -> apb.HttpOptions:
+def _http_options(value: Any, say: Warn) -> apb.HttpOptions:
     value = check_mapping("http_options", value)
     _keys("http_options", value, HTTP_KEYS)
+    ray_config.read_http_extras(value, say)
     out = apb.HttpOptions()
     if "host" in value:
         out.host = check_str("http_options.host", value["host"])
@@ -170,15 +211,18 @@ def _http_options(value: Any) -> apb.HttpOptions:
     return out
 
 
-def _application(path: str, value: Any, base_dir: str) -> apb.ApplicationSpec:
+def _application(path: str, value: Any, base_dir: str, say: Warn) -> apb.ApplicationSpec:
     value = check_mapping(path, value)
     _keys(path, value, APP_KEYS)
-    for required in ("name", "import_path"):
-        if required not in value:
-            raise OptionError(f"{path}.{required}: required")
-    spec = apb.ApplicationSpec(name=check_str(f"{path}.name", value["name"]),
-                               import_path=check_str(f"{path}.import_path",
-                                                     value["import_path"]))
+    if "import_path" not in value:
+        raise OptionError(f"{path}.import_path: required")
+    import_path = colon_form(check_str(f"{path}.import_path", value["import_path"]))
+    spec = apb.ApplicationSpec(name=check_str(f"{path}.name",
+                                              value.get("name", DEFAULT_APP_NAME)),
+                               import_path=import_path)
+    runtime = ray_config.read_app_extras(path, value, say)
+    if runtime is not None:
+        spec.runtime.CopyFrom(_runtime(f"{path}.runtime_env", runtime, base_dir))
     if "route_prefix" in value:
         if value["route_prefix"] is None:
             spec.no_route = True
@@ -200,10 +244,12 @@ def _application(path: str, value: Any, base_dir: str) -> apb.ApplicationSpec:
         if "name" not in entry:
             raise OptionError(f"{dpath}.name: required")
         name = check_str(f"{dpath}.name", entry.pop("name"))
-        _keys(dpath, entry, DEPLOYMENT_OPTIONS)
+        entry = normalize_options(dpath, entry, ray_config.note_saying(say))
+        if "route_prefix" in entry:
+            del entry["route_prefix"]  # deprecated (said so above); the application's counts
         if entry.get("runtime") is not None:
             entry["runtime"] = _relative_runtime(f"{dpath}.runtime", entry["runtime"], base_dir)
-        spec.deployments.append(to_override(dpath, entry, name))
+        spec.deployments.append(to_override(dpath, entry, name, quiet_notes))
     if value.get("traffic") is not None:
         spec.traffic.CopyFrom(parse_traffic(f"{path}.traffic", value["traffic"]))
     if value.get("grpc_servicer_functions") is not None:
@@ -315,7 +361,9 @@ def _override_data(override: apb.DeploymentOverride) -> dict[str, Any]:
             out["user_config"] = json.loads(value)
         elif field.name == "autoscaling_config":
             out["autoscaling_config"] = {f.name: v for f, v in value.ListFields()}
-        elif field.name != "resources":
+        elif field.name == "resources":
+            out["resources"] = {f.name: v for f, v in value.ListFields()}
+        else:
             out[field.name] = value
     if override.HasField("version"):
         out["version"] = override.version

@@ -2,7 +2,9 @@
 
 A user declares the gRPC services a deployment implements by the import
 paths of their generated `add_XServicer_to_server(servicer, server)`
-functions (Ray Serve's `grpc_servicer_functions`). Calling one with a
+functions (Ray Serve's `grpc_servicer_functions`), as `module:function` or
+in Ray's dotted form `pkg.mod_pb2_grpc.add_XServicer_to_server`
+(servefleet/import_paths.py). Calling one with a
 recording server and a servicer that answers any attribute tells, per RPC,
 its full path (`/package.Service/Method`), whether requests and responses
 stream, and the message (de)serialisers, so the replica can serve the user's
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from servefleet.import_paths import colon_form
 from servefleet.replica.loader import LoadError
 from servefleet.user_code import import_user_object
 
@@ -66,7 +69,7 @@ def rpcs_of(import_path: str, working_dir: str = "") -> list[Rpc]:
     LoadError naming the import path when it is not such a function;
     UserCodeError (servefleet/user_code.py) when the path leaves user code.
     """
-    add = import_user_object(import_path, working_dir)
+    add = import_user_object(colon_form(import_path), working_dir)
     if not callable(add):
         raise LoadError(f"grpc_servicer_functions: {import_path!r} is not a function")
     recorder = _Recorder()

@@ -2,30 +2,46 @@
 
 The same option names are accepted by `@deployment(...)` and `.options(...)`
 in code, by the `deployments[]` entries of a config file, and (as JSON, from
-the build step) by the controller. `to_override` checks names and types and
-returns a `DeploymentOverride` whose unset fields mean "not given", so that
-overrides can be layered with protobuf's MergeFrom: later layers win field by
-field (config file > code > defaults).
+the build step) by the controller. `to_override` first translates Ray Serve's
+names (servefleet/ray_options.py: its deprecated keys, num_replicas="auto",
+ray_actor_options, the options about Ray's scheduler), then checks names and
+types and returns a `DeploymentOverride` whose unset fields mean "not given",
+so that overrides can be layered with protobuf's MergeFrom: later layers win
+field by field (config file > code > defaults).
 
 Errors are `OptionError` naming the path of the bad value, e.g.
 `applications[0].deployments[1].num_replicas: expected an integer, got 'two'`.
 Integer options are checked against their bounds here too (a value outside
 them would otherwise fail inside protobuf with a message naming nothing);
-the controller's validation of the full spec (controller/spec.py) checks
-the same bounds and everything else.
+the controller's validation of the full spec (controller/goals/spec.py)
+checks the same bounds and everything else.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from servefleet.v1 import application_pb2, deployment_pb2
 
+from .option_checks import (
+    OptionError,
+    check_bool,
+    check_float,
+    check_int,
+    check_keys,
+    check_mapping,
+    check_non_negative,
+    check_str,
+    to_json,
+    type_name,
+)
+from .option_notes import Notes
+from .ray_options import normalize_options
 
-class OptionError(ValueError):
-    """A bad option; the message starts with the path of the value."""
-
+# The checks are re-exported: config files and the controller import them here.
+__all__ = ["DEPLOYMENT_OPTIONS", "OptionError", "check_bool", "check_float", "check_int",
+           "check_keys", "check_mapping", "check_str", "to_json", "to_override",
+           "to_runtime"]
 
 # Bounds of the integer options, shared with the controller's validation.
 MAX_REPLICAS = 10_000
@@ -51,63 +67,11 @@ AUTOSCALING_FLOAT = ("target_ongoing_requests", "upscale_delay_s", "downscale_de
 AUTOSCALING_STR = ("aggregation_function", "policy")
 RUNTIME_OPTIONS = ("working_dir", "env", "image", "excludes", "placement")
 PLACEMENT_KEYS = ("constraints", "spread")
+# What one replica needs from its host: limits for Docker and Swarm replicas
+# (controller/runtime/docker.py, swarm.py); the process runtime sets none.
+RESOURCE_OPTIONS = ("num_cpus", "num_gpus", "memory_bytes")
 DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
-                      "version", "runtime", "retry_methods")
-
-
-def _type_name(value: Any) -> str:
-    return f"{value!r}" if isinstance(value, str | int | float | bool) else type(value).__name__
-
-
-def check_int(path: str, value: Any, bounds: tuple[int, int] | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(f"{path}: expected an integer, got {_type_name(value)}")
-    if bounds is not None and not bounds[0] <= value <= bounds[1]:
-        note = " (-1: no limit)" if bounds[0] == -1 else ""
-        raise OptionError(f"{path}: must be between {bounds[0]} and {bounds[1]}{note}, "
-                          f"got {value}")
-    return value
-
-
-def check_float(path: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OptionError(f"{path}: expected a number, got {_type_name(value)}")
-    return float(value)
-
-
-def check_bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise OptionError(f"{path}: expected true or false, got {_type_name(value)}")
-    return value
-
-
-def check_str(path: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise OptionError(f"{path}: expected a string, got {_type_name(value)}")
-    return value
-
-
-def check_mapping(path: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise OptionError(f"{path}: expected a mapping, got {_type_name(value)}")
-    for key in value:
-        if not isinstance(key, str):
-            raise OptionError(f"{path}: keys must be strings, got {_type_name(key)}")
-    return value
-
-
-def check_keys(path: str, value: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in value:
-        if key not in allowed:
-            raise OptionError(f"{path}.{key}: unknown key (expected one of "
-                              f"{', '.join(allowed)})")
-
-
-def to_json(path: str, value: Any) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise OptionError(f"{path}: must be JSON-serializable ({e})") from None
+                      "version", "runtime", "retry_methods", "resources")
 
 
 def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
@@ -124,7 +88,7 @@ def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
     if value.get("excludes") is not None:
         if not isinstance(value["excludes"], list):
             raise OptionError(f"{path}.excludes: expected a list of patterns, got "
-                              f"{_type_name(value['excludes'])}")
+                              f"{type_name(value['excludes'])}")
         out.excludes.extend(check_str(f"{path}.excludes[{i}]", pattern)
                             for i, pattern in enumerate(value["excludes"]))
     if value.get("placement") is not None:
@@ -135,17 +99,22 @@ def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:
             items = placement.get(key) or []
             if not isinstance(items, list):
                 raise OptionError(f"{ppath}.{key}: expected a list of strings, got "
-                                  f"{_type_name(items)}")
+                                  f"{type_name(items)}")
             getattr(out.placement, key).extend(
                 check_str(f"{ppath}.{key}[{i}]", item) for i, item in enumerate(items))
     return out
 
 
-def to_override(path: str, options: dict[str, Any], name: str = ""
-                ) -> application_pb2.DeploymentOverride:
-    """Options (without `name`) as a DeploymentOverride; OptionError on a bad one."""
-    options = check_mapping(path, options)
-    check_keys(path, options, DEPLOYMENT_OPTIONS)
+def to_override(path: str, options: dict[str, Any], name: str = "",
+                notes: Notes | None = None) -> application_pb2.DeploymentOverride:
+    """Options (without `name`) as a DeploymentOverride; OptionError on a bad one.
+
+    Ray Serve's names are accepted (servefleet/ray_options.py); `notes` hears
+    of the renamed and the unused ones (default: a DeprecationWarning, or a
+    log line once per option). `route_prefix` is not part of the override:
+    `servefleet.run` reads it from the options themselves."""
+    options = normalize_options(path, options, notes)
+    options.pop("route_prefix", None)
     out = application_pb2.DeploymentOverride(name=name)
     config = out.replica_config
     for key in INT_OPTIONS:
@@ -176,11 +145,22 @@ def to_override(path: str, options: dict[str, Any], name: str = ""
         methods = options["retry_methods"]
         if not isinstance(methods, list):
             raise OptionError(f"{path}.retry_methods: expected a list of HTTP methods, got "
-                              f"{_type_name(methods)}")
+                              f"{type_name(methods)}")
         config.retry_methods.extend(check_str(f"{path}.retry_methods[{i}]", m).upper()
                                     for i, m in enumerate(methods))
     if options.get("version") is not None:
         out.version = check_str(f"{path}.version", options["version"])
     if options.get("runtime") is not None:
         out.runtime.CopyFrom(to_runtime(f"{path}.runtime", options["runtime"]))
+    if options.get("resources") is not None:
+        rpath = f"{path}.resources"
+        resources = check_mapping(rpath, options["resources"])
+        check_keys(rpath, resources, RESOURCE_OPTIONS)
+        for key in ("num_cpus", "num_gpus"):
+            if key in resources:
+                setattr(config.resources, key, check_non_negative(f"{rpath}.{key}",
+                                                                  resources[key]))
+        if "memory_bytes" in resources:
+            config.resources.memory_bytes = check_int(f"{rpath}.memory_bytes",
+                                                      resources["memory_bytes"], (0, 2**50))
     return out

@@ -22,6 +22,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from servefleet.import_paths import colon_form
+from servefleet.option_notes import quiet_notes
 from servefleet.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
@@ -47,6 +49,12 @@ def normalize_application(spec: apb.ApplicationSpec, field: str) -> apb.Applicat
     out = apb.ApplicationSpec()
     out.CopyFrom(spec)
     check_name(f"{field}.name", out.name)
+    # Ray Serve's dotted import paths (module.app, pkg.mod_pb2_grpc.add_XServicer_to_server)
+    # in servefleet's form, before any check splits them at the colon.
+    out.import_path = colon_form(out.import_path)
+    functions = [colon_form(path) for path in out.grpc_servicer_functions]
+    del out.grpc_servicer_functions[:]
+    out.grpc_servicer_functions.extend(functions)
     if not IMPORT_PATH_RE.fullmatch(out.import_path):
         raise InvalidArgument(f"{field}.import_path",
                               f"must look like 'package.module:attribute', got {out.import_path!r}")
@@ -147,7 +155,9 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
     for node in nodes:
         name = node["name"]
         try:
-            code = to_override(f"deployment {name} (in code)", node.get("options") or {}, name)
+            # The SDK spoke of renamed and unused options where the user wrote them.
+            code = to_override(f"deployment {name} (in code)", node.get("options") or {}, name,
+                               quiet_notes)
         except OptionError as e:
             raise InvalidArgument("deployments", str(e)) from None
         layers = [code] + ([overrides[name]] if name in overrides else [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 
@@ -26,9 +27,14 @@ def _word(status: int) -> str:
     return output.enum_word(AS, status)
 
 
+def warn_line(line: str) -> None:
+    """A config file's warning (a key renamed, or not used here), on stderr."""
+    print(f"warning: {line}", file=sys.stderr)
+
+
 def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
     try:
-        request = load_config(args.config)
+        request = load_config(args.config, warn_line)
     except ConfigError as e:
         raise CommandFailed(str(e)) from None
     names = [a.name for a in request.applications]

@@ -41,7 +41,7 @@ from servefleet.security.tls import Credentials
 from servefleet.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 
 from . import security
-from .apps import wait_running
+from .apps import wait_running, warn_line
 from .errors import CommandFailed, UsageError
 
 CONTROLLER_EXIT_TIMEOUT_S = 90.0
@@ -206,7 +206,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError("--proxy-workers: between 1 and 64")
     if args.config:
         try:
-            request = load_config(args.config)
+            request = load_config(args.config, warn_line)
         except ConfigError as e:
             raise CommandFailed(str(e)) from None
     http = args.http

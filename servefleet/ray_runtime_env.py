@@ -1,0 +1,79 @@
+"""Ray's runtime_env, as servefleet's `runtime` options.
+
+Ray installs a runtime environment per application or replica: it uploads
+or downloads a working_dir, installs pip or conda packages, sets env_vars.
+servefleet's replicas import code from a local working_dir (hashed into the
+code version) or an image, with environment variables, and install nothing.
+So `working_dir` (a local directory), `env_vars` (as `env`), `excludes` and
+`image_uri` (as `image`) are mapped; `config` (Ray's setup timeout and eager
+install) is noted and not used; `pip`, `conda`, `uv`, `py_modules`,
+`container`, `py_executable`, `java_jars` and a remote working_dir are
+errors that say what to do instead. Running without the packages a
+deployment asked for would fail later (an ImportError in a replica), further
+from the cause, or worse, run with other versions than asked.
+
+Used for `applications[].runtime_env` in config files and for
+`ray_actor_options.runtime_env` in code and config files alike; Ray's
+per-deployment runtime_env inherits the application's, which servefleet's
+layering of runtime options does too (controller/goals/app_specs.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .option_checks import OptionError, check_mapping, check_str, check_str_list
+from .option_notes import Note, Notes
+
+RUNTIME_ENV_MAPPED = ("working_dir", "env_vars", "excludes", "image_uri", "config")
+RUNTIME_ENV_REFUSED = {
+    "pip": "servefleet installs no packages: install them into the replicas' Python "
+           "environment or image (runtime.image), then remove this key",
+    "conda": "servefleet creates no conda environments: run the controller in one, or use "
+             "an image (runtime.image), then remove this key",
+    "uv": "servefleet installs no packages: install them into the replicas' Python "
+          "environment or image (runtime.image), then remove this key",
+    "py_modules": "servefleet ships no modules: put them in the working_dir or the image",
+    "container": "use runtime.image (the Docker runtime) instead",
+    "py_executable": "replicas run with the controller's Python (or the image's)",
+    "java_jars": "servefleet runs Python replicas only",
+}
+WHY_NOT_USED_CONFIG = "servefleet's runtime has no setup timeout or eager install to configure"
+
+
+def runtime_from_ray_env(path: str, value: Any, notes: Notes) -> dict[str, Any]:
+    """Ray's runtime_env as servefleet's `runtime` options: working_dir (a
+    local directory), env_vars as env, excludes, image_uri as image. What
+    servefleet cannot do (install packages, download a remote working_dir)
+    is an OptionError saying what to do instead: running without the
+    packages a deployment asked for would fail later, further from the cause."""
+    env = check_mapping(path, value)
+    out: dict[str, Any] = {}
+    for key, item in env.items():
+        where = f"{path}.{key}"
+        if key in RUNTIME_ENV_REFUSED:
+            raise OptionError(f"{where}: not supported: {RUNTIME_ENV_REFUSED[key]}")
+        if key not in RUNTIME_ENV_MAPPED:
+            raise OptionError(f"{where}: unknown runtime_env key (servefleet takes "
+                              f"{', '.join(RUNTIME_ENV_MAPPED)})")
+        if item is None:
+            continue
+        if key == "working_dir":
+            directory = check_str(where, item)
+            if "://" in directory:
+                raise OptionError(f"{where}: a remote URI ({directory!r}); servefleet "
+                                  "downloads no code: give a local directory, or an image "
+                                  "that holds the code (runtime.image)")
+            out["working_dir"] = directory
+        elif key == "env_vars":
+            out["env"] = {name: check_str(f"{where}.{name}", v)
+                          for name, v in check_mapping(where, item).items()}
+        elif key == "excludes":
+            out["excludes"] = check_str_list(where, item, "patterns")
+        elif key == "image_uri":
+            out["image"] = check_str(where, item)
+        else:
+            check_mapping(where, item)
+            notes(Note("runtime_env.config", f"{where}: not used: {WHY_NOT_USED_CONFIG}",
+                       False))
+    return out
