@@ -18,9 +18,10 @@ pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
 
 
-def spec(name: str, import_path: str, prefix: str, **kwargs: str) -> d.DeploymentSpec:
+def spec(name: str, import_path: str, prefix: str, init_args_json: str = "") -> d.DeploymentSpec:
     return d.DeploymentSpec(name=name, import_path=import_path, route_prefix=prefix,
-                            runtime=d.RuntimeOptions(working_dir=APPS), **kwargs)
+                            init_args_json=init_args_json,
+                            runtime=d.RuntimeOptions(working_dir=APPS))
 
 
 @pytest.fixture
