@@ -18,6 +18,7 @@ servefleet's options are (config.autoscaling_options).
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -131,10 +132,14 @@ def run(target: sf_api.Application, blocking: bool = False, name: str = DEFAULT_
         handle: Any = run_local(target, name)
     else:
         delete_local(name)
-        kwargs: dict[str, Any] = {"name": name}
-        if route_prefix is not _ROOT:
-            kwargs["route_prefix"] = route_prefix
-        handle = local.run(target, **kwargs)
+        if route_prefix is None and target.deployment.route_prefix is not None:
+            # servefleet.run reads None as "the ingress's own route_prefix
+            # option, else /"; Ray's run(route_prefix=None) means no route.
+            ingress = copy.copy(target.deployment)
+            ingress.route_prefix = None
+            target = sf_api.Application(ingress, target.args, target.kwargs)
+        handle = local.run(target, name=name,
+                           route_prefix=None if route_prefix is _ROOT else route_prefix)
         cluster.remember_ingress(name, handle.deployment)
     if blocking:
         while True:
@@ -159,11 +164,7 @@ def start(proxy_location: ProxyLocation | str | None = None,
         LoggingConfig.parse_obj(logging_config)
     if proxy_location is not None:
         ProxyLocation(proxy_location)  # a bad name raises ValueError
-    starter = getattr(local, "start", None)
-    if starter is None:
-        raise RayServeException("serve.start: this servefleet cannot start its embedded "
-                                "cluster apart from serve.run")
-    starter(http_host=http.host or "127.0.0.1", http_port=http.port)
+    local.start(http_host=http.host or local.DEFAULT_HTTP_HOST, http_port=http.port)
 
 
 def shutdown() -> None:
