@@ -125,7 +125,7 @@ def error_frame(error: BaseException, traceback_text: str) -> bytes:
         pickled: bytes | None = cloudpickle.dumps(error, protocol=5)
     except Exception:
         pickled = None
-    details = (type(error).__qualname__, str(error), traceback_text, pickled)
+    details = (type(error).__name__, str(error), traceback_text, pickled)
     return b"".join(bytes(p) for p in frame(details, magic=ERROR_MAGIC))
 
 
