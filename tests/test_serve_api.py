@@ -74,13 +74,13 @@ def test_status_has_rays_shape_names_and_strings() -> None:
 
 
 def test_every_servefleet_status_has_a_ray_name() -> None:
-    for value in DS.values():
-        info = status_pb2.DeploymentStatusInfo(name="d", status=value)
+    for name in DS.keys():
+        info = status_pb2.DeploymentStatusInfo(name="d", status=name)
         app = status_pb2.ApplicationStatusInfo(name="a", deployments=[info])
         out = to_serve_status(controller_pb2.GetStatusResponse(applications=[app]))
         assert out.applications["a"].deployments["d"].status in set(schema.DeploymentStatus)
-    for value in AS.values():
-        app = status_pb2.ApplicationStatusInfo(name="a", status=value)
+    for name in AS.keys():
+        app = status_pb2.ApplicationStatusInfo(name="a", status=name)
         out = to_serve_status(controller_pb2.GetStatusResponse(applications=[app]))
         assert out.applications["a"].status in set(schema.ApplicationStatus)
 
