@@ -74,7 +74,7 @@ def on_servefleet(calls: int) -> dict[str, list[float]]:
     import servefleet
 
     big, small = array(), json_like()
-    handle = servefleet.run(servefleet.deployment(Echo, name="Echo").bind(), name="values",
+    handle = servefleet.run(servefleet.deployment(name="Echo")(Echo).bind(), name="values",
                             http_port=0)
     try:
         async def main() -> dict[str, list[float]]:
