@@ -36,7 +36,7 @@ from .option_checks import (
     type_name,
 )
 from .option_notes import Notes
-from .ray_options import normalize_options
+from .ray_options import SERVEFLEET_OPTIONS, normalize_options
 
 # The checks are re-exported: config files and the controller import them here.
 __all__ = ["DEPLOYMENT_OPTIONS", "OptionError", "check_bool", "check_float", "check_int",
@@ -70,8 +70,7 @@ PLACEMENT_KEYS = ("constraints", "spread")
 # What one replica needs from its host: limits for Docker and Swarm replicas
 # (controller/runtime/docker.py, swarm.py); the process runtime sets none.
 RESOURCE_OPTIONS = ("num_cpus", "num_gpus", "memory_bytes")
-DEPLOYMENT_OPTIONS = (*INT_OPTIONS, *FLOAT_OPTIONS, "user_config", "autoscaling_config",
-                      "version", "runtime", "retry_methods", "resources")
+DEPLOYMENT_OPTIONS = SERVEFLEET_OPTIONS  # INT_OPTIONS, FLOAT_OPTIONS and the rest below
 
 
 def to_runtime(path: str, value: Any) -> deployment_pb2.RuntimeOptions:

@@ -68,6 +68,13 @@ from .option_checks import (
 from .option_notes import Note, Notes, default_notes
 from .ray_runtime_env import runtime_from_ray_env
 
+# servefleet's own option names, which Ray's are translated to (checked and
+# turned into protobuf by servefleet/options.py).
+SERVEFLEET_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_requests",
+                      "health_check_period_s", "health_check_timeout_s",
+                      "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
+                      "startup_timeout_s", "user_config", "autoscaling_config", "version",
+                      "runtime", "retry_methods", "resources")
 # Ray's num_replicas="auto": AutoscalingConfig.default() under the given fields.
 AUTO_AUTOSCALING = {"min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}
 # The keys servefleet's own autoscaling_config has.
@@ -129,11 +136,9 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     module's table), as JSON-ready data; OptionError naming the first bad
     value. Options servefleet does not use are left out; `route_prefix` is
     kept. Giving the same option under its old and new name is an error."""
-    from .options import DEPLOYMENT_OPTIONS  # options.py builds on this module
-
-    notes = notes or default_notes
+    notes = default_notes if notes is None else notes
     options = check_mapping(path, options)
-    check_keys(path, options, (*DEPLOYMENT_OPTIONS, "route_prefix", *RENAMED,
+    check_keys(path, options, (*SERVEFLEET_OPTIONS, "route_prefix", *RENAMED,
                                "ray_actor_options", *RAY_ONLY))
     out: dict[str, Any] = {}
     for key, value in options.items():
@@ -269,7 +274,9 @@ def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
             if options.get("resources") is not None:
                 raise OptionError(f"{where}: give resources or ray_actor_options.num_gpus, "
                                   "not both")
-            out["resources"] = {"num_gpus": check_non_negative(where, item)}
+            gpus = check_non_negative(where, item)
+            if gpus:  # 0, Ray's default, asks for none
+                out["resources"] = {"num_gpus": gpus}
         else:
             if key == "resources":
                 for name, amount in check_mapping(where, item).items():
