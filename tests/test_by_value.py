@@ -13,12 +13,15 @@ import pytest
 
 from servefleet import by_value
 from servefleet.api import deployment, graph_of
+from servefleet.controller.api.redact import redacted_deployment
 from servefleet.controller.errors import InvalidArgument, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
 from servefleet.controller.goals.spec import code_hash, normalize_spec
 from servefleet.local_specs import application_specs, route_of, working_dir
 from servefleet.options import OptionError
+from servefleet.replica.loader import LoadError, unpickle_target
 from servefleet.v1 import deployment_pb2 as dpb
+from servefleet.v1 import records_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "apps"))
 
@@ -159,3 +162,15 @@ def test_the_policy_runs_code_by_value_only_with_the_flag() -> None:
         allowing.check_deployment("spec", dpb.DeploymentSpec(name="m",
                                                              import_path="__main__:Model"))
 
+
+
+def test_readers_do_not_see_what_was_sent_by_value() -> None:
+    # A pickled class carries the globals it uses, credentials included.
+    record = records_pb2.DeploymentRecord(spec=_by_value_spec(b"code", b"args"))
+    assert not redacted_deployment(record).spec.HasField("by_value")
+    assert record.spec.by_value.target == b"code"  # the original is untouched
+
+
+def test_a_replica_says_why_code_sent_by_value_does_not_load() -> None:
+    with pytest.raises(LoadError, match="cannot be loaded here"):
+        unpickle_target(b"\x80\x05garbage")

@@ -143,6 +143,28 @@ print("OK")
 '''
 
 
+FAILING = '''
+import sys
+
+import servefleet
+
+
+@servefleet.deployment
+class Broken:
+    def __init__(self):
+        raise ValueError("no weights here")
+
+
+try:
+    servefleet.run(Broken.bind(), http_port=int(sys.argv[1]), timeout_s=100)
+except RuntimeError as e:
+    print("refused" if "Broken failed to deploy" in str(e) and "no weights here" in str(e)
+          else f"unexpected: {e}")
+finally:
+    servefleet.shutdown()
+'''
+
+
 def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
     (tmp_path / "mylib.py").write_text(MYLIB)
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
@@ -163,6 +185,12 @@ def test_run_replaces_an_application_whatever_its_ingress_and_delete_removes_it(
     ran = _run_script(tmp_path, TWICE)
     assert ran.returncode == 0, ran.stderr[-4000:]
     assert ran.stdout.split() == ["OK"]
+
+
+def test_a_deployment_that_fails_fails_run_with_its_error(tmp_path) -> None:
+    ran = _run_script(tmp_path, FAILING)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert ran.stdout.split() == ["refused"]
 
 
 def test_a_taken_http_port_is_named_before_anything_starts() -> None:
