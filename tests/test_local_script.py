@@ -165,15 +165,21 @@ finally:
 '''
 
 
-def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+def _run_script(tmp_path: Path, source: str, stdin: bool = False
+                ) -> subprocess.CompletedProcess:
+    """Run `source` as script.py in `tmp_path`, or (`stdin`) fed to `python -`,
+    whose `__main__` has no file, like a notebook's."""
     (tmp_path / "mylib.py").write_text(MYLIB)
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, "script.py", str(free_port())], cwd=tmp_path,
+    program = "-" if stdin else "script.py"
+    return subprocess.run([sys.executable, program, str(free_port())], cwd=tmp_path,
+                          input=textwrap.dedent(source) if stdin else None,
                           capture_output=True, text=True, timeout=240)
 
 
-def test_a_script_runs_its_own_deployments_by_value(tmp_path) -> None:
-    ran = _run_script(tmp_path, SCRIPT)
+@pytest.mark.parametrize("stdin", [False, True], ids=["script", "no-file"])
+def test_a_script_runs_its_own_deployments_by_value(tmp_path, stdin: bool) -> None:
+    ran = _run_script(tmp_path, SCRIPT, stdin)
     assert ran.returncode == 0, ran.stderr[-4000:]
     assert ran.stdout.split() == ["handle", "14.0", "OK"]
     # The replicas unpickled the classes: none of them ran the script again.
