@@ -169,3 +169,24 @@ def test_public_modules_say_what_they_export(monkeypatch: pytest.MonkeyPatch) ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert serve.status() == schema.ServeStatus()  # nothing runs: Ray's empty status
+
+
+def test_config_file_schema_classes_build_and_check_a_config() -> None:
+    built = schema.ServeDeploySchema(applications=[schema.ServeApplicationSchema(
+        name="app", import_path="model:app", route_prefix="/app",
+        deployments=[schema.DeploymentSchema(name="Model", num_replicas=2)])])
+    assert built.dict(exclude_unset=True) == {"applications": [{
+        "name": "app", "import_path": "model:app", "route_prefix": "/app",
+        "deployments": [{"name": "Model", "num_replicas": 2}]}]}
+    parsed = schema.ServeDeploySchema.parse_obj(
+        {"applications": [{"import_path": "pkg.mod.app", "route_prefix": None}]})
+    assert parsed.applications[0].name == "default"  # Ray's default name
+    with pytest.raises(ValueError, match="num_replicas: expected an integer"):
+        schema.DeploymentSchema(name="M", num_replicas="two")
+    with pytest.raises(ValueError, match="'a' is used twice"):
+        schema.ServeDeploySchema(applications=[{"name": "a", "import_path": "m:a"},
+                                               {"name": "a", "import_path": "m:b"}])
+    with pytest.raises(ValueError, match="import_path: required"):
+        schema.ServeApplicationSchema(name="a")
+    with pytest.raises(ValueError, match="route_prefix"):
+        schema.ServeApplicationSchema(import_path="m:a", route_prefix="no-slash")

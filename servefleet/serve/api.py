@@ -33,6 +33,7 @@ from . import cluster
 from . import status as status_module
 from ._options import OptionsModel
 from .config import AutoscalingConfig, HTTPOptions, ProxyLocation, autoscaling_options, gRPCOptions
+from .config_schema import check_route_prefix
 from .context import current_app_name
 from .exceptions import RayServeException
 from .local_testing import (
@@ -107,14 +108,7 @@ def _check_run_args(target: Any, name: Any, route_prefix: Any, logging_config: A
                         f"{type(target).__name__}{hint}")
     if not isinstance(name, str) or not name:
         raise RayServeException(f"application name must be a non-empty string, got {name!r}")
-    if route_prefix is not None:
-        if not isinstance(route_prefix, str) or not route_prefix.startswith("/"):
-            raise ValueError(f"route_prefix must start with '/', got {route_prefix!r}")
-        if route_prefix != "/" and route_prefix.endswith("/"):
-            raise ValueError(f"route_prefix must not end with '/' unless it is the root, got "
-                             f"{route_prefix!r}")
-        if "{" in route_prefix or "}" in route_prefix:
-            raise ValueError(f"route_prefix may not contain wildcards, got {route_prefix!r}")
+    check_route_prefix("serve.run", route_prefix)
     if logging_config is not None and not isinstance(logging_config, LoggingConfig):
         LoggingConfig.parse_obj(logging_config)  # checks it
 

@@ -1,5 +1,6 @@
-"""`servefleet.serve.schema`: the shapes `serve.status()` returns, and
-LoggingConfig, under Ray Serve's names.
+"""`servefleet.serve.schema`: the shapes `serve.status()` returns,
+LoggingConfig, and the config-file classes (config_schema.py), under Ray
+Serve's names.
 
 `ServeStatus` and its parts are dataclasses with Ray's fields; the status
 enums are `str` enums, so `status.applications["default"].status ==
@@ -14,10 +15,12 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from ._options import OptionsModel
+from .config_schema import DeploymentSchema, ServeApplicationSchema, ServeDeploySchema
 
-__all__ = ["ApplicationStatus", "ApplicationStatusOverview", "DeploymentStatus",
-           "DeploymentStatusOverview", "DeploymentStatusTrigger", "EncodingType",
-           "LoggingConfig", "ProxyStatus", "ReplicaState", "ServeStatus"]
+__all__ = ["ApplicationStatus", "ApplicationStatusOverview", "DeploymentSchema",
+           "DeploymentStatus", "DeploymentStatusOverview", "DeploymentStatusTrigger",
+           "EncodingType", "LoggingConfig", "ProxyStatus", "ReplicaState",
+           "ServeApplicationSchema", "ServeDeploySchema", "ServeStatus"]
 
 
 class ApplicationStatus(StrEnum):
