@@ -99,7 +99,7 @@ class _Local:
 def start(http_host: str = DEFAULT_HTTP_HOST, http_port: int = DEFAULT_HTTP_PORT) -> None:
     """Start this process's embedded servefleet, serving HTTP on
     `http_host:http_port` (port 0: a free one), unless one runs already (then
-    its HTTP address stays, with a warning in the log if it differs).
+    its HTTP address stays; a different one asked for is logged as a warning).
     RuntimeError naming the port when it is taken."""
     _local(http_host, http_port)
 
