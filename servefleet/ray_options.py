@@ -172,9 +172,9 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     if out.get("num_replicas") == "auto":
         del out["num_replicas"]
         out["autoscaling_config"] = {**AUTO_AUTOSCALING, **(out.get("autoscaling_config") or {})}
-    elif "num_replicas" in out and "autoscaling_config" in out:
-        raise OptionError(f"{path}.num_replicas: must be unset or \"auto\" when "
-                          "autoscaling_config is set")
+    # A fixed num_replicas beside an autoscaling_config is refused by the
+    # controller (a spec has one or the other), not here: `Deployment.options`
+    # merges what the decorator gave with what it is given (see merge_options).
     return out
 
 
@@ -227,7 +227,8 @@ def normalize_autoscaling(path: str, value: Any, notes: Notes) -> dict[str, Any]
 
 def _policy(path: str, value: Any, notes: Notes) -> str:
     """A custom policy as "module:function"; "" for Ray's default policy."""
-    if isinstance(value, dict) or not (isinstance(value, str) or callable(value)):
+    if isinstance(value, dict) or callable(getattr(value, "model_dump", None)) \
+            or callable(getattr(value, "dict", None)):  # Ray's AutoscalingPolicy
         spec = config_dict(path, value)
         check_keys(path, spec, ("name",))
         path, value = f"{path}.name", spec.get("name")

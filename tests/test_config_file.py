@@ -39,6 +39,7 @@ FULL = """
           shadow: {deployment: Shadow, fraction: 0.25}
         deployments:
           - name: Adder
+            num_replicas: 3
             max_ongoing_requests: 7
             user_config: {scale: 2}
             autoscaling_config: {min_replicas: 1, max_replicas: 4, aggregation_function: max,
@@ -63,7 +64,7 @@ def test_a_full_config_becomes_the_request(tmp_path) -> None:
                                                                       ("Canary", 10)]
     assert calc.traffic.shadow.fraction == 0.25
     (adder,) = calc.deployments
-    assert not adder.replica_config.HasField("num_replicas") and adder.version == "v9"
+    assert adder.replica_config.num_replicas == 3 and adder.version == "v9"
     assert adder.replica_config.user_config_json == '{"scale":2}'
     auto = adder.replica_config.autoscaling_config
     assert (auto.max_replicas, auto.aggregation_function, auto.downscale_to_zero_delay_s) == (
@@ -94,10 +95,6 @@ def test_dump_writes_back_what_load_reads(tmp_path) -> None:
      "applications[0].deployments[0].replicas: unknown key"),
     ("applications: [{name: a, import_path: m:a, runtime_env: {pip: [torch]}}]",
      "applications[0].runtime_env.pip: not supported: servefleet installs no packages"),
-    ("applications: [{name: a, import_path: m:a, deployments: [{name: D, num_replicas: 2, "
-     "autoscaling_config: {max_replicas: 3}}]}]",
-     "applications[0].deployments[0].num_replicas: must be unset or \"auto\" when "
-     "autoscaling_config is set"),
     ("applications: [{name: a, import_path: m:a, runtime: {env: {X: 1}}}]",
      "applications[0].runtime.env.X: expected a string, got 1"),
     ("http_options: {port: 99999}\napplications: []", "http_options.port: must be between"),

@@ -226,3 +226,22 @@ def test_the_controller_takes_rays_dotted_paths_from_any_client() -> None:
     assert spec.import_path == "pkg.app:graph"
     assert list(spec.grpc_servicer_functions) == [
         "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"]
+
+
+def test_rays_gpus_are_written_back_as_servefleets_resources(tmp_path) -> None:
+    import yaml
+
+    from servefleet.config_file import dump_config, parse_config
+    from servefleet.v1 import controller_pb2 as api
+
+    request = load_config(write(tmp_path, """
+        applications:
+          - {name: a, import_path: m.a,
+             deployments: [{name: D, ray_actor_options: {num_gpus: 1}}]}
+    """), lambda line: None)
+    assert request.applications[0].deployments[0].replica_config.resources.num_gpus == 1
+    reply = api.ListApplicationsResponse()
+    reply.applications.add(spec=request.applications[0])
+    written = yaml.safe_load(dump_config(reply))
+    assert written["applications"][0]["deployments"][0]["resources"] == {"num_gpus": 1.0}
+    assert list(parse_config(written, "/").applications) == list(request.applications)

@@ -91,9 +91,6 @@ def test_num_replicas_auto_is_rays_default_autoscaling_under_the_given_fields() 
                       "autoscaling_config": {"max_replicas": 5, "upscale_delay_s": 3}})
     scaling = given.replica_config.autoscaling_config
     assert (scaling.min_replicas, scaling.max_replicas, scaling.upscale_delay_s) == (1, 5, 3)
-    with pytest.raises(OptionError, match=r"deployment D.num_replicas: must be unset or "
-                                          r"\"auto\" when autoscaling_config is set"):
-        override({"num_replicas": 2, "autoscaling_config": {"max_replicas": 3}})
     with pytest.raises(OptionError, match="num_replicas: expected an integer, got 'many'"):
         override({"num_replicas": "many"})
 
