@@ -36,7 +36,9 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from .by_value import check_size, dumps_init, dumps_target, is_by_value
+from .option_notes import quiet_notes
 from .options import OptionError, to_json, to_override
+from .ray_options import merge_options, normalize_options
 
 # A JSON object standing for a handle in init args and handle-call arguments.
 HANDLE_MARKER = "__servefleet_handle__"
@@ -76,7 +78,9 @@ class Deployment:
         """A copy with some options replaced (`name` renames it)."""
         mine = {**self._options} if self.route_prefix is UNSET else \
             {**self._options, ROUTE_PREFIX: self.route_prefix}
-        return Deployment(self.func_or_class, name or self.name, {**mine, **options})
+        # As Ray's: a key wins under its old or new name, and a replica count
+        # and an autoscaling_config replace each other.
+        return Deployment(self.func_or_class, name or self.name, merge_options(mine, options))
 
     def bind(self, *args: Any, **kwargs: Any) -> Application:
         return Application(self, args, kwargs)
@@ -179,7 +183,10 @@ def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str,
         return name
 
     ingress = visit(app)
-    for entry in nodes:  # the options must be JSON too: they travel to the controller
+    for entry in nodes:  # servefleet's names, as JSON: they travel to the controller
+        # (Ray's config objects become dicts; the user was warned at @deployment).
+        entry["options"] = normalize_options(f"deployment {entry['name']} options",
+                                             entry["options"], quiet_notes)
         to_json(f"deployment {entry['name']} options", entry["options"])
     return {"ingress": ingress, "deployments": nodes}
 
