@@ -19,7 +19,7 @@ from typing import Any
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from servefleet import values
+import servefleet.values as values
 from servefleet.http_protocol import RAW_KEY, RawResponse
 from servefleet.multiplex import loaded_model_ids
 from servefleet.wire import REQUEST_ID_HEADER

@@ -46,7 +46,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from servefleet import values
+import servefleet.values as values
 from servefleet.disconnect import CancelOnDisconnect
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.multiplex import MODEL_ID, loaded_model_ids

@@ -29,7 +29,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from servefleet import handle_loop, replica_context, values
+import servefleet.handle_loop as handle_loop
+import servefleet.replica_context as replica_context
+import servefleet.values as values
 from servefleet.api import HANDLE_MARKER, Application
 from servefleet.api import Deployment as BoundDeployment
 from servefleet.client import resolve_addresses

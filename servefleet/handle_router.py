@@ -41,7 +41,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from servefleet import values
+import servefleet.values as values
 from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet.dataplane.body import StreamedBody
 from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
