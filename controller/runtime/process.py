@@ -48,6 +48,11 @@ from .sandbox import Sandbox, user_env
 from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
+# A forked replica gone from /proc but without its exit code yet: looked for
+# this many times, this far apart (the zygote writes it right after reaping).
+_REAP_POLLS = 10
+_REAP_POLL_S = 0.02
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -280,6 +285,12 @@ class ProcessRuntime:
         exit_code = None
         if not alive:
             exit_code = child.returncode if child is not None else self._zygote.exit_code(pid)
+            for _ in range(_REAP_POLLS if exit_code is None and pid in self._forked else 0):
+                # The zygote reaps (the pid leaves /proc), then writes the code:
+                # a look in between would report an exit without its code.
+                await asyncio.sleep(_REAP_POLL_S)
+                if (exit_code := self._zygote.exit_code(pid)) is not None:
+                    break
         return RuntimeReplica(replica_id="", cluster="", application="", deployment="",
                               version="", handle=handle, control_address="", http_address="",
                               alive=alive, exit_code=exit_code)
