@@ -31,7 +31,7 @@ from base64 import b64decode
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet import handle, replica_context
+from servefleet import handle, ingress, replica_context
 from servefleet.api import HANDLE_MARKER
 from servefleet.batching import batch_sizes
 from servefleet.replica_context import ReplicaIdentity
@@ -148,6 +148,9 @@ class Replica:
                     self.executor, self.grpc.register, s.grpc_servicer_functions, s.working_dir)
             self.deployment = await loop.run_in_executor(
                 self.executor, loader.build, obj, args, kwargs, bool(s.user_config_json))
+            # An ingress app's startup handlers, before the replica says it is ready:
+            # one that fails fails the load, as Ray's does.
+            await ingress.start_app(self.deployment.instance)
             if s.user_config_json:
                 await self.apply_user_config(s.user_config_json)
         except Exception as e:
@@ -273,3 +276,8 @@ class Replica:
         if self.admission.ongoing:
             logger.warning("graceful shutdown timed out with %d requests in flight",
                            self.admission.ongoing)
+        if self.deployment is not None:
+            try:
+                await ingress.stop_app(self.deployment.instance)
+            except Exception:
+                logger.exception("the ingress app's shutdown handlers failed")
