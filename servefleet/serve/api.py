@@ -29,9 +29,15 @@ from servefleet import handle as sf_handle
 from servefleet import local
 from servefleet.client import ControllerClient
 
-from . import cluster
-from . import status as status_module
 from ._options import OptionsModel
+from .cluster import (
+    controllers,
+    deployments_of,
+    forget,
+    ingress_of,
+    remember_ingress,
+    require_controllers,
+)
 from .config import AutoscalingConfig, HTTPOptions, ProxyLocation, autoscaling_options, gRPCOptions
 from .config_schema import check_route_prefix
 from .context import current_app_name
@@ -44,6 +50,7 @@ from .local_testing import (
     shutdown_local,
 )
 from .schema import LoggingConfig, ServeStatus
+from .status import fetch
 
 DEFAULT_APP_NAME = "default"
 # How long delete(_blocking=True) waits for the application to be gone.
@@ -134,7 +141,7 @@ def run(target: sf_api.Application, blocking: bool = False, name: str = DEFAULT_
             target = sf_api.Application(ingress, target.args, target.kwargs)
         handle = local.run(target, name=name,
                            route_prefix=None if route_prefix is _ROOT else route_prefix)
-        cluster.remember_ingress(name, handle.deployment)
+        remember_ingress(name, handle.deployment)
     if blocking:
         while True:
             time.sleep(3600)
@@ -145,9 +152,11 @@ def start(proxy_location: ProxyLocation | str | None = None,
           http_options: HTTPOptions | dict | None = None,
           grpc_options: gRPCOptions | dict | None = None,
           logging_config: LoggingConfig | dict | None = None, **kwargs: Any) -> None:
-    """Start the embedded cluster with these HTTP options (host, port); the
-    first `run` otherwise starts it with Ray's defaults (127.0.0.1:8000).
-    gRPC and logging options are checked and kept, not applied."""
+    """Start the embedded cluster with these HTTP options (host, port; port 0
+    picks a free one); the first `run` otherwise starts it with Ray's defaults
+    (127.0.0.1:8000). proxy_location, the gRPC and logging options and the
+    other HTTP fields are checked, not applied: the embedded cluster always
+    runs one proxy (servefleet up serves gRPC, from a config file)."""
     unknown = [k for k in kwargs if k not in _OLD_START_KEYWORDS]
     if unknown:
         raise TypeError(f"serve.start() got an unexpected keyword argument {unknown[0]!r}")
@@ -165,7 +174,7 @@ def shutdown() -> None:
     """Delete every application and stop the embedded cluster (and the
     local-testing applications of this process)."""
     shutdown_local()
-    cluster.forget()
+    forget()
     local.shutdown()
 
 
@@ -174,19 +183,19 @@ def delete(name: str, _blocking: bool = True) -> None:
     until it is gone. Deleting an application that does not exist does nothing."""
     if delete_local(name):
         return
-    controllers = cluster.controllers()
-    if controllers is None:
+    addresses = controllers()
+    if addresses is None:
         return
-    cluster.forget(name)
-    with ControllerClient(controllers, timeout=30) as client:
-        names = cluster.deployments_of(client, name)
+    forget(name)
+    with ControllerClient(addresses, timeout=30) as client:
+        names = deployments_of(client, name)
         if names is None:
             return
         client.delete_applications([name])
         if names:
             client.delete(names, application=name)
         deadline = time.monotonic() + DELETE_TIMEOUT_S
-        while _blocking and cluster.deployments_of(client, name) is not None:
+        while _blocking and deployments_of(client, name) is not None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"serve.delete: application {name!r} was not gone after "
                                    f"{DELETE_TIMEOUT_S:g} s")
@@ -195,10 +204,10 @@ def delete(name: str, _blocking: bool = True) -> None:
 
 def status() -> ServeStatus:
     """The proxies and applications of the cluster (empty when none runs)."""
-    controllers = cluster.controllers()
-    if controllers is None:
+    addresses = controllers()
+    if addresses is None:
         return ServeStatus()
-    return status_module.fetch(controllers)
+    return fetch(addresses)
 
 
 def get_app_handle(name: str) -> Any:
@@ -206,17 +215,17 @@ def get_app_handle(name: str) -> Any:
     found = local_app_handle(name)
     if found is not None:
         return found
-    controllers = cluster.require_controllers("serve.get_app_handle")
-    with ControllerClient(controllers, timeout=30) as client:
-        names = cluster.deployments_of(client, name)
+    addresses = require_controllers("serve.get_app_handle")
+    with ControllerClient(addresses, timeout=30) as client:
+        names = deployments_of(client, name)
         if not names:
             raise RayServeException(f"application {name!r} does not exist")
-        ingress = cluster.ingress_of(client, name, names)
+        ingress = ingress_of(client, name, names)
     if ingress is None:
         raise RayServeException(f"application {name!r}: its ingress deployment cannot be told "
                                 f"apart among {', '.join(names)}; use "
                                 "serve.get_deployment_handle(name, app_name=...)")
-    return sf_handle.DeploymentHandle(ingress, name, controllers)
+    return sf_handle.DeploymentHandle(ingress, name, addresses)
 
 
 def get_deployment_handle(deployment_name: str, app_name: str | None = None,
@@ -231,12 +240,12 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None,
     found = local_deployment_handle(deployment_name, app_name)
     if found is not None:
         return found
-    controllers = cluster.require_controllers("serve.get_deployment_handle")
+    addresses = require_controllers("serve.get_deployment_handle")
     # Inside a replica the call would block the replica's loop: no check there.
     if _check_exists and current_app_name() is None:
-        with ControllerClient(controllers, timeout=30) as client:
-            names = cluster.deployments_of(client, app_name)
+        with ControllerClient(addresses, timeout=30) as client:
+            names = deployments_of(client, app_name)
         if names is None or deployment_name not in names:
             raise RayServeException(f"deployment {deployment_name!r} of application "
                                     f"{app_name!r} does not exist")
-    return sf_handle.DeploymentHandle(deployment_name, app_name, controllers)
+    return sf_handle.DeploymentHandle(deployment_name, app_name, addresses)
