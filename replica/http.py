@@ -48,6 +48,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 import servefleet.values as values
 from servefleet.disconnect import CancelOnDisconnect
+from servefleet.ingress import is_ingress
 from servefleet.logs import REQUEST_ID, new_request_id
 from servefleet.multiplex import MODEL_ID, loaded_model_ids
 from servefleet.wire import (
@@ -114,11 +115,12 @@ _DISCONNECTED = object()
 
 
 def _method_of(deployment: UserDeployment, method: str) -> Any:
-    """What a handle call of `method` runs, or None (private names are not callable)."""
-    if deployment.is_asgi:
+    """What a handle call of `method` runs, or None (private names are not
+    callable; nor is an ASGI app, but the methods of an `ingress` class are)."""
+    if deployment.is_asgi and not is_ingress(deployment.instance):
         return None
     if method == "__call__":
-        return deployment.target
+        return None if deployment.is_asgi else deployment.target
     if method.startswith("_") or not method.isidentifier():
         return None
     found = getattr(deployment.instance, method, None)

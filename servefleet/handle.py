@@ -101,7 +101,7 @@ class DeploymentHandle:
             return await router(self.application, self.controllers).call(
                 self.deployment, self.method, parts, self.multiplexed_model_id)
 
-        loop = handle_loop.running_loop()
+        loop = handle_loop.loop_of_caller()
         if loop is not None:
             return DeploymentResponse(loop.create_task(call()))
         return DeploymentResponse(asyncio.run_coroutine_threadsafe(
@@ -117,7 +117,7 @@ class DeploymentHandle:
             await router(self.application, self.controllers).stream(
                 self.deployment, self.method, parts, out, self.multiplexed_model_id)
 
-        if handle_loop.running_loop() is not None:
+        if handle_loop.loop_of_caller() is not None:
             return DeploymentResponseGenerator(start, None)
         return DeploymentResponseGenerator(start, handle_loop.loop_for_sync_code())
 

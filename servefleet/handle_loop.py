@@ -1,11 +1,14 @@
 """Which event loop a handle call runs on.
 
-- In async code: the running loop (`await` the response).
+- In a replica's async code: the replica's loop, the running one.
 - In a replica's sync code (a plain `def` method, run in a thread): the
   replica's loop (`use_loop`, set by replica/main.py at start).
-- Anywhere else (a plain script, a notebook cell without a loop): a private
-  loop in a daemon thread, started on first use, as Ray's handles do; the
-  caller blocks on `.result()` or iterates with `for`.
+- Anywhere else (a plain script, a notebook, a driver's own asyncio code): a
+  private loop in a daemon thread, started on first use, as Ray's driver
+  runs its router in a loop of its own. The caller blocks on `.result()`,
+  iterates with `for`, or awaits from its own loop. A driver's loops come
+  and go (each `asyncio.run` makes one): routers, with their connections
+  and Watch streams, stay on the private loop and are shared by all of them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def loop_of_caller() -> asyncio.AbstractEventLoop | None:
+    """The running loop when a call may run on it (a replica's, or the private
+    loop itself: a handle call made inside another call); None when the call
+    goes to `loop_for_sync_code()` (a driver's loop, or none)."""
+    loop = running_loop()
+    if loop is not None and (loop is _replica_loop or loop is _private_loop):
+        return loop
+    return None
 
 
 def loop_for_sync_code() -> asyncio.AbstractEventLoop:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from servefleet.api import Application, Deployment
 from servefleet.client import ControllerClient
 from servefleet.handle import DeploymentHandle
+from servefleet.handle_router import close_routers
 from servefleet.lifecycle import can_bind
 from servefleet.local_specs import application_specs
 from servefleet.v1 import controller_pb2 as api
@@ -232,5 +233,7 @@ def shutdown() -> None:
     with _lock:
         local, _cluster = _cluster, None
     if local is not None:
+        # Handles of this process to it would otherwise retry its dead controller.
+        close_routers([local.controller_address])
         with contextlib.suppress(Exception):
             local.stop()

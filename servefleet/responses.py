@@ -3,7 +3,7 @@
 - `DeploymentResponse`: one answer; `await` it in async code, or call
   `.result(timeout_s=...)` from sync code: a replica's threads, or a plain
   script (the call then runs on handle_loop's private loop). It waits
-  DEFAULT_RESULT_TIMEOUT_S unless given a timeout (None: no limit). Passed
+  without limit unless given a timeout, as Ray's does. Passed
   as an argument to another handle call, it is awaited first and its
   result passed on (servefleet/handle.py).
 - `DeploymentResponseGenerator`: a streaming call's items (`stream=True`),
@@ -23,8 +23,9 @@ import concurrent.futures
 import contextlib
 from typing import Any
 
-# How long `.result()` waits by default.
-DEFAULT_RESULT_TIMEOUT_S = 60.0
+# How long `.result()` waits by default: no limit, as Ray's (a request
+# timeout, if the deployment's caller set one, still ends the call).
+DEFAULT_RESULT_TIMEOUT_S: float | None = None
 # Items a streaming call reads ahead of its consumer.
 STREAM_BUFFER = 16
 # The end of a stream, on its queue.
@@ -72,7 +73,8 @@ class DeploymentResponse:
         wait = timeout_s if timeout is _UNSET else timeout
         if wait is not None and not isinstance(wait, int | float):
             raise TypeError(f"timeout_s must be a number of seconds or None, not {wait!r}")
-        if not isinstance(self._future, concurrent.futures.Future):
+        if not isinstance(self._future, concurrent.futures.Future) or (
+                not _skip_asyncio_check and _loop_running_here()):
             raise RuntimeError("result() would block the event loop: use `await` in async code")
         try:
             return self._future.result(wait)
@@ -101,6 +103,14 @@ async def _wait(future: asyncio.Future) -> Any:
     return await future
 
 
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class DeploymentResponseGenerator:
     """The items of a streaming handle call: `async for` in async code, plain
     `for` in sync code running in a replica's threads. Leaving early (break,
@@ -120,6 +130,13 @@ class DeploymentResponseGenerator:
         return self
 
     async def __anext__(self) -> Any:
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            # The call runs on another loop (the private one, in a driver's async code).
+            return await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(self._next_here(), self._loop))
+        return await self._next_here()
+
+    async def _next_here(self) -> Any:
         self._begin()
         assert self._queue is not None
         try:
@@ -134,6 +151,13 @@ class DeploymentResponseGenerator:
         return item
 
     async def aclose(self) -> None:
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_here(),
+                                                                       self._loop))
+        else:
+            await self._close_here()
+
+    async def _close_here(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -152,11 +176,11 @@ class DeploymentResponseGenerator:
         try:
             while True:
                 try:
-                    yield asyncio.run_coroutine_threadsafe(self.__anext__(), loop).result()
+                    yield asyncio.run_coroutine_threadsafe(self._next_here(), loop).result()
                 except StopAsyncIteration:
                     return
         finally:
-            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result()
+            asyncio.run_coroutine_threadsafe(self._close_here(), loop).result()
 
     def __del__(self) -> None:
         if self._task is not None and not self._task.done():
