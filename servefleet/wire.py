@@ -22,15 +22,16 @@ REQUEST_ID_HEADER = b"x-request-id"
 # On a replica's 503: it refused the request unread, so it may be retried on
 # another replica; the value says why (loading, draining, overloaded).
 REJECTED_HEADER = b"x-servefleet-rejected"
-# Marks a handle call; the value is the method to call (a proxy never forwards it).
+# Marks a handle call; the value is the method to call (a proxy never forwards
+# it). Its body is pickled (servefleet/values.py): replicas unpickle it.
 METHOD_HEADER = b"x-servefleet-method"
 # The model a request is for (multiplex.py); Ray Serve's header name.
 MODEL_ID_HEADER = b"serve_multiplexed_model_id"
 # On a replica's answer: the models it holds now, comma-separated (routers
 # send a model's requests where it is loaded).
 MODELS_HEADER = b"x-servefleet-models"
-# On a handle call: stream the generator method's yields back as JSON lines
-# (`{"item": ...}` each, `{"error": ...}` if it raises), not one answer.
+# On a handle call: stream the generator method's yields back as
+# length-prefixed pickled frames (servefleet/values.py), not one answer.
 STREAM_HEADER = b"x-servefleet-stream"
 # The route prefix the proxy matched; an ASGI deployment is served under it as
 # its root_path (a proxy sets it, never forwards a client's).
