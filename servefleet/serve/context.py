@@ -65,7 +65,7 @@ class ReplicaContext:
 
 # Set while a local-testing-mode deployment's code runs.
 LOCAL_REPLICA: contextvars.ContextVar[ReplicaContext | None] = contextvars.ContextVar(
-    "servefleet_local_replica", default=None)
+    "local_testing_replica", default=None)
 
 
 def current_app_name() -> str | None:
