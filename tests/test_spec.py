@@ -205,3 +205,14 @@ def test_placement_is_checked_and_moves_replicas() -> None:
          "spec.runtime.placement.spread"),
     ]:
         assert refused(spec(runtime=runtime)).field == field
+
+
+def test_rays_dotted_servicer_functions_are_stored_in_colon_form() -> None:
+    out = normalize_spec(spec(grpc_servicer_functions=[
+        "pkg.model_pb2_grpc.add_ModelServicer_to_server",
+        "other_pb2_grpc:add_OServicer_to_server"]))
+    assert list(out.grpc_servicer_functions) == [
+        "pkg.model_pb2_grpc:add_ModelServicer_to_server",
+        "other_pb2_grpc:add_OServicer_to_server"]
+    with pytest.raises(InvalidArgument, match=r"grpc_servicer_functions\[0\]"):
+        normalize_spec(spec(grpc_servicer_functions=["nodots"]))

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servefleet.by_value import MAX_BY_VALUE_BYTES
+from servefleet.import_paths import colon_form
 from servefleet.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
 from servefleet.v1 import records_pb2
@@ -286,6 +287,11 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
     _normalize_replica_config("spec.replica_config", out.replica_config)
     _normalize_runtime("spec.runtime", out.runtime)
     _check_by_value(out)
+    # Ray's dotted form (pkg.mod_pb2_grpc.add_XServicer_to_server) is stored as module:function.
+    functions = [colon_form(path) for path in out.grpc_servicer_functions]
+    if functions != list(out.grpc_servicer_functions):
+        del out.grpc_servicer_functions[:]
+        out.grpc_servicer_functions.extend(functions)
     check_grpc("spec", out.grpc_servicer_functions, out.grpc_services,
                out.grpc_streaming_methods)
     return out
