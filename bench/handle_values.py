@@ -149,7 +149,7 @@ def main() -> None:
         for value, samples in per_value.items():
             p50, p99 = quantiles(samples)
             figures[f"{system} handle call, {value}: p50"] = Figure([p50], "ms")
-            figures[f"{system} handle call, {value}: p99"] = Figure([p99], "ms", headline=False)
+            figures[f"{system} handle call, {value}: p99"] = Figure([p99], "ms")
     emit(figures)
 
 

@@ -87,6 +87,9 @@ BENCHES = [
     Bench("metrics", ["metrics.py"], runs=1),
     Bench("proxy_memory", ["proxy_memory.py", "--requests", "200000"], runs=1),
     Bench("containers", ["containers.py", "--runs", "3"], runs=1, needs="docker"),
+    # One handle call with a 1 MB numpy array beside one with a ~1 KB value
+    # (and on Ray Serve too, with --ray-python).
+    Bench("handle_values", ["handle_values.py", "--calls", "300"]),
 ]
 
 
@@ -278,6 +281,9 @@ def main() -> None:
     skip = {n for n in args.skip.split(",") if n}
     benches = [b for b in BENCHES if (not only or b.name in only) and b.name not in skip]
     if args.ray_python:
+        for bench in benches:
+            if bench.name == "handle_values":
+                bench.args = [*bench.args, "--ray-python", args.ray_python]
         benches.append(Bench("ray_serve", ["ray_noop.py", "--duration", "3"], runs=1,
                              needs="wrk", python=args.ray_python))
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
