@@ -24,8 +24,8 @@ import httpx
 from data_plane import wrk
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent

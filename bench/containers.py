@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from figures import Figure, emit
 from replicas import echo, row, wait_healthy
 
+from servefleet._private.testing import ControllerProcess, EtcdServer
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, EtcdServer
 
 COUNTS = (1, 8)
 

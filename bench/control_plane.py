@@ -26,10 +26,10 @@ import time
 import psutil
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, EtcdServer
 from servefleet.client import ControllerClient
 from servefleet.controller.store import Guard, Put
 from servefleet.controller.store.etcd import EtcdStore
-from servefleet.testing import ControllerProcess, EtcdServer
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import records_pb2
 

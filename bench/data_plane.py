@@ -51,9 +51,9 @@ from typing import Any
 import httpx
 from figures import Figure, emit
 
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.client import ControllerClient
-from servefleet.security.certs import init_certs
-from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent

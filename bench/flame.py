@@ -23,8 +23,8 @@ from pathlib import Path
 
 from data_plane import APPS, wait_ok, wrk
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent

@@ -39,8 +39,8 @@ def run(passive: bool, timeout_s: float, window_s: float) -> dict[str, float]:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from loadgen import SteadyLoad
 
+    from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
 

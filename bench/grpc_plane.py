@@ -34,11 +34,11 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.xds_bootstrap import render
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))

@@ -20,8 +20,8 @@ import time
 import httpx
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, free_port
 from servefleet.v1 import deployment_pb2 as d
 
 

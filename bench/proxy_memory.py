@@ -21,8 +21,8 @@ import httpx
 import psutil
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess
 from servefleet.v1 import deployment_pb2 as d
 
 APPS = str(Path(__file__).resolve().parent.parent / "tests" / "apps")

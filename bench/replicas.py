@@ -28,11 +28,11 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, EtcdServer, free_port
 from servefleet.client import ControllerClient
 from servefleet.controller.reconcile.loop import tune_gc
 from servefleet.controller.reconcile.planner import StartupFailures, plan_deployment
 from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
-from servefleet.testing import ControllerProcess, EtcdServer, free_port
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, status_pb2
 

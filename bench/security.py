@@ -27,11 +27,11 @@ from pathlib import Path
 
 from figures import Figure, emit
 
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
+from servefleet._private.testing import ControllerProcess, EtcdServer
 from servefleet.client import ControllerClient
-from servefleet.security import tokens
-from servefleet.security.certs import init_certs
-from servefleet.security.tls import PLAIN, Credentials, TlsFiles
-from servefleet.testing import ControllerProcess, EtcdServer
 from servefleet.v1 import deployment_pb2 as d
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 from figures import Figure, emit
 
+from servefleet._private.testing import free_port
 from servefleet.controller.server import MAX_PENDING_CALLS
-from servefleet.testing import free_port
 
 METHOD = "/bench.Cap/Stream"
 PER_CHANNEL = 100

@@ -41,12 +41,12 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
+from servefleet._private.testing import ControllerProcess, free_port, go_workspace
+from servefleet._private.wire import ROUTES_KEY
 from servefleet.client import ControllerClient
 from servefleet.controller.server import MAX_PENDING_CALLS
-from servefleet.testing import ControllerProcess, free_port, go_workspace
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.wire import ROUTES_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS_PER_CHANNEL = 100

@@ -33,8 +33,8 @@ import psutil
 from figures import Figure, emit
 from websockets.asyncio.client import ClientConnection, connect
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
 

@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
-from servefleet.xds_bootstrap import render
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"

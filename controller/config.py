@@ -10,9 +10,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from servefleet.lifecycle import is_loopback
-from servefleet.security.tls import TlsFiles
-from servefleet.wire import DEFAULT_CONTROLLER
+from servefleet._private.lifecycle import is_loopback
+from servefleet._private.security.tls import TlsFiles
+from servefleet._private.wire import DEFAULT_CONTROLLER
 
 from .errors import InvalidArgument
 from .goals.policy import DeployPolicy

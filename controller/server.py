@@ -31,16 +31,16 @@ from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from servefleet.grpc_guard import Guard, Refused
-from servefleet.lifecycle import (
+from servefleet._private.grpc_guard import Guard, Refused
+from servefleet._private.lifecycle import (
     can_bind,
     is_loopback,
     notify_ready,
     on_stop_signals,
     start_http_server,
 )
-from servefleet.security.certs import role_server_name
-from servefleet.security.tls import Credentials, add_port
+from servefleet._private.security.certs import role_server_name
+from servefleet._private.security.tls import Credentials, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
 from .api.auth import Authorizer

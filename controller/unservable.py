@@ -21,7 +21,7 @@ No replica can come when:
 
 from __future__ import annotations
 
-from servefleet.messages import error_summary
+from servefleet._private.messages import error_summary
 from servefleet.v1 import application_pb2, records_pb2, status_pb2
 
 from .goals.spec import target_replicas

@@ -27,8 +27,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from servefleet.v1 import application_pb2, records_pb2, watch_pb2
-from servefleet.wire import (
+from servefleet._private.wire import (
     CONFIG_KIND,
     REPLICAS_KIND,
     ROUTES_KEY,
@@ -36,6 +35,7 @@ from servefleet.wire import (
     parse_watch_key,
     replicas_key,
 )
+from servefleet.v1 import application_pb2, records_pb2, watch_pb2
 
 from .goals.app_specs import route_of
 from .reconcile.observed import ReplicaObservation

@@ -21,7 +21,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from servefleet.security.tokens import TokenTable
+from servefleet._private.security.tokens import TokenTable
 
 ADMIN_MODES = ("loopback", "token", "public")
 ADMIN_PATHS = frozenset({"/-/routes", "/-/metrics"})

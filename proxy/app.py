@@ -11,7 +11,7 @@ Per request:
    client sends it. (Heads past the limits never get here: edge.py.)
 3. The request is forwarded with `x-request-id` kept or created, and none of
    the client's `x-servefleet-*` headers (the cluster's own), by the
-   forward-with-retry proxies share with handles (servefleet/dataplane/):
+   forward-with-retry proxies share with handles (servefleet/_private/dataplane/):
    a replica is chosen by its deployment's pool; when all are full the
    request queues, and past max_queued_requests it gets 503. A request no
    replica received in MAX_ATTEMPTS tries gets 503; one that failed after it
@@ -42,22 +42,22 @@ from functools import partial
 
 from starlette.types import Message, Receive, Scope, Send
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
-from servefleet.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
-from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
-from servefleet.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
-from servefleet.disconnect import CancelOnDisconnect
-from servefleet.logs import REQUEST_ID, new_request_id
-from servefleet.metrics.exposition import send_metrics
-from servefleet.security.tokens import TokenTable
-from servefleet.wire import (
+from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
+from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
+from servefleet._private.disconnect import CancelOnDisconnect
+from servefleet._private.exposition import send_metrics
+from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.security.tokens import TokenTable
+from servefleet._private.wire import (
     CALLER_HEADER,
     MODEL_ID_HEADER,
     OWN_HEADER_PREFIX,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
 )
-from servefleet.ws import deny
+from servefleet._private.ws import deny
 
 from .access import ADMIN_PATHS, AdminAccess, bearer_name
 from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back

@@ -36,7 +36,7 @@ from typing import Any
 
 import httptools
 
-from servefleet.http_protocol import CoalescingHttpToolsProtocol
+from servefleet._private.http_protocol import CoalescingHttpToolsProtocol
 
 from .limits import EdgeLimits
 

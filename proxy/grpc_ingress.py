@@ -11,8 +11,8 @@ of the users' protos. Per call:
 2. an application with require_token wants `authorization: Bearer TOKEN`
    (the --http-tokens file): UNAUTHENTICATED otherwise; the token stays here
    and its name goes on as `x-servefleet-caller`. No `x-servefleet-*` key a
-   client sends goes on: those are the cluster's own (servefleet/wire.py).
-3. forward (servefleet/dataplane/grpc_forward.py): the same pool, queue and
+   client sends goes on: those are the cluster's own (servefleet/_private/wire.py).
+3. forward (servefleet/_private/dataplane/grpc_forward.py): the same pool, queue and
    balancer as HTTP; a call no replica processed is retried on another one.
    The deadline is the client's, bounded by the request timeout (the
    proxy's --request-timeout-s, else the cluster's); it goes on to the
@@ -43,20 +43,19 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
-from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
-from servefleet.dataplane.grpc_forward import (
+from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
+from servefleet._private.dataplane.grpc_forward import (
     GRPC_MAX_ANSWER_BYTES,
     Answer,
     CallFailed,
     GrpcChannels,
     forward_grpc,
 )
-from servefleet.grpc_guard import Guard
-from servefleet.logs import REQUEST_ID, new_request_id
-from servefleet.security.tokens import TokenTable
-from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
-from servefleet.wire import (
+from servefleet._private.grpc_guard import Guard
+from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.security.tokens import TokenTable
+from servefleet._private.wire import (
     APPLICATION_METADATA_KEY,
     CALLER_HEADER,
     GRPC_MAX_REQUEST_BYTES,
@@ -64,6 +63,7 @@ from servefleet.wire import (
     REJECTED_METADATA_KEY,
     REQUEST_ID_METADATA_KEY,
 )
+from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
 from .metrics import ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable

@@ -18,21 +18,21 @@ import socket
 import uuid
 from dataclasses import dataclass, field, replace
 
-from servefleet.dataplane.grpc_forward import GrpcChannels
-from servefleet.dataplane.load_report import LoadReporter
-from servefleet.dataplane.metrics import publish_pools
-from servefleet.dataplane.upstream import UpstreamPool
-from servefleet.lifecycle import (
+from servefleet._private.dataplane.grpc_forward import GrpcChannels
+from servefleet._private.dataplane.load_report import LoadReporter
+from servefleet._private.dataplane.metrics import publish_pools
+from servefleet._private.dataplane.upstream import UpstreamPool
+from servefleet._private.lifecycle import (
     notify_ready,
     on_stop_signals,
     raise_open_file_limit,
     start_http_server,
 )
-from servefleet.security.tls import Credentials
-from servefleet.security.tokens import TokenFile
+from servefleet._private.security.tls import Credentials
+from servefleet._private.security.tokens import TokenFile
+from servefleet._private.watch_client import WatchClient
+from servefleet._private.wire import ROUTES_KEY, replicas_key
 from servefleet.v1 import watch_pb2
-from servefleet.watch_client import WatchClient
-from servefleet.wire import ROUTES_KEY, replicas_key
 
 from .access import AdminAccess
 from .app import ProxyApp

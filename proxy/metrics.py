@@ -15,7 +15,7 @@
   copies for a shadow deployment, `sent` or `dropped` (its queue was not
   empty, or too many were in flight).
 
-Plus, from servefleet/dataplane/metrics.py, retries by reason and queued and
+Plus, from servefleet/_private/dataplane/metrics.py, retries by reason and queued and
 in-flight requests per deployment, and servefleet_watch_reconnects_total.
 Labels are names from the config and status codes: never paths, request ids
 or user values.
@@ -27,8 +27,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from servefleet.dataplane.traffic import TrafficWindow
-from servefleet.metrics.exposition import LATENCY_BUCKETS
+from servefleet._private.dataplane.traffic import TrafficWindow
+from servefleet._private.exposition import LATENCY_BUCKETS
 
 REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy",
                    ["application", "deployment", "route", "code"])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from servefleet.dataplane.replica_sets import ReplicaSets
-from servefleet.dataplane.upstream import UpstreamPool
+from servefleet._private.dataplane.replica_sets import ReplicaSets
+from servefleet._private.dataplane.upstream import UpstreamPool
+from servefleet._private.wire import ROUTES_KEY
 from servefleet.v1 import watch_pb2
-from servefleet.wire import ROUTES_KEY
 
 from .routes import RouteTable
 

@@ -35,11 +35,11 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool, Unservable
-from servefleet.dataplane.forward import MAX_ATTEMPTS
-from servefleet.dataplane.metrics import RETRIES
-from servefleet.wire import REJECTED_HEADER
-from servefleet.ws import GOING_AWAY, NOT_SENDABLE, deny
+from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.forward import MAX_ATTEMPTS
+from servefleet._private.dataplane.metrics import RETRIES
+from servefleet._private.wire import REJECTED_HEADER
+from servefleet._private.ws import GOING_AWAY, NOT_SENDABLE, deny
 
 from .routes import DEFAULT_ANSWER_START_S
 

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from servefleet.lifecycle import NOTIFY_ENV, notify_ready
+from servefleet._private.lifecycle import NOTIFY_ENV, notify_ready
 
 logger = logging.getLogger("servefleet.proxy")
 WORKER_ENV = "SERVEFLEET_PROXY_WORKER"

@@ -19,10 +19,10 @@ from typing import Any
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-import servefleet.values as values
-from servefleet.http_protocol import RAW_KEY, RawResponse
-from servefleet.multiplex import loaded_model_ids
-from servefleet.wire import REQUEST_ID_HEADER
+import servefleet._private.values as values
+from servefleet._private.http_protocol import RAW_KEY, RawResponse
+from servefleet._private.multiplex import loaded_model_ids
+from servefleet._private.wire import REQUEST_ID_HEADER
 
 from .jsonable import jsonable
 
@@ -90,7 +90,7 @@ def _takes_request(fn: Any) -> bool:
 
 
 class FrameAnswer:
-    """A handle call's answer: a frame (servefleet/values.py) whose segments
+    """A handle call's answer: a frame (servefleet/_private/values.py) whose segments
     go out one by one, so an array's memory is written as it is."""
 
     def __init__(self, parts: list[values.Buffer], status_code: int = 200) -> None:

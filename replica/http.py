@@ -15,8 +15,8 @@ is logged with its traceback and answered 500 naming the exception.
 and put in the log lines.
 
 A request with the header `x-servefleet-method` is a handle call
-(servefleet/handle_router.py), not an HTTP request for the user's code: its
-body is the pickled (args, kwargs) of the named method (servefleet/values.py),
+(servefleet/_private/handle_router.py), not an HTTP request for the user's code: its
+body is the pickled (args, kwargs) of the named method (servefleet/_private/values.py),
 and the answer is the result's frame, an error frame (500) with what the
 method raised and its traceback, or `{"error": ...}` (4xx/5xx) when the call
 never reached it. It passes the same admission. Proxies strip the header
@@ -46,12 +46,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-import servefleet.values as values
-from servefleet.disconnect import CancelOnDisconnect
-from servefleet.ingress import is_ingress
-from servefleet.logs import REQUEST_ID, new_request_id
-from servefleet.multiplex import MODEL_ID, loaded_model_ids
-from servefleet.wire import (
+import servefleet._private.values as values
+from servefleet._private.disconnect import CancelOnDisconnect
+from servefleet._private.ingress import is_ingress
+from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
+from servefleet._private.wire import (
     METHOD_HEADER,
     MODEL_ID_HEADER,
     MODELS_HEADER,

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet.by_value import loads_init, loads_target
-from servefleet.user_code import import_user_object
+from servefleet._private.by_value import loads_init, loads_target
+from servefleet._private.user_code import import_user_object
 
 
 class LoadError(Exception):
@@ -69,7 +69,7 @@ def import_attr(import_path: str, working_dir: str = "") -> Any:
 
 
 def unpickle_target(data: bytes, working_dir: str = "") -> Any:
-    """The class or function a local run sent by value (servefleet/by_value.py),
+    """The class or function a local run sent by value (servefleet/_private/by_value.py),
     with `working_dir` (the script's directory) first on sys.path so that the
     modules it imports from there are found; LoadError when it cannot be loaded."""
     if working_dir and working_dir not in sys.path:
@@ -97,7 +97,7 @@ def unpickle_init_args(data: bytes, working_dir: str, handle: Callable[[dict[str
 
 def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:
     """Construct the deployment `obj` names (this runs the user's constructor)."""
-    from servefleet.api import Deployment
+    from servefleet._private.api import Deployment
 
     if isinstance(obj, Deployment):  # an @deployment-decorated class or function
         obj = obj.func_or_class

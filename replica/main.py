@@ -14,7 +14,7 @@ Lifecycle:
 
 Identity (cluster, application, deployment, replica id, version) is on the
 command line, so the process runtime can find its replicas by listing
-processes. Exit codes (servefleet/wire.py): 0 after a drain, 1 after a load
+processes. Exit codes (servefleet/_private/wire.py): 0 after a drain, 1 after a load
 failure or a crash, 2 bad settings, 3 when a port cannot be bound.
 """
 
@@ -30,22 +30,23 @@ from typing import Any
 
 import grpc
 
-from servefleet import handle, lifecycle, logs, metrics
-from servefleet.grpc_guard import Guard, Refused
-from servefleet.lifecycle import on_stop_signals, start_http_server
-from servefleet.metrics.exposition import metrics_app
-from servefleet.replica_command import add_arguments
-from servefleet.security.roles import REPLICA_CONTROL
-from servefleet.security.tls import (
+from servefleet import metrics
+from servefleet._private import handle, lifecycle, logs
+from servefleet._private.exposition import metrics_app
+from servefleet._private.grpc_guard import Guard, Refused
+from servefleet._private.lifecycle import on_stop_signals, start_http_server
+from servefleet._private.replica_command import add_arguments
+from servefleet._private.security.roles import REPLICA_CONTROL
+from servefleet._private.security.tls import (
     Credentials,
     TlsFiles,
     add_port,
     peer_role,
     set_process_credentials,
 )
+from servefleet._private.watch_client import WatchClient
+from servefleet._private.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
-from servefleet.watch_client import WatchClient
-from servefleet.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
 
 from .control import ReplicaControl
 from .replica import PHASE, Replica, ReplicaSettings

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from servefleet.metrics.exposition import LATENCY_BUCKETS
+from servefleet._private.exposition import LATENCY_BUCKETS
 
 LABELS = ("application", "deployment", "replica")
 REQUESTS = Counter("servefleet_replica_requests", "requests that reached user code",

@@ -31,10 +31,10 @@ from base64 import b64decode
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet import handle, ingress, replica_context
-from servefleet.api import HANDLE_MARKER
-from servefleet.batching import batch_sizes
-from servefleet.replica_context import ReplicaIdentity
+from servefleet._private import handle, ingress, replica_context
+from servefleet._private.api import HANDLE_MARKER
+from servefleet._private.batching import batch_sizes
+from servefleet._private.replica_context import ReplicaIdentity
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
-from servefleet.logs import REQUEST_ID
-from servefleet.wire import REJECTED_HEADER, REQUEST_ID_HEADER
-from servefleet.ws import GOING_AWAY, deny
+from servefleet._private.logs import REQUEST_ID
+from servefleet._private.wire import REJECTED_HEADER, REQUEST_ID_HEADER
+from servefleet._private.ws import GOING_AWAY, deny
 
 if TYPE_CHECKING:
     from .http import ReplicaApp

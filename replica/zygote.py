@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import servefleet.replica.main as replica_main
-from servefleet.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
+from servefleet._private.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
 
 
 def _start_time(pid: int) -> str:

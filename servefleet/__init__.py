@@ -1,19 +1,32 @@
 """servefleet: a model-serving control plane.
 
-The Python SDK lives here (`servefleet.client`), with the CLI
-(`servefleet.cli`) and the generated API (`servefleet.v1`). The services are
-`servefleet.controller`, `servefleet.proxy` and `servefleet.replica`, kept in
-the repository's top-level controller/, proxy/ and replica/ folders.
+What users import, each module with `__all__`:
+
+- `servefleet`: deployments, applications, handles, `run` (this module);
+- `servefleet.serve`: Ray Serve's API under its own names (the import swap);
+- `servefleet.metrics`: metrics from user code;
+- `servefleet.client`: the controller's gRPC API from Python;
+- `servefleet.v1`: the generated messages and stubs of that API (proto/).
+
+Everything under `servefleet._private` is internal and may change in any
+release. The services are `servefleet.controller`, `servefleet.proxy` and
+`servefleet.replica`, kept in the repository's top-level controller/,
+proxy/ and replica/ folders: programs to run (the `servefleet` command), not
+libraries to import.
 """
 
 __version__ = "0.1.0"
 
-from servefleet.api import Application, Deployment, deployment
-from servefleet.batching import batch
-from servefleet.handle import DeploymentHandle, get_deployment_handle
-from servefleet.local import local_url, run, shutdown
-from servefleet.multiplex import get_multiplexed_model_id, multiplexed
-from servefleet.responses import DeploymentResponse, DeploymentResponseGenerator, HandleError
+from servefleet._private.api import Application, Deployment, deployment
+from servefleet._private.batching import batch
+from servefleet._private.handle import DeploymentHandle, get_deployment_handle
+from servefleet._private.local import local_url, run, shutdown
+from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
+from servefleet._private.responses import (
+    DeploymentResponse,
+    DeploymentResponseGenerator,
+    HandleError,
+)
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse",
            "DeploymentResponseGenerator", "HandleError", "batch", "deployment",

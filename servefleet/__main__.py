@@ -2,6 +2,6 @@
 
 import sys
 
-from servefleet.cli.main import main
+from servefleet._private.cli.main import main
 
 sys.exit(main())

@@ -23,16 +23,40 @@ import os
 import random
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from servefleet.security.tls import Credentials
+from servefleet._private.security.tls import Credentials, TlsFiles
+
+if TYPE_CHECKING:  # imported on first use (module __getattr__ below): they import this
+    from servefleet._private.config_file import load_config
+    from servefleet._private.watch_client import WatchClient
+from servefleet._private.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, LEADER_METADATA_KEY
 from servefleet.v1 import application_pb2, controller_pb2_grpc, deployment_pb2, records_pb2
 from servefleet.v1 import controller_pb2 as api
-from servefleet.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, LEADER_METADATA_KEY
 
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+__all__ = ["ControllerClient", "ControllerError", "ControllerUnreachable", "Credentials",
+           "NoControllerRunning", "TlsFiles", "WatchClient", "load_config",
+           "resolve_addresses"]
+
+
+def __getattr__(name: str) -> Any:
+    """`WatchClient` (a Watch stream that follows the leader) and `load_config`
+    (a config file as a DeployApplications request), public here; imported on
+    first use, as they import this module."""
+    if name == "WatchClient":
+        from servefleet._private.watch_client import WatchClient
+
+        return WatchClient
+    if name == "load_config":
+        from servefleet._private.config_file import load_config
+
+        return load_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ControllerError(Exception):

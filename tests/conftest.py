@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from servefleet._private.testing import ControllerProcess, EtcdServer, ProxyProcess, free_port
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
 from servefleet.controller.store import Store
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess, free_port
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from servefleet import deployment
-from servefleet.api import HANDLE_MARKER, graph_of
-from servefleet.build import build
+from servefleet._private.api import HANDLE_MARKER, graph_of
+from servefleet._private.build import build
+from servefleet._private.options import OptionError
 from servefleet.controller.errors import InvalidArgument
 from servefleet.controller.goals.app_specs import deployment_specs, normalize_application
-from servefleet.options import OptionError
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 

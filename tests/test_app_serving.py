@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2

@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from servefleet._private.testing import wait_for
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.testing import wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2
@@ -128,7 +128,7 @@ def test_a_newer_deploy_cancels_a_build_still_running(client) -> None:
 
 
 def _build_processes(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "servefleet.build"], capture_output=True,
+    out = subprocess.run(["pgrep", "-af", "servefleet._private.build"], capture_output=True,
                          text=True).stdout
     return [line for line in out.splitlines() if marker in line]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from servefleet._private.security import tokens
+from servefleet._private.security.tls import Credentials
+from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.security import tokens
-from servefleet.security.tls import Credentials
-from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
 
@@ -110,7 +110,7 @@ def _works(c: ControllerClient) -> bool:
 
 
 def test_the_cli_creates_tokens_and_sends_them(guarded, capsys) -> None:
-    from servefleet.cli.main import main
+    from servefleet._private.cli.main import main
 
     controller, path, _ = guarded
     assert main(["token", "create", "ci", "--role", "reader", "--file", str(path)]) == 0

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from loadgen import SteadyLoad, answers
 
+from servefleet._private.testing import ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
 

@@ -1,5 +1,5 @@
 """Streaming batch methods: an `async def` generator under @batch
-(servefleet/batching.py); pure asyncio, then HTTP streams through a real proxy."""
+(servefleet/_private/batching.py); pure asyncio, then HTTP streams through a real proxy."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ async def test_a_caller_cancelled_before_its_batch_leaves_the_queue() -> None:
 def test_streaming_batches_serve_concurrent_http_streams(sqlite_fleet, tmp_path) -> None:
     import httpx
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
 
     apps = str(Path(__file__).resolve().parent / "apps")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servefleet import batch
-from servefleet.batching import batch_sizes
+from servefleet._private.batching import batch_sizes
 
 
 class Model:
@@ -107,8 +107,8 @@ async def test_a_function_can_batch_and_bad_targets_are_refused() -> None:
 def test_requests_through_a_proxy_are_batched(sqlite_fleet, tmp_path) -> None:
     import httpx
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
 
     apps = str(Path(__file__).resolve().parent / "apps")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servefleet.dataplane.body import (
+from servefleet._private.dataplane.body import (
     BUFFER_BYTES,
     BodyTooLarge,
     ClientGone,

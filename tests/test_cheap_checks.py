@@ -9,8 +9,8 @@ import time
 import grpc
 import pytest
 
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.testing import ControllerProcess
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from servefleet.cli.output import status_text
+from servefleet._private.cli.output import status_text
+from servefleet._private.lifecycle import can_bind
+from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient
-from servefleet.lifecycle import can_bind
-from servefleet.testing import free_port, wait_for
 from servefleet.v1 import controller_pb2, status_pb2
 from servefleet.v1 import deployment_pb2 as d
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from servefleet._private.testing import ProxyProcess, go_workspace
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, go_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -149,7 +149,7 @@ def test_an_unusable_ignore_file_is_refused(tree) -> None:
 def test_a_tagged_state_directory_is_not_code_whatever_its_name(tree) -> None:
     """`servefleet up --state-dir state` inside the project: the store and logs
     there change all the time, and must not roll anything out."""
-    from servefleet import state_dir
+    from servefleet._private import state_dir
 
     before = tree_digest(str(tree), [])
     state_dir.tag(tree / "state")

@@ -20,10 +20,10 @@ from typing import NoReturn
 import httpx
 import pytest
 
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
+from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
-from servefleet.security.certs import init_certs
-from servefleet.security.tls import PLAIN, Credentials, TlsFiles
-from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

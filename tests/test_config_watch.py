@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from servefleet._private.testing import ReplicaProcess, wait_for
 from servefleet.client import ControllerClient
 from servefleet.replica.main import Replica, ReplicaSettings
-from servefleet.testing import ReplicaProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, watch_pb2
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
 

@@ -19,10 +19,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from servefleet._private.testing import ControllerProcess
 from servefleet.controller.goals.spec import IMPORT_PATH_RE, NAME_RE
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store.etcd import EtcdStore
-from servefleet.testing import ControllerProcess
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, records_pb2
 from servefleet.v1 import deployment_pb2 as d

@@ -21,8 +21,8 @@ from typing import NoReturn
 import httpx
 import pytest
 
+from servefleet._private.testing import ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import replica_pb2, status_pb2
 

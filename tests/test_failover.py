@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 import pytest
 
+from servefleet._private.testing import ControllerProcess, EtcdServer
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store.etcd import EtcdStore
-from servefleet.testing import ControllerProcess, EtcdServer
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, records_pb2
 from servefleet.v1 import deployment_pb2 as d

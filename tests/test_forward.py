@@ -1,4 +1,4 @@
-"""Forward-with-retry (servefleet/dataplane/forward.py) against tiny loopback servers."""
+"""Forward-with-retry (servefleet/_private/dataplane/forward.py) against tiny loopback servers."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from servefleet.dataplane import balancer
-from servefleet.dataplane.balancer import ReplicaPool
-from servefleet.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
-from servefleet.dataplane.upstream import Response, UpstreamError, UpstreamPool
-from servefleet.testing import free_port
+from servefleet._private.dataplane import balancer
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
+from servefleet._private.testing import free_port
 
 REJECTED = b"HTTP/1.1 503 Service Unavailable\r\nx-servefleet-rejected: overloaded\r\n" \
            b"content-length: 4\r\n\r\nbusy"

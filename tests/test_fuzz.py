@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loadgen import answers
 
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.v1 import controller_pb2, deployment_pb2, watch_pb2
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import SCALE, exchange
 
+from servefleet._private.security import tokens
+from servefleet._private.security.tls import Credentials
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient
-from servefleet.security import tokens
-from servefleet.security.tls import Credentials
-from servefleet.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.v1 import deployment_pb2
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Forward-with-retry for gRPC (servefleet/dataplane/grpc_forward.py) against
+"""Forward-with-retry for gRPC (servefleet/_private/dataplane/grpc_forward.py) against
 real grpc.aio servers in this process: what is retried, what is not, and a
 cancelled caller cancelling the replica's call."""
 
@@ -9,13 +9,18 @@ import asyncio
 import grpc
 import pytest
 
-from servefleet.dataplane import balancer
-from servefleet.dataplane.balancer import ReplicaPool
-from servefleet.dataplane.forward import NoReplicaTook
-from servefleet.dataplane.grpc_forward import Answer, CallFailed, GrpcChannels, forward_grpc
-from servefleet.dataplane.metrics import RETRIES
-from servefleet.testing import free_port
-from servefleet.wire import REJECTED_METADATA_KEY
+from servefleet._private.dataplane import balancer
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane.forward import NoReplicaTook
+from servefleet._private.dataplane.grpc_forward import (
+    Answer,
+    CallFailed,
+    GrpcChannels,
+    forward_grpc,
+)
+from servefleet._private.dataplane.metrics import RETRIES
+from servefleet._private.testing import free_port
+from servefleet._private.wire import REJECTED_METADATA_KEY
 
 METHOD = "/test.v1.Svc/Call"
 

@@ -20,9 +20,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from servefleet import get_deployment_handle
-from servefleet.cli.output import replicas_text
+from servefleet._private.cli.output import replicas_text
+from servefleet._private.testing import wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc, replica_pb2, status_pb2

@@ -11,11 +11,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from servefleet.dataplane.grpc_forward import GrpcChannels
+from servefleet._private.dataplane.grpc_forward import GrpcChannels
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import free_port
 from servefleet.proxy.grpc_ingress import GrpcProxy, start_grpc_ingress
 from servefleet.proxy.routes import GrpcTarget, NoGrpcRoute, RouteTable
-from servefleet.security.certs import init_certs
-from servefleet.testing import free_port
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc, watch_pb2
 

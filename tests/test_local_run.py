@@ -35,7 +35,7 @@ def _alive(pid: int) -> bool:
 def test_run_calls_and_shutdown_leave_nothing_behind() -> None:
     handle = servefleet.run(local_app.app, name="calc", route_prefix="/calc", http_port=0)
     try:
-        local = servefleet.local._cluster
+        local = servefleet._private.local._cluster
         assert local is not None
         pids = [local.cluster.controller.pid, local.cluster.proxy.pid]
         runtime = local.cluster.runtime_dir

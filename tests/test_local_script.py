@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-import servefleet.local
+import servefleet._private.local
+from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.client import ControllerClient, ControllerError
-from servefleet.testing import ControllerProcess, free_port
 from servefleet.v1 import deployment_pb2 as dpb
 
 pytestmark = pytest.mark.slow
@@ -130,13 +130,13 @@ assert httpx.get(url, timeout=10).text == "second+inner"
 servefleet.run(First.bind(), name="app")  # back: Second and Inner go
 assert httpx.get(url, timeout=10).text == "first"
 from servefleet.client import ControllerClient
-with ControllerClient(servefleet.local.controller_address()) as client:
+with ControllerClient(servefleet._private.local.controller_address()) as client:
     apps = {a.name: sorted(d.name for d in a.deployments) for a in client.status().applications}
 assert apps == {"app": ["First"]}, apps
-servefleet.local.delete("app")
-servefleet.local.delete("app")  # gone already: nothing to do
+servefleet._private.local.delete("app")
+servefleet._private.local.delete("app")  # gone already: nothing to do
 assert httpx.get(url, timeout=10).status_code == 404
-with ControllerClient(servefleet.local.controller_address()) as client:
+with ControllerClient(servefleet._private.local.controller_address()) as client:
     assert not client.status().applications
 servefleet.shutdown()
 print("OK")
@@ -205,8 +205,8 @@ def test_a_taken_http_port_is_named_before_anything_starts() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(RuntimeError, match=f"port {port} is in use"):
-            servefleet.local.start(http_port=port)
-    assert servefleet.local._cluster is None
+            servefleet._private.local.start(http_port=port)
+    assert servefleet._private.local._cluster is None
 
 
 def _by_value_spec() -> dpb.DeploymentSpec:

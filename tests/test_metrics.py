@@ -8,14 +8,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servefleet.client import ControllerClient
-from servefleet.testing import (
+from servefleet._private.testing import (
     ControllerProcess,
     PrometheusServer,
     ProxyProcess,
     free_port,
     wait_for,
 )
+from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
 

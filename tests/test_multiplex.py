@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from servefleet import get_multiplexed_model_id, multiplexed
-from servefleet.dataplane.balancer import ReplicaPool
-from servefleet.multiplex import MODEL_ID, loaded_model_ids
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 
 
 class Model:
@@ -96,8 +96,8 @@ async def test_a_queued_request_for_a_model_goes_to_a_holder_when_slots_free() -
 def test_requests_go_where_their_model_is_loaded(sqlite_fleet, tmp_path) -> None:
     import httpx
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
 
     sqlite_fleet.start(1, runtime="process")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from servefleet.dataplane import balancer
-from servefleet.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane import balancer
+from servefleet._private.dataplane.balancer import ReplicaPool
 
 
 class Clock:

@@ -20,8 +20,8 @@ def two_slow_replicas(fleet, tmp_path, *proxy_args: str) -> Iterator[tuple]:
     yields (client, proxy, URL of a 20 ms request, the first replica's record)."""
     import httpx
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
 
@@ -61,7 +61,7 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
     import httpx
     from loadgen import SteadyLoad
 
-    from servefleet.testing import wait_for
+    from servefleet._private.testing import wait_for
     from servefleet.v1 import replica_pb2
 
     stopped = 0
@@ -125,8 +125,8 @@ def test_handles_stop_calling_a_stopped_replica(sqlite_fleet, tmp_path, retry_po
 
     from loadgen import SteadyLoad
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import application_pb2 as apb
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
@@ -193,8 +193,8 @@ def test_a_lone_stopped_replica_is_replaced(sqlite_fleet, tmp_path) -> None:
 
     from loadgen import SteadyLoad
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
 
@@ -254,8 +254,8 @@ def test_a_slow_replica_that_answers_keeps_serving_a_smaller_share(sqlite_fleet,
 
     import httpx
 
+    from servefleet._private.testing import ProxyProcess, wait_for
     from servefleet.client import ControllerClient
-    from servefleet.testing import ProxyProcess, wait_for
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
 
@@ -329,8 +329,8 @@ def test_a_replica_that_answers_the_controllers_check_comes_back_early(sqlite_fl
     import httpx
     from loadgen import SteadyLoad
 
-    from servefleet.dataplane.balancer import EJECT_BASE_S
-    from servefleet.testing import wait_for
+    from servefleet._private.dataplane.balancer import EJECT_BASE_S
+    from servefleet._private.testing import wait_for
     from servefleet.v1 import replica_pb2
 
     stopped = 0

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store import Put
 from servefleet.controller.store.sqlite import SqliteStore
-from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import records_pb2, status_pb2

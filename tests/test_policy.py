@@ -10,12 +10,12 @@ import grpc
 import pytest
 from test_controller_api import store_revision
 
+from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.errors import InvalidArgument, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store import Put, open_store
-from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
@@ -50,7 +50,7 @@ def test_import_paths_name_user_code(tmp_path: Path) -> None:
     strict.check_import("p", "pkg.sub:App", str(tmp_path))
     for path, message in [("os:system", "standard library"),
                           ("subprocess:Popen", "standard library"),
-                          ("servefleet.api:deployment", "servefleet itself"),
+                          ("servefleet._private.api:deployment", "servefleet itself"),
                           ("yaml:load", "is not a file or package")]:
         with pytest.raises(PermissionDenied, match=message):
             strict.check_import("p", path, str(tmp_path))

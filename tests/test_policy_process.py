@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import deployment_pb2 as dpb
 
 pytestmark = pytest.mark.slow

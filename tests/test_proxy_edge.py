@@ -22,15 +22,15 @@ import pytest
 from test_app_serving import running
 from websockets.asyncio.client import connect
 
-from servefleet.http_protocol import CoalescingTransport
-from servefleet.lifecycle import start_http_server
+from servefleet._private.http_protocol import CoalescingTransport
+from servefleet._private.lifecycle import start_http_server
+from servefleet._private.security import tokens
+from servefleet._private.testing import ProxyProcess, free_port, wait_for
+from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES
 from servefleet.proxy.edge import HeadClock
 from servefleet.proxy.limits import EdgeLimits
-from servefleet.security import tokens
-from servefleet.testing import ProxyProcess, free_port, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
-from servefleet.wire import GRPC_MAX_REQUEST_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = str(ROOT / "tests" / "apps")

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from loadgen import answers
 
-from servefleet.testing import wait_for
+from servefleet._private.testing import wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
 

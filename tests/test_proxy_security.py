@@ -10,9 +10,9 @@ import httpx
 import pytest
 from test_app_serving import running
 
-from servefleet.security import tokens
-from servefleet.security.certs import init_certs
-from servefleet.testing import wait_for
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from servefleet.dataplane.balancer import Overloaded, ReplicaPool
+from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool
 from servefleet.proxy.routes import RouteTable, Target
 
 
@@ -152,14 +152,14 @@ async def test_retry_may_go_back_to_the_only_replica() -> None:
 
 
 async def test_request_targets_with_line_breaks_are_refused() -> None:
-    from servefleet.dataplane.upstream import UpstreamError, UpstreamPool
+    from servefleet._private.dataplane.upstream import UpstreamError, UpstreamPool
 
     with pytest.raises(UpstreamError):
         await UpstreamPool().request("127.0.0.1:1", "GET", b"/x HTTP/1.1\r\nx-evil: 1", [], b"")
 
 
 async def test_closing_a_pool_fails_its_queued_requests() -> None:
-    from servefleet.dataplane.balancer import PoolClosed
+    from servefleet._private.dataplane.balancer import PoolClosed
 
     pool = ReplicaPool()
     waiter = asyncio.create_task(pool.acquire())

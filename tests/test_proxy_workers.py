@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, free_port, wait_for
 from servefleet.v1 import deployment_pb2 as d
 
 pytestmark = pytest.mark.slow

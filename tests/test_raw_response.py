@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from servefleet import multiplex
-from servefleet.dataplane.balancer import ReplicaPool
-from servefleet.dataplane.upstream import UpstreamPool
-from servefleet.lifecycle import HttpServer, start_http_server
+from servefleet._private import multiplex
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane.upstream import UpstreamPool
+from servefleet._private.lifecycle import HttpServer, start_http_server
 from servefleet.proxy.app import ProxyApp
 from servefleet.proxy.routes import RouteTable, Target
 from servefleet.replica import loader

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()

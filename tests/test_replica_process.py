@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import ReplicaProcess
 from servefleet.controller.runtime import ReplicaLaunch
 from servefleet.controller.runtime.process import ProcessRuntime
-from servefleet.testing import ReplicaProcess
 from servefleet.v1 import replica_pb2
 
 APPS = str(Path(__file__).parent / "apps")

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.testing import wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
-from servefleet.testing import wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, status_pb2
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.tls import Credentials, TlsFiles
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.security import tokens
-from servefleet.security.certs import init_certs
-from servefleet.security.tls import Credentials, TlsFiles
-from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2

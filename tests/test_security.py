@@ -7,13 +7,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from servefleet._private.grpc_guard import Refused
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.roles import may_call, unwatchable_key
+from servefleet._private.security.tls import Credentials, TlsConfigError, TlsFiles, peer_role
 from servefleet.controller.api.auth import Authorizer, bearer_token
 from servefleet.controller.errors import Unauthenticated
-from servefleet.grpc_guard import Refused
-from servefleet.security import tokens
-from servefleet.security.certs import init_certs
-from servefleet.security.roles import may_call, unwatchable_key
-from servefleet.security.tls import Credentials, TlsConfigError, TlsFiles, peer_role
 from servefleet.v1 import watch_pb2
 
 

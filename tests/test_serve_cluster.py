@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from servefleet import local, serve
+from servefleet import serve
+from servefleet._private import local
 from servefleet.serve.exceptions import RayServeException
 from servefleet.serve.schema import ServeStatus
 

@@ -22,8 +22,8 @@ from test_compose import ETCD_IMAGE, IMAGE, _answers, _etcd_image, _unavailable
 from test_docker_runtime import LABEL
 from test_swarm_runtime import docker_client, swarm
 
+from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
-from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,14 +19,14 @@ import pytest
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 
+from servefleet._private.grpc_guard import Guard
+from servefleet._private.testing import free_port
+from servefleet._private.wire import ROUTES_KEY
 from servefleet.controller.api.gate import SERVICE_NAME
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
 from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS, LISTENER
-from servefleet.grpc_guard import Guard
-from servefleet.testing import free_port
 from servefleet.v1 import watch_pb2
-from servefleet.wire import ROUTES_KEY
 
 FORGED = "\n2026-01-01 00:00:00 ERROR forged"
 # A client window that BDP probing does not grow: a client that does not

@@ -16,9 +16,9 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 from test_stream_bounds import ADS, FORGED, SMALL_WINDOW, assert_cut_off, ended, send_until
 
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient
 from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS
-from servefleet.testing import ControllerProcess
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as dpb
 

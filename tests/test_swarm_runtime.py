@@ -17,9 +17,9 @@ import httpx
 import pytest
 from test_docker_runtime import IMAGE, LABEL, deployment, docker_client, echo_spec, healthy
 
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.security.certs import init_certs
-from servefleet.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.v1 import replica_pb2
 
 pytestmark = pytest.mark.slow

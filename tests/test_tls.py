@@ -14,10 +14,10 @@ import httpx
 import pytest
 from loadgen import answers
 
+from servefleet._private.security.certs import init_certs, role_server_name
+from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
+from servefleet._private.testing import ControllerProcess, EtcdServer, ProxyProcess, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
-from servefleet.security.certs import init_certs, role_server_name
-from servefleet.security.tls import PLAIN, Credentials, TlsFiles
-from servefleet.testing import ControllerProcess, EtcdServer, ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, status_pb2
 

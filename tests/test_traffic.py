@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeClock
 
+from servefleet._private.dataplane.traffic import MAX_SAMPLES, WINDOW_S, TrafficWindow
 from servefleet.controller.errors import InvalidArgument
 from servefleet.controller.load_reports import LoadReports
-from servefleet.dataplane.traffic import MAX_SAMPLES, WINDOW_S, TrafficWindow
 from servefleet.v1 import controller_pb2 as api
 
 

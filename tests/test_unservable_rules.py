@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
+from servefleet._private.dataplane.balancer import ReplicaPool, Unservable
+from servefleet._private.messages import error_summary
 from servefleet.controller.unservable import application_unavailable, deployment_unavailable
-from servefleet.dataplane.balancer import ReplicaPool, Unservable
-from servefleet.messages import error_summary
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import records_pb2, status_pb2

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servefleet.cli.up import Cluster, _start
+from servefleet._private.cli.up import Cluster, _start
+from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
-from servefleet.testing import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
@@ -201,7 +201,7 @@ def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:
                           f"127.0.0.1:{free_port()}", str(tmp_path / "d-runtime"))
         try:
             args = type("Args", (), {"wait_timeout": 30, "try_file": None})()
-            from servefleet.config_file import load_config
+            from servefleet._private.config_file import load_config
             assert not _start(cluster, load_config(str(config)), args, threading.Event())
         finally:
             cluster.stop()
@@ -243,8 +243,8 @@ def _alive(pid: int) -> bool:
 def test_a_secure_local_cluster_is_two_commands(tmp_path) -> None:
     """`servefleet certs init DIR` then `servefleet up CONFIG --certs DIR`: the
     controller, proxy and replicas on mutual TLS; a plain-text client is refused."""
+    from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
     from servefleet.client import ControllerUnreachable
-    from servefleet.security.tls import PLAIN, Credentials, TlsFiles
 
     certs = tmp_path / "certs"
     subprocess.run([sys.executable, "-m", "servefleet", "certs", "init", str(certs)],

@@ -14,11 +14,11 @@ import grpc
 import pytest
 from test_controller_api import store_revision
 
+from servefleet._private.testing import ControllerProcess, wait_for
+from servefleet._private.user_code import UserCodeError, import_user_object
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.errors import FailedPrecondition, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
-from servefleet.testing import ControllerProcess, wait_for
-from servefleet.user_code import UserCodeError, import_user_object
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
 

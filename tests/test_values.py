@@ -1,4 +1,4 @@
-"""Unit tests of the handle hop's framing (servefleet/values.py), the
+"""Unit tests of the handle hop's framing (servefleet/_private/values.py), the
 argument resolution and error rebuilding of handles, and the HTTP result
 encoding (replica/jsonable.py, answers.takes_request)."""
 
@@ -17,12 +17,13 @@ import numpy as np
 import pydantic
 import pytest
 
-from servefleet import HandleError, replica_context, values
-from servefleet.handle import DeploymentHandle, call_frame
-from servefleet.handle_router import remote_error
+from servefleet import HandleError
+from servefleet._private import replica_context, values
+from servefleet._private.handle import DeploymentHandle, call_frame
+from servefleet._private.handle_router import remote_error
+from servefleet._private.responses import DeploymentResponse
 from servefleet.replica.answers import plain_answer, takes_request, to_response
 from servefleet.replica.jsonable import jsonable
-from servefleet.responses import DeploymentResponse
 
 
 def joined(parts: list) -> bytes:
@@ -108,7 +109,7 @@ async def test_responses_among_the_arguments_are_sent_as_their_results() -> None
 
 async def test_what_cannot_be_an_argument_is_named() -> None:
     from servefleet import deployment
-    from servefleet.responses import DeploymentResponseGenerator
+    from servefleet._private.responses import DeploymentResponseGenerator
 
     with pytest.raises(TypeError, match="DeploymentResponseGenerator"):
         await call_frame((DeploymentResponseGenerator(None, None),), {})

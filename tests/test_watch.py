@@ -8,12 +8,12 @@ import time
 import grpc
 import pytest
 
+from servefleet._private.watch_client import WatchClient
+from servefleet._private.wire import check_watch_key
 from servefleet.client import ControllerClient
 from servefleet.controller.watch import Heartbeat, Publisher
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.watch_client import WatchClient
-from servefleet.wire import check_watch_key
 
 
 def spec(name: str, route: str | None = None, replicas: int = 1) -> d.DeploymentSpec:

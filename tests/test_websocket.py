@@ -17,8 +17,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
+from servefleet._private.testing import ProxyProcess, wait_for
 from servefleet.client import ControllerClient
-from servefleet.testing import ProxyProcess, wait_for
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
 

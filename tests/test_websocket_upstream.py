@@ -10,9 +10,9 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from servefleet.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.testing import free_port
 from servefleet.proxy.websocket import Denied, open_upstream
-from servefleet.testing import free_port
 
 SCOPE = {"type": "websocket", "headers": [], "subprotocols": []}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servefleet.wire import (
+from servefleet._private.wire import (
     CONFIG_KIND,
     REPLICAS_KIND,
     ROUTES_KEY,

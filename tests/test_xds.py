@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import ControllerProcess, wait_for
+from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
-from servefleet.security.certs import init_certs
-from servefleet.testing import ControllerProcess, wait_for
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import replica_pb2
-from servefleet.xds_bootstrap import render
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = str(ROOT / "tests" / "apps")

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from servefleet.xds_bootstrap import bootstrap
+from servefleet._private.xds_bootstrap import bootstrap
 
 
 def test_controllers_become_one_channel_or_servers_in_order() -> None:

@@ -21,15 +21,15 @@ from envoy.service.status.v3 import csds_pb2
 from google.protobuf import any_pb2, json_format
 from google.rpc import status_pb2
 
+from servefleet._private.testing import free_port
+from servefleet._private.wire import ROUTES_KEY, replicas_key
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
 from servefleet.controller.xds.build import build
 from servefleet.controller.xds.csds import ClientStatus
 from servefleet.controller.xds.resources import CLUSTER, ENDPOINTS, LISTENER, ROUTE
-from servefleet.testing import free_port
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import watch_pb2
-from servefleet.wire import ROUTES_KEY, replicas_key
 
 
 def _routes(split: bool = False) -> watch_pb2.RouteTable:

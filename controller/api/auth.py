@@ -1,9 +1,9 @@
 """Who is calling the controller, and may that role call this method.
 
 `Authorizer.check` runs before every ControllerService handler (through
-servefleet.grpc_guard.Guard). The caller's role comes from its bearer token
+servefleet._private.grpc_guard.Guard). The caller's role comes from its bearer token
 when it sends one, else from the OU of its client certificate (mutual TLS);
-roles and their methods are in servefleet/security/roles.py.
+roles and their methods are in servefleet/_private/security/roles.py.
 
 - Neither `--auth-tokens` nor TLS configured: every caller is admin (the
   local default; `servefleet up` says so).
@@ -30,10 +30,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from servefleet.grpc_guard import Refused
-from servefleet.security.roles import CONTROLLER_API, may_call, unwatchable_key
-from servefleet.security.tls import TOKEN_METADATA_KEY, peer_role
-from servefleet.security.tokens import REPLICA_TOKEN_PREFIX, TokenFile, TokenTable, digest
+from servefleet._private.grpc_guard import Refused
+from servefleet._private.security.roles import CONTROLLER_API, may_call, unwatchable_key
+from servefleet._private.security.tls import TOKEN_METADATA_KEY, peer_role
+from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, TokenFile, TokenTable, digest
 from servefleet.v1 import watch_pb2
 
 from ..errors import MAX_MESSAGE_CHARS, ApiError, PermissionDenied, Unauthenticated, one_line

@@ -13,7 +13,7 @@ import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from servefleet.messages import message_dict
+from servefleet._private.messages import message_dict
 from servefleet.v1 import replica_pb2, status_pb2
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
-from servefleet.wire import LEADER_METADATA_KEY
+from servefleet._private.wire import LEADER_METADATA_KEY
 
 from ..election import LeaderElection
 from ..errors import MAX_MESSAGE_CHARS, ApiError, NotLeader, one_line

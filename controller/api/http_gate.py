@@ -26,8 +26,8 @@ import ssl
 from collections.abc import Iterable
 from typing import Any
 
-from servefleet.http_protocol import CoalescingHttpToolsProtocol
-from servefleet.security.tls import TlsFiles
+from servefleet._private.http_protocol import CoalescingHttpToolsProtocol
+from servefleet._private.security.tls import TlsFiles
 
 from .auth import Authorizer
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
+from servefleet._private.wire import check_watch_key
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
-from servefleet.wire import check_watch_key
 
 from ..errors import ApiError, FailedPrecondition, InvalidArgument, NotLeader, one_line
 from ..goals.spec import DEFAULT_APPLICATION

@@ -24,7 +24,7 @@ import hashlib
 import os
 import stat
 
-from servefleet import state_dir
+from servefleet._private import state_dir
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument

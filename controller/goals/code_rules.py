@@ -17,7 +17,7 @@ gitignore, so a `!pattern` can take back a default):
 4. The spec's `runtime.excludes`.
 
 Directories servefleet keeps its own state in are skipped whatever their name
-(they hold a CACHEDIR.TAG: servefleet/state_dir.py).
+(they hold a CACHEDIR.TAG: servefleet/_private/state_dir.py).
 
 Patterns are gitignore-style:
 

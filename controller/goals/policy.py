@@ -30,7 +30,7 @@ choosing, so the operator bounds them with controller flags:
   - not found there: refused as installed code unless the roots are `/`
     (the operator trusts every directory); a typo is INVALID_ARGUMENT.
   Replicas, builds and policy runners check the walk again when they import
-  (servefleet/user_code.py: no module, no class or function of another
+  (servefleet/_private/user_code.py: no module, no class or function of another
   package along the way). With `--docker-code image` a deployment's code is
   inside the image, which --allow-image vouches for: only the names are
   checked.
@@ -60,7 +60,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servefleet.user_code import below, is_stdlib_file, link_out, module_files, refused_name
+from servefleet._private.user_code import (
+    below,
+    is_stdlib_file,
+    link_out,
+    module_files,
+    refused_name,
+)
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as pb
 

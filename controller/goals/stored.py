@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servefleet.messages import error_summary
+from servefleet._private.messages import error_summary
 from servefleet.v1 import application_pb2, records_pb2
 
 from ..errors import InvalidArgument

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from servefleet.messages import error_summary
+from servefleet._private.messages import error_summary
 from servefleet.v1 import application_pb2 as apb
 
 from ..errors import AlreadyExists, InvalidArgument, PermissionDenied, one_line
@@ -94,7 +94,7 @@ class BuildReconciler:
 
 
 def _warn_about_batches(application: str, specs: list, graph: dict) -> None:
-    """Batches never fill past max_ongoing_requests (servefleet/batching.py)."""
+    """Batches never fill past max_ongoing_requests (servefleet/_private/batching.py)."""
     sizes = {n["name"]: n.get("batch_sizes") or {} for n in graph.get("deployments") or []}
     for spec in specs:
         limit = spec.replica_config.max_ongoing_requests

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import grpc
 
-from servefleet.security.tls import PLAIN, Credentials
+from servefleet._private.security.tls import PLAIN, Credentials
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
 

@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from servefleet.security.tokens import REPLICA_TOKEN_PREFIX, digest
+from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
+from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
-from servefleet.wire import EXIT_BIND_FAILURE
 
 from ..election import FencedStore
 from ..errors import NotLeader, Unavailable

@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
-from servefleet.messages import error_summary
+from servefleet._private.messages import error_summary
 from servefleet.v1 import records_pb2, replica_pb2
 
 from ..clock import Clock

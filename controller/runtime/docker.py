@@ -42,9 +42,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servefleet.logs import ENV_FORMAT
-from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
-from servefleet.security.tls import TlsFiles
+from servefleet._private.logs import ENV_FORMAT
+from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.tls import TlsFiles
 
 from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
@@ -63,7 +63,7 @@ DEFAULT_IMAGE = "servefleet:latest"
 
 
 def _log_format_env() -> dict[str, str]:
-    """Replicas log as their controller does (servefleet/logs.py)."""
+    """Replicas log as their controller does (servefleet/_private/logs.py)."""
     fmt = os.environ.get(ENV_FORMAT)
     return {ENV_FORMAT: fmt} if fmt else {}
 

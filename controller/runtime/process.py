@@ -38,10 +38,10 @@ import sys
 from collections import deque
 from pathlib import Path
 
-from servefleet import state_dir
-from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
-from servefleet.security.tls import TlsFiles
-from servefleet.wire import ZYGOTE_PROCS_DIR
+from servefleet._private import state_dir
+from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.tls import TlsFiles
+from servefleet._private.wire import ZYGOTE_PROCS_DIR
 
 from .base import ReplicaLaunch, RuntimeReplica
 from .sandbox import Sandbox, user_env

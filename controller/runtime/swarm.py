@@ -41,7 +41,7 @@ import logging
 import time
 from typing import Any
 
-from servefleet.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 
 from .base import ReplicaLaunch, RuntimeReplica
 from .docker import (

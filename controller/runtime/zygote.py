@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from servefleet.replica_command import REPLICA_ENV
-from servefleet.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
+from servefleet._private.replica_command import REPLICA_ENV
+from servefleet._private.wire import ZYGOTE_PROCS_DIR, ZYGOTE_SOCKET
 
 logger = logging.getLogger(__name__)
 FORK_TIMEOUT_S = 5.0

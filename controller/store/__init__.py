@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servefleet.security.tls import TlsFiles
+from servefleet._private.security.tls import TlsFiles
 
 from .base import (
     Delete,

@@ -23,7 +23,7 @@ import grpc
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
-from servefleet.security.tls import Credentials, TlsFiles
+from servefleet._private.security.tls import Credentials, TlsFiles
 
 from .base import (
     Guard,

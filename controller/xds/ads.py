@@ -49,7 +49,7 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf.message import DecodeError
 
-from servefleet.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
+from servefleet._private.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
 from ..errors import InvalidArgument, cap, one_line
 from ..stream_end import close_requests, cut_off

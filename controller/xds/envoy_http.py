@@ -29,8 +29,8 @@ from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from servefleet._private.wire import REJECTED_HEADER, ROUTE_PREFIX_HEADER
 from servefleet.v1 import watch_pb2
-from servefleet.wire import REJECTED_HEADER, ROUTE_PREFIX_HEADER
 
 from .resources import ADS, CLUSTER, ENDPOINTS, ROUTE, Resources, endpoints
 

@@ -2,7 +2,7 @@
 
 A Ray Serve program runs on servefleet with its imports swapped:
 
-    from servefleet import serve                  # was: from ray import serve
+    from servefleet import serve  # was: from ray import serve
     from servefleet.serve.handle import DeploymentHandle   # was: ray.serve.handle
 
 and `import ray` / `ray.init()` dropped. The submodules are Ray's too:
@@ -14,12 +14,12 @@ name says so. Everything else under servefleet.serve is internal.
 
 from typing import Any
 
-from servefleet.api import Application, Deployment
-from servefleet.batching import batch
-from servefleet.multiplex import get_multiplexed_model_id, multiplexed
+from servefleet._private.api import Application, Deployment
+from servefleet._private.batching import batch
+from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
 
-from . import config, exceptions, handle, schema
-from .api import (
+from . import config, exceptions, handle, metrics, schema
+from ._api import (
     delete,
     deployment,
     get_app_handle,
@@ -29,15 +29,15 @@ from .api import (
     start,
     status,
 )
+from ._context import ReplicaContext, get_replica_context
 from .config import AutoscalingConfig, HTTPOptions, gRPCOptions
-from .context import ReplicaContext, get_replica_context
 from .handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 
 def ingress(app: Any) -> Any:
     """Wrap a deployment class around a FastAPI (or other ASGI) app, or a
-    function building one (servefleet.ingress)."""
-    from servefleet.ingress import ingress as make_ingress
+    function building one (servefleet._private.ingress)."""
+    from servefleet._private.ingress import ingress as make_ingress
 
     return make_ingress(app)
 
@@ -46,5 +46,5 @@ __all__ = ["Application", "AutoscalingConfig", "Deployment", "DeploymentHandle",
            "DeploymentResponse", "DeploymentResponseGenerator", "HTTPOptions",
            "ReplicaContext", "batch", "config", "delete", "deployment", "exceptions",
            "gRPCOptions", "get_app_handle", "get_deployment_handle",
-           "get_multiplexed_model_id", "get_replica_context", "handle", "ingress",
+           "get_multiplexed_model_id", "get_replica_context", "handle", "ingress", "metrics",
            "multiplexed", "run", "schema", "shutdown", "start", "status"]

@@ -2,7 +2,7 @@
 
 A Ray program catches these by name (`except BackPressureError`), so each
 one is a class here. The ones a handle call raises are also `HandleError`s
-(servefleet/responses.py): code written for servefleet catches them the
+(servefleet/_private/responses.py): code written for servefleet catches them the
 same way, and `from_handle_error` turns a plain `HandleError` into the
 one a Ray program expects (503 "overloaded" -> BackPressureError, 503 "no
 replica took it" -> DeploymentUnavailableError); the handle code calls it
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from servefleet.responses import HandleError
+from servefleet._private.responses import HandleError
 
 __all__ = ["BackPressureError", "DeploymentUnavailableError", "RayServeException",
            "RequestCancelledError", "from_handle_error"]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from ._config_schema import DeploymentSchema, ServeApplicationSchema, ServeDeploySchema
 from ._options import OptionsModel
-from .config_schema import DeploymentSchema, ServeApplicationSchema, ServeDeploySchema
 
 __all__ = ["ApplicationStatus", "ApplicationStatusOverview", "DeploymentSchema",
            "DeploymentStatus", "DeploymentStatusOverview", "DeploymentStatusTrigger",

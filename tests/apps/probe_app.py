@@ -7,7 +7,7 @@ import os
 
 import grpc
 
-from servefleet.security.tls import Credentials
+from servefleet._private.security.tls import Credentials
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 
 

@@ -1,4 +1,4 @@
-"""The proxy -> replica HTTP/1.1 client (servefleet/dataplane/upstream.py)
+"""The proxy -> replica HTTP/1.1 client (servefleet/_private/dataplane/upstream.py)
 against scripted loopback servers: framing, keep-alive, and how failures are
 classified for retrying."""
 
@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from servefleet.dataplane.body import StreamedBody
-from servefleet.dataplane.upstream import (
+from servefleet._private.dataplane.body import StreamedBody
+from servefleet._private.dataplane.upstream import (
     MAX_HEAD_BYTES,
     NotDelivered,
     Response,
     UpstreamError,
     UpstreamPool,
 )
-from servefleet.testing import free_port
+from servefleet._private.testing import free_port
 
 # What a scripted server does with one request: the request's head and body in,
 # the bytes to answer out (None: close without answering).

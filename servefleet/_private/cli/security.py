@@ -1,0 +1,221 @@
+"""Identity flags shared by the commands, and `certs init`, `token create/revoke`.
+
+Every command that talks to a controller, and the controller and proxy
+themselves, take:
+
+  --certs DIR          DIR/ca.crt plus DIR/<role>.crt and .key (as written by
+                       `servefleet certs init`); the role is the command's:
+                       controller, proxy, or admin for the client commands
+  --cluster-ca/--cluster-cert/--cluster-key FILE
+                       the same files named one by one (they win over --certs)
+  --token TOKEN        a bearer token (client commands; default $SERVEFLEET_TOKEN)
+
+Without any of them the environment is read (SERVEFLEET_CERTS,
+SERVEFLEET_CLUSTER_CA/_CERT/_KEY), and without that: plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.roles import TOKEN_ROLES
+from servefleet._private.security.tls import (
+    ENV_CERTS,
+    ENV_TOKEN,
+    Credentials,
+    TlsConfigError,
+    TlsFiles,
+)
+
+from .errors import UsageError
+
+
+def add_tls_flags(parser: argparse.ArgumentParser, role: str) -> None:
+    group = parser.add_argument_group("mutual TLS")
+    group.add_argument("--certs", metavar="DIR", default=None,
+                       help=f"DIR/ca.crt, DIR/{role}.crt and DIR/{role}.key "
+                            "(servefleet certs init DIR); default: $SERVEFLEET_CERTS")
+    for part in ("ca", "cert", "key"):
+        group.add_argument(f"--cluster-{part}", metavar="FILE", default=None,
+                           help=f"the {part} file, instead of the one under --certs")
+    parser.set_defaults(tls_role=role)
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    add_tls_flags(parser, "admin")
+    parser.add_argument("--token", default=None,
+                        help=f"bearer token for the controller (default: ${ENV_TOKEN})")
+
+
+def tls_files(args: argparse.Namespace, role: str | None = None) -> TlsFiles | None:
+    try:
+        return TlsFiles.from_settings(role or args.tls_role, args.certs, args.cluster_ca,
+                                      args.cluster_cert, args.cluster_key)
+    except TlsConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def credentials(args: argparse.Namespace) -> Credentials:
+    return Credentials(tls_files(args), args.token or os.environ.get(ENV_TOKEN) or None)
+
+
+def add_controller_flags(parser: argparse.ArgumentParser) -> None:
+    add_tls_flags(parser, "controller")
+    group = parser.add_argument_group("replicas, etcd and tokens")
+    group.add_argument("--replica-cert", metavar="FILE", default=None,
+                       help="with TLS: the certificate replicas get (default DIR/replica.crt "
+                            "under --certs)")
+    group.add_argument("--replica-key", metavar="FILE", default=None)
+    for part in ("ca", "cert", "key"):
+        group.add_argument(f"--etcd-{part}", metavar="FILE", default=None,
+                           help=f"for an etcds:// store: the {part} file (default: "
+                                "etcd-ca.crt and etcd-client.* under --certs, else the "
+                                "controller's own)")
+    group.add_argument("--auth-tokens", metavar="FILE", default=None,
+                       help="bearer tokens callers may present (servefleet token create); "
+                            "reread on SIGHUP")
+    policy = parser.add_argument_group("what deploys may run")
+    policy.add_argument("--allow-working-dir", action="append", default=[], metavar="DIR",
+                        help="runtime.working_dir must lie below DIR (repeatable; default: "
+                             "below the current directory when --listen is loopback, "
+                             "none otherwise)")
+    policy.add_argument("--allow-image", action="append", default=[], metavar="PATTERN",
+                        help="images a deploy may name, shell-style (repeatable; default: "
+                             "only --docker-image)")
+    policy.add_argument("--allow-env", action=argparse.BooleanOptionalAction, default=None,
+                        help="whether a deploy may set runtime.env (default: only when "
+                             "--listen is loopback)")
+    policy.add_argument("--allow-packages-below", action="append", default=[],
+                        metavar="DIR",
+                        help="a virtualenv or site-packages directory below a working dir "
+                             "whose modules import paths may name (repeatable; default: none)")
+    policy.add_argument("--allow-code-by-value", action="store_true",
+                        help="let deploys send code and init args by value (pickles that "
+                             "replicas load: servefleet.run of a script or notebook); "
+                             "default: refused")
+    policy.add_argument("--replica-user", default="auto", metavar="USER",
+                        help="who user code (replicas of the process runtime, builds, custom "
+                             "autoscaling policies) runs as: a user name or UID[:GID], 'none' "
+                             "for this controller's user, or 'auto': an unprivileged user "
+                             "('servefleet' if it exists, else nobody) when this controller "
+                             "runs as root and the cluster has TLS or tokens (default auto)")
+
+
+def controller_security(args: argparse.Namespace) -> dict[str, Any]:
+    """The ControllerConfig fields the flags set; UsageError naming the flag at fault."""
+    own = tls_files(args)
+    replica = None
+    if own is not None:
+        directory = args.certs or os.environ.get(ENV_CERTS)
+        cert = args.replica_cert or (f"{directory}/replica.crt" if directory else None)
+        key = args.replica_key or (f"{directory}/replica.key" if directory else None)
+        if cert and key:
+            try:
+                replica = TlsFiles(own.ca, Path(cert), Path(key)).checked()
+            except TlsConfigError as e:
+                raise UsageError(f"--replica-cert/--replica-key: {e}") from None
+    etcd = None
+    directory = args.certs or os.environ.get(ENV_CERTS)
+    if own is not None and directory and Path(directory, "etcd-client.crt").exists():
+        # certs init's etcd CA: the controller's own certificate would not open etcd.
+        base = Path(directory).expanduser()
+        etcd = TlsFiles(base / "etcd-ca.crt", base / "etcd-client.crt", base / "etcd-client.key")
+    if args.etcd_ca or args.etcd_cert or args.etcd_key:
+        try:
+            etcd = TlsFiles.from_settings("controller", None, args.etcd_ca, args.etcd_cert,
+                                          args.etcd_key)
+        except TlsConfigError as e:
+            raise UsageError(str(e).replace("--cluster-", "--etcd-")) from None
+    if args.auth_tokens:
+        try:
+            tokens.TokenTable.load(args.auth_tokens)
+        except tokens.TokenFileError as e:
+            raise UsageError(f"--auth-tokens: {e}") from None
+    for flag, directories in (("--allow-working-dir", args.allow_working_dir),
+                              ("--allow-packages-below", args.allow_packages_below)):
+        for directory in directories:
+            if not os.path.isabs(directory):
+                raise UsageError(f"{flag} {directory!r}: must be an absolute path")
+    return {"tls": own, "replica_tls": replica, "etcd_tls": etcd,
+            "auth_tokens": args.auth_tokens,
+            "allow_working_dirs": tuple(args.allow_working_dir),
+            "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
+            "allow_packages_below": tuple(args.allow_packages_below),
+            "allow_code_by_value": args.allow_code_by_value,
+            "replica_user": args.replica_user}
+
+
+# -- certs and token commands --------------------------------------------------------
+
+
+def cmd_certs_init(args: argparse.Namespace) -> int:
+    try:
+        written = init_certs(args.dir, hosts=args.host, days=args.days, force=args.force)
+    except (FileExistsError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"{args.dir}: {e.strerror or e}") from None
+    print(f"wrote {len(written)} files to {args.dir}: a development CA and certificates for "
+          "controller, proxy, replica, admin, client and etcd")
+    print(f"next: servefleet up --certs {args.dir}   (clients: --certs {args.dir} "
+          f"or SERVEFLEET_CERTS={args.dir})")
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    try:
+        token = tokens.create(args.file, args.name, args.role)
+    except tokens.TokenFileError as e:
+        raise UsageError(str(e)) from None
+    print(token)
+    print(f"# {args.name} ({args.role}) added to {args.file}; the token is shown only "
+          "this once. A running controller picks it up on SIGHUP.", file=sys.stderr)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    try:
+        tokens.revoke(args.file, args.name)
+    except tokens.TokenFileError as e:
+        raise UsageError(str(e)) from None
+    print(f"revoked {args.name}; send SIGHUP to running controllers to drop it now",
+          file=sys.stderr)
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    certs = commands.add_parser("certs", help="development certificates")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
+    init = certs_sub.add_parser("init", help="write a CA and one certificate per role to DIR")
+    init.add_argument("dir", metavar="DIR")
+    init.add_argument("--host", action="append", default=[], metavar="NAME",
+                      help="another DNS name or IP the certificates name (repeatable; "
+                           "localhost, 127.0.0.1 and ::1 are always in)")
+    init.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    init.add_argument("--force", action="store_true", help="replace the files in DIR")
+    init.set_defaults(run=cmd_certs_init)
+
+    token = commands.add_parser("token", help="bearer tokens for the controller")
+    token_sub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+    create = token_sub.add_parser("create", help="print a new token; append its hash to FILE")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--role", required=True, choices=TOKEN_ROLES)
+    create.add_argument("--file", required=True, metavar="FILE",
+                        help="the token file a controller reads (--auth-tokens)")
+    create.set_defaults(run=cmd_token_create)
+    revoke = token_sub.add_parser("revoke", help="remove a token from FILE")
+    revoke.add_argument("name", metavar="NAME")
+    revoke.add_argument("--file", required=True, metavar="FILE")
+    revoke.set_defaults(run=cmd_token_revoke)
+
+
+def proxy_credentials(args: argparse.Namespace) -> Credentials:
+    """The proxy's identity towards the controllers: its certificate, and on a
+    cluster with tokens but no TLS a token of role proxy."""
+    return credentials(args)

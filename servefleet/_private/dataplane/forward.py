@@ -1,0 +1,141 @@
+"""Forward-with-retry: send a request to one of a deployment's replicas.
+
+The one loop both proxies and handles run (docs/design.md, "one way to reach a
+replica"); they differ only in framing: what they send, and what `deliver`
+does with the answer (stream it to an HTTP client, or read a handle call's
+JSON).
+
+Per attempt:
+
+1. the pool gives a replica with room (balancer.py): it may queue, and
+   raises `Overloaded` past `max_queued_requests`;
+2. the request goes to it over a pooled connection (upstream.py);
+3. a request the replica never received is tried on another one, up to
+   MAX_ATTEMPTS: the connection was refused (the replica is also set aside
+   until the next replica-set snapshot), a kept-alive connection turned out
+   closed, or the replica answered 503 with `x-servefleet-rejected` (loading,
+   draining, overloaded);
+4. any other answer goes to `deliver`, while the replica's slot and the
+   connection are held, so its in-flight count covers the whole response.
+
+A failure after the request was sent (`UpstreamError`) is not retried: the
+replica may have acted on it. The exception: a GET or HEAD (or a method the
+deployment's retry_methods lists) that its replica holds without answering
+while other replicas answer (a hung replica, see `_request`) goes to another
+replica, and the hung one is ejected. Nor is a
+streamed body once part of it past the held buffer was sent (body.py): it
+cannot be sent again. Cancelling the caller closes the connection, which
+makes the replica cancel the request in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from servefleet._private.wire import MODELS_HEADER, REJECTED_HEADER
+
+from .balancer import Replica, ReplicaPool
+from .body import StreamedBody, replayable
+from .metrics import RETRIES, retry_reason
+from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+
+T = TypeVar("T")
+
+
+class NoReplicaTook(Exception):
+    """MAX_ATTEMPTS replicas in a row did not take the request."""
+
+
+class HungReplica(Exception):
+    """A request safe to send again got no answer from its replica while other
+    replicas answered: it goes to another one."""
+
+
+async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, method: str,
+                   target: bytes, headers: list[tuple[bytes, bytes]],
+                   body: bytes | StreamedBody, sent_at: float) -> Response:
+    """upstream.request; a request safe to send twice (by its method: GET and
+    HEAD unless the deployment's retry_methods say otherwise; with a body held
+    whole) is held with the pool (balancer.py `hold`): when its replica
+    answered nothing (this or any other request) for the pool's stall time
+    while another replica answered since, the try is cancelled (its
+    connection closed, so the replica cancels the request if it ever wakes)
+    and HungReplica raised. Without that evidence the try goes on: a
+    deployment whose answers are all slow is not cut."""
+    if method not in pool.retry_methods or not replayable(body) or not pool.passive_health:
+        return await upstream.request(replica.address, method, target, headers, body)
+    task = asyncio.current_task()
+    assert task is not None
+    pool.hold(replica, task, sent_at)
+    cut = False
+    try:
+        return await upstream.request(replica.address, method, target, headers, body)
+    except asyncio.CancelledError:
+        cut = pool.release_hold(replica, task)
+        if not cut:
+            raise
+        task.uncancel()
+        raise HungReplica() from None
+    finally:
+        if not cut:
+            pool.release_hold(replica, task)
+
+
+async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
+                  headers: list[tuple[bytes, bytes]], body: bytes | StreamedBody,
+                  deliver: Callable[[Response], Awaitable[T]], request_id: str = "",
+                  model_id: str = "") -> T:
+    """What `deliver` returns for the first answer a replica gave.
+
+    Raises `Overloaded` (from the pool), `NoReplicaTook`, `UpstreamError`
+    (the exchange failed after sending; its `address` names the replica),
+    and whatever `deliver` raises.
+    """
+    tried: set[str] = set()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        replica = await pool.acquire(exclude=tried, model_id=model_id)
+        try:
+            sent_at = pool.clock()
+            replica.awaiting += 1  # until its answer begins (passive health, balancer.py)
+            try:
+                response = await _request(pool, upstream, replica, method, target, headers,
+                                          body, sent_at)
+            finally:
+                replica.awaiting -= 1
+            pool.note_answer(replica, sent_at)
+            pool.note_models(replica, response.header(MODELS_HEADER))
+            try:
+                if (response.status == 503 and replayable(body)
+                        and (reason := response.header(REJECTED_HEADER))):
+                    # Refused unread; drain the short body so the connection stays usable.
+                    with contextlib.suppress(UpstreamError):
+                        await response.read()
+                    raise NotDelivered(reason.decode(errors="replace"))
+                return await deliver(response)
+            finally:
+                response.release()
+        except HungReplica:
+            tried.add(replica.replica_id)
+            pool.eject(replica)
+            RETRIES.labels(*pool.key, "hung").inc()
+            logger.warning("request %s: %s answered nothing while others answered; trying "
+                           "another replica (attempt %d)", request_id, replica.replica_id,
+                           attempt)
+        except NotDelivered as e:
+            tried.add(replica.replica_id)
+            RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
+            logger.info("request %s not taken by %s (%s); attempt %d", request_id,
+                        replica.replica_id, e, attempt)
+            if e.refused:
+                pool.mark_down(replica)
+        finally:
+            pool.release(replica)
+    raise NoReplicaTook(f"no replica took it after {MAX_ATTEMPTS} attempts")

@@ -1,0 +1,141 @@
+"""Telling the leader the load a proxy or handle router puts on each deployment.
+
+Every `period_s` (and at once when a request queues for a deployment that
+has no replica: `wake()`, the start from zero), the reporter sends the
+leader one report with, per deployment, the requests queued in its pool
+and those sent to replicas and not answered yet. Reports go over one
+StreamLoad stream to the leader (a message costs the controller a fraction
+of a call); a new stream is opened when the leader changes or the stream
+ends. These sums are the
+autoscaler's load signal (controller/load_reports.py). A deployment is
+listed while it has load, and once more after, with zeros, so the leader
+hears that it ended; a report that finds nothing to say is not sent. A
+report also names the replicas this process has ejected (passive health),
+and those it suspects but may not eject (a pool's last replica), which the
+controller health-checks at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from servefleet._private.watch_client import WatchClient
+from servefleet.v1 import controller_pb2, controller_pb2_grpc
+
+from .replica_sets import ReplicaSets
+
+logger = logging.getLogger(__name__)
+REPORT_PERIOD_S = 0.5
+
+
+def ejected_replicas(sets: ReplicaSets) -> list[str]:
+    """The replicas this process has ejected now (passive health, balancer.py)."""
+    return sorted(r.replica_id for pool in sets.pools.values() for r in pool.replicas.values()
+                  if r.ejected_until > pool.clock())
+
+
+def suspected_replicas(sets: ReplicaSets) -> list[str]:
+    """The replicas holding requests unanswered past the stall time that this
+    process has not ejected (it may not: the last of a pool, say)."""
+    return sorted(r.replica_id for pool in sets.pools.values() if pool.passive_health
+                  for r in pool.unanswering(pool.clock()))
+
+
+class LoadReporter:
+    def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
+                 traffic: Callable[[], dict[str, tuple[int, float, float, float]]] | None = None
+                 ) -> None:
+        self._watcher = watcher
+        # A proxy's recent requests per deployment (traffic.py), sent along.
+        self._traffic = traffic
+        # The replicas ejected or suspected at the last report (balancer.py).
+        self._ejected: list[str] = []
+        self._period_s = period_s
+        self._wake = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_to = ""
+        self._outbox: asyncio.Queue[controller_pb2.StreamLoadRequest | None] = asyncio.Queue()
+        self._stream: asyncio.Task[None] | None = None
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def wake(self) -> None:
+        """Report now rather than at the end of the period."""
+        self._wake.set()
+
+    def counts(self, sets: ReplicaSets) -> dict[str, tuple[int, int]]:
+        """(queued, ongoing) by "application/deployment", for the pools with load
+        now or in the last report."""
+        now = {f"{a}/{n}": (pool.queued, pool.ongoing) for (a, n), pool in sets.pools.items()}
+        report = {k: v for k, v in now.items() if any(v) or any(self._last.get(k, (0, 0)))}
+        report.update({k: (0, 0) for k, v in self._last.items() if any(v) and k not in now})
+        self._last = now
+        return report
+
+    async def run(self, sets: ReplicaSets) -> None:
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._period_s)
+                self._wake.clear()
+                report = self.counts(sets)
+                traffic = self._traffic() if self._traffic is not None else {}
+                ejected, suspected = ejected_replicas(sets), suspected_replicas(sets)
+                had, self._ejected = bool(self._ejected), ejected + suspected
+                if (report or traffic or self._ejected or had) \
+                        and self._watcher.connected.is_set():
+                    await self._send(report, traffic, ejected, suspected)
+        finally:
+            await self._close()
+
+    async def _send(self, report: dict[str, tuple[int, int]],
+                    traffic: dict[str, tuple[int, float, float, float]] | None = None,
+                    ejected: list[str] | None = None,
+                    suspected: list[str] | None = None) -> None:
+        leader = self._watcher.leader_address()
+        if self._stream is None or self._stream.done() or leader != self._channel_to:
+            await self._close()
+            self._channel = self._watcher.credentials.aio_channel(leader)
+            self._channel_to = leader
+            self._outbox = asyncio.Queue()
+            self._stream = asyncio.create_task(self._run_stream(
+                self._channel, self._outbox, self._watcher.credentials.metadata))
+        self._outbox.put_nowait(controller_pb2.StreamLoadRequest(
+            report=controller_pb2.ReportLoadRequest(
+                reporter_id=self._watcher.watcher_id,
+                queued={k: q for k, (q, _) in report.items()},
+                ongoing={k: o for k, (_, o) in report.items()},
+                traffic={k: controller_pb2.DeploymentTraffic(
+                    requests=n, window_s=w, p50_ms=p50, p99_ms=p99)
+                    for k, (n, w, p50, p99) in (traffic or {}).items()},
+                ejected=ejected or [], suspected=suspected or [])))
+
+    @staticmethod
+    async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
+            controller_pb2.StreamLoadRequest | None],
+            metadata: tuple[tuple[str, str], ...]) -> None:
+        async def messages() -> AsyncIterator[controller_pb2.StreamLoadRequest]:
+            while (message := await outbox.get()) is not None:
+                yield message
+
+        try:
+            await controller_pb2_grpc.ControllerServiceStub(channel).StreamLoad(
+                messages(), metadata=metadata)
+        except grpc.aio.AioRpcError as e:
+            refused = e.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                   grpc.StatusCode.PERMISSION_DENIED)
+            logger.log(logging.WARNING if refused else logging.DEBUG,
+                       "load report stream ended: %s", e.details())
+
+    async def _close(self) -> None:
+        if self._stream is not None and not self._stream.done():
+            self._outbox.put_nowait(None)  # ends the stream cleanly
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._stream, 2)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

@@ -1,0 +1,80 @@
+"""The replica pools of every deployment a proxy or handle router reaches.
+
+Kept by `replicas/<app>/<deployment>` Watch snapshots: the controller's word
+replaces the pool's replicas, limits and local guesses (replicas set aside);
+a deleted set closes its pool, failing the requests queued on it. The idle
+connections to a replica that left are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from servefleet._private.wire import REPLICAS_KIND, parse_watch_key
+from servefleet.v1 import watch_pb2
+
+from .balancer import ReplicaPool
+from .grpc_forward import GrpcChannels
+from .metrics import EJECTIONS, POOLS
+from .upstream import UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicaSets:
+    def __init__(self, upstream: UpstreamPool, passive_health: bool = True) -> None:
+        self.pools: dict[tuple[str, str], ReplicaPool] = {}
+        self._passive_health = passive_health
+        self._upstream = upstream
+        # Given to each pool made from now on: see ReplicaPool.on_starved.
+        self.on_starved: Callable[[], None] | None = None
+        # The gRPC channels to replicas (a proxy with gRPC ingress), whose
+        # connections to replicas that left are closed too.
+        self.channels: GrpcChannels | None = None
+        POOLS.add(self)  # their queued and in-flight counts on /metrics
+
+    def get(self, application: str, deployment: str) -> ReplicaPool | None:
+        """The deployment's pool; None while no snapshot has named it."""
+        return self.pools.get((application, deployment))
+
+    def apply(self, snapshot: watch_pb2.Snapshot) -> None:
+        """Apply one replica-set snapshot; other keys are ignored, and a key that
+        is no Watch key raises ValueError."""
+        kind, app, name = parse_watch_key(snapshot.key)
+        if kind != REPLICAS_KIND or not name:
+            return
+        pool = self.pools.get((app, name))
+        before = {r.address for r in pool.replicas.values()} if pool else set()
+        grpc_before = {r.grpc_address for r in pool.replicas.values()
+                       if r.grpc_address} if pool else set()
+        if snapshot.deleted:
+            if pool is not None:
+                pool.close()
+            self.pools.pop((app, name), None)
+            after: set[str] = set()
+            grpc_after: set[str] = set()
+        else:
+            replicas = snapshot.replicas
+            pool = self.pools.get((app, name))
+            if pool is None:
+                ejections = EJECTIONS.labels(app, name)
+                pool = self.pools[(app, name)] = ReplicaPool(
+                    on_starved=self.on_starved, key=(app, name),
+                    on_eject=lambda _replica: ejections.inc(),
+                    passive_health=self._passive_health)
+            pool.update([(e.replica_id, e.http_address) for e in replicas.endpoints],
+                        replicas.max_ongoing_requests, replicas.max_queued_requests,
+                        {e.replica_id: e.grpc_address for e in replicas.endpoints
+                         if e.grpc_address}, replicas.retry_methods,
+                        {e.replica_id: e.cleared for e in replicas.endpoints},
+                        replicas.unavailable)
+            after = {e.http_address for e in replicas.endpoints}
+            grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
+        for address in before - after:
+            self._upstream.forget(address)  # gone: drop its idle connections
+        if self.channels is not None:
+            for address in grpc_before - grpc_after:
+                self.channels.forget(address)
+        if not snapshot.deleted:
+            logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))

@@ -1,0 +1,319 @@
+"""Ray Serve's deployment options, as its users write them, in servefleet's terms.
+
+A program or config file written for Ray Serve passes options of three kinds:
+those servefleet has under the same name (num_replicas, max_ongoing_requests,
+user_config, autoscaling_config, the health-check and shutdown timings,
+version), those Ray has renamed since (its deprecated keys, still accepted
+there), and those about scheduling on a Ray cluster (logical CPUs, placement
+groups, per-node limits), which mean nothing where each replica is a process
+or container. `normalize_options` takes all three and returns servefleet's
+own option names, so that everything after it (servefleet/_private/options.py,
+the controller) knows one vocabulary:
+
+- `num_replicas="auto"`: autoscaling with Ray's defaults (min_replicas 1,
+  max_replicas 100, target_ongoing_requests 2), the `autoscaling_config`
+  fields given laid over them.
+- Renamed (DeprecationWarning naming the new key): `max_concurrent_queries`
+  -> `max_ongoing_requests`; in autoscaling_config
+  `target_num_ongoing_requests_per_replica` -> `target_ongoing_requests`,
+  `upscale_smoothing_factor` / `downscale_smoothing_factor` ->
+  `upscaling_factor` / `downscaling_factor`, and `smoothing_factor` -> both
+  factors where nothing more specific is given (Ray's order).
+- autoscaling `policy`: "module:function", Ray's dotted "module.function",
+  `{"name": ...}`, or the function itself (by its import path). Ray's own
+  default policy (`ray.serve...`) is servefleet's built-in one.
+- `route_prefix` (DeprecationWarning: Ray moved it to the application): kept
+  in the options for `servefleet.run` / `serve.run`, which serve the ingress
+  there when given no route_prefix of their own; not part of a spec.
+- `ray_actor_options`: `runtime_env` becomes the deployment's `runtime`
+  (`runtime_from_ray_env`); `num_gpus` becomes `resources.num_gpus` (GPUs for
+  Docker and Swarm replicas; the process runtime restricts none). `num_cpus`,
+  `memory`, `resources` and `accelerator_type` are noted and not used: Ray's
+  are logical amounts for its scheduler, servefleet's resources are hard
+  limits in Docker, and a replica Ray gives 0.2 logical CPUs must not be
+  throttled to a fifth of a core.
+- Noted and not used: `placement_group_bundles`, `placement_group_strategy`,
+  `max_replicas_per_node` (placement belongs to the runtime:
+  `runtime.placement` on Swarm), `logging_config` (replicas log as the
+  controller's --log-format says), `request_router_config` (power of two
+  choices, model-aware for multiplexing), `max_constructor_retry_count`
+  (failed starts are retried with backoff), autoscaling `prometheus_metrics`.
+  Their values are still checked as Ray checks them.
+
+"Noted" means once per option and process, as a log line on the logger
+`servefleet._private.options` (a program ported from Ray would otherwise print one for
+each deployment); renamed keys raise a DeprecationWarning pointing at the
+user's line. Config files pass their own `notes` and print each as a warning
+line. A value of the wrong type is an OptionError naming its path, whatever
+the kind of option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .import_paths import colon_form
+from .option_checks import (
+    OptionError,
+    check_float,
+    check_int,
+    check_keys,
+    check_mapping,
+    check_non_negative,
+    check_str,
+    check_str_list,
+    type_name,
+)
+from .option_notes import Note, Notes, default_notes
+from .ray_runtime_env import runtime_from_ray_env
+
+# servefleet's own option names, which Ray's are translated to (checked and
+# turned into protobuf by servefleet/_private/options.py).
+SERVEFLEET_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_requests",
+                      "health_check_period_s", "health_check_timeout_s",
+                      "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
+                      "startup_timeout_s", "user_config", "autoscaling_config", "version",
+                      "runtime", "retry_methods", "resources")
+# Ray's num_replicas="auto": AutoscalingConfig.default() under the given fields.
+AUTO_AUTOSCALING = {"min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}
+# The keys servefleet's own autoscaling_config has.
+AUTOSCALING_KEYS = ("min_replicas", "max_replicas", "initial_replicas",
+                    "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
+                    "metrics_interval_s", "look_back_period_s", "upscaling_factor",
+                    "downscaling_factor", "downscale_to_zero_delay_s",
+                    "aggregation_function", "policy")
+AUTOSCALING_RENAMED = {"target_num_ongoing_requests_per_replica": "target_ongoing_requests",
+                       "upscale_smoothing_factor": "upscaling_factor",
+                       "downscale_smoothing_factor": "downscaling_factor"}
+AUTOSCALING_RAY_KEYS = (*AUTOSCALING_RENAMED, "smoothing_factor", "prometheus_metrics")
+RENAMED = {"max_concurrent_queries": "max_ongoing_requests"}
+RAY_ACTOR_OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources",
+                     "runtime_env")
+WHY_NOT_USED = {
+    "num_cpus": "Ray's CPUs are logical, for its scheduler; servefleet reserves none "
+                "(a Docker limit would throttle the replica)",
+    "memory": "Ray's memory is a logical amount, for its scheduler; servefleet reserves none",
+    "resources": "servefleet has no custom resources to schedule by",
+    "accelerator_type": "servefleet does not pick nodes by accelerator type "
+                        "(use runtime.placement constraints on Swarm)",
+    "placement_group_bundles": "servefleet has no placement groups (each replica is a "
+                               "process or container; see runtime.placement on Swarm)",
+    "placement_group_strategy": "servefleet has no placement groups",
+    "max_replicas_per_node": "placement belongs to the runtime (runtime.placement on Swarm)",
+    "logging_config": "replicas log as the controller's --log-format says",
+    "request_router_config": "servefleet routes by power of two choices (model-aware for "
+                             "multiplexed deployments); a custom router class is not loaded",
+    "max_constructor_retry_count": "failed replica starts are retried with backoff",
+    "prometheus_metrics": "the autoscaling policy sees the load servefleet measures",
+}
+RAY_ONLY = ("placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
+            "logging_config", "request_router_config", "max_constructor_retry_count")
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+LOGGING_KEYS = ("encoding", "log_level", "logs_dir", "enable_access_log",
+                "additional_log_standard_attrs")
+def config_dict(path: str, value: Any) -> dict[str, Any]:
+    """A mapping, or one of Ray's config objects (pydantic models, dataclasses)
+    as the mapping of the fields it was given."""
+    if isinstance(value, dict):
+        return check_mapping(path, value)
+    for method in ("model_dump", "dict"):  # pydantic 2, pydantic 1
+        dump = getattr(value, method, None)
+        if callable(dump):
+            try:
+                out = dump(exclude_unset=True)
+            except TypeError:
+                out = dump()
+            return check_mapping(path, out)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not None}
+    raise OptionError(f"{path}: expected a mapping, got {type_name(value)}")
+
+
+def normalize_options(path: str, options: Any, notes: Notes | None = None) -> dict[str, Any]:
+    """`options` with Ray Serve's names translated to servefleet's (see the
+    module's table), as JSON-ready data; OptionError naming the first bad
+    value. Options servefleet does not use are left out; `route_prefix` is
+    kept. Giving the same option under its old and new name is an error."""
+    notes = default_notes if notes is None else notes
+    options = check_mapping(path, options)
+    check_keys(path, options, (*SERVEFLEET_OPTIONS, "route_prefix", *RENAMED,
+                               "ray_actor_options", *RAY_ONLY))
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        where = f"{path}.{key}"
+        if key in RENAMED:
+            new = RENAMED[key]
+            if new in options:
+                raise OptionError(f"{where}: give {new} only ({key} is its old name)")
+            notes(Note(key, f"{where}: deprecated, use {new}", True))
+            out[new] = value
+        elif key == "route_prefix":
+            out[key] = _route_prefix(where, value)
+            notes(Note(key, f"{where}: deprecated on a deployment; give route_prefix to "
+                            "serve.run, or to the application in a config file", True))
+        elif key == "ray_actor_options":
+            if value is not None:
+                _actor_options(where, value, notes, out, options)
+        elif key in RAY_ONLY:
+            if value is not None:
+                _check_ray_only(where, key, value, options)
+                notes(Note(key, f"{where}: not used: {WHY_NOT_USED[key]}", False))
+        elif key == "autoscaling_config":
+            if value is not None:
+                out[key] = normalize_autoscaling(where, value, notes)
+        elif key in ("num_replicas", "user_config", "version", "runtime", "retry_methods",
+                     "resources"):
+            if value is not None:
+                out[key] = value
+        else:
+            out[key] = value
+    if out.get("num_replicas") == "auto":
+        del out["num_replicas"]
+        out["autoscaling_config"] = {**AUTO_AUTOSCALING, **(out.get("autoscaling_config") or {})}
+    # A fixed num_replicas beside an autoscaling_config is refused by the
+    # controller (a spec has one or the other), not here: `Deployment.options`
+    # merges what the decorator gave with what it is given (see merge_options).
+    return out
+
+
+def merge_options(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new` laid over `base`, as `Deployment.options(**new)` does in Ray: a
+    key in `new` wins, under its old or new name; a replica count in `new`
+    (`num_replicas` other than "auto") drops an autoscaling_config from
+    `base`, and an autoscaling_config in `new` drops a fixed num_replicas."""
+    out = dict(base)
+    for old, current in RENAMED.items():
+        if old in new or current in new:
+            out.pop(old, None)
+            out.pop(current, None)
+    if new.get("num_replicas") not in (None, "auto"):
+        out.pop("autoscaling_config", None)
+    if new.get("autoscaling_config") is not None and out.get("num_replicas") != "auto":
+        out.pop("num_replicas", None)
+    out.update(new)
+    return out
+
+
+def normalize_autoscaling(path: str, value: Any, notes: Notes) -> dict[str, Any]:
+    """Ray's autoscaling_config (a mapping or its AutoscalingConfig) with
+    servefleet's key names; None values count as not given, as in Ray."""
+    given = {k: v for k, v in config_dict(path, value).items() if v is not None}
+    check_keys(path, given, (*AUTOSCALING_KEYS, *AUTOSCALING_RAY_KEYS))
+    out = {k: v for k, v in given.items() if k in AUTOSCALING_KEYS}
+    for old, new in AUTOSCALING_RENAMED.items():
+        if old in given:
+            if new in given:
+                raise OptionError(f"{path}.{old}: give {new} only ({old} is its old name)")
+            notes(Note(old, f"{path}.{old}: deprecated, use {new}", True))
+            out[new] = given[old]
+    if "smoothing_factor" in given:
+        factor = check_float(f"{path}.smoothing_factor", given["smoothing_factor"])
+        notes(Note("smoothing_factor", f"{path}.smoothing_factor: deprecated, use "
+                                       "upscaling_factor and downscaling_factor", True))
+        for key in ("upscaling_factor", "downscaling_factor"):
+            out.setdefault(key, factor)
+    if "prometheus_metrics" in given:
+        check_str_list(f"{path}.prometheus_metrics", given["prometheus_metrics"], "metric names")
+        notes(Note("prometheus_metrics", f"{path}.prometheus_metrics: not used: "
+                                         f"{WHY_NOT_USED['prometheus_metrics']}", False))
+    if "policy" in out:
+        policy = _policy(f"{path}.policy", out.pop("policy"), notes)
+        if policy:
+            out["policy"] = policy
+    return out
+
+
+def _policy(path: str, value: Any, notes: Notes) -> str:
+    """A custom policy as "module:function"; "" for Ray's default policy."""
+    if isinstance(value, dict) or callable(getattr(value, "model_dump", None)) \
+            or callable(getattr(value, "dict", None)):  # Ray's AutoscalingPolicy
+        spec = config_dict(path, value)
+        check_keys(path, spec, ("name",))
+        path, value = f"{path}.name", spec.get("name")
+    if callable(value) and not isinstance(value, str):
+        value = f"{value.__module__}:{value.__qualname__}"
+    name = colon_form(check_str(path, value))
+    if name.startswith(("ray.serve.", "ray.serve:")):
+        notes(Note("policy", f"{path}: Ray's default policy: servefleet's built-in policy "
+                             "takes its place", False))
+        return ""
+    return name
+
+
+def _route_prefix(path: str, value: Any) -> str | None:
+    """Ray's rule for a route prefix: None (no HTTP route), or a path that
+    starts with "/", does not end with one (unless it is "/"), and has no "{"
+    or "}"."""
+    if value is None:
+        return None
+    prefix = check_str(path, value)
+    if not prefix.startswith("/") or (len(prefix) > 1 and prefix.endswith("/")) \
+            or "{" in prefix or "}" in prefix:
+        raise OptionError(f"{path}: must start with \"/\", not end with one (unless it is "
+                          f"just \"/\") and hold no \"{{\" or \"}}\", got {prefix!r}")
+    return prefix
+
+
+def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
+                   options: dict[str, Any]) -> None:
+    """ray_actor_options: its runtime_env as `runtime`, num_gpus as
+    `resources.num_gpus`; the rest checked and noted as not used."""
+    actor = check_mapping(path, value)
+    check_keys(path, actor, RAY_ACTOR_OPTIONS)
+    for key, item in actor.items():
+        where = f"{path}.{key}"
+        if item is None:
+            continue
+        if key == "runtime_env":
+            if options.get("runtime") is not None:
+                raise OptionError(f"{where}: give runtime or ray_actor_options.runtime_env, "
+                                  "not both")
+            out["runtime"] = runtime_from_ray_env(where, item, notes)
+        elif key == "num_gpus":
+            if options.get("resources") is not None:
+                raise OptionError(f"{where}: give resources or ray_actor_options.num_gpus, "
+                                  "not both")
+            gpus = check_non_negative(where, item)
+            if gpus:  # 0, Ray's default, asks for none
+                out["resources"] = {"num_gpus": gpus}
+        else:
+            if key == "resources":
+                for name, amount in check_mapping(where, item).items():
+                    check_non_negative(f"{where}.{name}", amount)
+            elif key == "accelerator_type":
+                check_str(where, item)
+            else:
+                check_non_negative(where, item)
+            notes(Note(f"ray_actor_options.{key}",
+                       f"{where}: not used: {WHY_NOT_USED[key]}", False))
+
+
+def _check_ray_only(path: str, key: str, value: Any, options: dict[str, Any]) -> None:
+    """The types Ray requires of the options servefleet does not use, so that
+    a program refused by Ray is refused here too."""
+    if key == "placement_group_bundles":
+        if not isinstance(value, list) or not value:
+            raise OptionError(f"{path}: expected a non-empty list of bundles "
+                              "(mappings of resource to amount)")
+        for i, bundle in enumerate(value):
+            for name, amount in check_mapping(f"{path}[{i}]", bundle).items():
+                check_non_negative(f"{path}[{i}].{name}", amount)
+        if options.get("max_replicas_per_node") is not None:
+            raise OptionError(f"{path}: cannot be set together with max_replicas_per_node")
+    elif key == "placement_group_strategy":
+        if check_str(path, value) not in PLACEMENT_STRATEGIES:
+            raise OptionError(f"{path}: must be one of {', '.join(PLACEMENT_STRATEGIES)}, "
+                              f"got {value!r}")
+        if options.get("placement_group_bundles") is None:
+            raise OptionError(f"{path}: needs placement_group_bundles")
+    elif key == "max_replicas_per_node":
+        check_int(path, value, (1, 100))
+    elif key == "logging_config":
+        logging_config = config_dict(path, value)
+        check_keys(path, logging_config, LOGGING_KEYS)
+    elif key == "request_router_config":
+        config_dict(path, value)
+    elif key == "max_constructor_retry_count":
+        check_int(path, value, (0, 1_000_000))

@@ -1,0 +1,378 @@
+"""Real components on loopback, for tests and benchmarks.
+
+`EtcdServer` runs Debian's etcd binary on free loopback ports with its data in
+a temporary directory; `ControllerProcess` runs `servefleet controller`,
+`ProxyProcess` `servefleet proxy` and `ReplicaProcess` one replica (without
+a controller's runtime) as child processes. Each stops what it started, and
+all only ever bind 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from servefleet._private.replica_command import REPLICA_ENV
+
+
+def go_workspace(gopath: Path) -> tuple[Path, dict[str, str]]:
+    """A GOPATH under `gopath` holding this repository at the import path
+    go_package names, with Debian's Go packages beside it (GOPATH mode: no
+    module proxy is reachable). Returns the repository's directory in it and
+    the variables to add to the environment of `go build` / `go test` there."""
+    root = Path(__file__).resolve().parent.parent
+    link = gopath / "src" / "github.com" / "servefleet" / "servefleet"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.symlink_to(root)
+    return link, {"GO111MODULE": "off", "GOFLAGS": "",
+                  "GOPATH": f"{gopath}:/usr/share/gocode",
+                  "GOCACHE": str(root / ".build" / "go-cache")}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _terminate(proc: subprocess.Popen | None, timeout: float) -> int | None:
+    """SIGTERM, then SIGKILL after `timeout` seconds; the exit code (None: never started)."""
+    if proc is None or proc.poll() is not None:
+        return proc.returncode if proc else None
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def wait_for(predicate, timeout: float = 60, what: str = ""):
+    """Poll `predicate` every 0.1 s until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+class EtcdServer:
+    """One etcd member on 127.0.0.1, started on free ports."""
+
+    def __init__(self, binary: str | None = None, certs: str | Path | None = None) -> None:
+        """With `certs` (a `servefleet certs init` directory): TLS with
+        DIR/etcd.crt, and clients must present a certificate of DIR/etcd-ca.crt."""
+        self.binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
+        self.certs = Path(certs) if certs else None
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.data_dir = tempfile.mkdtemp(prefix="servefleet-etcd-")
+        self.proc: subprocess.Popen | None = None
+        self.log_path = Path(self.data_dir) / "etcd.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def url(self) -> str:
+        return f"{'etcds' if self.certs else 'etcd'}://{self.endpoint}"
+
+    def start(self) -> EtcdServer:
+        if not os.path.exists(self.binary):
+            raise FileNotFoundError(
+                f"etcd binary not found at {self.binary}: apt-get install etcd-server")
+        client = f"{'https' if self.certs else 'http'}://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        cmd = [
+            self.binary, "--name", "test", "--data-dir", str(Path(self.data_dir) / "data"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"test={peer}", "--initial-cluster-state", "new",
+            "--log-level", "warn",
+        ]
+        if self.certs:
+            cmd += ["--cert-file", str(self.certs / "etcd.crt"),
+                    "--key-file", str(self.certs / "etcd.key"),
+                    "--trusted-ca-file", str(self.certs / "etcd-ca.crt"), "--client-cert-auth"]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _wait_tcp(self.client_port, 30, self.proc, "etcd")
+        return self
+
+    def stop(self) -> None:
+        _terminate(self.proc, 10)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class ControllerProcess:
+    """`servefleet controller` as a child process on a free loopback port."""
+
+    def __init__(self, store_url: str, *, cluster: str = "default", lease_ttl: float = 5.0,
+                 runtime: str = "process", log_dir: str | Path | None = None,
+                 extra_args: list[str] | None = None,
+                 certs: str | Path | None = None) -> None:
+        """With `certs` (a `servefleet certs init` directory) the controller runs
+        with `--certs DIR`, and this object's own calls present DIR/admin.crt."""
+        from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
+
+        self.port = free_port()
+        self.store_url = store_url
+        self.certs = certs
+        self.credentials = Credentials(TlsFiles.from_dir(certs, "admin")) if certs else PLAIN
+        self.cluster = cluster
+        self.lease_ttl = lease_ttl
+        self.extra_args = extra_args or []
+        self.runtime = runtime
+        directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-ctl-"))
+        self.log_path = directory / f"controller-{self.port}.log"
+        # Shared by every controller given the same log_dir, so a new leader
+        # finds the logs of replicas another one started.
+        self.runtime_dir = directory / "runtime"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> ControllerProcess:
+        cmd = [sys.executable, "-m", "servefleet", "controller", "--store", self.store_url,
+               "--listen", self.address, "--cluster", self.cluster,
+               "--lease-ttl", str(self.lease_ttl), "--runtime", self.runtime,
+               "--runtime-dir", str(self.runtime_dir), *self.extra_args]
+        if self.certs:
+            cmd += ["--certs", str(self.certs)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if wait:
+            self.wait_serving_health(timeout=30)
+        return self
+
+    def wait_serving_health(self, timeout: float) -> None:
+        """Wait until the process answers the gRPC health service (leader or not)."""
+        assert self.proc is not None
+        _wait_tcp(self.port, timeout, self.proc, "controller")
+        deadline = time.monotonic() + timeout
+        with self.credentials.channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                with contextlib.suppress(grpc.RpcError):
+                    stub.Check(health_pb2.HealthCheckRequest(),  # type: ignore[attr-defined]
+                               timeout=1)
+                    return
+                time.sleep(0.05)
+        raise TimeoutError(f"controller {self.address} not healthy within {timeout}s")
+
+    def is_leader(self) -> bool:
+        """True when this controller reports itself the serving leader."""
+        with self.credentials.channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(  # type: ignore[attr-defined]
+                    service="servefleet.v1.ControllerService"), timeout=1)
+            except grpc.RpcError:
+                return False
+            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait()
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class ProxyProcess:
+    """`servefleet proxy` as a child process on a free loopback port."""
+
+    def __init__(self, controllers: list[str], *, log_dir: str | Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.controllers = controllers
+        self.extra_args = extra_args or []
+        directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-proxy-"))
+        self.log_path = directory / f"proxy-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProxyProcess:
+        cmd = [sys.executable, "-m", "servefleet", "proxy", "--controller",
+               ",".join(self.controllers), "--listen", f"127.0.0.1:{self.port}",
+               *self.extra_args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _wait_tcp(self.port, 30, self.proc, "proxy")
+        return self
+
+    def stop(self, timeout: float = 15) -> int | None:
+        return _terminate(self.proc, timeout)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class ReplicaProcess:
+    """`python -m servefleet.replica` started directly, with its gRPC control stub."""
+
+    def __init__(self, tmp_path: Path, import_path: str, *, cluster: str = "t",
+                 application: str = "a", deployment: str = "d", replica_id: str = "r1",
+                 version: str = "v1", **settings: object) -> None:
+        config = Path(tmp_path) / f"settings-{replica_id}.json"
+        config.write_text(json.dumps({"import_path": import_path, **settings}))
+        self._argv = [sys.executable, "-m", "servefleet.replica", "--cluster", cluster,
+                      "--application", application, "--deployment", deployment,
+                      "--replica-id", replica_id, "--version", version,
+                      "--config-file", str(config)]
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start it on two free ports (again after a bind failure: a free port
+        can be taken by another process before the replica binds it)."""
+        from servefleet.controller.reconcile.replica_client import CHANNEL_OPTIONS
+        from servefleet.v1 import replica_pb2_grpc
+
+        self.control, self.http = free_port(), free_port()
+        self.proc = subprocess.Popen(
+            [*self._argv, "--control-port", str(self.control), "--http-port", str(self.http)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **REPLICA_ENV})
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.control}",
+                                             options=CHANNEL_OPTIONS)
+        self.stub = replica_pb2_grpc.ReplicaServiceStub(self.channel)
+
+    def metadata(self, timeout: float = 1.0):
+        from servefleet.v1 import replica_pb2
+
+        return self.stub.GetMetadata(replica_pb2.GetMetadataRequest(), timeout=timeout)
+
+    def wait_phase(self, *phases: int, timeout: float = 20):
+        from servefleet._private.wire import EXIT_BIND_FAILURE
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                meta = self.metadata()
+                if meta.phase in phases:
+                    return meta
+            except grpc.RpcError:
+                pass
+            code = self.proc.poll()
+            if code == EXIT_BIND_FAILURE:
+                self.close()
+                self._launch()
+            elif code is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"replica never reached {phases}; {self._last_words()}")
+
+    def _last_words(self) -> str:
+        if self.proc.poll() is None:
+            return "still running"
+        output = self.proc.stdout.read() if self.proc.stdout is not None else ""
+        return f"exited with {self.proc.returncode}: {output[-2000:]}"
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class PrometheusServer:
+    """Debian's prometheus on a free loopback port, scraping every second the
+    targets an http_sd URL lists (a controller's /-/metrics-targets)."""
+
+    def __init__(self, sd_url: str, binary: str | None = None) -> None:
+        self.binary = binary or shutil.which("prometheus") or "/usr/bin/prometheus"
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="servefleet-prometheus-"))
+        (self.dir / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: servefleet\n"
+            f"    http_sd_configs: [{{url: '{sd_url}', refresh_interval: 1s}}]\n")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> PrometheusServer:
+        if not os.path.exists(self.binary):
+            raise FileNotFoundError(
+                f"prometheus not found at {self.binary}: apt-get install prometheus")
+        with open(self.dir / "prometheus.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, f"--config.file={self.dir / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.dir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT)
+        _wait_tcp(self.port, 30, self.proc, "prometheus")
+        return self
+
+    def query(self, promql: str) -> list[dict]:
+        """The result vector of an instant query (Prometheus's HTTP API)."""
+        import httpx
+
+        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        reply.raise_for_status()
+        return reply.json()["data"]["result"]
+
+    def stop(self) -> None:
+        _terminate(self.proc, 10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def logs(self) -> str:
+        path = self.dir / "prometheus.log"
+        return path.read_text(errors="replace") if path.exists() else ""
