@@ -1,5 +1,6 @@
 """The layout rules the README promises: no import cycle between servefleet's
-modules, and no hand-written module over 400 lines."""
+modules, no hand-written module over 400 lines, and public modules apart
+from internal ones (servefleet._private)."""
 
 from __future__ import annotations
 
@@ -145,3 +146,27 @@ def test_tests_and_benchmarks_import_the_installed_names() -> None:
                 found += [f"{path.relative_to(ROOT)}: {n}" for n in names
                           if n.split(".")[0] in bare]
     assert not found, found
+
+
+PUBLIC = ["servefleet", "servefleet.serve", "servefleet.serve.handle", "servefleet.serve.schema",
+          "servefleet.serve.config", "servefleet.serve.exceptions", "servefleet.serve.metrics",
+          "servefleet.metrics", "servefleet.client"]
+
+
+def test_public_modules_say_what_they_promise_and_users_never_import_internals() -> None:
+    import importlib
+    import re
+
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        promised = getattr(module, "__all__", None)
+        assert promised, f"{name} has no __all__"
+        missing = [n for n in promised if not hasattr(module, n)]
+        assert not missing, f"{name}.__all__ names what it lacks: {missing}"
+    # What users read and copy: the examples, the README, the docs.
+    texts = [p for p in (ROOT / "examples").rglob("*.py") if "_pb2" not in p.name]
+    texts += [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    texts += list((ROOT / "tests" / "compat" / "programs").glob("*.py"))
+    internal = re.compile(r"^\s*(from|import) servefleet\._private", re.M)
+    offenders = [str(p.relative_to(ROOT)) for p in texts if internal.search(p.read_text())]
+    assert not offenders, f"users are shown internal imports in: {offenders}"
