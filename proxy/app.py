@@ -88,9 +88,15 @@ def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarde
     dropped = and_named_by_connection(scope["headers"], NOT_FORWARDED)
     if caller is not None:
         dropped = dropped | {b"authorization"}
-    headers = [(k, v) for k, v in scope["headers"]
-               if k not in dropped and not k.startswith(OWN_HEADER_PREFIX)
-               ] + [(REQUEST_ID_HEADER, request_id.encode("latin-1")),
+    # The client's Host goes first, and on to the replica (upstream.py writes
+    # it in place of the replica's address), as Ray's proxy keeps it: an app
+    # that builds URLs (url_for, a trailing-slash redirect) builds the ones
+    # the client used, never the replica's own address.
+    host = next(((k, v) for k, v in scope["headers"] if k == b"host"), None)
+    headers = ([host] if host is not None else []) + [
+        (k, v) for k, v in scope["headers"]
+        if k not in dropped and not k.startswith(OWN_HEADER_PREFIX)
+    ] + [(REQUEST_ID_HEADER, request_id.encode("latin-1")),
                     (ROUTE_PREFIX_HEADER, route_prefix.encode()), *forwarded.headers(scope)]
     if caller is not None:
         headers.append((CALLER_HEADER, caller.encode()))

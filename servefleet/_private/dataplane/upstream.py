@@ -198,6 +198,7 @@ class UpstreamPool:
                       headers: list[tuple[bytes, bytes]],
                       body: bytes | StreamedBody) -> Response:
         """Send one request; `target` is the raw path and query, as the client sent it.
+        A `host` header first in `headers` is sent as the Host; else the replica's address.
 
         A StreamedBody is sent as it arrives (with the client's length, else
         chunked); BodyTooLarge and ClientGone from it pass through. A replica
@@ -206,8 +207,11 @@ class UpstreamPool:
         if b"\r" in target or b"\n" in target or b" " in target:
             raise UpstreamError("refusing a request target with spaces or line breaks", address)
         conn = await self._connect(address)
-        head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
-                + address.encode() + b"\r\n"]
+        if headers and headers[0][0] == b"host":  # the client's, kept (proxy/app.py)
+            head = [method.encode() + b" " + target + b" HTTP/1.1\r\n"]
+        else:
+            head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
+                    + address.encode() + b"\r\n"]
         head.extend(k + b": " + v + b"\r\n" for k, v in headers)
         if isinstance(body, bytes):
             head.append(b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
