@@ -95,10 +95,10 @@ async def test_a_function_can_batch_and_bad_targets_are_refused() -> None:
 
     assert await asyncio.gather(*[square(i) for i in range(5)]) == [0, 1, 4, 9, 16]
     assert seen == [5]
-    with pytest.raises(TypeError, match="must be an async def"):
+    with pytest.raises(TypeError, match="must be a function that gets a list"):
         @batch
-        def plain(xs):
-            return xs
+        def gen(xs):
+            yield xs
     with pytest.raises(ValueError, match="batch_wait_timeout_s must be a number >= 0"):
         batch(batch_wait_timeout_s=-1)
 
@@ -139,3 +139,30 @@ def test_requests_through_a_proxy_are_batched(sqlite_fleet, tmp_path) -> None:
         finally:
             proxy.stop()
             client.shutdown()
+
+
+def test_a_plain_def_batches_calls_from_threads_and_runs_off_the_loop() -> None:
+    """Ray's newer sync form: callers in threads (as a replica runs plain
+    methods) block on their own item; the batch runs in a thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen: list[tuple[int, str]] = []
+
+    class Model:
+        @batch(max_batch_size=4, batch_wait_timeout_s=0.2)
+        def double(self, xs: list[int]) -> list[int]:
+            seen.append((len(xs), threading.current_thread().name))
+            return [x * 2 for x in xs]
+
+    model = Model()
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(model.double, range(4))) == [0, 2, 4, 6]
+    assert [size for size, _ in seen] == [4]
+    assert seen[0][1] != "servefleet-handles"  # not on the loop's thread
+
+    async def from_async() -> None:
+        with pytest.raises(RuntimeError, match="plain def: call it from sync code"):
+            model.double(1)
+
+    asyncio.run(from_async())

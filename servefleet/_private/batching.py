@@ -30,6 +30,9 @@ batch_queue.py's.
   `StopAsyncIteration`) in a call's place ends that call's stream; the
   others go on; all end when the generator does. A caller that leaves
   stops receiving; when all have, the generator is closed.
+- A plain `def` batch method (Ray's newer sync form) is called from sync
+  code, each caller blocking in its thread; the batch gathers on the
+  replica's event loop and runs in a thread of its own.
 - `max_batch_size` and `batch_wait_timeout_s` change at run time:
   `self.predict.set_max_batch_size(n)` and `.set_batch_wait_timeout_s(s)`
   (from `reconfigure`, typically); the next batch uses them.
@@ -48,6 +51,7 @@ batch method's `max_batch_size`: batches could then never fill.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable
@@ -185,6 +189,44 @@ class _StreamingBatched(_Batched):
             queue.leave(call)
 
 
+class _SyncBatched(_Batched):
+    """What `@batch` makes of a plain `def`, as Ray's newer versions allow:
+    called from sync code (a replica runs plain methods in threads), each
+    call waits in its thread while the batch gathers on an event loop (the
+    replica's, else handle_loop's private one); the batch itself runs in a
+    thread, so the loop never blocks on it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(f"@batch: {self._fn.__qualname__} is a plain def: call it from "
+                               "sync code (or make it async def to await it)")
+        from .handle_loop import loop_for_sync_code
+
+        model_id = MODEL_ID.get()
+
+        async def call() -> Any:
+            MODEL_ID.set(model_id)
+            return await _Batched.__call__(self, *args, **kwargs)
+
+        return asyncio.run_coroutine_threadsafe(call(), loop_for_sync_code()).result()
+
+
+def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as an async function that runs it in the loop's default executor,
+    in the caller's context (its multiplexed model id)."""
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(context.run, fn, *args, **kwargs))
+
+    return run
+
+
 def batch(_fn: Callable[..., Any] | None = None, /, *,
           max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
           batch_wait_timeout_s: float = DEFAULT_BATCH_WAIT_TIMEOUT_S,
@@ -203,11 +245,13 @@ def batch(_fn: Callable[..., Any] | None = None, /, *,
                             max_concurrent_batches, batch_size_fn)
         if inspect.isasyncgenfunction(fn):
             return _StreamingBatched(fn, settings)
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@batch: {fn.__qualname__} must be an async def (it gets a "
-                            "list of inputs and returns a list of outputs) or an async "
-                            "generator (yielding a list of outputs per step)")
-        return _Batched(fn, settings)
+        if inspect.iscoroutinefunction(fn):
+            return _Batched(fn, settings)
+        if inspect.isgeneratorfunction(fn) or not callable(fn):
+            raise TypeError(f"@batch: {getattr(fn, '__qualname__', fn)!r} must be a function "
+                            "that gets a list of inputs and returns a list of outputs (async "
+                            "def or def), or an async generator yielding a list per step")
+        return _SyncBatched(_in_thread(fn), settings)
 
     return wrap(_fn) if _fn is not None else wrap
 
