@@ -196,7 +196,7 @@ class _SyncBatched(_Batched):
     replica's, else handle_loop's private one); the batch itself runs in a
     thread, so the loop never blocks on it."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
