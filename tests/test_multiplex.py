@@ -39,7 +39,7 @@ async def test_an_lru_of_models_per_replica() -> None:
         assert (await host.get_model(model_id)).name == model_id
     # c evicted b (least recently used); b evicted c.
     assert host.loads == ["a", "b", "c", "b"] and host.unloaded == ["b", "c"]
-    assert sorted(loaded_model_ids()) >= ["a", "b"]
+    assert {"a", "b"} <= set(loaded_model_ids())  # (the process may hold others)
     # Concurrent requests for one model wait for one load.
     other = Host()
     await asyncio.gather(*[other.get_model("x") for _ in range(5)])
