@@ -206,3 +206,13 @@ def node_grpc() -> str:
     if not (modules / "@grpc" / "grpc-js").is_dir() or shutil.which("node") is None:
         pytest.fail("node and the Node gRPC packages are missing: run scripts/setup")
     return str(modules)
+
+
+@pytest.fixture(autouse=True)
+def _no_replica_identity_left_behind():
+    """Tests that build a Replica in this process set the process's replica
+    identity (servefleet._private.replica_context); the next test is no replica."""
+    yield
+    from servefleet._private import replica_context
+
+    replica_context.clear()

@@ -34,3 +34,9 @@ def set_current(identity: ReplicaIdentity) -> None:
 
 def current() -> ReplicaIdentity | None:
     return _current
+
+
+def clear() -> None:
+    """Forget the identity (for tests that build replicas in their own process)."""
+    global _current
+    _current = None
