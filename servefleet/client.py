@@ -118,7 +118,8 @@ class ControllerClient:
         self.addresses = resolve_addresses(addresses)
         # TLS files and token; default: from the environment (SERVEFLEET_CERTS
         # with DIR/admin.crt, SERVEFLEET_CLUSTER_*, SERVEFLEET_TOKEN).
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self.credentials = credentials if credentials is not None else Credentials.from_env(
+            addresses=self.addresses)
         self.timeout = timeout
         self.rpc_timeout = rpc_timeout
         # Seconds of every address refusing connections before giving up

@@ -62,3 +62,25 @@ async def _call(handle) -> dict:
 
 async def _call_plain(handle) -> str:
     return await handle.remote(None)
+
+
+def test_only_this_process_may_call_its_embedded_controller() -> None:
+    """It listens on loopback, where every local user reaches it, and runs
+    code by value: a caller without this process's token is refused."""
+    import grpc
+
+    from servefleet.client import ControllerClient, ControllerError, Credentials
+    from servefleet.v1 import deployment_pb2
+
+    handle = servefleet.run(graph_app.hello, name="hi", route_prefix="/hi", http_port=0)
+    try:
+        assert asyncio.run(_call_plain(handle)) == "hello"  # the process's own calls work
+        address = servefleet._private.local.controller_address()
+        with ControllerClient(address, timeout=5, credentials=Credentials()) as stranger:
+            with pytest.raises(ControllerError) as refused:
+                stranger.deploy(deployment_pb2.DeploymentSpec(name="X", import_path="m:X"))
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+        local = servefleet._private.local._cluster
+        assert local is not None and os.stat(local.dir).st_mode & 0o077 == 0
+    finally:
+        servefleet.shutdown()

@@ -40,6 +40,8 @@ from servefleet._private.handle import DeploymentHandle
 from servefleet._private.handle_router import close_routers
 from servefleet._private.lifecycle import can_bind
 from servefleet._private.local_specs import application_specs
+from servefleet._private.security import tokens
+from servefleet._private.security.tls import Credentials, hold_for
 from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
@@ -80,20 +82,35 @@ class _Local:
                 log.write(line + "\n")
 
         # Code of this process's own choosing runs: any working dir, and code
-        # by value (a script's classes), on a controller only it reaches.
+        # by value (a script's classes), on a controller only it reaches. The
+        # controller listens on loopback, where every local user could call
+        # it: it takes tokens, and only this process holds the admin's (in
+        # memory; the file is in a 0700 directory of this user's).
+        tokens_file = os.path.join(self.dir, "tokens")
+        admin = tokens.create(tokens_file, "servefleet-run", "admin")
+        proxy = tokens.create(tokens_file, "servefleet-run-proxy", "proxy")
+        self.credentials = Credentials(token=admin)
+        hold_for([self.controller_address], self.credentials)
         self.cluster = Quiet(f"sqlite://{self.dir}/state.db", self.controller_address,
                              self.http_address, os.path.join(self.dir, "runtime"),
-                             ["--allow-working-dir", "/", "--allow-code-by-value"])
+                             ["--allow-working-dir", "/", "--allow-code-by-value",
+                              "--auth-tokens", tokens_file,
+                              # The caller's own code, run as the caller (as Ray's
+                              # local cluster does): its files are readable.
+                              "--replica-user", "none"], ["--token", proxy],
+                             credentials=self.credentials)
         problem = self.cluster.wait_listening(threading.Event())
         if problem:
             self.stop()
             raise RuntimeError(f"servefleet: {problem} (log: {self.log.name})")
 
     def client(self) -> ControllerClient:
-        return ControllerClient(self.controller_address, timeout=30)
+        return ControllerClient(self.controller_address, timeout=30,
+                                credentials=self.credentials)
 
     def stop(self) -> None:
         self.cluster.stop()
+        hold_for([self.controller_address], None)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -46,7 +46,8 @@ class WatchClient:
                  credentials: Credentials | None = None) -> None:
         self.addresses = resolve_addresses(addresses)
         # Default: from the environment (SERVEFLEET_CERTS, SERVEFLEET_TOKEN, ...).
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self.credentials = credentials if credentials is not None else Credentials.from_env(
+            addresses=self.addresses)
         self.keys = list(keys)
         self.snapshots: dict[str, watch_pb2.Snapshot] = {}
         self.watcher_id = watcher_id or uuid.uuid4().hex[:12]

@@ -149,12 +149,17 @@ class Credentials:
         return Credentials(self.tls, self.token, name)
 
     @classmethod
-    def from_env(cls, role: str = "admin",
-                 env: Mapping[str, str] | None = None) -> Credentials:
-        """This process's own credentials when it has them (a replica:
-        `set_process_credentials`); else from SERVEFLEET_CERTS (DIR/<role>.crt)
-        or SERVEFLEET_CLUSTER_CA/_CERT/_KEY, and SERVEFLEET_TOKEN; plain text
+    def from_env(cls, role: str = "admin", env: Mapping[str, str] | None = None,
+                 addresses: Sequence[str] = ()) -> Credentials:
+        """The credentials this process holds for `addresses` (every one of
+        them registered by `hold_for`: the embedded cluster's); else this
+        process's own when it has them (a replica: `set_process_credentials`);
+        else from SERVEFLEET_CERTS (DIR/<role>.crt) or
+        SERVEFLEET_CLUSTER_CA/_CERT/_KEY, and SERVEFLEET_TOKEN; plain text
         without a token when none is set."""
+        held = {_held.get(a) for a in addresses}
+        if addresses and len(held) == 1 and None not in held:
+            return held.pop()  # type: ignore[return-value]
         if env is None and _process_credentials is not None:
             return _process_credentials
         env = os.environ if env is None else env
@@ -173,6 +178,21 @@ class Credentials:
 PLAIN = Credentials()
 # Set once by a process that holds credentials in memory only (a replica).
 _process_credentials: Credentials | None = None
+
+
+# Credentials by controller address, held in memory (servefleet.run's own
+# cluster: its token is in no file or variable user code could read).
+_held: dict[str, Credentials] = {}
+
+
+def hold_for(addresses: Sequence[str], credentials: Credentials | None) -> None:
+    """Clients of `addresses` made in this process without credentials use
+    these (None: forget them)."""
+    for address in addresses:
+        if credentials is None:
+            _held.pop(address, None)
+        else:
+            _held[address] = credentials
 
 
 def set_process_credentials(credentials: Credentials) -> None:
