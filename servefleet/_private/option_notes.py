@@ -36,7 +36,8 @@ class Note(NamedTuple):
 
 Notes = Callable[[Note], None]
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# servefleet/, not _private/: frames of servefleet.serve are servefleet's too.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _noted: set[str] = set()
 
 

@@ -32,7 +32,7 @@ def go_workspace(gopath: Path) -> tuple[Path, dict[str, str]]:
     go_package names, with Debian's Go packages beside it (GOPATH mode: no
     module proxy is reachable). Returns the repository's directory in it and
     the variables to add to the environment of `go build` / `go test` there."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # servefleet/_private/testing.py
     link = gopath / "src" / "github.com" / "servefleet" / "servefleet"
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.exists():
