@@ -97,7 +97,6 @@ def test_a_ray_file_becomes_servefleets_request_with_a_line_per_key(tmp_path) ->
     assert [line.removeprefix(prefix).split(":")[0] for line in lines] == [
         "proxy_location", "logging_config", "http_options.keep_alive_timeout_s",
         "applications[0].deployments[0].max_concurrent_queries",
-        "applications[0].deployments[0].ray_actor_options.num_cpus",
         "applications[0].deployments[0].autoscaling_config."
         "target_num_ongoing_requests_per_replica"]
     assert "deprecated, use max_ongoing_requests" in lines[3]

@@ -77,7 +77,8 @@ def test_all_of_rays_options_at_once_map_to_servefleets() -> None:
     assert (config.health_check_period_s, config.health_check_timeout_s) == (5, 15)
     assert (config.graceful_shutdown_wait_loop_s, config.graceful_shutdown_timeout_s) == (1, 10)
     assert config.user_config_json == '{"threshold":0.5}' and out.version == "v1"
-    assert dict(out.runtime.env) == {"MODE": "fast"}
+    # num_cpus 0.5: one CPU thread, as Ray sets OMP_NUM_THREADS (runtime/threads.py)
+    assert dict(out.runtime.env) == {"MODE": "fast", "OMP_NUM_THREADS": "1"}
     # Ray's logical CPUs and memory are not Docker limits here.
     assert not config.HasField("resources")
 
@@ -197,9 +198,9 @@ def test_bad_ray_options_are_errors_naming_the_path(options: dict, message: str)
 def test_options_not_used_are_noted_and_the_default_logs_each_once(caplog) -> None:
     notes = Collected()
     override({"ray_actor_options": {"num_cpus": 0.2, "memory": 100}}, notes)
-    assert [(n.option, n.deprecated) for n in notes] == [("ray_actor_options.num_cpus", False),
-                                                         ("ray_actor_options.memory", False)]
-    assert "Ray's CPUs are logical" in notes[0].message
+    # num_cpus is used (the replica's CPU threads); memory is not.
+    assert [(n.option, n.deprecated) for n in notes] == [("ray_actor_options.memory", False)]
+    assert "logical amount" in notes[0].message
     note = Note("test-only option", "deployment D.x: not used: a test", False)
     with caplog.at_level(logging.WARNING, logger="servefleet._private.options"):
         default_notes(note)
@@ -236,7 +237,8 @@ def test_normalized_options_are_servefleets_and_normalize_again_unchanged() -> N
                                        "route_prefix": "/x",
                                        "ray_actor_options": {"num_cpus": 1}})
     assert once == {"max_ongoing_requests": 2, "route_prefix": "/x", "autoscaling_config": {
-        "min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}}
+        "min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0},
+        "runtime": {"env": {"OMP_NUM_THREADS": "1"}}}
     with pytest.warns(DeprecationWarning, match="route_prefix: deprecated on a deployment"):
         assert normalize_options("d", once) == once
 

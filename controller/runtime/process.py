@@ -45,6 +45,7 @@ from servefleet._private.wire import ZYGOTE_PROCS_DIR
 
 from .base import ReplicaLaunch, RuntimeReplica
 from .sandbox import Sandbox, user_env
+from .threads import thread_env
 from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,10 @@ class ProcessRuntime:
             grpc_port=free_port(self._host) if launch.serves_grpc else 0,
             config_file=str(settings_path))
         argv = [sys.executable, "-m", MODULE, *command.argv()]
+        # Numeric libraries' threads, shared by the replicas on this host (threads.py).
+        extra_env.update(thread_env(launch.env, float(launch.resources.get("num_cpus", 0)),
+                                    os.cpu_count() or 1,
+                                    len(self._children) + len(self._forked) + 1))
         # The controller's credentials are its own, not user code's.
         env = user_env({**REPLICA_ENV, **extra_env, **launch.env})
         cwd = launch.working_dir or os.getcwd()

@@ -27,11 +27,13 @@ the controller) knows one vocabulary:
   there when given no route_prefix of their own; not part of a spec.
 - `ray_actor_options`: `runtime_env` becomes the deployment's `runtime`
   (`runtime_from_ray_env`); `num_gpus` becomes `resources.num_gpus` (GPUs for
-  Docker and Swarm replicas; the process runtime restricts none). `num_cpus`,
-  `memory`, `resources` and `accelerator_type` are noted and not used: Ray's
-  are logical amounts for its scheduler, servefleet's resources are hard
-  limits in Docker, and a replica Ray gives 0.2 logical CPUs must not be
-  throttled to a fifth of a core.
+  Docker and Swarm replicas; the process runtime restricts none). `num_cpus`
+  becomes the replica's CPU threads (`runtime.env` OMP_NUM_THREADS, rounded
+  up, unless the env sets it), as Ray sets them; not a limit: servefleet's
+  resources are hard limits in Docker, and a replica Ray gives 0.2 logical
+  CPUs must not be throttled to a fifth of a core. `memory`, `resources` and
+  `accelerator_type` are noted and not used (logical amounts for Ray's
+  scheduler).
 - Noted and not used: `placement_group_bundles`, `placement_group_strategy`,
   `max_replicas_per_node` (placement belongs to the runtime:
   `runtime.placement` on Swarm), `logging_config` (replicas log as the
@@ -51,6 +53,7 @@ the kind of option.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from .import_paths import colon_form
@@ -91,8 +94,6 @@ RENAMED = {"max_concurrent_queries": "max_ongoing_requests"}
 RAY_ACTOR_OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources",
                      "runtime_env")
 WHY_NOT_USED = {
-    "num_cpus": "Ray's CPUs are logical, for its scheduler; servefleet reserves none "
-                "(a Docker limit would throttle the replica)",
     "memory": "Ray's memory is a logical amount, for its scheduler; servefleet reserves none",
     "resources": "servefleet has no custom resources to schedule by",
     "accelerator_type": "servefleet does not pick nodes by accelerator type "
@@ -141,6 +142,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     check_keys(path, options, (*SERVEFLEET_OPTIONS, "route_prefix", *RENAMED,
                                "ray_actor_options", *RAY_ONLY))
     out: dict[str, Any] = {}
+    cpus = 0.0
     for key, value in options.items():
         where = f"{path}.{key}"
         if key in RENAMED:
@@ -155,7 +157,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
                             "serve.run, or to the application in a config file", True))
         elif key == "ray_actor_options":
             if value is not None:
-                _actor_options(where, value, notes, out, options)
+                cpus = _actor_options(where, value, notes, out, options)
         elif key in RAY_ONLY:
             if value is not None:
                 _check_ray_only(where, key, value, options)
@@ -169,6 +171,10 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
                 out[key] = value
         else:
             out[key] = value
+    if cpus:  # as Ray does, the CPUs an actor asks for are its threads (runtime/threads.py)
+        runtime = dict(out.get("runtime") or {})
+        runtime["env"] = {"OMP_NUM_THREADS": str(math.ceil(cpus)), **(runtime.get("env") or {})}
+        out["runtime"] = runtime
     if out.get("num_replicas") == "auto":
         del out["num_replicas"]
         out["autoscaling_config"] = {**AUTO_AUTOSCALING, **(out.get("autoscaling_config") or {})}
@@ -257,16 +263,20 @@ def _route_prefix(path: str, value: Any) -> str | None:
 
 
 def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
-                   options: dict[str, Any]) -> None:
+                   options: dict[str, Any]) -> float:
     """ray_actor_options: its runtime_env as `runtime`, num_gpus as
-    `resources.num_gpus`; the rest checked and noted as not used."""
+    `resources.num_gpus`; the rest checked and noted as not used. Returns
+    num_cpus (0 when not given): the replica's CPU threads, as in Ray."""
     actor = check_mapping(path, value)
     check_keys(path, actor, RAY_ACTOR_OPTIONS)
+    cpus = 0.0
     for key, item in actor.items():
         where = f"{path}.{key}"
         if item is None:
             continue
-        if key == "runtime_env":
+        if key == "num_cpus":
+            cpus = float(check_non_negative(where, item))
+        elif key == "runtime_env":
             if options.get("runtime") is not None:
                 raise OptionError(f"{where}: give runtime or ray_actor_options.runtime_env, "
                                   "not both")
@@ -288,6 +298,7 @@ def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
                 check_non_negative(where, item)
             notes(Note(f"ray_actor_options.{key}",
                        f"{where}: not used: {WHY_NOT_USED[key]}", False))
+    return cpus
 
 
 def _check_ray_only(path: str, key: str, value: Any, options: dict[str, Any]) -> None:

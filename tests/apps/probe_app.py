@@ -40,5 +40,7 @@ class Probe:
         return {"uid": os.getuid(), "home": os.environ.get("HOME", ""),
                 "opens": {path: _opens(path) for path in paths},
                 "servefleet_env": sorted(k for k in os.environ if k.startswith("SERVEFLEET")),
+                "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS",
+                                                          "OPENBLAS_NUM_THREADS")},
                 "watch": {key: _watch(controller, key)
                           for key in request.query_params.getlist("watch")}}
