@@ -137,6 +137,8 @@ def test_containers_serve_scale_get_replaced_and_are_removed(containers, fleet,
         assert (host["NanoCpus"], host["Memory"]) == (500_000_000, 256 * 2**20)
         assert host["NetworkMode"] == "host"
         assert "ECHO_MODE=docker" in running[0].attrs["Config"]["Env"]
+        # num_cpus 0.5: one thread for numeric libraries (runtime/threads.py)
+        assert "OMP_NUM_THREADS=1" in running[0].attrs["Config"]["Env"]
         assert running[0].attrs["Config"]["WorkingDir"] == APPS
 
         proxy = ProxyProcess(fleet.addresses(), log_dir=tmp_path).start()

@@ -49,6 +49,7 @@ from servefleet._private.security.tls import TlsFiles
 from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
 from .process import free_port
+from .threads import thread_env
 
 T = TypeVar("T")
 # Seconds one Engine API call may take before it counts as the engine being down.
@@ -117,6 +118,7 @@ class DockerRuntime:
         self._host = host
         self._client = client
         self._pool = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="docker")
+        self._cores: int | None = None  # the engine's, asked once
 
     def _docker(self) -> Any:
         if self._client is None:
@@ -144,6 +146,17 @@ class DockerRuntime:
         return f"servefleet-{cluster}-{replica_id}"
 
     # -- start ---------------------------------------------------------------------
+
+    def _threads(self, launch: ReplicaLaunch) -> dict[str, str]:
+        """Numeric libraries' threads (threads.py): the engine's cores shared by
+        the replicas running on it, unless the deployment says."""
+        client = self._docker()
+        running = client.containers.list(filters={"label": f"{LABEL}cluster={launch.cluster}",
+                                                  "status": "running"}, ignore_removed=True)
+        if self._cores is None:
+            self._cores = int(client.info().get("NCPU") or os.cpu_count() or 1)
+        return thread_env(launch.env, float(launch.resources.get("num_cpus", 0)),
+                          self._cores, len(running) + 1)
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         return await self._call(self._start, launch)
@@ -173,7 +186,8 @@ class DockerRuntime:
             "name": self._name(launch.cluster, launch.replica_id),
             "labels": labels, "command": ["python3", "-m", MODULE, *command.argv()],
             "detach": True,
-            "environment": {**REPLICA_ENV, **_log_format_env(), **launch.env},
+            "environment": {**REPLICA_ENV, **_log_format_env(), **self._threads(launch),
+                            **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
             "stop_signal": "SIGTERM", "init": True,
         }
