@@ -90,6 +90,9 @@ BENCHES = [
     # One handle call with a 1 MB numpy array beside one with a ~1 KB value
     # (and on Ray Serve too, with --ray-python).
     Bench("handle_values", ["handle_values.py", "--calls", "300"]),
+    # A real model (examples/digits, ONNX Runtime): baseline, servefleet with and
+    # without @batch, the pipeline's hop (and Ray Serve, with --ray-python).
+    Bench("models", ["models.py", "--duration", "5"], runs=1, needs="wrk"),
 ]
 
 
@@ -282,7 +285,7 @@ def main() -> None:
     benches = [b for b in BENCHES if (not only or b.name in only) and b.name not in skip]
     if args.ray_python:
         for bench in benches:
-            if bench.name == "handle_values":
+            if bench.name in ("handle_values", "models"):
                 bench.args = [*bench.args, "--ray-python", args.ray_python]
         benches.append(Bench("ray_serve", ["ray_noop.py", "--duration", "3"], runs=1,
                              needs="wrk", python=args.ray_python))
