@@ -10,7 +10,8 @@ classifier.py) into a float32 8x8 numpy array and hands it to the classifier
 through a handle; the array travels as an array (pickled, its buffer out of
 band), not as JSON. The answer is the classifier's, plus `received`: the
 type, dtype and shape the classifier saw. The classifier scales on its own
-between 1 and 2 replicas with its queue.
+between 1 and 2 replicas with the requests it holds (queued for a batch or
+running).
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ class DigitsIngress:
                             headers={"x-batch-size": str(answer["batch_size"])})
 
 
+# A request holds the classifier for a few milliseconds (the batch wait and the
+# run), so two held on average is already a busy replica for this model; the
+# reports come quicker than the defaults (every 10 s, averaged over 30 s), so a
+# few seconds of load show the second replica start.
 classifier = DigitClassifier.options(
     name="PipelineClassifier",
-    autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8,
-                        "upscale_delay_s": 1, "downscale_delay_s": 30})
+    autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2,
+                        "metrics_interval_s": 1, "look_back_period_s": 5,
+                        "upscale_delay_s": 2, "downscale_delay_s": 30})
 app = DigitsIngress.bind(classifier.bind())
