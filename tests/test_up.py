@@ -4,7 +4,9 @@ the first alone; two with their own ports and state dirs run side by side."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -125,7 +127,7 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
     readme = (ROOT / "README.md").read_text()
     tries = [line for line in (ROOT / "examples" / "try.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert len(tries) == 6
+    assert len(tries) == 9
     for line in tries:
         assert line.replace("{http}", "127.0.0.1:8000").replace("{grpc}", "127.0.0.1:9000") \
             in readme
@@ -140,6 +142,12 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
                    if line.startswith("up") and ("curl" in line or "client.py" in line)]
         assert printed == [line.replace("{http}", up.http).replace("{grpc}", grpc)
                            for line in tries]
+        # The digits: a PNG of the repository posted as curl posts it.
+        digits = [_curl_post(line) for line in printed[:3]]
+        assert [a.status_code for a in digits] == [200] * 3, [a.text for a in digits]
+        assert [a.json()["digit"] for a in digits] == [3, 7, 5]
+        assert digits[2].json()["tenant"] == "tenant-b"
+        printed = printed[3:]
         answers = [httpx.get(line.split("'")[1], timeout=30) for line in printed[:5]]
         assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
         sentiment, item, composed, streamed, classified = (a.text for a in answers)
@@ -266,3 +274,18 @@ def test_a_secure_local_cluster_is_two_commands(tmp_path) -> None:
     finally:
         code = up.stop()
     assert code == 0, up.output[-3000:]
+
+
+def _curl_post(line: str) -> httpx.Response:
+    """What `curl --data-binary @FILE [-H 'K: V']... 'URL'` sends, from the repository root."""
+    words = shlex.split(line.split("#")[0])
+    body: bytes | None = None
+    headers: dict[str, str] = {}
+    for flag, value in itertools.pairwise(words):
+        if flag == "--data-binary":
+            body = (ROOT / value.removeprefix("@")).read_bytes()
+        elif flag == "-H":
+            name, _, text = value.partition(":")
+            headers[name.strip()] = text.strip()
+    assert body is not None, line
+    return httpx.post(words[-1], content=body, headers=headers, timeout=30)
