@@ -1,0 +1,101 @@
+"""Where a digits request's time goes in its replica, with @batch, at 64
+connections: py-spy samples the Batched replica of bench/models.py while wrk
+drives the proxy, and the samples are sorted by what they were doing.
+
+    .venv/bin/python bench/models_profile.py [--seconds 10]   (needs wrk and py-spy)
+
+Prints each share of the replica's busy samples: the model (ONNX Runtime's
+`run`), @batch's queue, JSON (reading the request, writing the answer), HTTP
+(uvicorn, starlette, servefleet's replica app) and the rest. With a model
+that takes tens of microseconds a request, batching can only save what the
+model costs; this says how much that is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from models import ready, wrk_post
+
+from servefleet._private.testing import ControllerProcess, ProxyProcess
+from servefleet.client import ControllerClient
+from servefleet.v1 import deployment_pb2 as d
+
+HERE = Path(__file__).resolve().parent
+# The first of these that a sample's stack holds names it (innermost first).
+KINDS = (("the model (InferenceSession.run)", ("onnxruntime",)),
+         ("@batch's queue and split", ("batch_queue.py", "batching.py")),
+         ("JSON in and out", ("json/", "image (models_app.py", "answer (models_app.py",
+                              "jsonable", "answers.py")),
+         ("HTTP: uvicorn, starlette, the replica app", ("uvicorn", "starlette", "httptools",
+                                                       "replica/http.py")))
+
+
+def kind(stack: str) -> str:
+    frames = stack.split(";")[::-1]  # innermost first
+    for frame in frames:
+        for name, marks in KINDS:
+            if any(mark in frame for mark in marks):
+                return name
+    return "the rest (event loop, asyncio, logging)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not shutil.which("wrk") or not Path(spy).exists():
+        sys.exit("needs wrk (apt-get install wrk) and py-spy (pip install py-spy)")
+    work = tempfile.mkdtemp(prefix="servefleet-models-profile-")
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    proxy = None
+    raw = Path(work) / "replica.txt"
+    try:
+        while not controller.is_leader():
+            time.sleep(0.05)
+        with ControllerClient(controller.address) as client:
+            client.deploy(d.DeploymentSpec(
+                name="Batched", import_path="models_app:Batched", route_prefix="/Batched",
+                runtime=d.RuntimeOptions(working_dir=str(HERE)),
+                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=64)))
+            proxy = ProxyProcess([controller.address], log_dir=work).start()
+            ready(f"{proxy.url}/Batched")
+            (replica,) = client.replicas()
+            pid = int(replica.record.handle.split(":")[0])
+        wrk_post(f"{proxy.url}/Batched", 64, 2)  # warm up
+        recorder = subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--duration", str(args.seconds), "--rate", "250",
+             "--format", "raw", "--output", str(raw), "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        result = wrk_post(f"{proxy.url}/Batched", 64, args.seconds)
+        recorder.wait(60)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        with contextlib.suppress(Exception), ControllerClient(controller.address,
+                                                              timeout=10) as client:
+            client.shutdown()
+        controller.stop()
+    shares: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            shares[kind(stack)] += int(count)
+    total = sum(shares.values()) or 1
+    print(f"Batched replica at 64 connections: {result['rps']:.0f} requests/s while sampled; "
+          f"{total} busy samples (idle left out)")
+    for name, count in shares.most_common():
+        print(f"  {count / total:6.1%}  {name}")
+
+
+if __name__ == "__main__":
+    main()
