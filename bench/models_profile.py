@@ -87,9 +87,9 @@ def main() -> None:
         controller.stop()
     shares: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            shares[kind(stack)] += int(count)
+        stack, _, samples = line.rpartition(" ")
+        if stack and samples.isdigit():
+            shares[kind(stack)] += int(samples)
     total = sum(shares.values()) or 1
     print(f"Batched replica at 64 connections: {result['rps']:.0f} requests/s while sampled; "
           f"{total} busy samples (idle left out)")
