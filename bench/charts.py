@@ -8,6 +8,8 @@ Each chart reads figures by their names, as the benchmarks emit them:
   "Ray Serve, C connections: ...";
 - watch-fanout.svg: p50 and p99 by stream count (watch_fanout.py's
   "N streams: p50|p99");
+- models.svg: the same three panels for the digits model (models.py's
+  "SYSTEM, C connections: requests/s|p50|p99");
 - deploy-running.svg: deploy -> all RUNNING by replica count (replicas.py's
   "deploy -> RUNNING, N replicas").
 
@@ -68,14 +70,11 @@ def draw_all(results: dict[str, Any], outdir: Path) -> list[Path]:
     for metric, series in ray.items():
         plane[metric].update(series)
     if plane:
-        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-        for axis, metric, unit in zip(axes, ("requests/s", "p50", "p99"),
-                                      ("requests/s", "ms", "ms"), strict=True):
-            _plot(axis, plane.get(metric, {}), logx=True)
-            axis.set_title(f"{metric} by connections (no-op handler)")
-            axis.set_xlabel("connections")
-            axis.set_ylabel(unit)
-        written.append(_save(fig, outdir / "data-plane.svg"))
+        written.append(_by_connections(plt, plane, "no-op handler", outdir / "data-plane.svg"))
+    models = _collect(results, "models", r"(?P<label>[^,]+), (?P<x>\d+) "
+                                         r"connections: (?P<metric>requests/s|p50|p99)")
+    if models:
+        written.append(_by_connections(plt, models, "digits model", outdir / "models.svg"))
     fanout = _collect(results, "watch_fanout", r"(?P<x>\d+) streams: (?P<metric>p50|p99)")
     if fanout:
         fig, axis = plt.subplots(figsize=(6, 4))
@@ -96,6 +95,18 @@ def draw_all(results: dict[str, Any], outdir: Path) -> list[Path]:
         axis.set_ylabel("seconds")
         written.append(_save(fig, outdir / "deploy-running.svg"))
     return written
+
+
+def _by_connections(plt: Any, series: dict[str, Series], what: str, path: Path) -> Path:
+    """Three panels (requests/s, p50, p99) by connection count, a line per system."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for axis, metric, unit in zip(axes, ("requests/s", "p50", "p99"),
+                                  ("requests/s", "ms", "ms"), strict=True):
+        _plot(axis, series.get(metric, {}), logx=True)
+        axis.set_title(f"{metric} by connections ({what})")
+        axis.set_xlabel("connections")
+        axis.set_ylabel(unit)
+    return _save(fig, path)
 
 
 def _save(fig: Any, path: Path) -> Path:

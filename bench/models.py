@@ -170,8 +170,9 @@ def main() -> None:
                   f"{r['non2xx']:>8.0f}")
             figures[f"{label}, {c} connections: requests/s"] = Figure(
                 [r["rps"]], "rps", lower_is_better=False, headline=c == 16 or c == 64)
-            figures[f"{label}, {c} connections: p99"] = Figure([r["p99"]], "ms",
-                                                               headline=False)
+            for pct in ("p50", "p99"):
+                figures[f"{label}, {c} connections: {pct}"] = Figure([r[pct]], "ms",
+                                                                     headline=False)
     share = ours["Unbatched"][16]["rps"] / base[16]["rps"]
     batched = ours["Batched"][64]["rps"] / base[64]["rps"]
     one, piped = ours["OneProcess"][1], ours["Ingress"][1]

@@ -81,3 +81,20 @@ def test_the_table_names_every_partial_run_since_the_full_one() -> None:
                    ("d", "2026-12-04 05:10 UTC")]}}
     header = run_all.table(results).splitlines()[0]
     assert "rerun since: b, d on 2026-12-04 05:10 UTC; c on 2026-12-04 05:54 UTC." in header
+
+
+def test_the_charts_draw_each_system_by_connections(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from charts import draw_all
+
+    def fig(value: float) -> dict:
+        return {"samples": [value], "unit": "ms"}
+    models = {f"{system}, {c} connections: {metric}": fig(c * 1.0)
+              for system in ("baseline (one process)", "servefleet batched")
+              for c in (1, 16, 64) for metric in ("requests/s", "p50", "p99")}
+    models["pipeline hop: p50"] = fig(0.5)  # not by connections: not drawn
+    written = draw_all({"benchmarks": {"models": {"figures": models}}}, tmp_path)
+    assert [p.name for p in written] == ["models.svg"]
+    drawn = (tmp_path / "models.svg").read_text()
+    assert "servefleet batched" in drawn and "baseline (one process)" in drawn
+    assert "pipeline hop" not in drawn

@@ -288,3 +288,15 @@ def test_the_pipelines_classifier_scales_to_two_replicas_under_load_losing_nothi
 
     asyncio.run(load())
     assert failures == [] and classifiers() == 2, (failures[:5], len(served))
+
+
+def test_the_models_threads_follow_the_replicas_environment(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # as the replica's working_dir is
+    classifier = _import(EXAMPLE / "classifier.py")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert classifier.cpu_threads() == 3
+    for unusable in ("0", "-2", "many"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unusable)
+        assert classifier.cpu_threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert classifier.cpu_threads() == 1

@@ -66,6 +66,8 @@ def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_
             spec = found[0].attrs["Spec"]
             assert spec["TaskTemplate"]["RestartPolicy"]["Condition"] == "none"
             assert spec["TaskTemplate"]["Resources"]["Limits"]["NanoCPUs"] == 500_000_000
+            # Numeric libraries' threads: ceil(num_cpus) when the deployment sets it.
+            assert "OMP_NUM_THREADS=1" in spec["TaskTemplate"]["ContainerSpec"]["Env"]
             url = proxy.url + "/echo"
             wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
             assert httpx.get(url, timeout=10).json()["label"] == "echo"
@@ -85,6 +87,7 @@ def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_
             placed.name, placed.route_prefix = "Placed", "/placed"
             placed.runtime.placement.constraints.append("node.role == manager")
             placed.runtime.placement.spread.append("node.labels.zone")
+            placed.replica_config.ClearField("resources")
             client.deploy(placed)
             wait_for(lambda: any(r.state == replica_pb2.REPLICA_STATE_RUNNING
                                  for r in client.replicas(deployment="Placed")), 90,
@@ -95,6 +98,11 @@ def test_services_serve_get_replaced_and_refuse_clearly(services, swarm, sqlite_
             assert placement["Constraints"] == ["node.role == manager"]
             assert placement["Preferences"] == [{"Spread": {"SpreadDescriptor":
                                                             "node.labels.zone"}}]
+            # No num_cpus: the swarm's cores shared by the cluster's 3 replicas.
+            cores = sum(n.attrs["Description"]["Resources"]["NanoCPUs"] // 10**9
+                        for n in swarm.nodes.list())
+            assert f"OMP_NUM_THREADS={max(1, cores // 3)}" in \
+                service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Env"]
 
             # A replica no node can take: a clear reason in the status, not a hang.
             nowhere = echo_spec(1)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import os
 import time
 from typing import Any
 
@@ -53,6 +54,7 @@ from .docker import (
     settings_files,
 )
 from .process import free_port
+from .threads import thread_env
 
 logger = logging.getLogger(__name__)
 # How long `start` waits for Swarm to place the task before calling it unplaceable.
@@ -64,6 +66,21 @@ class SwarmRuntime(DockerRuntime):
     name = "swarm"
 
     # -- start -------------------------------------------------------------------
+
+    def _threads(self, launch: ReplicaLaunch) -> dict[str, str]:
+        """Numeric libraries' threads (threads.py). Swarm picks the node after the
+        service exists, so the share is the swarm's: the cores of its ready nodes
+        divided by the cluster's replicas (this one included), unless the
+        deployment says (`runtime.env` OMP_NUM_THREADS, or num_cpus)."""
+        client = self._docker()
+        cores = sum(int(node.attrs.get("Description", {}).get("Resources", {})
+                        .get("NanoCPUs", 0)) // 1_000_000_000
+                    for node in client.nodes.list()
+                    if node.attrs.get("Status", {}).get("State") == "ready"
+                    and node.attrs.get("Spec", {}).get("Availability") == "active")
+        services = client.services.list(filters={"label": f"{LABEL}cluster={launch.cluster}"})
+        return thread_env(launch.env, float(launch.resources.get("num_cpus", 0)),
+                          cores or os.cpu_count() or 1, len(services) + 1)
 
     def _start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         import docker.errors
@@ -110,7 +127,7 @@ class SwarmRuntime(DockerRuntime):
             nano = int(resources.get("num_cpus", 0) * 1e9) or None
             memory = int(resources.get("memory_bytes", 0)) or None
             gpus = int(resources.get("num_gpus", 0))
-            env = {**REPLICA_ENV, **_log_format_env(), **launch.env}
+            env = {**REPLICA_ENV, **_log_format_env(), **launch.env, **self._threads(launch)}
             options: dict[str, Any] = {
                 "name": name, "labels": labels, "container_labels": labels,
                 "command": ["python3", "-m", MODULE], "args": command.argv(),
