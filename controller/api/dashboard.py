@@ -5,21 +5,41 @@ version, address, uptime, message), its route, and the last errors (failed
 deployments and replicas with a failure message). The page at
 /-/dashboard (dashboard.html, shipped in the package: no CDN) polls it every
 second. Field names follow the protos (status.proto, replica.proto).
+
+`models` (on a deployment whose replicas record llm_* metrics): per model,
+time to first token p50/p99, time per output token p50 and tokens per
+second over the last seconds, from the RUNNING replicas' /metrics, scraped
+while the page is polled (model_scrape.py, model_figures.py). Soft state of
+the serving term: a new leader starts without it.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from servefleet._private.messages import message_dict
 from servefleet.v1 import replica_pb2, status_pb2
 
+from .model_scrape import ModelScraper, Target
+
 if TYPE_CHECKING:
     from ..term import LeaderTerm
 
 FAILING = {status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED, status_pb2.DEPLOYMENT_STATUS_UNHEALTHY}
+
+# One scraper per serving term, gone with it (its samples are soft state).
+_scrapers: weakref.WeakKeyDictionary[LeaderTerm, ModelScraper] = weakref.WeakKeyDictionary()
+
+
+def model_scraper(term: LeaderTerm) -> ModelScraper:
+    """The term's scraper of model figures, made on first use."""
+    scraper = _scrapers.get(term)
+    if scraper is None:
+        scraper = _scrapers[term] = ModelScraper()
+    return scraper
 
 
 def page() -> bytes:
@@ -34,6 +54,7 @@ def snapshot(term: LeaderTerm, cluster: str, leader: str,
               for r in term.deployments.live() if r.spec.HasField("route_prefix")}
     replicas: dict[tuple[str, str], list[dict[str, Any]]] = {}
     errors: list[dict[str, str]] = []
+    targets: list[Target] = []
     for info in term.replica_infos():
         record = info.record
         created = record.created_time.ToNanoseconds() / 1e9 if record.created_time.seconds else 0
@@ -43,6 +64,9 @@ def snapshot(term: LeaderTerm, cluster: str, leader: str,
             "http_address": record.http_address,
             "uptime_s": round(now - created, 1) if created else None,
             "message": info.message})
+        if state == "RUNNING" and record.metrics_address and not record.stopping:
+            targets.append(Target(record.replica_id, record.application, record.deployment,
+                                  record.metrics_address))
         if info.message and state != "RUNNING":
             errors.append({"where": f"{record.application}/{record.deployment}/"
                                     f"{record.replica_id}", "message": info.message})
@@ -50,12 +74,17 @@ def snapshot(term: LeaderTerm, cluster: str, leader: str,
         for dep in app.deployments:
             if dep.status in FAILING and dep.message:
                 errors.append({"where": f"{app.name}/{dep.name}", "message": dep.message})
+    scraper = model_scraper(term)
+    scraper.poll(targets)
     for app in status["applications"]:
         routed = [routes[(app["name"], d["name"])] for d in app["deployments"]
                   if (app["name"], d["name"]) in routes]
         app["route_prefix"] = routed[0] if routed else None
         for dep in app["deployments"]:
             dep["replicas"] = replicas.get((app["name"], dep["name"]), [])
+            models = scraper.figures.of(app["name"], dep["name"])
+            if models:
+                dep["models"] = models
     status["errors"] = errors
     status["time"] = now
     return status
