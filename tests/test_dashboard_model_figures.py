@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from controller.api.model_figures import (
+from servefleet.controller.api.model_figures import (
     GENERATED,
     MAX_MODELS,
     PROMPT,
@@ -21,14 +21,14 @@ from controller.api.model_figures import (
     by_model,
     histogram_quantile,
 )
-from controller.api.model_scrape import (
+from servefleet.controller.api.model_scrape import (
     ModelScraper,
     ScrapeError,
     Target,
     fetch_metrics,
     read_models,
 )
-from controller.api.prom_text import BadExposition, Series, parse
+from servefleet.controller.api.prom_text import BadExposition, Series, parse
 
 BOUNDS = ("0.01", "0.1", "1.0", "+Inf")
 
@@ -240,7 +240,7 @@ async def test_a_round_uses_good_answers_and_logs_bad_ones_once(caplog) -> None:
     scraper = ModelScraper(fetch, clock=lambda: clock[0])
     targets = [Target(name, "app", name.title(), name)
                for name in ("good", "malformed", "unreachable")]
-    with caplog.at_level(logging.DEBUG, logger="controller.api.model_scrape"):
+    with caplog.at_level(logging.DEBUG, logger="servefleet.controller.api.model_scrape"):
         await scraper.scrape(targets)
         answers["good"] = exposition({"m": ([0, 4, 4, 4], [4, 4, 4, 4], 40.0, 8.0)})
         clock[0] = 2.0

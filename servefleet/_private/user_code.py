@@ -56,6 +56,15 @@ from typing import Any
 
 # servefleet's own top-level packages (also under the names of its source dirs).
 SERVEFLEET_MODULES = frozenset({"servefleet", "controller", "proxy", "replica"})
+# What servefleet offers to deploy by name (servefleet.llm, docs/llm.md):
+# these exact paths pass rule 1. They are servefleet's code, take data (JSON
+# init args) only, and import the engine they are given as user code.
+SERVEFLEET_DEPLOYABLE = frozenset({
+    "servefleet.llm:build_openai_app",
+    "servefleet._private.llm.server:LLMServer",
+    "servefleet._private.llm.openai_ingress:OpenAIIngress",
+    "servefleet._private.llm.ngram:NGramEngine",
+})
 STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"])
 INSTALLED_DIR_NAMES = ("site-packages", "dist-packages")
 # How the import system finds a module in a directory (its default loaders).
@@ -78,6 +87,8 @@ def refused_name(module_name: str, attribute: str) -> str | None:
     if dunder is not None:
         return f"names {dunder}, which is Python's own, not user code"
     top = parts[0]
+    if f"{module_name}:{attribute}" in SERVEFLEET_DEPLOYABLE:
+        return None
     if top in sys.stdlib_module_names or top in sys.builtin_module_names \
             or top in SERVEFLEET_MODULES:
         return "names the standard library or servefleet itself, not user code"

@@ -38,6 +38,9 @@ class SamplingParams:
     top_p: float = 1.0        # nucleus sampling: the smallest set holding this mass
     seed: int | None = None   # None: a fresh random state per request
     stop: tuple[str, ...] = ()
+    # Never end at the model's end of text (vLLM's extension of the same
+    # name): generation runs to max_tokens or a stop sequence.
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,9 @@ class NGramEngine:
         for produced in range(1, params.max_tokens + 1):
             await asyncio.sleep(0)  # a turn for the loop: cancellation lands here
             probs = model.distribution(context)
+            if params.ignore_eos:
+                probs = probs.copy()
+                probs[tokens.END_OF_TEXT] = 0.0
             token_id = choose_token(probs, params.temperature, params.top_p, rng)
             self.tokens_generated += 1
             if token_id == tokens.END_OF_TEXT:

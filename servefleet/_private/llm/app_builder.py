@@ -1,0 +1,76 @@
+"""`LLMConfig` and `build_openai_app`: models served behind one OpenAI API.
+
+    app = build_openai_app([LLMConfig(model_id="kjv-trigram",
+                                      deployment_config={"num_replicas": 2})])
+
+One LLMServer deployment per model (named `LLMServer_<model>`, its options
+from `deployment_config`: num_replicas, autoscaling_config,
+max_ongoing_requests, ...) and one OpenAIIngress bound to their handles,
+which routes each request by its `model` field. As Ray's builder of the same
+name, it also takes `{"llm_configs": [...]}` of plain dicts, so a config
+file can name it with `args` (import_path `servefleet.llm:build_openai_app`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servefleet._private.api import Application, deployment
+from servefleet._private.llm.openai_ingress import OpenAIIngress
+from servefleet._private.llm.server import DEFAULT_ENGINE, LLMServer
+from servefleet._private.options import OptionError
+
+
+@dataclass
+class LLMConfig:
+    """One served model.
+
+    - `model_id`: the name clients ask for (`model` in a request);
+    - `engine`: the engine class, "module:Class" (default the n-gram model
+      of servefleet.llm, NGramEngine), made in each replica with
+      `engine_kwargs` (JSON values);
+    - `deployment_config`: the options of the model's deployment, as
+      `@servefleet.deployment` takes them (num_replicas, autoscaling_config,
+      max_ongoing_requests, max_queued_requests, ...).
+    """
+
+    model_id: str
+    engine: str = DEFAULT_ENGINE
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    deployment_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _config(value: Any, index: int) -> LLMConfig:
+    if isinstance(value, LLMConfig):
+        return value
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"model_id", "engine", "engine_kwargs", "deployment_config"}
+        if unknown or not isinstance(value.get("model_id"), str):
+            raise OptionError(f"llm_configs[{index}]: needs model_id (a string); unknown "
+                              f"keys: {sorted(unknown)}")
+        return LLMConfig(**value)
+    raise OptionError(f"llm_configs[{index}]: an LLMConfig or a mapping, not {value!r}")
+
+
+def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
+                     Mapping[str, Any], *, ingress_options: Mapping[str, Any] | None = None
+                     ) -> Application:
+    """The application: an OpenAI ingress over one deployment per model."""
+    if isinstance(llm_configs, Mapping):
+        llm_configs = llm_configs.get("llm_configs") or []
+    configs = [_config(c, i) for i, c in enumerate(llm_configs)]
+    if not configs:
+        raise OptionError("build_openai_app needs at least one LLMConfig")
+    ids = [c.model_id for c in configs]
+    if len(set(ids)) != len(ids):
+        raise OptionError(f"model ids must be distinct: {ids}")
+    servers = {}
+    for c in configs:
+        name = "LLMServer_" + re.sub(r"[^A-Za-z0-9_]", "_", c.model_id)
+        server = deployment(name=name, **c.deployment_config)(LLMServer)
+        servers[c.model_id] = server.bind(c.model_id, c.engine, c.engine_kwargs)
+    ingress = deployment(name="OpenAIIngress", **dict(ingress_options or {}))(OpenAIIngress)
+    return ingress.bind(servers)

@@ -1,0 +1,214 @@
+"""The OpenAI HTTP API in front of LLMServer deployments (one per model).
+
+    POST {route}/v1/chat/completions   POST {route}/v1/completions
+    GET  {route}/v1/models             GET  {route}/v1/models/{model}
+
+Each request is read and checked (openai_protocol.py: a 400 naming the
+parameter), sent to its model's deployment by the request's `model` field
+(404 `model_not_found` for one not served) as one streaming handle call per
+choice, and answered whole or, with `stream: true`, as server-sent events
+(openai_responses.py). The prompt travels as the call's routing key, so a
+router that keeps prefixes together can.
+
+A client that leaves mid-stream: starlette cancels the response's
+generator, whose `finally` closes the handle calls; their connections
+close, and each LLMServer replica cancels its generator at the next token.
+Errors the calls raise map to OpenAI's statuses: a full queue is 429, no
+replica 503, an engine's ValueError 400, anything else 500 (never a
+traceback). Once a stream has begun, an error ends it with an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from servefleet._private.llm.openai_protocol import (
+    APIError,
+    GenerationRequest,
+    chat_request,
+    completion_request,
+)
+from servefleet._private.llm.openai_responses import DONE, Choice, Reply, event
+from servefleet._private.responses import HandleError
+
+logger = logging.getLogger(__name__)
+
+
+def api_error(e: BaseException) -> APIError:
+    """What a failed call means to an OpenAI client."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ValueError):
+        return APIError(400, str(e))
+    if isinstance(e, HandleError) and type(e).__name__ == "BackPressureError":
+        return APIError(429, f"the model is busy, retry later: {e}", code="overloaded",
+                        kind="rate_limit_error")
+    if isinstance(e, HandleError) and e.status in (502, 503, 504):
+        return APIError(503, f"the model is unavailable: {e}", code="unavailable",
+                        kind="server_error")
+    logger.error("a generation failed: %s: %s", type(e).__name__, e)
+    return APIError(500, "the model failed to answer; see the server's logs",
+                    kind="server_error")
+
+
+def error_response(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+class OpenAIIngress:
+    """An ASGI deployment: the OpenAI routes over `models` (model id -> handle
+    of its LLMServer deployment)."""
+
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/v1/models", self._list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self._one_model, methods=["GET"]),
+        ])
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+    # -- models ------------------------------------------------------------------
+
+    def _card(self, model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": 0, "owned_by": "servefleet"}
+
+    async def _list_models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._card(m) for m in self.models]})
+
+    async def _one_model(self, request: Request) -> Response:
+        model = request.path_params["model"]
+        if model not in self.models:
+            return error_response(self._unknown(model))
+        return JSONResponse(self._card(model))
+
+    def _unknown(self, model: str) -> APIError:
+        return APIError(404, f"the model {model!r} does not exist; served: "
+                             f"{', '.join(sorted(self.models))}", param="model",
+                        code="model_not_found")
+
+    # -- generation --------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._serve(request, chat_request)
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._serve(request, completion_request)
+
+    async def _serve(self, request: Request, read: Any) -> Response:
+        try:
+            try:
+                body = json.loads(await request.body())
+            except ValueError as e:
+                raise APIError(400, f"the body is not valid JSON: {e}") from None
+            wanted: GenerationRequest = read(body)
+            if wanted.model not in self.models:
+                raise self._unknown(wanted.model)
+            streams = [self._call(wanted, i) for i in range(wanted.n)]
+            if wanted.stream:
+                return StreamingResponse(self._events(wanted, streams),
+                                         media_type="text/event-stream",
+                                         headers={"cache-control": "no-cache"})
+            return JSONResponse(await self._whole(wanted, streams))
+        except APIError as e:
+            return error_response(e)
+
+    def _call(self, wanted: GenerationRequest, index: int) -> Any:
+        handle = self.models[wanted.model].options(stream=True, method_name="generate")
+        messages = wanted.messages if wanted.chat else None
+        return handle.remote(wanted.prompt, messages, wanted.with_seed(index))
+
+    async def _whole(self, wanted: GenerationRequest, streams: list[Any]) -> dict[str, Any]:
+        choices = [Choice() for _ in streams]
+        prompt_tokens = 0
+
+        async def collect(stream: Any, choice: Choice) -> None:
+            nonlocal prompt_tokens
+            async for item in stream:
+                if "prompt_tokens" in item:
+                    prompt_tokens = item["prompt_tokens"]
+                    continue
+                choice.text += item["text"]
+                choice.tokens += 1
+                choice.finish_reason = item["finish_reason"]
+        try:
+            await asyncio.gather(*(collect(s, c) for s, c in zip(streams, choices, strict=True)))
+        except Exception as e:
+            raise api_error(e) from None
+        finally:
+            await _close(streams)
+        return Reply(wanted.model, wanted.chat).complete(choices, prompt_tokens)
+
+    async def _events(self, wanted: GenerationRequest,
+                      streams: list[Any]) -> AsyncIterator[bytes]:
+        reply = Reply(wanted.model, wanted.chat, wanted.include_usage)
+        prompt_tokens = completion_tokens = 0
+        try:
+            if wanted.chat:
+                for index in range(len(streams)):
+                    yield reply.role_chunk(index)
+            async for index, item in _merged(streams):
+                if "prompt_tokens" in item:
+                    prompt_tokens = item["prompt_tokens"]
+                    continue
+                completion_tokens += 1
+                yield reply.piece_chunk(index, item["text"], item["finish_reason"])
+            if wanted.include_usage:
+                yield reply.usage_chunk(prompt_tokens, completion_tokens)
+            yield DONE
+        except Exception as e:  # after the head went out: an error event ends the stream
+            yield event(api_error(e).body())
+            yield DONE
+        finally:
+            await _close(streams)
+
+
+async def _merged(streams: list[Any]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """(choice index, item) from every stream as they come; one stream read in place."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    end = object()
+
+    async def pump(index: int, stream: Any) -> None:
+        try:
+            async for item in stream:
+                await queue.put((index, item))
+            await queue.put((index, end))
+        except Exception as e:
+            await queue.put((index, e))
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            index, item = await queue.get()
+            if item is end:
+                left -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _close(streams: list[Any]) -> None:
+    for stream in streams:
+        with contextlib.suppress(Exception):
+            await stream.aclose()

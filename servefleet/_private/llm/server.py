@@ -1,0 +1,81 @@
+"""LLMServer: the deployment that holds one model's engine in each replica.
+
+The OpenAI ingress (openai_ingress.py) calls `generate` through a streaming
+handle. One call is one choice: it renders the prompt (chat messages with
+the engine's template), counts the prompt's tokens, and yields first
+`{"prompt_tokens": N}`, then one `{"text", "finish_reason"}` per token.
+A caller that goes away closes the call's connection; the replica then
+cancels this generator, and the engine stops at its next token.
+
+The engine is made in `__init__` from an import path and JSON kwargs (so a
+config file can name it) and started (trained, loaded) once, before the
+first request. `stats()` tells a caller what this replica's engine did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from servefleet._private.import_paths import colon_form
+from servefleet._private.llm import llm_metrics as m
+from servefleet._private.llm.engine import ChatMessage, Engine, SamplingParams
+from servefleet._private.user_code import import_user_object
+
+DEFAULT_ENGINE = "servefleet._private.llm.ngram:NGramEngine"
+
+
+def load_engine(path: str, kwargs: dict[str, Any]) -> Engine:
+    """The engine class at `path` ("module:Class"), made with `kwargs`. The
+    path is user code by the rules every import path meets (user_code.py: the
+    deployer's own module, or servefleet's NGramEngine)."""
+    engine = import_user_object(colon_form(path))(**kwargs)
+    if not isinstance(engine, Engine):
+        raise TypeError(f"{path} does not implement the Engine interface "
+                        "(start, chat_prompt, count_tokens, generate)")
+    return engine
+
+
+class LLMServer:
+    """One model's replica: `generate` streams the tokens of one choice."""
+
+    def __init__(self, model_id: str, engine: str = DEFAULT_ENGINE,
+                 engine_kwargs: dict[str, Any] | None = None) -> None:
+        self.model_id = model_id
+        self.engine = load_engine(engine, dict(engine_kwargs or {}))
+        self._started: asyncio.Task[None] | None = None
+        self.generated = 0
+
+    async def _ready(self) -> None:
+        if self._started is None:
+            self._started = asyncio.ensure_future(self.engine.start())
+        await asyncio.shield(self._started)
+
+    async def generate(self, prompt: str, messages: Sequence[ChatMessage] | None,
+                       params: SamplingParams) -> AsyncIterator[dict[str, Any]]:
+        began = time.perf_counter()
+        await self._ready()
+        if messages is not None:
+            prompt = self.engine.chat_prompt(messages)
+        text = prompt
+        prompt_tokens = self.engine.count_tokens(text)
+        tags = {"model": self.model_id}
+        m.PROMPT_TOKENS.inc(prompt_tokens, tags=tags)
+        yield {"prompt_tokens": prompt_tokens}
+        last = None
+        async for piece in self.engine.generate(text, params):
+            now = time.perf_counter()
+            if last is None:
+                m.TIME_TO_FIRST_TOKEN.observe(now - began, tags=tags)
+            else:
+                m.TIME_PER_OUTPUT_TOKEN.observe(now - last, tags=tags)
+            last = now
+            self.generated += 1
+            m.GENERATED_TOKENS.inc(tags=tags)
+            yield {"text": piece.text, "finish_reason": piece.finish_reason}
+
+    async def stats(self) -> dict[str, Any]:
+        """This replica's model and the tokens it generated."""
+        return {"model": self.model_id, "generated_tokens": self.generated}

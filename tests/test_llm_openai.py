@@ -1,0 +1,170 @@
+"""servefleet.llm through real processes, with the official `openai` client as
+users write it: a controller, a proxy, the OpenAI ingress and two models
+(NGramEngine trained on Genesis, and on Exodus), deployed from a config file
+that names `servefleet.llm:build_openai_app` with args, as examples/llm does."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from servefleet import get_deployment_handle
+from servefleet._private.config_file import load_config
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet.client import ControllerClient
+from servefleet.controller.runtime.process import scan
+from servefleet.llm import ChatMessage, NGramEngine
+
+GENESIS, EXODUS = "Gen1:1-Gen50:26", "Ex1:1-Ex40:38"
+
+
+@dataclass
+class LLM:
+    url: str  # the proxy's
+    client: openai.OpenAI
+    controller_address: str
+
+
+def config(tmp) -> str:
+    models = [{"model_id": "genesis", "engine_kwargs": {"passages": GENESIS},
+               "deployment_config": {"num_replicas": 1, "max_ongoing_requests": 32}},
+              {"model_id": "exodus", "engine_kwargs": {"passages": EXODUS}}]
+    path = tmp / "llm.yaml"
+    path.write_text(yaml.safe_dump({"applications": [{
+        "name": "llm", "route_prefix": "/llm", "import_path": "servefleet.llm:build_openai_app",
+        "args": {"llm_configs": models}}]}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
+    tmp = tmp_path_factory.mktemp("llm")
+    cluster = f"llm-{os.getpid()}"
+    controller = ControllerProcess(f"sqlite://{tmp}/state.db", cluster=cluster,
+                                   runtime="process", log_dir=tmp).start()
+    proxy = ProxyProcess([controller.address], log_dir=tmp).start()
+    client = ControllerClient([controller.address], timeout=30)
+    try:
+        client.deploy_applications(load_config(config(tmp)).applications)
+        probe = {"model": "genesis", "prompt": "In the beginning", "max_tokens": 1}
+        for model in ("genesis", "exodus"):
+            wait_for(lambda m=model: httpx.post(  # type: ignore[misc]
+                proxy.url + "/llm/v1/completions", json={**probe, "model": m},
+                timeout=10).status_code == 200, 90, f"model {model}")
+        yield LLM(proxy.url, openai.OpenAI(base_url=proxy.url + "/llm/v1", api_key="unused",
+                                           max_retries=0), controller.address)
+    finally:
+        proxy.stop()
+        with contextlib.suppress(Exception):
+            client.shutdown()
+        client.close()
+        controller.stop()
+        for replica, _ in scan(cluster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(replica.handle.split(":")[0]), signal.SIGKILL)
+
+
+def test_models_are_listed_and_chat_answers_with_usage(llm) -> None:
+    assert sorted(m.id for m in llm.client.models.list()) == ["exodus", "genesis"]
+    messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
+    answer = llm.client.chat.completions.create(model="genesis", messages=messages,
+                                                max_tokens=12, seed=3,
+                                                extra_body={"ignore_eos": True})
+    choice = answer.choices[0]
+    assert answer.object == "chat.completion" and answer.model == "genesis"
+    assert choice.message.role == "assistant" and choice.message.content
+    prompt = NGramEngine().chat_prompt([ChatMessage(**m) for m in messages])
+    assert answer.usage.prompt_tokens == NGramEngine().count_tokens(prompt)
+    assert answer.usage.completion_tokens == 12 and choice.finish_reason == "length"
+
+
+def test_streamed_chunks_are_the_usage_and_the_text(llm) -> None:
+    kwargs = {"model": "genesis", "max_tokens": 20, "seed": 11,
+              "extra_body": {"ignore_eos": True}}  # vLLM's extension: all 20 tokens
+    streamed = {"stream": True, "stream_options": {"include_usage": True}}
+    for chat in (False, True):
+        if chat:
+            messages = [{"role": "user", "content": "And God said"}]
+            whole = llm.client.chat.completions.create(messages=messages, **kwargs)
+            chunks = list(llm.client.chat.completions.create(messages=messages, **kwargs,
+                                                             **streamed))
+            assert chunks[0].choices[0].delta.role == "assistant"
+            pieces = [c.choices[0].delta.content or "" for c in chunks[1:] if c.choices]
+            text = whole.choices[0].message.content
+        else:
+            whole = llm.client.completions.create(prompt="And God said", **kwargs)
+            chunks = list(llm.client.completions.create(prompt="And God said", **kwargs,
+                                                        **streamed))
+            pieces = [c.choices[0].text for c in chunks if c.choices]
+            text = whole.choices[0].text
+        usage = chunks[-1].usage
+        assert not chunks[-1].choices and usage is not None
+        assert len(pieces) == usage.completion_tokens == whole.usage.completion_tokens == 20
+        assert "".join(pieces) == text  # the same seed: the same text, streamed or not
+        assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_stop_seed_and_n(llm) -> None:
+    greedy = llm.client.completions.create(model="genesis", prompt="And God said",
+                                           max_tokens=12, temperature=0)
+    text = greedy.choices[0].text
+    stop = text.split()[3]  # a word some way in
+    cut = llm.client.completions.create(model="genesis", prompt="And God said",
+                                        max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert stop not in cut.choices[0].text and text.startswith(cut.choices[0].text)
+    twice = [llm.client.completions.create(model="exodus", prompt="And Moses", max_tokens=16,
+                                           seed=42, temperature=1.0).choices[0].text
+             for _ in range(2)]
+    assert twice[0] == twice[1]
+    two = llm.client.completions.create(model="exodus", prompt="And Moses", max_tokens=16,
+                                        seed=42, n=2)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.choices[0].text == twice[0]  # choice 0 has the seed itself
+
+
+def test_errors_have_openais_shape_and_status(llm) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        llm.client.completions.create(model="leviticus", prompt="x")
+    assert missing.value.body["code"] == "model_not_found"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as hot:
+        llm.client.chat.completions.create(model="genesis", temperature=3.5,
+                                           messages=[{"role": "user", "content": "x"}])
+    assert hot.value.body["param"] == "temperature"  # type: ignore[index]
+    answer = httpx.post(llm.url + "/llm/v1/completions", content=b"{not json", timeout=10)
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == \
+        "invalid_request_error"
+
+
+def generated(llm: LLM) -> int:
+    """The Genesis replica's count of tokens generated, by a handle call to it."""
+    server = get_deployment_handle("LLMServer_genesis", "llm", controllers=llm.controller_address)
+    return server.stats.remote().result(timeout_s=10)["generated_tokens"]
+
+
+def test_a_client_leaving_mid_stream_stops_generation(llm) -> None:
+    before = generated(llm)
+    body = {"model": "genesis", "prompt": "And", "max_tokens": 1_000_000, "stream": True,
+            "ignore_eos": True, "seed": 5}
+    received = 0
+    with httpx.stream("POST", llm.url + "/llm/v1/completions", json=body, timeout=30) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                received += 1
+            if received == 3:
+                break
+    wait_for(lambda: generated(llm) == generated(llm), 10, "generation to stop")
+    time.sleep(0.5)
+    stopped = generated(llm)
+    time.sleep(0.5)
+    assert generated(llm) == stopped  # nothing more: the replica stopped
+    assert stopped - before < 100_000  # far from the million asked for
