@@ -93,6 +93,9 @@ BENCHES = [
     # A real model (examples/digits, ONNX Runtime): baseline, servefleet with and
     # without @batch, the pipeline's hop (and Ray Serve, with --ray-python).
     Bench("models", ["models.py", "--duration", "5"], runs=1, needs="wrk"),
+    # Token streams (servefleet.llm, NGramEngine): the engine in-process, a
+    # plain starlette server and servefleet's OpenAI API through the proxy.
+    Bench("llm", ["llm.py", "--duration", "3"]),
 ]
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from servefleet import get_deployment_handle
 from servefleet._private.config_file import load_config
+from servefleet._private.security import tokens
 from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
@@ -32,6 +33,7 @@ class LLM:
     url: str  # the proxy's
     client: openai.OpenAI
     controller_address: str
+    bearer: dict[str, str]  # the route requires a token: the header with it
 
 
 def config(tmp) -> str:
@@ -41,7 +43,7 @@ def config(tmp) -> str:
     path = tmp / "llm.yaml"
     path.write_text(yaml.safe_dump({"applications": [{
         "name": "llm", "route_prefix": "/llm", "import_path": "servefleet.llm:build_openai_app",
-        "args": {"llm_configs": models}}]}))
+        "require_token": True, "args": {"llm_configs": models}}]}))
     return str(path)
 
 
@@ -51,17 +53,20 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
     cluster = f"llm-{os.getpid()}"
     controller = ControllerProcess(f"sqlite://{tmp}/state.db", cluster=cluster,
                                    runtime="process", log_dir=tmp).start()
-    proxy = ProxyProcess([controller.address], log_dir=tmp).start()
+    token = tokens.create(tmp / "http-tokens", "chat-frontend", "reader")
+    proxy = ProxyProcess([controller.address], log_dir=tmp,
+                         extra_args=["--http-tokens", str(tmp / "http-tokens")]).start()
+    bearer = {"authorization": f"Bearer {token}"}
     client = ControllerClient([controller.address], timeout=30)
     try:
         client.deploy_applications(load_config(config(tmp)).applications)
         probe = {"model": "genesis", "prompt": "In the beginning", "max_tokens": 1}
         for model in ("genesis", "exodus"):
             wait_for(lambda m=model: httpx.post(  # type: ignore[misc]
-                proxy.url + "/llm/v1/completions", json={**probe, "model": m},
+                proxy.url + "/llm/v1/completions", json={**probe, "model": m}, headers=bearer,
                 timeout=10).status_code == 200, 90, f"model {model}")
-        yield LLM(proxy.url, openai.OpenAI(base_url=proxy.url + "/llm/v1", api_key="unused",
-                                           max_retries=0), controller.address)
+        yield LLM(proxy.url, openai.OpenAI(base_url=proxy.url + "/llm/v1", api_key=token,
+                                           max_retries=0), controller.address, bearer)
     finally:
         proxy.stop()
         with contextlib.suppress(Exception):
@@ -140,9 +145,17 @@ def test_errors_have_openais_shape_and_status(llm) -> None:
         llm.client.chat.completions.create(model="genesis", temperature=3.5,
                                            messages=[{"role": "user", "content": "x"}])
     assert hot.value.body["param"] == "temperature"  # type: ignore[index]
-    answer = httpx.post(llm.url + "/llm/v1/completions", content=b"{not json", timeout=10)
+    answer = httpx.post(llm.url + "/llm/v1/completions", content=b"{not json",
+                        headers=llm.bearer, timeout=10)
     assert answer.status_code == 400 and answer.json()["error"]["type"] == \
         "invalid_request_error"
+
+
+def test_a_route_that_requires_a_token_refuses_a_wrong_key(llm) -> None:
+    stranger = openai.OpenAI(base_url=llm.url + "/llm/v1", api_key="not-a-token", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    assert httpx.get(llm.url + "/llm/v1/models", timeout=10).status_code == 401
 
 
 def generated(llm: LLM) -> int:
@@ -156,7 +169,8 @@ def test_a_client_leaving_mid_stream_stops_generation(llm) -> None:
     body = {"model": "genesis", "prompt": "And", "max_tokens": 1_000_000, "stream": True,
             "ignore_eos": True, "seed": 5}
     received = 0
-    with httpx.stream("POST", llm.url + "/llm/v1/completions", json=body, timeout=30) as r:
+    with httpx.stream("POST", llm.url + "/llm/v1/completions", json=body, headers=llm.bearer,
+                      timeout=30) as r:
         for line in r.iter_lines():
             if line.startswith("data:"):
                 received += 1
