@@ -5,6 +5,7 @@ the first alone; two with their own ports and state dirs run side by side."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shlex
 import signal
@@ -127,7 +128,7 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
     readme = (ROOT / "README.md").read_text()
     tries = [line for line in (ROOT / "examples" / "try.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert len(tries) == 9
+    assert len(tries) == 10
     for line in tries:
         assert line.replace("{http}", "127.0.0.1:8000").replace("{grpc}", "127.0.0.1:9000") \
             in readme
@@ -161,6 +162,9 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
                                  text=True, timeout=60)
         assert by_grpc.returncode == 0, by_grpc.stderr
         assert "positive" in by_grpc.stdout
+        tokens = _curl_stream(printed[6])  # the language model, streamed as OpenAI streams
+        assert tokens[-1] == "[DONE]" and len(tokens) > 2, tokens
+        assert json.loads(tokens[0])["object"] == "chat.completion.chunk"
     finally:
         assert up.stop() == 0, up.output[-3000:]
 
@@ -274,6 +278,17 @@ def test_a_secure_local_cluster_is_two_commands(tmp_path) -> None:
     finally:
         code = up.stop()
     assert code == 0, up.output[-3000:]
+
+
+def _curl_stream(line: str) -> list[str]:
+    """The server-sent events' data of `curl -N 'URL' -H 'K: V' -d 'BODY'`."""
+    words = shlex.split(line.split("#")[0])
+    body = words[words.index("-d") + 1]
+    with httpx.stream("POST", words[2], content=body, timeout=60,
+                      headers={"content-type": "application/json"}) as answer:
+        assert answer.status_code == 200, answer.read()
+        return [line.removeprefix("data: ") for line in answer.iter_lines()
+                if line.startswith("data: ")]
 
 
 def _curl_post(line: str) -> httpx.Response:
