@@ -320,3 +320,19 @@ def test_a_walk_the_source_hides_is_refused_where_it_is_imported(code: Path, tmp
     finally:
         controller.stop()
     assert not (tmp_path / "pwned").exists()
+
+
+def test_only_servefleets_named_deployables_pass_the_servefleet_rule() -> None:
+    """servefleet.llm's builder and deployments are deployable by name; nothing
+    else of servefleet is, their neighbours included."""
+    from servefleet._private.user_code import SERVEFLEET_DEPLOYABLE, refused_name
+
+    for path in SERVEFLEET_DEPLOYABLE:
+        assert refused_name(*path.split(":")) is None, path
+        assert import_user_object(path) is not None
+    for module, attribute in [("servefleet.llm", "LLMServer.__init__"),
+                              ("servefleet._private.llm.server", "load_engine"),
+                              ("servefleet._private.llm.server", "import_user_object"),
+                              ("servefleet.llm", "build_openai_app.__globals__"),
+                              ("servefleet._private.user_code", "import_user_object")]:
+        assert refused_name(module, attribute) is not None, (module, attribute)
