@@ -96,6 +96,9 @@ BENCHES = [
     # Token streams (servefleet.llm, NGramEngine): the engine in-process, a
     # plain starlette server and servefleet's OpenAI API through the proxy.
     Bench("llm", ["llm.py", "--duration", "3"]),
+    # The share of a conversation's turns that find their prefix cached on the
+    # replica that serves them, by power of two choices and by prefix affinity.
+    Bench("llm_affinity", ["llm_affinity.py"], runs=1),
 ]
 
 

@@ -384,6 +384,8 @@ class StatePublisher:
             max_ongoing_requests=config.max_ongoing_requests,
             max_queued_requests=config.max_queued_requests,
             retry_methods=config.retry_methods,
+            request_router=config.request_router,
+            request_router_kwargs_json=config.request_router_kwargs_json,
             unavailable="" if endpoints else self._unavailable(record)))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
             user_config_json=config.user_config_json,

@@ -45,6 +45,7 @@ from starlette.types import Message, Receive, Scope, Send
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
+from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.exposition import send_metrics
@@ -56,6 +57,7 @@ from servefleet._private.wire import (
     OWN_HEADER_PREFIX,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
+    ROUTING_KEY_HEADER,
 )
 from servefleet._private.ws import deny
 
@@ -101,6 +103,14 @@ def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarde
     if caller is not None:
         headers.append((CALLER_HEADER, caller.encode()))
     return headers
+
+
+def _routing(scope: Scope, model: bytes) -> RequestInfo:
+    """What the deployment's router is told of a request (built only when the
+    deployment has a router of its own: routers.py)."""
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    return RequestInfo(model.decode("latin-1"), headers.get(ROUTING_KEY_HEADER.decode(), ""),
+                       scope["method"], scope["path"], headers)
 
 
 def _raw_target(scope: Scope) -> bytes:
@@ -348,7 +358,8 @@ class ProxyApp:
         try:
             await forward(pool, self._upstream, scope["method"], _raw_target(scope), headers,
                           body, partial(stream_back, scope, send, request_id, started),
-                          request_id, model.decode("latin-1"))
+                          request_id, model.decode("latin-1"),
+                          None if pool.router is None else _routing(scope, model))
         except UpstreamError as e:
             await reply(send, 502, f"replica failed: {e}", request_id)
         except NoReplicaTook:

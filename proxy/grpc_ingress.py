@@ -62,6 +62,7 @@ from servefleet._private.wire import (
     OWN_HEADER_PREFIX,
     REJECTED_METADATA_KEY,
     REQUEST_ID_METADATA_KEY,
+    ROUTING_KEY_HEADER,
 )
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
@@ -75,6 +76,7 @@ _CALLER = CALLER_HEADER.decode()
 _DROPPED = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
                       "grpc-accept-encoding", REQUEST_ID_METADATA_KEY})
 _OWN_PREFIX = OWN_HEADER_PREFIX.decode()
+_ROUTING_KEY = ROUTING_KEY_HEADER.decode()  # for the deployment's router (routers.py)
 _OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name,
                  "/grpc.health.v1.Health/")
 _Code = grpc.StatusCode
@@ -212,8 +214,9 @@ class GrpcProxy:
                 # after the caller gave up fails inside grpc, noisily).
                 remaining -= min(_DEADLINE_MARGIN_S, remaining / 10)
                 limit = remaining if limit is None else min(limit, remaining)
+            key = next((str(v) for k, v in metadata if k == _ROUTING_KEY), "")
             await self._forward(pool, method, request, forwarded, limit, relay, request_id,
-                                unary)
+                                unary, key)
         except _Abort as e:
             code = e.code
             if not (context.done() or context.cancelled()):
@@ -229,7 +232,7 @@ class GrpcProxy:
     async def _forward(self, pool: ReplicaPool, method: str, request: bytes,
                        metadata: list[tuple[str, Any]], timeout: float | None,
                        relay: Callable[[Answer], Awaitable[None]], request_id: str,
-                       unary: bool) -> None:
+                       unary: bool, routing_key: str = "") -> None:
         try:
             # Without a deadline or request timeout, the wait for the answer's
             # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began is not.
@@ -240,7 +243,7 @@ class GrpcProxy:
                     await relay(answer)
 
                 await forward_grpc(pool, self._channels, method, request, metadata,
-                                   timeout, begun, request_id, unary)
+                                   timeout, begun, request_id, unary, routing_key)
         except CallFailed as e:
             raise _Abort(e.code, e.details, tuple(
                 (k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY)) from None

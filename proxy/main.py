@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from servefleet._private.dataplane.grpc_forward import GrpcChannels
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.metrics import publish_pools
+from servefleet._private.dataplane.routers import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
 from servefleet._private.lifecycle import (
     notify_ready,
@@ -92,6 +93,9 @@ class ProxyOptions:
     websocket_idle_timeout_s: float = 0.0
     # Peers whose x-forwarded-proto is kept (forwarded.py): addresses, networks or *.
     forwarded_allow_ips: str = DEFAULT_TRUSTED
+    # Modules (name prefixes) whose RequestRouter classes deployments may name
+    # here; servefleet's own routers are always available (routers.py).
+    router_modules: tuple[str, ...] = ()
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -105,7 +109,8 @@ async def serve(options: ProxyOptions) -> None:
         limits = replace(limits, max_connections=max(1, (open_files - RESERVED_FILES) // 2))
     heads = HeadClock(limits)
     upstream = UpstreamPool()
-    state = ProxyState(upstream, options.passive_health)
+    state = ProxyState(upstream, options.passive_health,
+                       RouterLoader(allow_modules(options.router_modules)))
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        options.request_timeout_s, lambda: tokens.table)

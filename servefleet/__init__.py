@@ -5,6 +5,8 @@ What users import, each module with `__all__`:
 - `servefleet`: deployments, applications, handles, `run` (this module);
 - `servefleet.serve`: Ray Serve's API under its own names (the import swap);
 - `servefleet.metrics`: metrics from user code;
+- `servefleet.llm`: language models behind OpenAI's HTTP API;
+- `servefleet.routing`: request routers (how callers choose a replica);
 - `servefleet.client`: the controller's gRPC API from Python;
 - `servefleet.v1`: the generated messages and stubs of that API (proto/).
 

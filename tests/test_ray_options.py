@@ -60,7 +60,9 @@ def test_each_option_ray_takes_is_accepted(key: str) -> None:
     override(options, notes)
     notes[:] = [n for n in notes if n.option == key]
     ignored = {"placement_group_bundles", "placement_group_strategy", "logging_config",
-               "request_router_config", "max_constructor_retry_count"}
+               "max_constructor_retry_count"}
+    if key == "request_router_config":  # Ray's router config names servefleet's router
+        assert override(options).replica_config.request_router == "my:Router"
     if key in ignored:
         assert [n.option for n in notes] == [key] and not notes[0].deprecated
         assert notes[0].message.startswith(f"deployment D.{key}: not used: ")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servefleet._private.by_value import MAX_BY_VALUE_BYTES
+from servefleet._private.dataplane.router_names import BUILTIN_ROUTERS
 from servefleet._private.import_paths import colon_form
 from servefleet._private.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
@@ -207,6 +208,19 @@ def _normalize_replica_config(field: str, config: pb.ReplicaConfig) -> None:
                                              config.user_config_json)
     _normalize_resources(f"{field}.resources", config.resources)
     _check_retry_methods(f"{field}.retry_methods", config.retry_methods)
+    _check_router(field, config)
+
+
+def _check_router(field: str, config: pb.ReplicaConfig) -> None:
+    """The router: a built-in name or a class's import path; its kwargs an object."""
+    router = config.request_router = colon_form(config.request_router.strip())
+    if router and router not in BUILTIN_ROUTERS and (
+            not IMPORT_PATH_RE.fullmatch(router) or len(router) > 512):
+        raise InvalidArgument(f"{field}.request_router",
+                              f"must be one of {', '.join(BUILTIN_ROUTERS)} or a class as "
+                              f"'module:Class', got {router[:200]!r}")
+    config.request_router_kwargs_json = canonical_json(
+        f"{field}.request_router_kwargs_json", config.request_router_kwargs_json, dict)
 
 
 def _check_retry_methods(field: str, methods: Sequence[str]) -> None:

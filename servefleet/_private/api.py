@@ -125,7 +125,8 @@ def deployment(_target: Any = None, /, *, name: str | None = None,
     health_check_timeout_s, startup_timeout_s, graceful_shutdown_timeout_s,
     graceful_shutdown_wait_loop_s, version, runtime ({"working_dir", "env"}),
     retry_methods (HTTP methods safe to send to a second replica when the
-    first hangs; default ["GET", "HEAD"]).
+    first hangs; default ["GET", "HEAD"]), request_router and
+    request_router_kwargs (how callers choose a replica: docs/routing.md).
     An unknown option or a wrong type raises OptionError at once.
     """
     def wrap(target: Any) -> Deployment:

@@ -56,13 +56,15 @@ class DeploymentHandle:
     def __init__(self, deployment: str, application: str = "default",
                  controllers: str | Sequence[str] | None = None,
                  method: str = "__call__", stream: bool = False,
-                 multiplexed_model_id: str = "") -> None:
+                 multiplexed_model_id: str = "", routing_key: str = "") -> None:
         self.deployment = deployment
         self.application = application
         self.controllers = _own_controllers(controllers)
         self.method = method
         self.stream = stream
         self.multiplexed_model_id = multiplexed_model_id
+        # What the deployment's request router may key on (docs/routing.md).
+        self.routing_key = routing_key
 
     @property
     def deployment_name(self) -> str:
@@ -73,15 +75,18 @@ class DeploymentHandle:
         return self.application
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None,
-                multiplexed_model_id: str | None = None) -> DeploymentHandle:
+                multiplexed_model_id: str | None = None,
+                routing_key: str | None = None) -> DeploymentHandle:
         """A handle calling another method, or (stream=True) a generator method
         whose yields `remote()` returns as an iterator, or for a multiplexed
-        model (sent where it is loaded; multiplex.py)."""
+        model (sent where it is loaded; multiplex.py), or with a key for the
+        deployment's request router (a prompt, a session: docs/routing.md)."""
         return DeploymentHandle(self.deployment, self.application, self.controllers,
                                 method_name or self.method,
                                 self.stream if stream is None else stream,
                                 self.multiplexed_model_id if multiplexed_model_id is None
-                                else multiplexed_model_id)
+                                else multiplexed_model_id,
+                                self.routing_key if routing_key is None else routing_key)
 
     def __getattr__(self, name: str) -> DeploymentHandle:
         if name.startswith("_"):
@@ -99,7 +104,8 @@ class DeploymentHandle:
         async def call() -> Any:
             parts = await call_frame(args, kwargs)
             return await router(self.application, self.controllers).call(
-                self.deployment, self.method, parts, self.multiplexed_model_id)
+                self.deployment, self.method, parts, self.multiplexed_model_id,
+                self.routing_key)
 
         loop = handle_loop.loop_of_caller()
         if loop is not None:
@@ -115,7 +121,8 @@ class DeploymentHandle:
                 await out.put(e)
                 return
             await router(self.application, self.controllers).stream(
-                self.deployment, self.method, parts, out, self.multiplexed_model_id)
+                self.deployment, self.method, parts, out, self.multiplexed_model_id,
+                self.routing_key)
 
         if handle_loop.loop_of_caller() is not None:
             return DeploymentResponseGenerator(start, None)
@@ -123,7 +130,8 @@ class DeploymentHandle:
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return (_rebuilt, (self.deployment, self.application, tuple(self.controllers),
-                           self.method, self.stream, self.multiplexed_model_id))
+                           self.method, self.stream, self.multiplexed_model_id,
+                           self.routing_key))
 
     def _servefleet_marker(self) -> dict[str, Any]:
         return {HANDLE_MARKER: {"deployment": self.deployment,
@@ -134,13 +142,14 @@ class DeploymentHandle:
 
 
 def _rebuilt(deployment: str, application: str, controllers: tuple[str, ...], method: str,
-             stream: bool, model_id: str) -> DeploymentHandle:
+             stream: bool, model_id: str, routing_key: str = "") -> DeploymentHandle:
     """A handle unpickled: in a replica it calls that replica's controllers
     (the ones it can reach), elsewhere the ones it was made with."""
     here = replica_context.current()
     if here is not None and here.controllers:
         controllers = here.controllers
-    return DeploymentHandle(deployment, application, controllers, method, stream, model_id)
+    return DeploymentHandle(deployment, application, controllers, method, stream, model_id,
+                            routing_key)
 
 
 async def call_frame(args: tuple, kwargs: dict) -> list[values.Buffer]:

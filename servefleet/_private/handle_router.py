@@ -47,6 +47,7 @@ from servefleet._private.dataplane.body import StreamedBody
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.replica_sets import ReplicaSets
+from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
 from servefleet._private.logs import new_request_id
 from servefleet._private.responses import _END, HandleError
@@ -182,7 +183,7 @@ class HandleRouter:
         return headers
 
     async def call(self, deployment: str, method: str, parts: list[values.Buffer],
-                   model_id: str = "") -> Any:
+                   model_id: str = "", routing_key: str = "") -> Any:
         """The result of `method` called with the pickled (args, kwargs) in `parts`."""
         headers = self._headers(method, model_id, stream=False)
         pool = await self.pool(deployment)
@@ -190,7 +191,8 @@ class HandleRouter:
         try:
             status, kind, raw = await forward(pool, self.upstream, "POST", b"/", headers,
                                               _body(parts), _read_answer,
-                                              headers[2][1].decode(), model_id)
+                                              headers[2][1].decode(), model_id,
+                                              _routing(pool, model_id, routing_key, method))
         except (Unservable, Overloaded, NoReplicaTook, UpstreamError) as e:
             raise _routing_error(deployment, e) from None
         if kind == values.CONTENT_TYPE:
@@ -202,7 +204,7 @@ class HandleRouter:
         raise HandleError(f"{where}: {_error_text(raw, status)}", status)
 
     async def stream(self, deployment: str, method: str, parts: list[values.Buffer],
-                     out: asyncio.Queue, model_id: str = "") -> None:
+                     out: asyncio.Queue, model_id: str = "", routing_key: str = "") -> None:
         """Send a streaming call; put each item on `out`, then _END (or the
         exception). Cancelling this closes the connection, which cancels the
         generator at the replica."""
@@ -226,7 +228,8 @@ class HandleRouter:
         try:
             pool = await self.pool(deployment)
             await forward(pool, self.upstream, "POST", b"/", headers, _body(parts), deliver,
-                          headers[2][1].decode(), model_id)
+                          headers[2][1].decode(), model_id,
+                          _routing(pool, model_id, routing_key, method))
             await out.put(_END)
         except (Unservable, Overloaded, NoReplicaTook, UpstreamError) as e:
             await out.put(_routing_error(deployment, e))
@@ -239,6 +242,12 @@ class HandleRouter:
             await self._reporting
         await self._watch.close()
         self.upstream.close()
+
+
+def _routing(pool: ReplicaPool, model_id: str, routing_key: str,
+             method: str) -> RequestInfo | None:
+    """What the deployment's router is told of a call (when it has one)."""
+    return None if pool.router is None else RequestInfo(model_id, routing_key, "POST", method)
 
 
 def _routing_error(deployment: str, e: Exception) -> HandleError:

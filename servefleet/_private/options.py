@@ -147,6 +147,12 @@ def to_override(path: str, options: dict[str, Any], name: str = "",
                               f"{type_name(methods)}")
         config.retry_methods.extend(check_str(f"{path}.retry_methods[{i}]", m).upper()
                                     for i, m in enumerate(methods))
+    if options.get("request_router") is not None:
+        config.request_router = check_str(f"{path}.request_router", options["request_router"])
+    if options.get("request_router_kwargs") is not None:
+        config.request_router_kwargs_json = to_json(
+            f"{path}.request_router_kwargs",
+            check_mapping(f"{path}.request_router_kwargs", options["request_router_kwargs"]))
     if options.get("version") is not None:
         out.version = check_str(f"{path}.version", options["version"])
     if options.get("runtime") is not None:

@@ -37,8 +37,7 @@ the controller) knows one vocabulary:
 - Noted and not used: `placement_group_bundles`, `placement_group_strategy`,
   `max_replicas_per_node` (placement belongs to the runtime:
   `runtime.placement` on Swarm), `logging_config` (replicas log as the
-  controller's --log-format says), `request_router_config` (power of two
-  choices, model-aware for multiplexing), `max_constructor_retry_count`
+  controller's --log-format says), `max_constructor_retry_count`
   (failed starts are retried with backoff), autoscaling `prometheus_metrics`.
   Their values are still checked as Ray checks them.
 
@@ -77,7 +76,8 @@ SERVEFLEET_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_reques
                       "health_check_period_s", "health_check_timeout_s",
                       "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
                       "startup_timeout_s", "user_config", "autoscaling_config", "version",
-                      "runtime", "retry_methods", "resources")
+                      "runtime", "retry_methods", "resources", "request_router",
+                      "request_router_kwargs")
 # Ray's num_replicas="auto": AutoscalingConfig.default() under the given fields.
 AUTO_AUTOSCALING = {"min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}
 # The keys servefleet's own autoscaling_config has.
@@ -103,13 +103,11 @@ WHY_NOT_USED = {
     "placement_group_strategy": "servefleet has no placement groups",
     "max_replicas_per_node": "placement belongs to the runtime (runtime.placement on Swarm)",
     "logging_config": "replicas log as the controller's --log-format says",
-    "request_router_config": "servefleet routes by power of two choices (model-aware for "
-                             "multiplexed deployments); a custom router class is not loaded",
     "max_constructor_retry_count": "failed replica starts are retried with backoff",
     "prometheus_metrics": "the autoscaling policy sees the load servefleet measures",
 }
 RAY_ONLY = ("placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
-            "logging_config", "request_router_config", "max_constructor_retry_count")
+            "logging_config", "max_constructor_retry_count")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 LOGGING_KEYS = ("encoding", "log_level", "logs_dir", "enable_access_log",
                 "additional_log_standard_attrs")
@@ -140,7 +138,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     notes = default_notes if notes is None else notes
     options = check_mapping(path, options)
     check_keys(path, options, (*SERVEFLEET_OPTIONS, "route_prefix", *RENAMED,
-                               "ray_actor_options", *RAY_ONLY))
+                               "ray_actor_options", "request_router_config", *RAY_ONLY))
     out: dict[str, Any] = {}
     cpus = 0.0
     for key, value in options.items():
@@ -165,6 +163,9 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
         elif key == "autoscaling_config":
             if value is not None:
                 out[key] = normalize_autoscaling(where, value, notes)
+        elif key == "request_router_config":
+            if value is not None:
+                out.update(_router_config(f"{where}.request_router_config", value))
         elif key in ("num_replicas", "user_config", "version", "runtime", "retry_methods",
                      "resources"):
             if value is not None:
@@ -324,7 +325,23 @@ def _check_ray_only(path: str, key: str, value: Any, options: dict[str, Any]) ->
     elif key == "logging_config":
         logging_config = config_dict(path, value)
         check_keys(path, logging_config, LOGGING_KEYS)
-    elif key == "request_router_config":
-        config_dict(path, value)
     elif key == "max_constructor_retry_count":
         check_int(path, value, (0, 1_000_000))
+
+
+def _router_config(path: str, value: Any) -> dict[str, Any]:
+    """Ray's RequestRouterConfig (or its dict) as servefleet's request_router
+    options: the class (or its import path) and its kwargs."""
+    config = config_dict(path, value)
+    check_keys(path, config, ("request_router_class", "request_router_kwargs",
+                              "initial_backoff_s", "backoff_multiplier", "max_backoff_s",
+                              "request_routing_stats_period_s",
+                              "request_routing_stats_timeout_s"))
+    out: dict[str, Any] = {}
+    router = config.get("request_router_class")
+    if router is not None:
+        out["request_router"] = colon_form(router) if isinstance(router, str) else \
+            f"{router.__module__}:{router.__qualname__}"
+    if config.get("request_router_kwargs") is not None:
+        out["request_router_kwargs"] = config["request_router_kwargs"]
+    return out

@@ -27,6 +27,8 @@ REJECTED_HEADER = b"x-servefleet-rejected"
 METHOD_HEADER = b"x-servefleet-method"
 # The model a request is for (multiplex.py); Ray Serve's header name.
 MODEL_ID_HEADER = b"serve_multiplexed_model_id"
+# What a deployment's request router may key on (docs/routing.md): HTTP header, gRPC metadata.
+ROUTING_KEY_HEADER = b"x-servefleet-routing-key"
 # On a replica's answer: the models it holds now, comma-separated (routers
 # send a model's requests where it is loaded).
 MODELS_HEADER = b"x-servefleet-models"

@@ -47,7 +47,7 @@ class CodeByValue(_message.Message):
     def __init__(self, target: _Optional[bytes] = ..., init_args: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaConfig(_message.Message):
-    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s", "retry_methods")
+    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s", "retry_methods", "request_router", "request_router_kwargs_json")
     NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,8 @@ class ReplicaConfig(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     num_replicas: int
     max_ongoing_requests: int
     max_queued_requests: int
@@ -72,7 +74,9 @@ class ReplicaConfig(_message.Message):
     resources: Resources
     startup_timeout_s: float
     retry_methods: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ..., retry_methods: _Optional[_Iterable[str]] = ...) -> None: ...
+    request_router: str
+    request_router_kwargs_json: str
+    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ..., retry_methods: _Optional[_Iterable[str]] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class AutoscalingConfig(_message.Message):
     __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor", "downscale_to_zero_delay_s", "aggregation_function", "policy")

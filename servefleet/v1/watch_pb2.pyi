@@ -81,7 +81,7 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ..., grpc_routes: _Optional[_Iterable[_Union[GrpcRoute, _Mapping]]] = ...) -> None: ...
 
 class GrpcRoute(_message.Message):
-    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split", "unavailable")
+    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split", "unavailable", "request_router", "request_router_kwargs_json")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,8 @@ class GrpcRoute(_message.Message):
     STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     services: _containers.RepeatedScalarFieldContainer[str]
@@ -96,10 +98,12 @@ class GrpcRoute(_message.Message):
     streaming_methods: _containers.RepeatedScalarFieldContainer[str]
     split: _containers.RepeatedCompositeFieldContainer[_application_pb2.WeightedDeployment]
     unavailable: str
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., unavailable: _Optional[str] = ...) -> None: ...
+    request_router: str
+    request_router_kwargs_json: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class Route(_message.Message):
-    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token", "unavailable")
+    __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token", "unavailable", "request_router", "request_router_kwargs_json")
     ROUTE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +111,8 @@ class Route(_message.Message):
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     route_prefix: str
     application: str
     deployment: str
@@ -114,10 +120,12 @@ class Route(_message.Message):
     shadow: _application_pb2.ShadowTarget
     require_token: bool
     unavailable: str
-    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ..., unavailable: _Optional[str] = ...) -> None: ...
+    request_router: str
+    request_router_kwargs_json: str
+    def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
-    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods", "unavailable")
+    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods", "unavailable", "request_router", "request_router_kwargs_json")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +133,8 @@ class ReplicaSet(_message.Message):
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     endpoints: _containers.RepeatedCompositeFieldContainer[ReplicaEndpoint]
@@ -132,7 +142,9 @@ class ReplicaSet(_message.Message):
     max_queued_requests: int
     retry_methods: _containers.RepeatedScalarFieldContainer[str]
     unavailable: str
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ...) -> None: ...
+    request_router: str
+    request_router_kwargs_json: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
     __slots__ = ("replica_id", "http_address", "grpc_address", "cleared")

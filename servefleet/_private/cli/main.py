@@ -132,7 +132,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
         passive_health=args.passive_health,
         websocket_idle_timeout_s=args.websocket_idle_timeout_s,
-        forwarded_allow_ips=args.forwarded_allow_ips)
+        forwarded_allow_ips=args.forwarded_allow_ips,
+        router_modules=tuple(args.allow_router_module))
     try:
         lifecycle.run(serve(options))
     except TokenFileError as e:
@@ -275,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop sending to replicas that hold requests and answer none "
                             "while others answer, and send the GETs they hold elsewhere "
                             "(default on)")
+    proxy.add_argument("--allow-router-module", action="append", default=[], metavar="MODULE",
+                       help="let deployments route with RequestRouter classes of this module "
+                            "or package, importable here (repeatable; servefleet's own "
+                            "routers need none): docs/routing.md")
     proxy.add_argument("--websocket-idle-timeout-s", type=float, default=0.0, metavar="S",
                        help="close a WebSocket (1001) after this long without a message "
                             "either way; not --request-timeout-s (default 0: no limit)")

@@ -8,7 +8,8 @@ past `max_queued_requests` waiting (-1: no limit) it is refused with
 `Overloaded`. A replica that failed a connection is set aside until the next
 replica-set snapshot names it again. A request for a multiplexed model
 (multiplex.py) goes to a replica that holds it, else to one with room that
-holds the fewest models (ties: the model's rendezvous-hash order).
+holds the fewest models (ties: the model's rendezvous-hash order). A
+deployment may name another router (routers.py), asked among the candidates.
 
 Passive health (Envoy's outlier detection, Linkerd's failure accrual): a
 replica that holds requests and has begun no answer for a while, while
@@ -36,6 +37,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .routers import ReplicaInfo, RequestInfo, RequestRouter, choose_safely
 
 logger = logging.getLogger(__name__)
 STALL_MIN_S = 1.0
@@ -130,6 +133,10 @@ class ReplicaPool:
     # The controller's word that no replica can come (ReplicaSet.unavailable):
     # requests are refused with it instead of queueing. "" while one can.
     unavailable: str = ""
+    # A router not power of two's, its (name, kwargs); waiters' routing info.
+    router: RequestRouter | None = None
+    router_spec: tuple[str, str] = ("", "")
+    _routing: dict[int, RequestInfo] = field(default_factory=dict)
 
     @property
     def queued(self) -> int:
@@ -163,9 +170,21 @@ class ReplicaPool:
         self.max_ongoing, self.max_queued = max(1, max_ongoing), max_queued
         self.retry_methods = frozenset(retry_methods) or RETRY_SAFE
         self.unavailable = "" if endpoints else unavailable
+        if self.router is not None and set(current) != set(self.replicas):
+            self._tell_router()
         if self.unavailable:
             self._fail_waiters(Unservable(self.unavailable))
         self._wake()
+
+    def use_router(self, router: RequestRouter | None, spec: tuple[str, str]) -> None:
+        """Route with `router` from now on (None: power of two choices)."""
+        self.router, self.router_spec = router, spec
+        self._tell_router()
+
+    def _tell_router(self) -> None:
+        if self.router is not None:
+            choose_safely(self.router, (), RequestInfo(), "/".join(self.key),
+                          lambda r: r.replicas_changed(list(self.replicas)))
 
     def mark_down(self, replica: Replica) -> None:
         self._down.add(replica.replica_id)
@@ -266,7 +285,8 @@ class ReplicaPool:
                 and r.replica_id not in exclude and r.ejected_until <= now
                 and not (r.probation and r.in_flight)]
 
-    def _pick(self, exclude: set[str], model_id: str = "") -> Replica | None:
+    def _pick(self, exclude: set[str], model_id: str = "",
+              routing: RequestInfo | None = None) -> Replica | None:
         # Excluded replicas (tried already) only when nothing else has room: a
         # retry on the same replica beats waiting for one that may never free up.
         candidates = self._candidates(exclude) or self._candidates(set())
@@ -274,10 +294,23 @@ class ReplicaPool:
             return None
         if model_id:
             return self._pick_for_model(candidates, model_id)
+        if self.router is not None:
+            chosen = self._routed(candidates, routing or RequestInfo())
+            if chosen is not None:
+                return chosen
         if len(candidates) == 1:
             return candidates[0]
         a, b = random.sample(candidates, 2)
         return a if a.in_flight <= b.in_flight else b
+
+    def _routed(self, candidates: list[Replica], routing: RequestInfo) -> Replica | None:
+        """The router's choice among the candidates (None: power of two)."""
+        assert self.router is not None
+        views = [ReplicaInfo(r.replica_id, r.in_flight, self.max_ongoing, r.models)
+                 for r in candidates]
+        chosen = choose_safely(self.router, views, routing, "/".join(self.key))
+        return next((r for r in candidates if chosen and r.replica_id == chosen.replica_id),
+                    None)
 
     @staticmethod
     def _pick_for_model(candidates: list[Replica], model_id: str) -> Replica:
@@ -295,14 +328,15 @@ class ReplicaPool:
         replica.models = frozenset(header.decode("latin-1").split(",")) if header \
             else frozenset()
 
-    async def acquire(self, exclude: set[str] | None = None, model_id: str = "") -> Replica:
+    async def acquire(self, exclude: set[str] | None = None, model_id: str = "",
+                      routing: RequestInfo | None = None) -> Replica:
         """A replica with room for one more request; waits in the queue if none.
 
         First come, first served: while others wait, a newcomer queues behind
         them, and a freed slot is handed to the oldest waiter directly.
         """
         if not self._waiters:
-            replica = self._pick(exclude or set(), model_id)
+            replica = self._pick(exclude or set(), model_id, routing)
             if replica is not None:
                 self._busy(replica)
                 replica.in_flight += 1
@@ -316,6 +350,8 @@ class ReplicaPool:
         self._waiters.append(waiter)
         if model_id:
             self._models[id(waiter)] = model_id
+        if routing is not None:
+            self._routing[id(waiter)] = routing
         if not self.replicas and self.on_starved is not None:
             self.on_starved()
         try:
@@ -326,6 +362,7 @@ class ReplicaPool:
             raise
         finally:
             self._models.pop(id(waiter), None)
+            self._routing.pop(id(waiter), None)
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
@@ -351,7 +388,8 @@ class ReplicaPool:
     def _wake(self) -> None:
         """Hand free slots to queued requests, oldest first."""
         while self._waiters:
-            replica = self._pick(set(), self._models.get(id(self._waiters[0]), ""))
+            first = id(self._waiters[0])
+            replica = self._pick(set(), self._models.get(first, ""), self._routing.get(first))
             if replica is None:
                 return
             waiter = self._waiters.popleft()

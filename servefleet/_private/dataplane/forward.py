@@ -41,6 +41,7 @@ from servefleet._private.wire import MODELS_HEADER, REJECTED_HEADER
 from .balancer import Replica, ReplicaPool
 from .body import StreamedBody, replayable
 from .metrics import RETRIES, retry_reason
+from .routers import RequestInfo
 from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ async def _request(pool: ReplicaPool, upstream: UpstreamPool, replica: Replica, 
 async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target: bytes,
                   headers: list[tuple[bytes, bytes]], body: bytes | StreamedBody,
                   deliver: Callable[[Response], Awaitable[T]], request_id: str = "",
-                  model_id: str = "") -> T:
+                  model_id: str = "", routing: RequestInfo | None = None) -> T:
     """What `deliver` returns for the first answer a replica gave.
 
     Raises `Overloaded` (from the pool), `NoReplicaTook`, `UpstreamError`
@@ -101,7 +102,7 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     """
     tried: set[str] = set()
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        replica = await pool.acquire(exclude=tried, model_id=model_id)
+        replica = await pool.acquire(exclude=tried, model_id=model_id, routing=routing)
         try:
             sent_at = pool.clock()
             replica.awaiting += 1  # until its answer begins (passive health, balancer.py)

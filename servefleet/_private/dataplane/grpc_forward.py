@@ -36,6 +36,7 @@ from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_K
 from .balancer import ReplicaPool
 from .forward import MAX_ATTEMPTS, NoReplicaTook
 from .metrics import RETRIES, retry_reason
+from .routers import RequestInfo
 
 logger = logging.getLogger(__name__)
 Metadata = Sequence[tuple[str, str | bytes]]
@@ -154,7 +155,7 @@ class Answer:
 async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, request: bytes,
                        metadata: Metadata, timeout: float | None,
                        relay: Callable[[Answer], Awaitable[None]], request_id: str = "",
-                       unary: bool = False) -> None:
+                       unary: bool = False, routing_key: str = "") -> None:
     """Send the call to a replica of `pool` and `relay` its answer. `unary`:
     the RPC is known to answer one message (a cheaper call).
 
@@ -162,8 +163,9 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
     replica's error status, before any message) and what `relay` raises.
     """
     tried: set[str] = set()
+    routing = None if pool.router is None else RequestInfo("", routing_key, "POST", method)
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        replica = await pool.acquire(exclude=tried)
+        replica = await pool.acquire(exclude=tried, routing=routing)
         call = None
         try:
             if not replica.grpc_address:

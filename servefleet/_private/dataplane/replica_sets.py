@@ -17,14 +17,18 @@ from servefleet.v1 import watch_pb2
 from .balancer import ReplicaPool
 from .grpc_forward import GrpcChannels
 from .metrics import EJECTIONS, POOLS
+from .routers import RouterLoader
 from .upstream import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
 
 class ReplicaSets:
-    def __init__(self, upstream: UpstreamPool, passive_health: bool = True) -> None:
+    def __init__(self, upstream: UpstreamPool, passive_health: bool = True,
+                 routers: RouterLoader | None = None) -> None:
         self.pools: dict[tuple[str, str], ReplicaPool] = {}
+        # Makes the routers deployments name, under this process's allow rule.
+        self.routers = routers or RouterLoader()
         self._passive_health = passive_health
         self._upstream = upstream
         # Given to each pool made from now on: see ReplicaPool.on_starved.
@@ -69,6 +73,9 @@ class ReplicaSets:
                          if e.grpc_address}, replicas.retry_methods,
                         {e.replica_id: e.cleared for e in replicas.endpoints},
                         replicas.unavailable)
+            spec = (replicas.request_router, replicas.request_router_kwargs_json)
+            if spec != pool.router_spec:
+                pool.use_router(self.routers.make(*spec, where=f"{app}/{name}"), spec)
             after = {e.http_address for e in replicas.endpoints}
             grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
         for address in before - after:

@@ -34,7 +34,8 @@ class LLMConfig:
       `engine_kwargs` (JSON values);
     - `deployment_config`: the options of the model's deployment, as
       `@servefleet.deployment` takes them (num_replicas, autoscaling_config,
-      max_ongoing_requests, max_queued_requests, ...).
+      max_ongoing_requests, max_queued_requests, request_router: with
+      "prefix_affinity" a conversation's turns stay on one replica, ...).
     """
 
     model_id: str

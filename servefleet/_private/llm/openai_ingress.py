@@ -7,8 +7,9 @@ Each request is read and checked (openai_protocol.py: a 400 naming the
 parameter), sent to its model's deployment by the request's `model` field
 (404 `model_not_found` for one not served) as one streaming handle call per
 choice, and answered whole or, with `stream: true`, as server-sent events
-(openai_responses.py). The prompt travels as the call's routing key, so a
-router that keeps prefixes together can.
+(openai_responses.py). The prompt (a chat's messages so far) is the calls'
+routing key, so a model deployment with `request_router: prefix_affinity`
+keeps a conversation's turns on the replica that served its beginning.
 
 A client that leaves mid-stream: starlette cancels the response's
 generator, whose `finally` closes the handle calls; their connections
@@ -127,8 +128,13 @@ class OpenAIIngress:
             return error_response(e)
 
     def _call(self, wanted: GenerationRequest, index: int) -> Any:
-        handle = self.models[wanted.model].options(stream=True, method_name="generate")
         messages = wanted.messages if wanted.chat else None
+        # The conversation so far as the routing key: a prefix-affinity router
+        # (docs/routing.md) keeps its turns on the replica that has its prefix.
+        key = "\n".join(f"{m.role}: {m.content}" for m in wanted.messages) if wanted.chat \
+            else wanted.prompt
+        handle = self.models[wanted.model].options(stream=True, method_name="generate",
+                                                   routing_key=key)
         return handle.remote(wanted.prompt, messages, wanted.with_seed(index))
 
     async def _whole(self, wanted: GenerationRequest, streams: list[Any]) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""Request routers: which replica of a deployment takes a request.
+
+A deployment names its router (ReplicaConfig.request_router): the default,
+power of two choices over in-flight counts (inline in balancer.py, where it
+costs nothing extra), `prefix_affinity` (prefix_affinity.py), or a user's
+`RequestRouter` subclass as "module:Class" with JSON kwargs. The pool
+(balancer.py) asks a router only among the candidates: replicas with room,
+not ejected nor marked down. It builds the router's views (`ReplicaInfo`,
+`RequestInfo`) only when the deployment has a router other than the default.
+
+Where a router's class is loaded is the caller's choice (`RouterLoader`):
+handles, inside replicas, load any; a proxy loads servefleet's own and
+classes of the modules its operator allows (--allow-router-module), never
+what a deploy alone names (a deploy right is not a right to run code in the
+proxy). A router that cannot be loaded, returns nothing usable or raises is
+logged once and the pool routes by power of two.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .router_names import POWER_OF_TWO, PREFIX_AFFINITY
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """A candidate replica as a router sees it: its id, the requests this
+    router's process has in flight there, its limit, and the multiplexed
+    models it said it holds."""
+
+    replica_id: str
+    in_flight: int
+    max_ongoing: int
+    models: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a router knows of a request: its multiplexed model id and its
+    routing key ("" when none was given: the HTTP header
+    x-servefleet-routing-key, `handle.options(routing_key=...)`, the gRPC
+    metadata key of the same name), and for HTTP the method and path."""
+
+    model_id: str = ""
+    routing_key: str = ""
+    method: str = ""
+    path: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class RequestRouter:
+    """Base of request routers. Subclass it, take your settings as keyword
+    arguments (the deployment's request_router_kwargs), and choose:
+
+        class Lowest(RequestRouter):
+            def choose(self, replicas, request):
+                return min(replicas, key=lambda r: r.replica_id)
+
+    `choose` gets the candidates (never empty) and returns one of them, or
+    None to leave the choice to power of two choices. It runs on the
+    proxy's or caller's event loop for every request: keep it quick and
+    never block. `replicas_changed` is called with the deployment's replica
+    ids whenever they change (drop state kept for replicas that left)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} takes no settings, got {sorted(kwargs)}")
+
+    def choose(self, replicas: Sequence[ReplicaInfo],
+               request: RequestInfo) -> ReplicaInfo | None:
+        raise NotImplementedError
+
+    def replicas_changed(self, replica_ids: Iterable[str]) -> None:
+        """The deployment's replicas now (by default, nothing kept to drop)."""
+
+
+class PowerOfTwoChoices(RequestRouter):
+    """Two candidates at random, the one with fewer requests in flight (the
+    default, as Ray Serve's; the pool runs it inline, this class is for
+    routers that fall back to it)."""
+
+    def choose(self, replicas: Sequence[ReplicaInfo],
+               request: RequestInfo) -> ReplicaInfo | None:
+        if len(replicas) == 1:
+            return replicas[0]
+        a, b = random.sample(list(replicas), 2)
+        return a if a.in_flight <= b.in_flight else b
+
+
+def choose_safely(router: RequestRouter, replicas: Sequence[ReplicaInfo],
+                  request: RequestInfo, where: str,
+                  call: Callable[[RequestRouter], Any] | None = None) -> ReplicaInfo | None:
+    """The router's choice (or `call`'s result), None when it raises (logged
+    once per router: the pool then routes by power of two choices)."""
+    try:
+        return call(router) if call is not None else router.choose(replicas, request)
+    except Exception as e:
+        if router not in _FAILED:
+            _FAILED.add(router)
+            logger.error("%s: request router %s raised %s: %s; power of two choices for "
+                         "the requests it fails", where, type(router).__name__,
+                         type(e).__name__, e)
+        return None
+
+
+_FAILED: weakref.WeakSet[RequestRouter] = weakref.WeakSet()
+
+
+def allow_all(module: str) -> bool:
+    return True
+
+
+def allow_modules(prefixes: Iterable[str]) -> Callable[[str], bool]:
+    """A module allow-list: a module is allowed when a prefix is its name or
+    one of its parent packages."""
+    allowed = tuple(p.strip().rstrip(".") for p in prefixes if p.strip())
+
+    def allows(module: str) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in allowed)
+    return allows
+
+
+@dataclass
+class RouterLoader:
+    """Makes the routers deployments name, with this process's allow rule."""
+
+    allows: Callable[[str], bool] = allow_all
+    _refused: set[str] = field(default_factory=set)
+
+    def make(self, name: str, kwargs_json: str, where: str) -> RequestRouter | None:
+        """The router for `name` (None: the default, inline), or None after
+        logging why it cannot be had."""
+        if not name or name == POWER_OF_TWO:
+            return None
+        try:
+            kwargs = json.loads(kwargs_json) if kwargs_json else {}
+            if name == PREFIX_AFFINITY:
+                from .prefix_affinity import PrefixAffinity
+
+                return PrefixAffinity(**kwargs)
+            return self._user_router(name, kwargs)
+        except Exception as e:
+            key = f"{where} {name} {kwargs_json}"
+            if key not in self._refused:
+                self._refused.add(key)
+                logger.error("%s: request router %s cannot be used (%s: %s); routing by "
+                             "power of two choices", where, name, type(e).__name__, e)
+            return None
+
+    def _user_router(self, name: str, kwargs: dict[str, Any]) -> RequestRouter:
+        from servefleet._private.user_code import import_user_object
+
+        module = name.partition(":")[0]
+        if not self.allows(module):
+            raise PermissionError(f"this process does not load routers from {module!r} "
+                                  "(servefleet proxy --allow-router-module)")
+        cls = import_user_object(name)
+        if not (isinstance(cls, type) and issubclass(cls, RequestRouter)):
+            raise TypeError(f"{name} is not a RequestRouter subclass")
+        return cls(**kwargs)

@@ -1,0 +1,100 @@
+"""Request routers as pure logic (servefleet/_private/dataplane/routers.py,
+prefix_affinity.py) and inside a pool (balancer.py): fake replicas, no servers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from servefleet._private.dataplane.balancer import ReplicaPool
+from servefleet._private.dataplane.routers import RouterLoader, allow_all, allow_modules
+from servefleet.routing import PrefixAffinity, ReplicaInfo, RequestInfo, RequestRouter
+
+
+def replicas(*loads: int) -> list[ReplicaInfo]:
+    return [ReplicaInfo(f"r{i}", load, 10) for i, load in enumerate(loads)]
+
+
+def test_prefix_affinity_keeps_a_conversation_on_its_replica_until_it_is_too_busy() -> None:
+    router = PrefixAffinity(imbalance_threshold=2, block_chars=8)
+    conversation = "User: tell me of the flood. "
+    first = router.choose(replicas(0, 0, 0), RequestInfo(routing_key=conversation))
+    assert first is not None
+    for turn in range(5):  # each turn's key: the conversation so far
+        conversation += f"Assistant: answer {turn}. User: and then? "
+        chosen = router.choose(replicas(1, 1, 1), RequestInfo(routing_key=conversation))
+        assert chosen is not None and chosen.replica_id == first.replica_id
+    busy = [ReplicaInfo(r.replica_id, 5 if r.replica_id == first.replica_id else 1, 10)
+            for r in replicas(0, 0, 0)]
+    moved = router.choose(busy, RequestInfo(routing_key=conversation + "more"))
+    assert moved is not None and moved.replica_id != first.replica_id
+    # ... and the conversation now lives there.
+    again = router.choose(replicas(0, 0, 0), RequestInfo(routing_key=conversation + "more!"))
+    assert again is not None and again.replica_id == moved.replica_id
+
+
+def test_prefix_affinity_spreads_new_keys_forgets_gone_replicas_and_is_bounded() -> None:
+    router = PrefixAffinity(block_chars=4, max_blocks=50)
+    owners = {router.choose(replicas(0, 0, 0, 0), RequestInfo(routing_key=f"{k:04d}conv"))
+              .replica_id for k in range(40)}  # type: ignore[union-attr]
+    assert len(owners) > 1  # new conversations are not all sent to one replica
+    assert len(router._owners) <= 50
+    router.replicas_changed(["r0"])
+    assert set(router._owners.values()) <= {"r0"}
+    keyless = router.choose(replicas(3, 0), RequestInfo())
+    assert keyless is not None  # no key: power of two choices
+    for bad in ({"imbalance_threshold": -1}, {"block_chars": 0}, {"max_blocks": "many"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            PrefixAffinity(**bad)  # type: ignore[arg-type]
+
+
+def test_the_loader_makes_builtins_and_allowed_user_routers_only(caplog, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "apps"))  # my_routers
+    strict = RouterLoader(allow_modules(["my_routers"]))
+    assert strict.make("", "", "a/b") is None and strict.make("power_of_two", "", "a/b") is None
+    router = strict.make("prefix_affinity", json.dumps({"imbalance_threshold": 5}), "a/b")
+    assert isinstance(router, PrefixAffinity) and router.imbalance_threshold == 5
+    assert isinstance(strict.make("my_routers:Lowest", "", "a/b"), RequestRouter)
+    with caplog.at_level(logging.ERROR):
+        assert RouterLoader(allow_modules([])).make("my_routers:Lowest", "", "a/b") is None
+        assert RouterLoader(allow_all).make("json:JSONDecoder", "", "a/b") is None
+        assert strict.make("prefix_affinity", '{"nonsense": 1}', "a/b") is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("--allow-router-module" in m for m in messages)
+    assert any("standard library" in m for m in messages)
+    assert any("nonsense" in m for m in messages)
+    assert allow_modules(["pkg"])("pkg.sub") and not allow_modules(["pkg"])("pkgx")
+
+
+class Raising(RequestRouter):
+    def choose(self, replicas, request):
+        raise RuntimeError("broken router")
+
+
+class Named(RequestRouter):
+    def __init__(self, wanted: str) -> None:
+        self.wanted = wanted
+        self.seen: list[RequestInfo] = []
+
+    def choose(self, replicas, request):
+        self.seen.append(request)
+        return next((r for r in replicas if r.replica_id == self.wanted), None)
+
+
+async def test_a_pool_asks_its_router_and_falls_back_when_it_fails(caplog) -> None:
+    pool = ReplicaPool(max_ongoing=2, key=("app", "dep"))
+    pool.update([("r0", "a:1"), ("r1", "a:2")], 2, -1)
+    named = Named("r1")
+    pool.use_router(named, ("x:Named", ""))
+    picked = [await pool.acquire(routing=RequestInfo(routing_key="k")) for _ in range(2)]
+    assert [r.replica_id for r in picked] == ["r1", "r1"]
+    third = await pool.acquire(routing=RequestInfo(routing_key="k"))  # r1 is full
+    assert third.replica_id == "r0" and named.seen[-1].routing_key == "k"
+    pool.use_router(Raising(), ("x:Raising", ""))
+    with caplog.at_level(logging.ERROR):
+        pool.release(third)
+        assert (await pool.acquire()).replica_id == "r0"
+    assert sum("broken router" in r.getMessage() for r in caplog.records) == 1

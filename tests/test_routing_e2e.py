@@ -1,0 +1,138 @@
+"""Request routers through real processes: a deployment's `request_router`
+reaches proxies and handles by the Watch stream; prefix affinity keeps
+conversations on their replica and moves them off a slow one; a user's
+router class is used by a proxy that allows its module and by handles, and
+refused (power of two instead) by a proxy that does not."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import os
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from servefleet import get_deployment_handle
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet.client import ControllerClient, ControllerError
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import replica_pb2
+
+APPS = str(Path(__file__).parent / "apps")
+RUNNING = replica_pb2.REPLICA_STATE_RUNNING
+
+
+def spec(name: str, import_path: str, route: str, replicas: int, router: str,
+         kwargs: dict | None = None, env: dict | None = None) -> d.DeploymentSpec:
+    return d.DeploymentSpec(
+        name=name, import_path=import_path, route_prefix=route,
+        runtime=d.RuntimeOptions(working_dir=APPS, env=env or {}),
+        replica_config=d.ReplicaConfig(num_replicas=replicas, max_ongoing_requests=64,
+                                       request_router=router,
+                                       request_router_kwargs_json=json.dumps(kwargs or {})))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("routing")
+    os.environ["PYTHONPATH"] = APPS  # the proxies import my_routers from here
+    controller = ControllerProcess(f"sqlite://{tmp}/state.db", log_dir=tmp,
+                                   extra_args=["--allow-working-dir", "/"]).start()
+    proxy = ProxyProcess([controller.address], log_dir=tmp,
+                         extra_args=["--allow-router-module", "my_routers"]).start()
+    client = ControllerClient([controller.address], timeout=30)
+    try:
+        yield tmp, controller, proxy, client
+    finally:
+        os.environ.pop("PYTHONPATH", None)
+        proxy.stop()
+        client.shutdown()
+        client.close()
+        controller.stop()
+
+
+def running(client: ControllerClient, name: str, count: int) -> bool:
+    return sum(r.state == RUNNING for r in client.replicas(deployment=name)) == count
+
+
+def test_prefix_affinity_keeps_conversations_and_moves_them_off_a_slow_replica(
+        cluster) -> None:
+    tmp, _, proxy, client = cluster
+    slow = tmp / "slow"
+    client.deploy(spec("Routed", "routed_app:Routed", "/direct", 3, "prefix_affinity",
+                       {"imbalance_threshold": 2}, {"ROUTED_SLOW_FILE": str(slow)}))
+    wait_for(lambda: running(client, "Routed", 3), 60, "3 replicas")
+    url = proxy.url + "/direct"
+    wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+    talks = {c: f"User {c}: tell me of the days of Noah." for c in range(30)}
+    seen: dict[int, list[str]] = collections.defaultdict(list)
+    with httpx.Client(timeout=30) as http:
+        def turn(c: int) -> str:
+            talks[c] += f" Assistant: an answer to turn {len(seen[c])}. User: and then?"
+            return http.get(url, headers={"x-servefleet-routing-key": talks[c]}).json()[
+                "replica"]
+        for _ in range(5):
+            for c in talks:
+                seen[c].append(turn(c))
+        stuck = sum(t == s[0] for s in seen.values() for t in s)
+        assert stuck >= 0.9 * 150, seen
+        assert len({s[0] for s in seen.values()}) == 3  # new conversations spread out
+        # One replica slow: under concurrent turns its conversations move.
+        victim = collections.Counter(s[0] for s in seen.values()).most_common(1)[0][0]
+        slow.write_text(victim)
+        with concurrent.futures.ThreadPoolExecutor(30) as pool:
+            rounds = [list(pool.map(turn, talks)) for _ in range(3)]
+    owned = [c for c, s in seen.items() if s[0] == victim]
+    last = [rounds[-1][c] for c in owned]
+    assert sum(r != victim for r in last) >= len(owned) // 2, (owned, rounds)
+
+
+def test_a_users_router_in_the_proxy_that_allows_it_and_in_handles(cluster, tmp_path,
+                                                                   monkeypatch) -> None:
+    _, controller, proxy, client = cluster
+    note = tmp_path / "calls"
+    client.deploy(spec("Lowest", "routed_app:Routed", "/lowest", 3, "my_routers:Lowest",
+                       {"note": str(note)}))
+    wait_for(lambda: running(client, "Lowest", 3), 60, "3 replicas")
+    lowest = min(r.record.replica_id for r in client.replicas(deployment="Lowest")
+                 if r.state == RUNNING)
+    url = proxy.url + "/lowest"
+    wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+    answers = {httpx.get(url, headers={"x-servefleet-routing-key": f"k{i}"},
+                         timeout=10).json()["replica"] for i in range(12)}
+    assert answers == {lowest}
+    assert f"{proxy.proc.pid} k3" in note.read_text()  # the proxy ran the user's class
+    monkeypatch.syspath_prepend(APPS)  # this process's handles load it too
+    handle = get_deployment_handle("Lowest", "default", controllers=controller.address)
+    got = {handle.options(method_name="whoami", routing_key="h").remote().result(
+        timeout_s=30)["replica"] for _ in range(6)}
+    assert got == {lowest} and f"{os.getpid()} h" in note.read_text()
+    # A proxy whose operator did not allow the module: power of two, and why.
+    other = ProxyProcess([controller.address], log_dir=tmp_path).start()
+    try:
+        wait_for(lambda: httpx.get(other.url + "/lowest", timeout=5).status_code == 200, 30,
+                 "the route on the other proxy")
+        spread = {httpx.get(other.url + "/lowest", timeout=10).json()["replica"]
+                  for _ in range(40)}
+        assert len(spread) > 1
+        assert "--allow-router-module" in other.log_path.read_text()
+    finally:
+        other.stop()
+
+
+def test_a_bad_router_option_is_refused_naming_it(cluster) -> None:
+    _, _, _, client = cluster
+    for router, kwargs, field in (("not a class path", "{}", "request_router"),
+                                  ("prefix_affinity", "[1]", "request_router_kwargs_json")):
+        bad = spec("Bad", "routed_app:Routed", "/bad", 1, router)
+        bad.replica_config.request_router_kwargs_json = kwargs
+        with pytest.raises(ControllerError) as refused:
+            client.deploy(bad)
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in str(refused.value)
+    assert not [a for a in client.status().applications
+                if any(dep.name == "Bad" for dep in a.deployments)]
