@@ -151,6 +151,19 @@ def test_errors_have_openais_shape_and_status(llm) -> None:
         "invalid_request_error"
 
 
+def test_the_model_replica_exposes_what_the_dashboard_reads(llm) -> None:
+    from servefleet.controller.api.model_figures import MODEL_METRICS
+
+    client = ControllerClient([llm.controller_address], timeout=30)
+    try:
+        [replica] = client.replicas(deployment="LLMServer_genesis")
+    finally:
+        client.close()
+    text = httpx.get(f"http://{replica.record.metrics_address}/metrics", timeout=10).text
+    exposed = {line.split("{")[0] for line in text.splitlines() if 'model="genesis"' in line}
+    assert MODEL_METRICS <= exposed, MODEL_METRICS - exposed
+
+
 def test_a_route_that_requires_a_token_refuses_a_wrong_key(llm) -> None:
     stranger = openai.OpenAI(base_url=llm.url + "/llm/v1", api_key="not-a-token", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

@@ -80,3 +80,17 @@ def test_answers_and_chunks_have_openais_shape() -> None:
     assert chunk["object"] == "text_completion" and "usage" not in chunk
     assert chunk["choices"][0] == {"index": 1, "text": " word", "logprobs": None,
                                    "finish_reason": "length"}
+
+
+def test_failed_calls_map_to_openais_statuses() -> None:
+    from servefleet._private.llm.openai_ingress import api_error
+    from servefleet._private.responses import HandleError
+    from servefleet.serve.exceptions import BackPressureError
+
+    full = api_error(BackPressureError(num_queued_requests=8, max_queued_requests=8))
+    assert (full.status, full.kind, full.code) == (429, "rate_limit_error", "overloaded")
+    gone = api_error(HandleError("no replica of LLMServer_m took the call", 503))
+    assert (gone.status, gone.kind) == (503, "server_error")
+    assert api_error(ValueError("top_p must be in (0, 1]")).status == 400
+    broken = api_error(RuntimeError("secret detail"))
+    assert broken.status == 500 and "secret" not in broken.message
