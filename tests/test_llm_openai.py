@@ -39,7 +39,13 @@ class LLM:
 def config(tmp) -> str:
     models = [{"model_id": "genesis", "engine_kwargs": {"passages": GENESIS},
                "deployment_config": {"num_replicas": 1, "max_ongoing_requests": 32}},
-              {"model_id": "exodus", "engine_kwargs": {"passages": EXODUS}}]
+              {"model_id": "exodus", "engine_kwargs": {"passages": EXODUS}},
+              # Two more in one deployment of 2 replicas, one model per replica at most.
+              {"model_id": "ruth", "engine_kwargs": {"passages": "Ruth1:1-Ruth4:22"},
+               "deployment_name": "Shared", "max_models_per_replica": 1,
+               "deployment_config": {"num_replicas": 2}},
+              {"model_id": "jonah", "engine_kwargs": {"passages": "Jonah1:1-Jonah4:11"},
+               "deployment_name": "Shared"}]
     path = tmp / "llm.yaml"
     path.write_text(yaml.safe_dump({"applications": [{
         "name": "llm", "route_prefix": "/llm", "import_path": "servefleet.llm:build_openai_app",
@@ -61,7 +67,7 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
     try:
         client.deploy_applications(load_config(config(tmp)).applications)
         probe = {"model": "genesis", "prompt": "In the beginning", "max_tokens": 1}
-        for model in ("genesis", "exodus"):
+        for model in ("genesis", "exodus", "ruth", "jonah"):
             wait_for(lambda m=model: httpx.post(  # type: ignore[misc]
                 proxy.url + "/llm/v1/completions", json={**probe, "model": m}, headers=bearer,
                 timeout=10).status_code == 200, 90, f"model {model}")
@@ -79,7 +85,8 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
 
 
 def test_models_are_listed_and_chat_answers_with_usage(llm) -> None:
-    assert sorted(m.id for m in llm.client.models.list()) == ["exodus", "genesis"]
+    assert sorted(m.id for m in llm.client.models.list()) == ["exodus", "genesis", "jonah",
+                                                              "ruth"]
     messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
     answer = llm.client.chat.completions.create(model="genesis", messages=messages,
                                                 max_tokens=12, seed=3,
@@ -135,6 +142,20 @@ def test_stop_seed_and_n(llm) -> None:
                                         seed=42, n=2)
     assert [c.index for c in two.choices] == [0, 1]
     assert two.choices[0].text == twice[0]  # choice 0 has the seed itself
+
+
+def test_models_sharing_a_deployment_each_answer_from_their_own_engine(llm) -> None:
+    def words(model: str) -> set[str]:
+        text = " ".join(llm.client.completions.create(
+            model=model, prompt="And", max_tokens=40, seed=s, extra_body={"ignore_eos": True}
+        ).choices[0].text for s in range(3))
+        return set(text.split())
+    ruth, jonah = words("ruth"), words("jonah")
+    assert "Naomi" in ruth or "Boaz" in ruth or "Moab" in ruth, ruth
+    assert not {"Naomi", "Boaz"} & jonah and not {"Nineveh", "Tarshish"} & ruth
+    server = get_deployment_handle("Shared", "llm", controllers=llm.controller_address)
+    loaded = [server.stats.remote().result(timeout_s=10)["loaded"] for _ in range(6)]
+    assert all(len(held) <= 1 for held in loaded)  # max_models_per_replica: 1
 
 
 def test_errors_have_openais_shape_and_status(llm) -> None:

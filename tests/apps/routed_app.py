@@ -16,14 +16,19 @@ def _me() -> str:
     return identity.replica_id if identity else ""
 
 
+def _slow() -> bool:
+    """Whether the file ROUTED_SLOW_FILE names (if any) names this replica."""
+    slow = os.environ.get("ROUTED_SLOW_FILE", "")
+    return bool(slow) and os.path.exists(slow) and open(slow).read().strip() == _me()
+
+
 @deployment
 class Routed:
     async def __call__(self, request: Request) -> dict:
         return await self.whoami()
 
     async def whoami(self) -> dict:
-        slow = os.environ.get("ROUTED_SLOW_FILE", "")
-        if slow and os.path.exists(slow) and open(slow).read().strip() == _me():
+        if _slow():
             await asyncio.sleep(0.3)
         return {"replica": _me()}
 

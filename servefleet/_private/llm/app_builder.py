@@ -42,13 +42,20 @@ class LLMConfig:
     engine: str = DEFAULT_ENGINE
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     deployment_config: dict[str, Any] = field(default_factory=dict)
+    # Models with the same `deployment_name` share one deployment, several per
+    # replica (at most `max_models_per_replica`, loaded on first use, least
+    # recently used out; the first config's deployment_config counts). ""
+    # (the default): the model has a deployment of its own.
+    deployment_name: str = ""
+    max_models_per_replica: int = 0
 
 
 def _config(value: Any, index: int) -> LLMConfig:
     if isinstance(value, LLMConfig):
         return value
     if isinstance(value, Mapping):
-        unknown = set(value) - {"model_id", "engine", "engine_kwargs", "deployment_config"}
+        unknown = set(value) - {"model_id", "engine", "engine_kwargs", "deployment_config",
+                                "deployment_name", "max_models_per_replica"}
         if unknown or not isinstance(value.get("model_id"), str):
             raise OptionError(f"llm_configs[{index}]: needs model_id (a string); unknown "
                               f"keys: {sorted(unknown)}")
@@ -68,10 +75,25 @@ def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
     ids = [c.model_id for c in configs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"model ids must be distinct: {ids}")
-    servers = {}
+    groups: dict[str, list[LLMConfig]] = {}
     for c in configs:
-        name = "LLMServer_" + re.sub(r"[^A-Za-z0-9_]", "_", c.model_id)
-        server = deployment(name=name, **c.deployment_config)(LLMServer)
-        servers[c.model_id] = server.bind(c.model_id, c.engine, c.engine_kwargs)
+        groups.setdefault(c.deployment_name or f"LLMServer_{_name(c.model_id)}", []).append(c)
+    servers: dict[str, Application] = {}
+    shared: list[str] = []
+    for name, group in groups.items():
+        first = group[0]
+        server = deployment(name=_name(name), **first.deployment_config)(LLMServer)
+        if first.deployment_name:  # several models, multiplexed
+            models = {c.model_id: [c.engine, c.engine_kwargs] for c in group}
+            bound = server.bind(name, models=models, max_models_per_replica=max(
+                1, first.max_models_per_replica or len(group)))
+            shared += models
+        else:
+            bound = server.bind(first.model_id, first.engine, first.engine_kwargs)
+        servers.update({c.model_id: bound for c in group})
     ingress = deployment(name="OpenAIIngress", **dict(ingress_options or {}))(OpenAIIngress)
-    return ingress.bind(servers)
+    return ingress.bind(servers, shared)
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)

@@ -70,8 +70,10 @@ class OpenAIIngress:
     """An ASGI deployment: the OpenAI routes over `models` (model id -> handle
     of its LLMServer deployment)."""
 
-    def __init__(self, models: dict[str, Any]) -> None:
+    def __init__(self, models: dict[str, Any], multiplexed: list[str] | None = None) -> None:
         self.models = models
+        # Models served several per replica: their calls name the model.
+        self.multiplexed = set(multiplexed or ())
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
@@ -133,8 +135,9 @@ class OpenAIIngress:
         # (docs/routing.md) keeps its turns on the replica that has its prefix.
         key = "\n".join(f"{m.role}: {m.content}" for m in wanted.messages) if wanted.chat \
             else wanted.prompt
-        handle = self.models[wanted.model].options(stream=True, method_name="generate",
-                                                   routing_key=key)
+        handle = self.models[wanted.model].options(
+            stream=True, method_name="generate", routing_key=key,
+            multiplexed_model_id=wanted.model if wanted.model in self.multiplexed else "")
         return handle.remote(wanted.prompt, messages, wanted.with_seed(index))
 
     async def _whole(self, wanted: GenerationRequest, streams: list[Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 from servefleet._private.import_paths import colon_form
 from servefleet._private.llm import llm_metrics as m
 from servefleet._private.llm.engine import ChatMessage, Engine, SamplingParams
+from servefleet._private.multiplex import _ModelCache, get_multiplexed_model_id
 from servefleet._private.user_code import import_user_object
 
 DEFAULT_ENGINE = "servefleet._private.llm.ngram:NGramEngine"
@@ -39,33 +40,57 @@ def load_engine(path: str, kwargs: dict[str, Any]) -> Engine:
 
 
 class LLMServer:
-    """One model's replica: `generate` streams the tokens of one choice."""
+    """A model's replica: `generate` streams the tokens of one choice.
+
+    With `models` ({model id: [engine path, engine kwargs]}), one deployment
+    serves several models, at most `max_models_per_replica` per replica:
+    each made and started on its first request there, the least recently
+    used dropped past the limit, requests routed to replicas that hold their
+    model (multiplex.py); the request's model is its multiplexed model id."""
 
     def __init__(self, model_id: str, engine: str = DEFAULT_ENGINE,
-                 engine_kwargs: dict[str, Any] | None = None) -> None:
+                 engine_kwargs: dict[str, Any] | None = None,
+                 models: dict[str, list[Any]] | None = None,
+                 max_models_per_replica: int = 1) -> None:
         self.model_id = model_id
-        self.engine = load_engine(engine, dict(engine_kwargs or {}))
+        self.models = dict(models or {})
+        self.engine = None if self.models else load_engine(engine, dict(engine_kwargs or {}))
+        self._engines = _ModelCache(self._load, max(1, max_models_per_replica)) \
+            if self.models else None
         self._started: asyncio.Task[None] | None = None
         self.generated = 0
 
-    async def _ready(self) -> None:
+    async def _load(self, model_id: str) -> Engine:
+        if model_id not in self.models:
+            raise ValueError(f"this deployment serves {sorted(self.models)}, not {model_id!r}")
+        path, kwargs = self.models[model_id]
+        engine = load_engine(path, dict(kwargs or {}))
+        await engine.start()
+        return engine
+
+    async def _ready(self) -> tuple[str, Engine]:
+        """The request's model id and its started engine."""
+        if self.models:
+            model = get_multiplexed_model_id()
+            assert self._engines is not None
+            return model, await self._engines.get(model)
+        assert self.engine is not None
         if self._started is None:
             self._started = asyncio.ensure_future(self.engine.start())
         await asyncio.shield(self._started)
+        return self.model_id, self.engine
 
     async def generate(self, prompt: str, messages: Sequence[ChatMessage] | None,
                        params: SamplingParams) -> AsyncIterator[dict[str, Any]]:
         began = time.perf_counter()
-        await self._ready()
-        if messages is not None:
-            prompt = self.engine.chat_prompt(messages)
-        text = prompt
-        prompt_tokens = self.engine.count_tokens(text)
-        tags = {"model": self.model_id}
+        model, engine = await self._ready()
+        text = engine.chat_prompt(messages) if messages is not None else prompt
+        prompt_tokens = engine.count_tokens(text)
+        tags = {"model": model}
         m.PROMPT_TOKENS.inc(prompt_tokens, tags=tags)
         yield {"prompt_tokens": prompt_tokens}
         last = None
-        async for piece in self.engine.generate(text, params):
+        async for piece in engine.generate(text, params):
             now = time.perf_counter()
             if last is None:
                 m.TIME_TO_FIRST_TOKEN.observe(now - began, tags=tags)
@@ -77,5 +102,7 @@ class LLMServer:
             yield {"text": piece.text, "finish_reason": piece.finish_reason}
 
     async def stats(self) -> dict[str, Any]:
-        """This replica's model and the tokens it generated."""
-        return {"model": self.model_id, "generated_tokens": self.generated}
+        """This replica's model(s) and the tokens it generated."""
+        return {"model": self.model_id,
+                "loaded": list(self._engines.models) if self._engines else [self.model_id],
+                "generated_tokens": self.generated}
