@@ -271,3 +271,22 @@ def test_a_node_client_calls_through_the_proxy(grpc_cluster, node_grpc) -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("predict one ") and lines[1] == "stream a,b,c"
     assert lines[2] == "missing NOT_FOUND"
+
+
+def test_the_grpc_ingress_routes_by_the_deployments_router(grpc_cluster, tmp_path) -> None:
+    """prefix_affinity through the gRPC ingress: calls whose routing key
+    (metadata x-servefleet-routing-key) shares a prefix reach one replica."""
+    client, _, target = grpc_cluster
+    app = _application(tmp_path, replicas=3)
+    app.deployments[0].replica_config.request_router = "prefix_affinity"
+    client.deploy_applications([app])
+    wait_for(lambda: _running(client, "clf"), 60, "clf RUNNING")
+    with grpc.insecure_channel(target) as channel:
+        stub = pb_grpc.ClassifierStub(channel)
+        wait_for(lambda: _predict(stub, "warm").label, 30, "the gRPC route")
+        for c in range(6):
+            key = f"conversation {c}: " + "the same long opening of the talk " * 3
+            seen = {_predict(stub, "so slow and sad", metadata=(
+                ("application", "clf"), ("x-servefleet-routing-key", key + "turn " * t)
+            )).replica for t in range(5)}
+            assert len(seen) == 1, (c, seen)
