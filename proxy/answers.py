@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from starlette.types import Scope, Send
@@ -40,6 +41,21 @@ async def reply(send: Send, status: int, text: str, request_id: str = "",
         headers.append((REQUEST_ID_HEADER, request_id.encode("latin-1")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def refuse_token(scope: Scope, send: Send, request_id: str) -> None:
+    """401 for a route that needs a bearer token: as text, or, to a client that
+    takes only JSON (OpenAI's clients), as the common error object
+    {"error": {message, type, param, code}}."""
+    text = "this route needs a bearer token (authorization: Bearer TOKEN)"
+    accept = next((v for k, v in scope["headers"] if k == b"accept"), b"")
+    challenge = ((b"www-authenticate", b'Bearer realm="servefleet"'),)
+    if b"json" in accept and b"text" not in accept and b"*/*" not in accept:
+        body = json.dumps({"error": {"message": text, "type": "invalid_request_error",
+                                     "param": None, "code": "invalid_api_key"}})
+        await reply(send, 401, body, request_id, b"application/json", challenge)
+    else:
+        await reply(send, 401, text, request_id, extra=challenge)
 
 
 class Started:

@@ -62,7 +62,14 @@ from servefleet._private.wire import (
 from servefleet._private.ws import deny
 
 from .access import ADMIN_PATHS, AdminAccess, bearer_name
-from .answers import HOP_BY_HOP, Started, and_named_by_connection, reply, stream_back
+from .answers import (
+    HOP_BY_HOP,
+    Started,
+    and_named_by_connection,
+    refuse_token,
+    reply,
+    stream_back,
+)
 from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, RouteTable, Target
@@ -254,9 +261,7 @@ class ProxyApp:
         if target.require_token:
             caller = bearer_name(scope, self._tokens())
             if caller is None:
-                await reply(send, 401, "this route needs a bearer token (authorization: "
-                            "Bearer TOKEN)", request_id,
-                            extra=((b"www-authenticate", b'Bearer realm="servefleet"'),))
+                await refuse_token(scope, send, request_id)
                 return
         if target.unavailable:  # the application cannot serve at all
             await reply(send, 503, target.unavailable, request_id)

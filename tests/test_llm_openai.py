@@ -187,8 +187,9 @@ def test_the_model_replica_exposes_what_the_dashboard_reads(llm) -> None:
 
 def test_a_route_that_requires_a_token_refuses_a_wrong_key(llm) -> None:
     stranger = openai.OpenAI(base_url=llm.url + "/llm/v1", api_key="not-a-token", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as refused:
         stranger.models.list()
+    assert refused.value.body["code"] == "invalid_api_key"  # type: ignore[index]
     assert httpx.get(llm.url + "/llm/v1/models", timeout=10).status_code == 401
 
 
