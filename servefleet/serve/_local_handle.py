@@ -42,8 +42,9 @@ END: Any = object()
 # The local deployments of this process, by (application, deployment).
 REPLICAS: dict[tuple[str, str], LocalReplica] = {}
 # Ray's handle.options() arguments that mean nothing in one process.
+# (routing_key: one local replica, nothing to route.)
 _IGNORED_OPTIONS = ("use_new_handle_api", "_prefer_local_routing", "_by_reference",
-                    "_request_protocol", "_source")
+                    "_request_protocol", "_source", "routing_key")
 
 
 def _in_event_loop() -> bool:

@@ -11,6 +11,9 @@ remembered prefix, unless that replica has more than `imbalance_threshold`
 requests in flight beyond the least loaded candidate: then to the least
 loaded, which from then on holds the prefix. A key with no remembered
 prefix, or no key, goes by power of two choices and is remembered there.
+A request for a multiplexed model is routed so among the replicas holding
+the model; when none holds it, to where the default would load it
+(routers.place_model), remembered there.
 
 Each proxy and each handle router keeps its own index: affinity holds for
 the requests one process routes (one proxy, or one ingress replica's
@@ -23,7 +26,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from .routers import PowerOfTwoChoices, ReplicaInfo, RequestInfo, RequestRouter
+from .routers import PowerOfTwoChoices, ReplicaInfo, RequestInfo, RequestRouter, place_model
 
 
 class PrefixAffinity(RequestRouter):
@@ -50,6 +53,14 @@ class PrefixAffinity(RequestRouter):
 
     def choose(self, replicas: Sequence[ReplicaInfo],
                request: RequestInfo) -> ReplicaInfo | None:
+        if request.model_id:
+            holders = [r for r in replicas if request.model_id in r.models]
+            if not holders:
+                chosen = place_model(replicas, request.model_id)
+                if request.routing_key:
+                    self._remember(self._blocks(request.routing_key), chosen.replica_id)
+                return chosen
+            replicas = holders
         if not request.routing_key:
             return self._fallback.choose(replicas, request)
         blocks = self._blocks(request.routing_key)

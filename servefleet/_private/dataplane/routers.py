@@ -7,6 +7,9 @@ costs nothing extra), `prefix_affinity` (prefix_affinity.py), or a user's
 (balancer.py) asks a router only among the candidates: replicas with room,
 not ejected nor marked down. It builds the router's views (`ReplicaInfo`,
 `RequestInfo`) only when the deployment has a router other than the default.
+A request for a multiplexed model asks the router too (it sees the model id
+and each replica's models); `place_model` is the default's choice for it,
+which a router's None falls back to.
 
 Where a router's class is loaded is the caller's choice (`RouterLoader`):
 handles, inside replicas, load any; a proxy loads servefleet's own and
@@ -18,13 +21,14 @@ logged once and the pool routes by power of two.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .router_names import POWER_OF_TWO, PREFIX_AFFINITY
 
@@ -57,6 +61,37 @@ class RequestInfo:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+class _Slot(Protocol):
+    """What model placement reads of a replica (the pool's or a router's view)."""
+
+    @property
+    def replica_id(self) -> str: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def models(self) -> frozenset[str]: ...
+
+
+S = TypeVar("S", bound=_Slot)
+
+
+def _rank(model_id: str, replica_id: str) -> bytes:
+    """Rendezvous hashing: every router orders a model's replicas the same way."""
+    return hashlib.blake2b(f"{model_id}\0{replica_id}".encode(), digest_size=8).digest()
+
+
+def place_model(candidates: Sequence[S], model_id: str) -> S:
+    """Where a multiplexed model's request goes (multiplex.py): a replica
+    holding the model, the least loaded of them; else, among those with
+    room, one holding the fewest models (it has space, or evicts least),
+    ties broken by the model's rendezvous order, the same for every router.
+    A hot model's holders fill up, and it spreads to the next."""
+    holders = [r for r in candidates if model_id in r.models]
+    if holders:
+        return min(holders, key=lambda r: r.in_flight)
+    return min(candidates, key=lambda r: (len(r.models), _rank(model_id, r.replica_id)))
+
+
 class RequestRouter:
     """Base of request routers. Subclass it, take your settings as keyword
     arguments (the deployment's request_router_kwargs), and choose:
@@ -85,11 +120,13 @@ class RequestRouter:
 
 class PowerOfTwoChoices(RequestRouter):
     """Two candidates at random, the one with fewer requests in flight (the
-    default, as Ray Serve's; the pool runs it inline, this class is for
-    routers that fall back to it)."""
+    default, as Ray Serve's); a multiplexed model's request by `place_model`.
+    The pool runs it inline; this class is for routers that fall back to it."""
 
     def choose(self, replicas: Sequence[ReplicaInfo],
                request: RequestInfo) -> ReplicaInfo | None:
+        if request.model_id:
+            return place_model(replicas, request.model_id)
         if len(replicas) == 1:
             return replicas[0]
         a, b = random.sample(list(replicas), 2)
@@ -99,14 +136,21 @@ class PowerOfTwoChoices(RequestRouter):
 def choose_safely(router: RequestRouter, replicas: Sequence[ReplicaInfo],
                   request: RequestInfo, where: str,
                   call: Callable[[RequestRouter], Any] | None = None) -> ReplicaInfo | None:
-    """The router's choice (or `call`'s result), None when it raises (logged
-    once per router: the pool then routes by power of two choices)."""
+    """The router's choice (or `call`'s result); None when it raises or
+    chooses no candidate (logged once per router: the pool then routes that
+    request by power of two choices)."""
     try:
-        return call(router) if call is not None else router.choose(replicas, request)
+        if call is not None:
+            return call(router)
+        chosen = router.choose(replicas, request)
+        if chosen is not None and all(getattr(chosen, "replica_id", None) != r.replica_id
+                                      for r in replicas):
+            raise ValueError(f"it chose {chosen!r}, which is not one of the candidates")
+        return chosen
     except Exception as e:
         if router not in _FAILED:
             _FAILED.add(router)
-            logger.error("%s: request router %s raised %s: %s; power of two choices for "
+            logger.error("%s: request router %s failed (%s: %s); power of two choices for "
                          "the requests it fails", where, type(router).__name__,
                          type(e).__name__, e)
         return None

@@ -16,7 +16,9 @@ generator, whose `finally` closes the handle calls; their connections
 close, and each LLMServer replica cancels its generator at the next token.
 Errors the calls raise map to OpenAI's statuses: a full queue is 429, no
 replica 503, an engine's ValueError 400, anything else 500 (never a
-traceback). Once a stream has begun, an error ends it with an error event.
+traceback), streamed or not: a stream's head goes out only once every call
+has been taken and has counted the prompt. Once a stream has begun, an
+error ends it with an error event.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ class OpenAIIngress:
                 raise self._unknown(wanted.model)
             streams = [self._call(wanted, i) for i in range(wanted.n)]
             if wanted.stream:
-                return StreamingResponse(self._events(wanted, streams),
+                prompt_tokens = await _opened(streams)
+                return StreamingResponse(self._events(wanted, streams, prompt_tokens),
                                          media_type="text/event-stream",
                                          headers={"cache-control": "no-cache"})
             return JSONResponse(await self._whole(wanted, streams))
@@ -161,18 +164,15 @@ class OpenAIIngress:
             await _close(streams)
         return Reply(wanted.model, wanted.chat).complete(choices, prompt_tokens)
 
-    async def _events(self, wanted: GenerationRequest,
-                      streams: list[Any]) -> AsyncIterator[bytes]:
+    async def _events(self, wanted: GenerationRequest, streams: list[Any],
+                      prompt_tokens: int) -> AsyncIterator[bytes]:
         reply = Reply(wanted.model, wanted.chat, wanted.include_usage)
-        prompt_tokens = completion_tokens = 0
+        completion_tokens = 0
         try:
             if wanted.chat:
                 for index in range(len(streams)):
                     yield reply.role_chunk(index)
             async for index, item in _merged(streams):
-                if "prompt_tokens" in item:
-                    prompt_tokens = item["prompt_tokens"]
-                    continue
                 completion_tokens += 1
                 yield reply.piece_chunk(index, item["text"], item["finish_reason"])
             if wanted.include_usage:
@@ -183,6 +183,22 @@ class OpenAIIngress:
             yield DONE
         finally:
             await _close(streams)
+
+
+async def _opened(streams: list[Any]) -> int:
+    """The prompt's token count, the first item of every call (LLMServer sends
+    it before it generates). Read before the answer's head goes out, so that
+    a call no replica takes (a full queue, no replica) or that the engine
+    refuses is answered with its status (429, 503, 400), not as an error
+    event in a 200 stream."""
+    try:
+        heads = await asyncio.gather(*(anext(s) for s in streams))
+    except BaseException as e:  # cancelled too (the client left): close the calls
+        await _close(streams)
+        if isinstance(e, Exception):
+            raise api_error(e) from None
+        raise
+    return int(heads[0]["prompt_tokens"])
 
 
 async def _merged(streams: list[Any]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
