@@ -94,3 +94,23 @@ def test_failed_calls_map_to_openais_statuses() -> None:
     assert api_error(ValueError("top_p must be in (0, 1]")).status == 400
     broken = api_error(RuntimeError("secret detail"))
     assert broken.status == 500 and "secret" not in broken.message
+
+
+def test_the_examples_build_the_model_kjv_trigram() -> None:
+    """examples/llm: the app module and the config file name an application
+    with the ingress over the model "kjv-trigram" (no server started)."""
+    import runpy
+    from pathlib import Path
+
+    from servefleet._private.config_file import load_config
+    from servefleet.llm import build_openai_app
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "llm"
+    app = runpy.run_path(str(examples / "app.py"))["app"]
+    assert app.deployment.name == "OpenAIIngress"
+    assert {m: s.deployment.name for m, s in app.args[0].items()} == {
+        "kjv-trigram": "LLMServer_kjv_trigram", "kjv-gospels": "LLMServer_kjv_gospels"}
+    [spec] = load_config(str(examples / "config.yaml")).applications
+    assert (spec.route_prefix, spec.import_path) == ("/llm", "servefleet.llm:build_openai_app")
+    built = build_openai_app(json.loads(spec.args_json))
+    assert list(built.args[0]) == ["kjv-trigram"]
