@@ -9,9 +9,25 @@ from pathlib import Path
 
 import pytest
 
+import servefleet
+from servefleet import serve
+from servefleet._private.config_file import load_config
 from servefleet._private.dataplane.balancer import ReplicaPool
-from servefleet._private.dataplane.routers import RouterLoader, allow_all, allow_modules
-from servefleet.routing import PrefixAffinity, ReplicaInfo, RequestInfo, RequestRouter
+from servefleet._private.dataplane.routers import (
+    RouterLoader,
+    allow_all,
+    allow_modules,
+    place_model,
+)
+from servefleet._private.option_checks import OptionError
+from servefleet._private.options import to_override
+from servefleet.routing import (
+    PowerOfTwoChoices,
+    PrefixAffinity,
+    ReplicaInfo,
+    RequestInfo,
+    RequestRouter,
+)
 
 
 def replicas(*loads: int) -> list[ReplicaInfo]:
@@ -98,3 +114,95 @@ async def test_a_pool_asks_its_router_and_falls_back_when_it_fails(caplog) -> No
         pool.release(third)
         assert (await pool.acquire()).replica_id == "r0"
     assert sum("broken router" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_models_requests_go_where_it_is_held_by_each_builtin() -> None:
+    held = [ReplicaInfo("r0", 0, 10, frozenset({"b"})), ReplicaInfo("r1", 3, 10),
+            ReplicaInfo("r2", 4, 10, frozenset({"a"})), ReplicaInfo("r3", 1, 10,
+                                                                   frozenset({"a"}))]
+    wanted = RequestInfo(model_id="a")
+    assert place_model(held, "a").replica_id == "r3"  # the least loaded holder
+    assert PowerOfTwoChoices().choose(held, wanted).replica_id == "r3"  # type: ignore[union-attr]
+    assert place_model(held, "new").replica_id == "r1"  # holds the fewest models
+    router = PrefixAffinity(imbalance_threshold=2, block_chars=4)
+    first = router.choose(held, RequestInfo("a", "a long conversation"))
+    assert first is not None and first.replica_id == "r3"
+    # The prefix's owner among the model's holders, not elsewhere.
+    busier = [ReplicaInfo(r.replica_id, 2, 10, r.models) for r in held]
+    again = router.choose(busier, RequestInfo("a", "a long conversation, and more"))
+    assert again is not None and again.replica_id == "r3"
+    unheld = router.choose(held, RequestInfo("c", "another conversation"))
+    assert unheld is not None and unheld.replica_id == place_model(held, "c").replica_id
+
+
+async def test_a_pool_asks_its_router_for_a_models_requests_too() -> None:
+    pool = ReplicaPool(max_ongoing=4, key=("app", "dep"))
+    pool.update([("r0", "a:1"), ("r1", "a:2")], 4, -1)
+    pool.replicas["r0"].models = frozenset({"m"})
+    assert (await pool.acquire(model_id="m")).replica_id == "r0"  # no router: placement
+    named = Named("r1")
+    pool.use_router(named, ("x:Named", ""))
+    assert (await pool.acquire(model_id="m")).replica_id == "r1"
+    assert named.seen[-1].model_id == "m"
+    pool.use_router(Named("nobody"), ("x:Named", "{}"))  # None: placement again
+    assert (await pool.acquire(model_id="m")).replica_id == "r0"
+
+
+class Stray(RequestRouter):
+    def choose(self, replicas, request):
+        return ReplicaInfo("elsewhere", 0, 1)
+
+
+async def test_a_router_choosing_no_candidate_is_logged_once_and_overruled(caplog) -> None:
+    pool = ReplicaPool(max_ongoing=4, key=("app", "dep"))
+    pool.update([("r0", "a:1")], 4, -1)
+    pool.use_router(Stray(), ("x:Stray", ""))
+    with caplog.at_level(logging.ERROR):
+        assert [(await pool.acquire()).replica_id for _ in range(3)] == ["r0"] * 3
+    assert sum("not one of the candidates" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_router_option_in_each_form_becomes_the_spec(tmp_path) -> None:
+    @servefleet.deployment(request_router="prefix_affinity")
+    class Chat:
+        pass
+
+    tuned = Chat.options(request_router_kwargs={"imbalance_threshold": 3})
+    config = to_override("d", tuned.options_dict).replica_config
+    assert (config.request_router, json.loads(config.request_router_kwargs_json)) == (
+        "prefix_affinity", {"imbalance_threshold": 3})
+
+    @serve.deployment(request_router_config={"request_router_class": "my_routers.Lowest",
+                                             "request_router_kwargs": {"note": "n"}})
+    class RayChat:
+        pass
+
+    config = to_override("d", RayChat.options_dict).replica_config
+    assert (config.request_router, json.loads(config.request_router_kwargs_json)) == (
+        "my_routers:Lowest", {"note": "n"})
+    path = tmp_path / "app.yaml"
+    path.write_text("applications:\n  - name: chat\n    import_path: routed_app:app\n"
+                    "    deployments:\n      - name: Routed\n        request_router: "
+                    "my_routers:Lowest\n        request_router_kwargs: {note: n}\n")
+    (deployment,) = load_config(str(path)).applications[0].deployments
+    assert deployment.replica_config.request_router == "my_routers:Lowest"
+    with pytest.raises(OptionError, match="request_router_kwargs"):
+        Chat.options(request_router_kwargs=[1])
+
+
+def test_a_key_shorter_than_a_block_is_found_as_the_prefix_of_the_next() -> None:
+    router = PrefixAffinity(imbalance_threshold=2)  # 64-character blocks
+    firsts = {}
+    for c in range(12):
+        chosen = router.choose(replicas(0, 0, 0), RequestInfo(routing_key=f"User {c}: hi?"))
+        assert chosen is not None
+        firsts[c] = chosen.replica_id
+    assert len(set(firsts.values())) > 1
+    for c, first in firsts.items():
+        key = f"User {c}: hi?"
+        for turn in range(6):  # the key crosses block boundaries as it grows
+            key += f" Assistant: answer {turn}. User: and then?"
+            chosen = router.choose(replicas(0, 0, 0), RequestInfo(routing_key=key))
+            assert chosen is not None and chosen.replica_id == first, (c, turn)
+    other = router.choose(replicas(0, 0, 0), RequestInfo(routing_key="User 1: hi!"))
+    assert other is not None  # shares "User 1: hi" only: no remembered prefix

@@ -1,8 +1,10 @@
 """Request routers through real processes: a deployment's `request_router`
 reaches proxies and handles by the Watch stream; prefix affinity keeps
-conversations on their replica and moves them off a slow one; a user's
-router class is used by a proxy that allows its module and by handles, and
-refused (power of two instead) by a proxy that does not."""
+conversations on their replica (through a proxy and through handles) and
+moves them off a slow one; a change of router reaches callers without new
+replicas; a user's router class is used by a proxy that allows its module
+(also one `servefleet up` started) and by handles, and refused (power of
+two instead) by a proxy that does not."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import collections
 import concurrent.futures
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -17,7 +22,7 @@ import httpx
 import pytest
 
 from servefleet import get_deployment_handle
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
@@ -136,3 +141,66 @@ def test_a_bad_router_option_is_refused_naming_it(cluster) -> None:
         assert field in str(refused.value)
     assert not [a for a in client.status().applications
                 if any(dep.name == "Bad" for dep in a.deployments)]
+
+
+def test_handles_keep_conversations_and_a_new_router_needs_no_new_replicas(
+        cluster, monkeypatch) -> None:
+    _, controller, proxy, client = cluster
+    client.deploy(spec("Chat", "routed_app:Routed", "/chat", 3, "prefix_affinity"))
+    wait_for(lambda: running(client, "Chat", 3), 60, "3 replicas")
+    handle = get_deployment_handle("Chat", "default", controllers=controller.address)
+
+    def turn(key: str) -> str:
+        return handle.options(method_name="whoami", routing_key=key).remote().result(
+            timeout_s=30)["replica"]
+
+    talks = {c: f"User {c}: who begat whom?" for c in range(30)}
+    seen: dict[int, list[str]] = collections.defaultdict(list)
+    for t in range(5):
+        for c in talks:
+            talks[c] += f" Assistant: answer {t}. User: and then?"
+            seen[c].append(turn(talks[c]))
+    assert sum(r == s[0] for s in seen.values() for r in s) >= 0.9 * 150, seen
+    assert len({s[0] for s in seen.values()}) == 3
+    # Another router, by redeploying: the same replicas, routed the new way.
+    before = {r.record.replica_id for r in client.replicas(deployment="Chat")}
+    monkeypatch.syspath_prepend(APPS)  # this process's handles load my_routers
+    client.deploy(spec("Chat", "routed_app:Routed", "/chat", 3, "my_routers:Lowest"))
+    lowest = min(before)
+    wait_for(lambda: {turn(f"k{i}") for i in range(6)} == {lowest}, 30, "the new router")
+    answers = {httpx.get(proxy.url + "/chat", timeout=10).json()["replica"]
+               for _ in range(12)}
+    assert answers == {lowest}
+    assert {r.record.replica_id for r in client.replicas(deployment="Chat")} == before
+
+
+def test_up_passes_the_router_allow_list_to_its_proxy(tmp_path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"""
+applications:
+  - name: lowest
+    route_prefix: /lowest
+    import_path: routed_app:Routed
+    runtime: {{working_dir: {APPS}}}
+    deployments:
+      - {{name: Routed, num_replicas: 3, request_router: "my_routers:Lowest"}}
+""")
+    http = f"127.0.0.1:{free_port()}"
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servefleet", "up", str(config), "--state-dir",
+         str(tmp_path / "state"), "--http", http, "--listen", f"127.0.0.1:{free_port()}",
+         "--dashboard", "off", "--allow-router-module", "my_routers"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": APPS})
+    try:
+        wait_for(lambda: "ready" in (tmp_path / "up.log").read_text()
+                 or proc.poll() is not None, 120, "up to be ready")
+        assert proc.poll() is None, (tmp_path / "up.log").read_text()[-3000:]
+        answers = {httpx.get(f"http://{http}/lowest", timeout=10).json()["replica"]
+                   for _ in range(12)}
+        assert len(answers) == 1, answers  # power of two would spread them
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+        log.close()
+    assert "Traceback" not in (tmp_path / "up.log").read_text()

@@ -238,7 +238,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                           [*certs, *metrics, *(f"--allow-working-dir={d}" for d in code_dirs)],
                           [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else []),
                            *(["--workers", str(args.proxy_workers)]
-                             if args.proxy_workers > 1 else [])],
+                             if args.proxy_workers > 1 else []),
+                           *(f"--allow-router-module={m}" for m in args.allow_router_module)],
                           Credentials(tls))
         cluster.grpc = grpc_listen
         cluster.say(f"up        | {_security_line(tls is not None, args.listen)}")
@@ -336,6 +337,10 @@ def add_command(commands) -> None:
     up.add_argument("--proxy-workers", type=int, default=1, metavar="N",
                     help="proxy processes sharing the HTTP port (servefleet proxy "
                          "--workers; default 1)")
+    up.add_argument("--allow-router-module", action="append", default=[], metavar="MODULE",
+                    help="the proxy's --allow-router-module: deployments may route with "
+                         "RequestRouter classes of this module or package (repeatable; "
+                         "docs/routing.md)")
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
     up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",

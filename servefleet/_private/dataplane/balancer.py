@@ -9,7 +9,8 @@ past `max_queued_requests` waiting (-1: no limit) it is refused with
 replica-set snapshot names it again. A request for a multiplexed model
 (multiplex.py) goes to a replica that holds it, else to one with room that
 holds the fewest models (ties: the model's rendezvous-hash order). A
-deployment may name another router (routers.py), asked among the candidates.
+deployment may name another router (routers.py), asked among the candidates
+(for a model's requests too).
 
 Passive health (Envoy's outlier detection, Linkerd's failure accrual): a
 replica that holds requests and has begun no answer for a while, while
@@ -29,7 +30,6 @@ replica are not cut: they wait for it or for their timeout.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random
 import time
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .routers import ReplicaInfo, RequestInfo, RequestRouter, choose_safely
+from .routers import ReplicaInfo, RequestInfo, RequestRouter, choose_safely, place_model
 
 logger = logging.getLogger(__name__)
 STALL_MIN_S = 1.0
@@ -92,11 +92,6 @@ class Replica:
     held: dict[asyncio.Task[Any], float] = field(default_factory=dict)
     cut: set[asyncio.Task[Any]] = field(default_factory=set)
     timer: asyncio.TimerHandle | None = None
-
-
-def _rank(model_id: str, replica_id: str) -> bytes:
-    """Rendezvous hashing: every router orders a model's replicas the same way."""
-    return hashlib.blake2b(f"{model_id}\0{replica_id}".encode(), digest_size=8).digest()
 
 
 @dataclass
@@ -292,12 +287,12 @@ class ReplicaPool:
         candidates = self._candidates(exclude) or self._candidates(set())
         if not candidates:
             return None
-        if model_id:
-            return self._pick_for_model(candidates, model_id)
         if self.router is not None:
-            chosen = self._routed(candidates, routing or RequestInfo())
+            chosen = self._routed(candidates, routing or RequestInfo(model_id))
             if chosen is not None:
                 return chosen
+        if model_id:
+            return place_model(candidates, model_id)
         if len(candidates) == 1:
             return candidates[0]
         a, b = random.sample(candidates, 2)
@@ -311,17 +306,6 @@ class ReplicaPool:
         chosen = choose_safely(self.router, views, routing, "/".join(self.key))
         return next((r for r in candidates if chosen and r.replica_id == chosen.replica_id),
                     None)
-
-    @staticmethod
-    def _pick_for_model(candidates: list[Replica], model_id: str) -> Replica:
-        """A replica holding the model, the least loaded of them; else, among
-        those with room, one holding the fewest models (it has space, or evicts
-        least), ties broken by the model's rendezvous order, the same for every
-        router. A hot model's holders fill up, and it spreads to the next."""
-        holders = [r for r in candidates if model_id in r.models]
-        if holders:
-            return min(holders, key=lambda r: r.in_flight)
-        return min(candidates, key=lambda r: (len(r.models), _rank(model_id, r.replica_id)))
 
     def note_models(self, replica: Replica, header: bytes | None) -> None:
         """What a replica's answer said it holds (`x-servefleet-models`)."""
