@@ -237,3 +237,16 @@ def test_a_client_leaving_mid_stream_stops_generation(llm) -> None:
     # 3 tokens read; the rest were in buffers on the way (the handle's stream
     # buffer, sockets) when the client left: a few, never the million asked for.
     assert stopped - before < 1_000, stopped - before
+
+
+def test_a_client_leaving_before_a_whole_answer_stops_generation(llm) -> None:
+    before = generated(llm)
+    body = {"model": "genesis", "prompt": "And", "max_tokens": 1_000_000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up, closing its connection
+        httpx.post(llm.url + "/llm/v1/completions", json=body, headers=llm.bearer, timeout=0.5)
+    wait_for(lambda: generated(llm) == generated(llm), 10, "generation to stop")
+    time.sleep(0.5)
+    stopped = generated(llm)
+    time.sleep(0.5)
+    assert generated(llm) == stopped
+    assert stopped - before < 500_000, stopped - before  # half a second of tokens, not 1M

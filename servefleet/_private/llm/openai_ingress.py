@@ -14,6 +14,9 @@ keeps a conversation's turns on the replica that served its beginning.
 A client that leaves mid-stream: starlette cancels the response's
 generator, whose `finally` closes the handle calls; their connections
 close, and each LLMServer replica cancels its generator at the next token.
+One that leaves before its answer's head (a whole answer being generated,
+a call still queued) cancels the request's task (CancelOnDisconnect), with
+the same effect.
 Errors the calls raise map to OpenAI's statuses: a full queue is 429, no
 replica 503, an engine's ValueError 400, anything else 500 (never a
 traceback), streamed or not: a stream's head goes out only once every call
@@ -35,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.llm.openai_protocol import (
     APIError,
     GenerationRequest,
@@ -123,12 +127,23 @@ class OpenAIIngress:
             if wanted.model not in self.models:
                 raise self._unknown(wanted.model)
             streams = [self._call(wanted, i) for i in range(wanted.n)]
-            if wanted.stream:
-                prompt_tokens = await _opened(streams)
-                return StreamingResponse(self._events(wanted, streams, prompt_tokens),
-                                         media_type="text/event-stream",
-                                         headers={"cache-control": "no-cache"})
-            return JSONResponse(await self._whole(wanted, streams))
+            # Until the head goes out nothing here reads the client's
+            # connection (an ASGI app learns of a departure only by asking):
+            # a client that leaves cancels this task, which closes the calls.
+            with CancelOnDisconnect(request.scope, request.receive) as gone:
+                try:
+                    if not wanted.stream:
+                        return JSONResponse(await self._whole(wanted, streams))
+                    prompt_tokens = await _opened(streams)
+                except asyncio.CancelledError:
+                    if not gone.left:
+                        raise
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                    return Response(status_code=499)  # nobody reads it
+            # Streamed: starlette's response stops when the client leaves.
+            return StreamingResponse(self._events(wanted, streams, prompt_tokens),
+                                     media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
         except APIError as e:
             return error_response(e)
 
