@@ -336,3 +336,16 @@ def test_only_servefleets_named_deployables_pass_the_servefleet_rule() -> None:
                               ("servefleet.llm", "build_openai_app.__globals__"),
                               ("servefleet._private.user_code", "import_user_object")]:
         assert refused_name(module, attribute) is not None, (module, attribute)
+
+
+def test_servefleets_deployables_pass_the_policy_from_any_working_dir(code: Path,
+                                                                      tmp_path: Path) -> None:
+    """servefleet.llm's paths are servefleet's installed code, found in no
+    working dir: a user's config naming them deploys from anywhere."""
+    from servefleet._private.user_code import SERVEFLEET_DEPLOYABLE
+
+    for policy in (strict(code), ANYWHERE):
+        for path in SERVEFLEET_DEPLOYABLE:
+            policy.check_import("p", path, str(tmp_path))
+        with pytest.raises(PermissionDenied, match="servefleet itself"):
+            policy.check_import("p", "servefleet._private.llm.server:load_engine", str(tmp_path))

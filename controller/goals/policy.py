@@ -61,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servefleet._private.user_code import (
+    SERVEFLEET_DEPLOYABLE,
     below,
     is_stdlib_file,
     link_out,
@@ -123,6 +124,8 @@ class DeployPolicy:
         problem = refused_name(module_name, attribute)
         if problem:
             raise PermissionDenied(f"{field}: {shown} {problem}")
+        if import_path in SERVEFLEET_DEPLOYABLE:
+            return  # servefleet's own, installed with it: not in any working dir
         if not (self.code_on_host if on_host is None else on_host):
             return  # in an image that --allow-image vouches for, or run nowhere
         where = working_dir or self.cwd
