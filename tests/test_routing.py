@@ -206,3 +206,38 @@ def test_a_key_shorter_than_a_block_is_found_as_the_prefix_of_the_next() -> None
             assert chosen is not None and chosen.replica_id == first, (c, turn)
     other = router.choose(replicas(0, 0, 0), RequestInfo(routing_key="User 1: hi!"))
     assert other is not None  # shares "User 1: hi" only: no remembered prefix
+
+
+def test_rays_own_routers_are_the_builtins(tmp_path) -> None:
+    @serve.deployment(request_router_config={
+        "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+        "request_router_kwargs": {"imbalanced_threshold": 5, "do_eviction": True}})
+    class Prefixed:
+        pass
+
+    config = to_override("d", Prefixed.options_dict).replica_config
+    assert (config.request_router, json.loads(config.request_router_kwargs_json)) == (
+        "prefix_affinity", {"imbalance_threshold": 5})
+    default = "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter"
+    config = to_override("d", Prefixed.options(request_router_config={
+        "request_router_class": default}).options_dict).replica_config
+    assert (config.request_router, config.request_router_kwargs_json) == ("power_of_two", "{}")
+    for bad, field in (("ray.serve.request_router:Other", "request_router_class"),
+                       ({"imbalanced_threshold": -1}, "imbalanced_threshold"),
+                       ({"tree": 1}, "request_router_kwargs.tree")):
+        router = bad if isinstance(bad, str) else \
+            "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+        kwargs = {} if isinstance(bad, str) else bad
+        with pytest.raises(OptionError, match=field):
+            Prefixed.options(request_router_config={"request_router_class": router,
+                                                    "request_router_kwargs": kwargs})
+    path = tmp_path / "app.yaml"
+    path.write_text("applications:\n  - name: chat\n    import_path: routed_app:app\n"
+                    "    deployments:\n      - name: Routed\n        request_router_config:\n"
+                    "          request_router_class: ray.serve.llm.request_router."
+                    "PrefixCacheAffinityRouter\n"
+                    "          request_router_kwargs: {imbalanced_threshold: 4}\n")
+    (deployment,) = load_config(str(path)).applications[0].deployments
+    assert (deployment.replica_config.request_router,
+            json.loads(deployment.replica_config.request_router_kwargs_json)) == (
+        "prefix_affinity", {"imbalance_threshold": 4})

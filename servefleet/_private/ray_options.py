@@ -22,6 +22,10 @@ the controller) knows one vocabulary:
 - autoscaling `policy`: "module:function", Ray's dotted "module.function",
   `{"name": ...}`, or the function itself (by its import path). Ray's own
   default policy (`ray.serve...`) is servefleet's built-in one.
+- `request_router_config` (Ray's RequestRouterConfig): `request_router` and
+  `request_router_kwargs`; Ray's own PowerOfTwoChoicesRequestRouter and
+  ray.serve.llm's PrefixCacheAffinityRouter are the built-ins power_of_two
+  and prefix_affinity (`_ray_router`).
 - `route_prefix` (DeprecationWarning: Ray moved it to the application): kept
   in the options for `servefleet.run` / `serve.run`, which serve the ingress
   there when given no route_prefix of their own; not part of a spec.
@@ -165,7 +169,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
                 out[key] = normalize_autoscaling(where, value, notes)
         elif key == "request_router_config":
             if value is not None:
-                out.update(_router_config(f"{where}.request_router_config", value))
+                out.update(_router_config(f"{where}.request_router_config", value, notes))
         elif key in ("num_replicas", "user_config", "version", "runtime", "retry_methods",
                      "resources"):
             if value is not None:
@@ -329,9 +333,14 @@ def _check_ray_only(path: str, key: str, value: Any, options: dict[str, Any]) ->
         check_int(path, value, (0, 1_000_000))
 
 
-def _router_config(path: str, value: Any) -> dict[str, Any]:
+def _router_config(path: str, value: Any, notes: Notes) -> dict[str, Any]:
     """Ray's RequestRouterConfig (or its dict) as servefleet's request_router
-    options: the class (or its import path) and its kwargs."""
+    options: the class (or its import path) and its kwargs. Ray's own routers
+    are servefleet's built-ins: its power of two choices is "power_of_two",
+    ray.serve.llm's PrefixCacheAffinityRouter "prefix_affinity" (its
+    imbalanced_threshold is imbalance_threshold; its prefix tree's match and
+    eviction settings are noted and not used: the index is bounded by
+    max_blocks)."""
     config = config_dict(path, value)
     check_keys(path, config, ("request_router_class", "request_router_kwargs",
                               "initial_backoff_s", "backoff_multiplier", "max_backoff_s",
@@ -344,4 +353,37 @@ def _router_config(path: str, value: Any) -> dict[str, Any]:
             f"{router.__module__}:{router.__qualname__}"
     if config.get("request_router_kwargs") is not None:
         out["request_router_kwargs"] = config["request_router_kwargs"]
+    name = out.get("request_router", "")
+    if name.startswith(("ray.serve.", "ray.serve:")):
+        out.update(_ray_router(path, name, out.get("request_router_kwargs"), notes))
     return out
+
+
+RAY_PREFIX_ROUTER_UNUSED = ("match_rate_threshold", "do_eviction", "eviction_threshold_chars",
+                            "eviction_target_chars", "eviction_interval_secs")
+
+
+def _ray_router(path: str, name: str, kwargs: Any, notes: Notes) -> dict[str, Any]:
+    """One of Ray's routers named by its import path, as servefleet's built-in."""
+    cls = name.rpartition(":")[2]
+    where = f"{path}.request_router_kwargs"
+    if cls == "PowerOfTwoChoicesRequestRouter":
+        if kwargs:
+            raise OptionError(f"{where}: Ray's PowerOfTwoChoicesRequestRouter takes none")
+        return {"request_router": "power_of_two", "request_router_kwargs": {}}
+    if cls != "PrefixCacheAffinityRouter":
+        raise OptionError(f"{path}.request_router_class: {name!r} is a Ray router servefleet "
+                          "does not have (PowerOfTwoChoicesRequestRouter and "
+                          "PrefixCacheAffinityRouter are power_of_two and prefix_affinity)")
+    given = check_mapping(where, kwargs or {})
+    check_keys(where, given, ("imbalanced_threshold", *RAY_PREFIX_ROUTER_UNUSED))
+    mapped: dict[str, Any] = {}
+    for key, value in given.items():
+        if key == "imbalanced_threshold":
+            # Ray's is a number of requests; servefleet's an integer one.
+            mapped["imbalance_threshold"] = math.floor(min(check_non_negative(
+                f"{where}.{key}", value), 1_000_000))
+        else:
+            notes(Note(key, f"{where}.{key}: not used: servefleet's prefix index is bounded "
+                            "by max_blocks", False))
+    return {"request_router": "prefix_affinity", "request_router_kwargs": mapped}
