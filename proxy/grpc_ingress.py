@@ -214,7 +214,8 @@ class GrpcProxy:
                 # after the caller gave up fails inside grpc, noisily).
                 remaining -= min(_DEADLINE_MARGIN_S, remaining / 10)
                 limit = remaining if limit is None else min(limit, remaining)
-            key = next((str(v) for k, v in metadata if k == _ROUTING_KEY), "")
+            key = "" if pool.router is None else next(
+                (str(v) for k, v in metadata if k == _ROUTING_KEY), "")
             await self._forward(pool, method, request, forwarded, limit, relay, request_id,
                                 unary, key)
         except _Abort as e:

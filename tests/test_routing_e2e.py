@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from servefleet import get_deployment_handle
 from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient, ControllerError
+from servefleet.v1 import application_pb2 as a
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
 
@@ -127,6 +129,34 @@ def test_a_users_router_in_the_proxy_that_allows_it_and_in_handles(cluster, tmp_
         assert "--allow-router-module" in other.log_path.read_text()
     finally:
         other.stop()
+
+
+def test_handles_in_a_replica_load_a_router_from_the_working_dir(cluster, tmp_path) -> None:
+    """An ingress replica's handle loads the routed deployment's router from
+    the application's working_dir, under a module name nowhere else."""
+    _, _, proxy, client = cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(Path(APPS) / "routed_app.py", work / "routed_app.py")
+    shutil.copy(Path(APPS) / "my_routers.py", work / "wd_routers.py")
+    note = tmp_path / "calls"
+    client.deploy_applications([a.ApplicationSpec(
+        name="relay", route_prefix="/relay", import_path="routed_app:app",
+        runtime=d.RuntimeOptions(working_dir=str(work)),
+        deployments=[a.DeploymentOverride(name="Routed", replica_config=d.ReplicaConfig(
+            num_replicas=3, request_router="wd_routers:Lowest",
+            request_router_kwargs_json=json.dumps({"note": str(note)})))])])
+    wait_for(lambda: sum(r.state == RUNNING for r in client.replicas("relay", "Routed")) == 3,
+             60, "3 replicas")
+    lowest = min(r.record.replica_id for r in client.replicas("relay", "Routed"))
+    url = proxy.url + "/relay"
+    wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+    answers = {httpx.get(url, params={"key": f"w{i}"}, timeout=10).json()["replica"]
+               for i in range(12)}
+    assert answers == {lowest}
+    callers = {line.split()[0] for line in note.read_text().splitlines() if " w" in line}
+    assert callers and str(proxy.proc.pid) not in callers and str(os.getpid()) not in callers
+    client.delete_applications(["relay"])
 
 
 def test_a_bad_router_option_is_refused_naming_it(cluster) -> None:
