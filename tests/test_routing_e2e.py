@@ -126,7 +126,9 @@ def test_a_users_router_in_the_proxy_that_allows_it_and_in_handles(cluster, tmp_
         spread = {httpx.get(other.url + "/lowest", timeout=10).json()["replica"]
                   for _ in range(40)}
         assert len(spread) > 1
-        assert "--allow-router-module" in other.log_path.read_text()
+        refusals = [line for line in other.log_path.read_text().splitlines()
+                    if "my_routers:Lowest cannot be used" in line]
+        assert len(refusals) == 1 and "--allow-router-module" in refusals[0], refusals
     finally:
         other.stop()
 
@@ -169,6 +171,19 @@ def test_a_bad_router_option_is_refused_naming_it(cluster) -> None:
             client.deploy(bad)
         assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert field in str(refused.value)
+    # A bad change to a deployment changes nothing of it.
+    client.deploy(spec("Kept", "routed_app:Routed", "/kept", 1, "prefix_affinity",
+                       {"imbalance_threshold": 2}))
+    bad = spec("Kept", "routed_app:Routed", "/kept", 1, "prefix_affinity")
+    bad.replica_config.request_router_kwargs_json = "not json"
+    with pytest.raises(ControllerError) as refused:
+        client.deploy(bad)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request_router_kwargs_json" in str(refused.value)
+    kept = client.get("Kept").spec.replica_config
+    assert (kept.request_router, json.loads(kept.request_router_kwargs_json)) == (
+        "prefix_affinity", {"imbalance_threshold": 2})
+    client.delete(["Kept"])
     assert not [a for a in client.status().applications
                 if any(dep.name == "Bad" for dep in a.deployments)]
 
