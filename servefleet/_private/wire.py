@@ -19,6 +19,11 @@ from typing import NamedTuple
 # The request's id, kept end to end: taken from the client, else made up by the
 # first hop (proxy, handle or replica), and echoed on the response.
 REQUEST_ID_HEADER = b"x-request-id"
+# W3C trace context (servefleet/_private/tracing.py): accepted from clients,
+# passed on by every hop next to x-request-id; the same names as gRPC metadata.
+TRACEPARENT_HEADER = b"traceparent"
+TRACESTATE_HEADER = b"tracestate"
+TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
 # On a replica's 503: it refused the request unread, so it may be retried on
 # another replica; the value says why (loading, draining, overloaded).
 REJECTED_HEADER = b"x-servefleet-rejected"

@@ -172,18 +172,20 @@ class ShutdownResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GetLogsRequest(_message.Message):
-    __slots__ = ("application", "deployment", "replica_id", "tail_lines", "follow")
+    __slots__ = ("application", "deployment", "replica_id", "tail_lines", "follow", "request_id")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     replica_id: str
     tail_lines: int
     follow: bool
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., replica_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+    request_id: str
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., replica_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class GetLogsResponse(_message.Message):
     __slots__ = ("replica_id", "application", "deployment", "lines")

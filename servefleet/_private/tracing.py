@@ -1,0 +1,193 @@
+"""Spans of servefleet's own work, and the trace context each hop passes on.
+
+Off by default (TRACER is None: every function here is then one check and
+a return); tracing_setup.enable() turns it on in a process. The spans
+(docs/observability.md, "Tracing"):
+
+    proxy      "POST /classify"      SERVER  the proxy's handling of a request
+                 "queue"             INTERNAL waiting for a replica with room
+                 "send to replica"   CLIENT  one attempt, with its replica
+                                             (and, when not taken, why)
+    replica    "Model.__call__"      SERVER  the replica's handling
+                 "queued"            INTERNAL waiting for a user thread (>= 1 ms)
+                 "@batch wait"       INTERNAL an item waiting for its batch
+                 "user code"         INTERNAL the user's code; its own spans
+                                             are children of this one
+    handle     "call Next.method"    INTERNAL a handle call; its attempts as above
+
+Every span carries the application, deployment, replica (where one is
+known) and request id as attributes. The current OpenTelemetry context is
+the request's while user code runs (sync code in threads included: the
+threads run in the request's copied context), so a user's
+`tracer.start_as_current_span(...)` joins the request's trace with no setup.
+
+What passes between hops is W3C trace context (`traceparent`, `tracestate`)
+next to `x-request-id`. With tracing off in a process, the headers that came
+in go out unchanged (`passed_on`): a hop without tracing does not cut a trace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from servefleet._private.wire import TRACE_HEADERS
+
+# The OpenTelemetry tracer when tracing is on in this process; None when off.
+TRACER: Any = None
+# With tracing off: the trace headers that came with the request being
+# served, passed on unchanged by the hops it makes (handle calls).
+PASSED: contextvars.ContextVar[tuple[tuple[bytes, bytes], ...]] = contextvars.ContextVar(
+    "servefleet_trace_headers", default=())
+
+_api: Any = None  # opentelemetry.trace, .context and .propagate, when on
+
+
+def on() -> bool:
+    return TRACER is not None
+
+
+def install(tracer: Any) -> None:
+    """Turn tracing on in this process with an OpenTelemetry tracer (tracing_setup)."""
+    global TRACER, _api
+    from opentelemetry import context, propagate, trace
+    _api = (trace, context, propagate)
+    TRACER = tracer
+
+
+def uninstall() -> None:
+    global TRACER
+    TRACER = None
+
+
+def current_ids() -> tuple[str, str]:
+    """(trace id, span id) of the current span as hex, ("", "") when there is none."""
+    if TRACER is None:
+        return "", ""
+    ctx = _api[0].get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return "", ""
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+def incoming(headers: Iterable[tuple[Any, Any]]) -> tuple[tuple[bytes, bytes], ...]:
+    """The trace headers among a request's (bytes or str pairs), as bytes."""
+    found = []
+    for key, value in headers:
+        name = key if isinstance(key, bytes) else key.encode("latin-1")
+        if name in TRACE_HEADERS:
+            found.append((name, value if isinstance(value, bytes) else
+                          str(value).encode("latin-1")))
+    return tuple(found)
+
+
+def _carrier(trace_headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in trace_headers}
+
+
+class Served:
+    """A SERVER span made current in this task; `finish` ends it."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Any, token: Any) -> None:
+        self.span, self.token = span, token
+
+    def set(self, key: str, value: Any) -> None:
+        if value != "" and value is not None and self.span.is_recording():
+            self.span.set_attribute(key, value)
+
+    def finish(self, status_code: int = 0, error: BaseException | None = None) -> None:
+        span = self.span
+        if span.is_recording():
+            if status_code:
+                span.set_attribute("http.response.status_code", status_code)
+            if error is not None:
+                span.record_exception(error)
+            if error is not None or status_code >= 500:
+                span.set_status(_api[0].Status(_api[0].StatusCode.ERROR))
+        span.end()
+        _api[1].detach(self.token)
+
+
+def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
+          attributes: dict[str, Any]) -> Served | None:
+    """When on: a SERVER span, child of the trace the headers name (a new
+    trace without them), made current until `finish`. When off: None, and
+    the headers are kept to be passed on (`passed_on`)."""
+    if TRACER is None:
+        PASSED.set(tuple(trace_headers))
+        return None
+    parent = _api[2].extract(_carrier(trace_headers)) if trace_headers else None
+    span = TRACER.start_span(name, context=parent, kind=_api[0].SpanKind.SERVER,
+                             attributes=_attributes(attributes))
+    return Served(span, _api[1].attach(_api[0].set_span_in_context(span, parent)))
+
+
+def child(name: str, attributes: dict[str, Any] | None = None, kind: str = "INTERNAL",
+          start_ns: int | None = None, context: Any = None) -> Any:
+    """A span under the current one (or `context`'s), not made current; None when off."""
+    if TRACER is None:
+        return None
+    return TRACER.start_span(name, context=context, kind=getattr(_api[0].SpanKind, kind),
+                             attributes=_attributes(attributes or {}), start_time=start_ns)
+
+
+def current(span: Any) -> Any:
+    """Make `span` current in this task (a token for `leave`); None when off or no span."""
+    if span is None:
+        return None
+    return _api[1].attach(_api[0].set_span_in_context(span))
+
+
+def leave(token: Any) -> None:
+    if token is not None:
+        _api[1].detach(token)
+
+
+def capture() -> Any:
+    """What a handle call made now carries: the current OpenTelemetry context
+    (on) or the trace headers passed on (off)."""
+    if TRACER is None:
+        return PASSED.get()
+    return _api[1].get_current()
+
+
+def adopt(captured: Any) -> Any:
+    """Make a `capture()`d envelope current in this task; a token for `leave`."""
+    if TRACER is None:
+        PASSED.set(captured if isinstance(captured, tuple) else ())
+        return None
+    if isinstance(captured, tuple):
+        return None
+    return _api[1].attach(captured)
+
+
+def hop_headers(span: Any) -> list[tuple[bytes, bytes]]:
+    """The trace headers for a hop made by `span` (an attempt); with tracing
+    off (span None) the ones that came in, passed on."""
+    if span is None:
+        return list(PASSED.get())
+    carrier: dict[str, str] = {}
+    _api[2].inject(carrier, context=_api[0].set_span_in_context(span))
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items()
+            if k.encode("latin-1") in TRACE_HEADERS]
+
+
+def end(span: Any, error: BaseException | None = None, **attributes: Any) -> None:
+    """End a span from `child` (None: nothing), with attributes and an error."""
+    if span is None:
+        return
+    if span.is_recording():
+        for key, value in attributes.items():
+            if value != "" and value is not None:
+                span.set_attribute(key, value)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(_api[0].Status(_api[0].StatusCode.ERROR, type(error).__name__))
+    span.end()
+
+
+def _attributes(given: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in given.items() if v != "" and v is not None}
