@@ -42,37 +42,24 @@ from functools import partial
 
 from starlette.types import Message, Receive, Scope, Send
 
+from servefleet._private import envelope, tracing
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
-from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.exposition import send_metrics
-from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.logs import REQUEST_ID
 from servefleet._private.security.tokens import TokenTable
-from servefleet._private.wire import (
-    CALLER_HEADER,
-    MODEL_ID_HEADER,
-    OWN_HEADER_PREFIX,
-    REQUEST_ID_HEADER,
-    ROUTE_PREFIX_HEADER,
-    ROUTING_KEY_HEADER,
-)
+from servefleet._private.wire import MODEL_ID_HEADER, REQUEST_ID_HEADER
 from servefleet._private.ws import deny
 
 from .access import ADMIN_PATHS, AdminAccess, bearer_name
-from .answers import (
-    HOP_BY_HOP,
-    Started,
-    and_named_by_connection,
-    refuse_token,
-    reply,
-    stream_back,
-)
+from .answers import Started, refuse_token, reply, stream_back
 from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, RouteTable, Target
+from .upstream_request import raw_target, routing_info, upstream_headers
 from .websocket import WebSockets
 
 logger = logging.getLogger(__name__)
@@ -82,51 +69,6 @@ SHADOW_TIMEOUT_S = 30.0
 # Shadow copies in flight per proxy; past it (or while the shadow's own queue
 # is not empty) copies are dropped: a shadow must never cost the real traffic.
 MAX_SHADOWS = 64
-# Host and length are recomputed for the request forwarded; the request id,
-# x-forwarded-* (forwarded.py) and, beside these, every x-servefleet-* header
-# (OWN_HEADER_PREFIX: a handle call's marker, the route prefix, the caller, the
-# multiplexed models, ...) are the proxy's to say.
-NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", REQUEST_ID_HEADER,
-                              b"x-forwarded-for", b"x-forwarded-proto"}
-
-
-def _upstream_headers(scope: Scope, request_id: str, route_prefix: str, forwarded: Forwarded,
-                      caller: str | None = None) -> list[tuple[bytes, bytes]]:
-    """The headers a replica gets. With `caller` (the name of the token the
-    proxy checked) the token itself stays here and the name goes on."""
-    dropped = and_named_by_connection(scope["headers"], NOT_FORWARDED)
-    if caller is not None:
-        dropped = dropped | {b"authorization"}
-    # The client's Host goes first, and on to the replica (upstream.py writes
-    # it in place of the replica's address), as Ray's proxy keeps it: an app
-    # that builds URLs (url_for, a trailing-slash redirect) builds the ones
-    # the client used, never the replica's own address.
-    host = next(((k, v) for k, v in scope["headers"] if k == b"host"), None)
-    headers = ([host] if host is not None else []) + [
-        (k, v) for k, v in scope["headers"]
-        if k not in dropped and not k.startswith(OWN_HEADER_PREFIX)
-    ] + [(REQUEST_ID_HEADER, request_id.encode("latin-1")),
-                    (ROUTE_PREFIX_HEADER, route_prefix.encode()), *forwarded.headers(scope)]
-    if caller is not None:
-        headers.append((CALLER_HEADER, caller.encode()))
-    return headers
-
-
-def _routing(scope: Scope, model: bytes) -> RequestInfo:
-    """What the deployment's router is told of a request (built only when the
-    deployment has a router of its own: routers.py)."""
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-    return RequestInfo(model.decode("latin-1"), headers.get(ROUTING_KEY_HEADER.decode(), ""),
-                       scope["method"], scope["path"], headers)
-
-
-def _raw_target(scope: Scope) -> bytes:
-    """The raw target, as the client sent it: the decoded path could carry line
-    breaks into the request line, or change meaning (%2F, %3F)."""
-    query = scope.get("query_string", b"")
-    return (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
-
-
 class BadRequest(Exception):
     """The request cannot be understood: 400 with this message."""
 
@@ -178,8 +120,7 @@ class ProxyApp:
                 await self._websocket(scope, receive, send)
             return
         path: str = scope["path"]
-        request_id = next((v.decode("latin-1") for k, v in scope["headers"]
-                           if k == REQUEST_ID_HEADER and v), "") or new_request_id()
+        request_id, trace_headers = envelope.read_or_new(scope["headers"])
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path.startswith("/-/") and (path == "/-/healthz" or path in ADMIN_PATHS):
             await self._own_path(scope, send, path)
@@ -191,7 +132,11 @@ class ProxyApp:
                         request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
-        if not self.metrics_enabled:  # --no-metrics: nothing counted per request
+        served = tracing.serve(f"{scope['method']} {target.route_prefix}", trace_headers, {
+            "http.request.method": scope["method"], "http.route": target.route_prefix,
+            "url.path": path, "servefleet.application": target.application,
+            "servefleet.request_id": request_id})
+        if not self.metrics_enabled and served is None:  # --no-metrics: nothing counted
             await self._serve_route(scope, receive, send, target, request_id, Started())
             return
         begun = time.perf_counter()
@@ -206,12 +151,16 @@ class ProxyApp:
             await self._serve_route(scope, receive, noting, target, request_id, started)
         finally:
             seconds = time.perf_counter() - begun
-            self.metrics.answered(target.application, started.deployment,
-                                   target.route_prefix, started.code or CLIENT_LEFT, seconds)
+            code = started.code or CLIENT_LEFT
+            if served is not None:
+                served.set("servefleet.deployment", started.deployment)
+                served.finish(code)
+            if self.metrics_enabled:
+                self.metrics.answered(target.application, started.deployment,
+                                      target.route_prefix, code, seconds)
             if self.access_log:
-                access.info("%s %s %d %.1fms %s/%s", scope["method"], path,
-                            started.code or CLIENT_LEFT, seconds * 1e3, target.application,
-                            started.deployment)
+                access.info("%s %s %d %.1fms %s/%s", scope["method"], path, code,
+                            seconds * 1e3, target.application, started.deployment)
 
     async def _own_path(self, scope: Scope, send: Send, path: str) -> None:
         """/-/healthz for anyone; /-/routes and /-/metrics for whom --admin-paths lets in."""
@@ -231,8 +180,7 @@ class ProxyApp:
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route a WebSocket handshake as an HTTP request is routed (the same
         checks and refusals, as HTTP answers), then relay it (websocket.py)."""
-        request_id = next((v.decode("latin-1") for k, v in scope["headers"]
-                           if k == REQUEST_ID_HEADER and v), "") or new_request_id()
+        request_id, trace_headers = envelope.read_or_new(scope["headers"])
         REQUEST_ID.set(request_id)
         target = self._routes().match(scope["path"])
         caller = bearer_name(scope, self._tokens()) if target and target.require_token \
@@ -249,11 +197,23 @@ class ProxyApp:
             await deny(scope, send, *(problem or (503, "")),
                        headers=[(REQUEST_ID_HEADER, request_id.encode("latin-1"))])
             return
-        await self.websockets.serve(
-            scope, receive, send, pool, _upstream_headers(scope, request_id, target.route_prefix,
-                                                          self.forwarded, caller),
-            _raw_target(scope), self._timeout or self._routes().request_timeout_s or None,
-            request_id)
+        served = tracing.serve(f"WebSocket {target.route_prefix}", trace_headers, {
+            "http.route": target.route_prefix, "url.path": scope["path"],
+            "servefleet.application": target.application,
+            "servefleet.deployment": pool.key[1], "servefleet.request_id": request_id})
+        headers = upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
+                                   caller) + tracing.hop_headers(served and served.span)
+        error: BaseException | None = None
+        try:
+            await self.websockets.serve(
+                scope, receive, send, pool, headers, raw_target(scope),
+                self._timeout or self._routes().request_timeout_s or None, request_id)
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            if served is not None:
+                served.finish(0, error if isinstance(error, Exception) else None)
 
     async def _serve_route(self, scope: Scope, receive: Receive, send: Send, target: Target,
                            request_id: str, started: Started) -> None:
@@ -274,7 +234,7 @@ class ProxyApp:
             return
         shadow = target.shadow()
         shadow_pool = self._pools(target.application, shadow) if shadow else None
-        headers = _upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
+        headers = upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
                                     caller)
         # The proxy's own --request-timeout-s, else the cluster's http_options,
         # bound the whole exchange; without either, the wait for the answer's start.
@@ -345,7 +305,7 @@ class ProxyApp:
                 replica = await pool.acquire()
                 try:
                     response = await self._upstream.request(
-                        replica.address, scope["method"], _raw_target(scope), headers, body)
+                        replica.address, scope["method"], raw_target(scope), headers, body)
                     try:
                         await response.read()
                     finally:
@@ -361,10 +321,10 @@ class ProxyApp:
                        started: Started) -> None:
         model = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), b"")
         try:
-            await forward(pool, self._upstream, scope["method"], _raw_target(scope), headers,
+            await forward(pool, self._upstream, scope["method"], raw_target(scope), headers,
                           body, partial(stream_back, scope, send, request_id, started),
                           request_id, model.decode("latin-1"),
-                          None if pool.router is None else _routing(scope, model))
+                          None if pool.router is None else routing_info(scope, model))
         except UpstreamError as e:
             await reply(send, 502, f"replica failed: {e}", request_id)
         except NoReplicaTook:

@@ -6,16 +6,21 @@ The common plain answers (str, and dicts and lists of JSON values) are made
 directly and sent in one step when the server is servefleet's own.
 
 Also: whether a handler takes the request at all (Ray calls a `__call__` or
-function without parameters without one), and `FrameAnswer`, a handle
-call's pickled answer written segment by segment."""
+function without parameters without one), and a handle call's pickled
+answers: `FrameAnswer` written segment by segment, `pickled_items` for a
+streaming call."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import json
+import logging
+import traceback
+from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -25,6 +30,8 @@ from servefleet._private.multiplex import loaded_model_ids
 from servefleet._private.wire import REQUEST_ID_HEADER
 
 from .jsonable import jsonable
+
+logger = logging.getLogger(__name__)
 
 
 def plain_answer(result: Any) -> tuple[bytes, bytes] | None:
@@ -105,3 +112,31 @@ class FrameAnswer:
         last = len(self.parts) - 1
         for i, part in enumerate(self.parts):
             await send({"type": "http.response.body", "body": part, "more_body": i < last})
+
+
+async def pickled_items(items: Any, request_id: str, where: str) -> AsyncIterator[Any]:
+    """A generator's yields as length-prefixed frames; its exception as a
+    last error frame. A caller that leaves cancels this, and so the user's
+    generator."""
+    try:
+        if inspect.isasyncgen(items):
+            async for item in items:
+                for part in values.stream_item(values.frame(item)):
+                    yield part
+        else:
+            async for item in iterate_in_threadpool(items):
+                for part in values.stream_item(values.frame(item)):
+                    yield part
+    except Exception as e:
+        logger.exception("request %s: streaming handle call %s failed", request_id, where)
+        for part in values.stream_item([values.error_frame(e, traceback.format_exc())]):
+            yield part
+    finally:
+        await close_generator(items)
+
+
+async def close_generator(generator: Any) -> None:
+    if inspect.isasyncgen(generator):
+        await generator.aclose()
+    else:
+        generator.close()

@@ -19,8 +19,8 @@ import grpc
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
 
-from .http import call_user
 from .replica import PHASE, Replica
+from .user_calls import call_user
 
 logger = logging.getLogger(__name__)
 

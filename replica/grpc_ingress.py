@@ -37,9 +37,10 @@ from servefleet._private.grpc_servicers import Rpc, rpcs_of
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
-from .http import Admission, is_async_callable
+from .http import Admission
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
+from .user_calls import is_async_callable
 
 logger = logging.getLogger(__name__)
 _END = object()

@@ -12,7 +12,9 @@ chunk). Sync code runs in the replica's thread pool. An exception in user code
 is logged with its traceback and answered 500 naming the exception.
 
 `x-request-id` is taken from the request or made up, echoed on the response
-and put in the log lines.
+and put in the log lines; the request's trace context (envelope.py) is
+current while user code runs, and with tracing on the replica's handling
+and the user code are spans (tracing.py, user_calls.py).
 
 A request with the header `x-servefleet-method` is a handle call
 (servefleet/_private/handle_router.py), not an HTTP request for the user's code: its
@@ -32,24 +34,23 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import functools
 import inspect
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 import servefleet._private.values as values
+from servefleet._private import envelope, tracing
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.ingress import is_ingress
-from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.logs import REQUEST_ID
 from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 from servefleet._private.wire import (
     METHOD_HEADER,
@@ -61,31 +62,24 @@ from servefleet._private.wire import (
     STREAM_HEADER,
 )
 
-from .answers import FrameAnswer, plain_answer, sent_raw, takes_request, to_response
+from .answers import (
+    FrameAnswer,
+    close_generator,
+    pickled_items,
+    plain_answer,
+    sent_raw,
+    takes_request,
+    to_response,
+)
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
+from .user_calls import in_thread, is_async_callable, traced
 from .user_threads import UserThreads
 from .websocket import OpenSockets, serve_websocket
 
 logger = logging.getLogger(__name__)
 # starlette takes response headers as str.
 _REJECTED = REJECTED_HEADER.decode()
-
-
-def is_async_callable(fn: Any) -> bool:
-    try:
-        return _is_async(fn)
-    except TypeError:  # unhashable: asked each time
-        return _is_async.__wrapped__(fn)
-
-
-@functools.lru_cache(maxsize=256)
-def _is_async(fn: Any) -> bool:
-    """Asked per request of the same few handlers (bound methods compare equal
-    when their instance and function do): inspect's answer costs more than
-    the lookup."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(type(fn), "__call__", None))  # noqa: B004 - the method, not callability
 
 
 def _has_body(scope: Scope) -> bool:
@@ -96,19 +90,6 @@ def _has_body(scope: Scope) -> bool:
         if name == b"transfer-encoding":
             return True
     return False
-
-
-async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) -> Any:
-    """Call user code: coroutines on the loop, everything else in the thread pool."""
-    if is_async_callable(fn):
-        return await fn(*args)
-    # In the request's context: its request id reaches the user's log lines.
-    context = contextvars.copy_context()
-    result = await asyncio.get_running_loop().run_in_executor(
-        executor, lambda: context.run(fn, *args))
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 _DISCONNECTED = object()
@@ -140,30 +121,6 @@ def _under_route_prefix(scope: Scope) -> Scope:
         scope["path"] = prefix + "/"
         scope["raw_path"] = scope["path"].encode()
     return scope
-
-
-async def _pickled_items(items: Any, request_id: str, where: str) -> AsyncIterator[Any]:
-    """A generator's yields as length-prefixed frames; its exception as a
-    last error frame. A caller that leaves cancels this, and so the user's
-    generator."""
-    try:
-        if inspect.isasyncgen(items):
-            async for item in items:
-                for part in values.stream_item(values.frame(item)):
-                    yield part
-        else:
-            async for item in iterate_in_threadpool(items):
-                for part in values.stream_item(values.frame(item)):
-                    yield part
-    except Exception as e:
-        logger.exception("request %s: streaming handle call %s failed", request_id, where)
-        for part in values.stream_item([values.error_frame(e, traceback.format_exc())]):
-            yield part
-    finally:
-        if inspect.isasyncgen(items):
-            await items.aclose()
-        else:
-            items.close()
 
 
 def _refusal(message: str, status: int) -> Response:
@@ -198,6 +155,11 @@ class ReplicaApp:
         self.admission = admission
         self.metrics = metrics or ReplicaMetrics("", "", replica_id, lambda: admission.ongoing)
         self.executor = executor
+        # What every span of this replica says of it (tracing.py).
+        self.span_attributes: dict[str, str] = {
+            "servefleet.application": self.metrics.application,
+            "servefleet.deployment": self.metrics.deployment,
+            "servefleet.replica": replica_id}
         # Plain `def` handlers run here (user_threads.py: cheaper than the executor per call).
         self.threads = UserThreads(max(8, admission.max_ongoing), "user-http")
         self.replica_id = replica_id
@@ -224,29 +186,53 @@ class ReplicaApp:
             await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
                                     headers=headers)(scope, receive, send)
             return
-        request_id = self.request_id(scope)
+        request_id, trace_headers = envelope.of_scope(scope)
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
         if model_id is not None:
             MODEL_ID.set(model_id.decode("latin-1"))
+        served = tracing.serve(self._span_name(scope), trace_headers, {
+            **self.span_attributes, "servefleet.request_id": request_id,
+            "servefleet.model_id": model_id and model_id.decode("latin-1")})
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
-            ok = await self._serve(scope, receive, send, request_id)
+            if served is None:
+                ok = await self._serve(scope, receive, send, request_id)
+            else:
+                ok = await self._serve_traced(scope, receive, send, request_id, served)
             (self.metrics.ok if ok else self.metrics.error).inc()
             self.metrics.duration.observe(time.perf_counter() - started)
         finally:
             self.admission.ongoing -= 1
 
-    @staticmethod
-    def request_id(scope: Scope) -> str:
-        """The request's x-request-id, made up (and added to the scope) when it has none."""
-        for key, value in scope["headers"]:
-            if key == REQUEST_ID_HEADER and value:
-                return value.decode("latin-1")
-        request_id = new_request_id()
-        scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]
-        return request_id
+    def _span_name(self, scope: Scope) -> str:
+        """The replica's span: `Deployment.method` for a handle call, else
+        `Deployment` and the HTTP method."""
+        if tracing.TRACER is None:
+            return ""
+        method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)
+        deployment = self.span_attributes.get("servefleet.deployment") or "replica"
+        if method is not None:
+            return f"{deployment}.{method.decode('latin-1')}"
+        return f"{deployment} {scope['method']}"
+
+    async def _serve_traced(self, scope: Scope, receive: Receive, send: Send,
+                            request_id: str, served: tracing.Served) -> bool:
+        code = [0]
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                code[0] = message["status"]
+            await send(message)
+
+        try:
+            ok = await self._serve(scope, receive, noting, request_id)
+        except BaseException as e:
+            served.finish(code[0], e if isinstance(e, Exception) else None)
+            raise
+        served.finish(code[0] or (200 if ok else 500))
+        return ok
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> bool:
         """Answer the request; False when user code raised."""
@@ -272,7 +258,8 @@ class ReplicaApp:
             return answer is None or answer.status_code < 500
         try:
             if deployment.is_asgi:
-                await deployment.target(_under_route_prefix(scope), receive, send_with_id)
+                await traced(deployment.target(_under_route_prefix(scope), receive,
+                                               send_with_id))
                 return True
             if deployment.target is None:
                 response: Response = PlainTextResponse(
@@ -330,10 +317,10 @@ class ReplicaApp:
                 return None
             generator = inspect.isgenerator(result) or inspect.isasyncgen(result)
             if stream and generator:
-                return StreamingResponse(_pickled_items(result, request_id, method),
+                return StreamingResponse(pickled_items(result, request_id, method),
                                          media_type=values.STREAM_CONTENT_TYPE.decode())
             if generator:
-                await _close(result)
+                await close_generator(result)
                 return _refusal(f"{method} is a generator: call it with "
                                 "handle.options(stream=True)", 400)
             if stream:
@@ -361,8 +348,8 @@ class ReplicaApp:
         with CancelOnDisconnect(scope, receive) as gone:
             try:
                 if is_async_callable(target):
-                    return await target(*args, **kwargs)
-                thread = self.threads.call(functools.partial(target, *args, **kwargs))
+                    return await traced(target(*args, **kwargs))
+                thread = self.threads.call(in_thread(functools.partial(target, *args, **kwargs)))
                 result = await asyncio.shield(thread)
                 return (await result) if inspect.isawaitable(result) else result
             except asyncio.CancelledError:
@@ -382,10 +369,3 @@ class ReplicaApp:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-async def _close(generator: Any) -> None:
-    if inspect.isasyncgen(generator):
-        await generator.aclose()
-    else:
-        generator.close()

@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 from servefleet import metrics
-from servefleet._private import handle, lifecycle, logs
+from servefleet._private import handle, lifecycle, logs, tracing_setup
 from servefleet._private.exposition import metrics_app
 from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
@@ -187,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = parse_args(argv)
         logs.configure("replica", fmt=None, application=settings.application,
                        deployment=settings.deployment, replica=settings.replica_id)
+        # Traced when the controller was (its environment is inherited).
+        tracing_setup.configure("replica", service_name=settings.deployment,
+                                service_namespace=settings.application,
+                                service_instance_id=settings.replica_id)
         tls = take_credentials(settings)
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError, tracing_setup.TracingUnavailable) as e:
         print(f"replica: bad settings: {e}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     code = EXIT_FAILED

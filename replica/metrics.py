@@ -45,6 +45,7 @@ class ReplicaMetrics:
     def __init__(self, application: str, deployment: str, replica: str,
                  ongoing: Callable[[], float]) -> None:
         labels = (application, deployment, replica)
+        self.application, self.deployment = application, deployment
         self.ok = REQUESTS.labels(*labels, "ok")
         self.error = REQUESTS.labels(*labels, "error")
         self.duration = DURATION.labels(*labels)

@@ -40,8 +40,9 @@ from servefleet.v1 import watch_pb2
 
 from . import loader
 from .grpc_ingress import GrpcIngress
-from .http import Admission, ReplicaApp, call_user
+from .http import Admission, ReplicaApp
 from .metrics import ReplicaMetrics
+from .user_calls import call_user
 
 logger = logging.getLogger("servefleet.replica")
 PHASE = rpb.ReplicaPhase

@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
+from servefleet._private import envelope, tracing
 from servefleet._private.logs import REQUEST_ID
 from servefleet._private.wire import REJECTED_HEADER, REQUEST_ID_HEADER
 from servefleet._private.ws import GOING_AWAY, deny
+
+from .user_calls import traced
 
 if TYPE_CHECKING:
     from .http import ReplicaApp
@@ -96,15 +99,19 @@ async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send:
         await deny(scope, send, 404, "this deployment serves no WebSocket: only an ASGI "
                    "ingress (Starlette, FastAPI) does")
         return
-    request_id = app.request_id(scope)  # scope: the app's, under the route prefix
+    request_id, trace_headers = envelope.of_scope(scope)  # scope: under the route prefix
     REQUEST_ID.set(request_id)
+    served = tracing.serve(f"{app.metrics.deployment} WebSocket", trace_headers, {
+        **app.span_attributes, "servefleet.request_id": request_id})
     socket = OpenSocket(send, request_id)
     app.admission.ongoing += 1
     app.websockets.open.add(socket)
+    failed: Exception | None = None
     try:
-        await deployment.target(scope, receive, socket.send)
+        await traced(deployment.target(scope, receive, socket.send))
         app.metrics.ok.inc()
     except Exception as e:
+        failed = e
         app.metrics.error.inc()
         logger.exception("request %s: WebSocket failed in user code", request_id)
         if not socket.accepted and not socket.closed:
@@ -112,6 +119,8 @@ async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send:
     finally:
         app.websockets.open.discard(socket)
         app.admission.ongoing -= 1
+        if served is not None:
+            served.finish(0, failed)
 
 
 async def _deny_quietly(scope: Scope, send: Send, text: str) -> Any:

@@ -270,11 +270,13 @@ class ControllerClient:
         return next((a for a in self.status().applications if a.name == name), None)
 
     def logs(self, application: str = "", deployment: str = "", replica_id: str = "",
-             tail_lines: int = 0, follow: bool = False) -> Iterator[api.GetLogsResponse]:
-        """Replicas' output (GetLogs): the last lines, then new ones with `follow`."""
+             tail_lines: int = 0, follow: bool = False,
+             request_id: str = "") -> Iterator[api.GetLogsResponse]:
+        """Replicas' output (GetLogs): the last lines, then new ones with
+        `follow`; with `request_id`, only that request's lines."""
         return self.stream("GetLogs", api.GetLogsRequest(
             application=application, deployment=deployment, replica_id=replica_id,
-            tail_lines=tail_lines, follow=follow))
+            tail_lines=tail_lines, follow=follow, request_id=request_id))
 
     def shutdown(self) -> None:
         # Not retried once it may have arrived: a retry reaching the next leader

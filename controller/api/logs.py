@@ -4,12 +4,15 @@
 leader observes, sends the last lines of each, and with `follow` polls the
 runtime every POLL_S for more (replicas that appear later are picked up,
 ones that go away are dropped). Runtime reads block (files, the Docker API),
-so they run in a thread.
+so they run in a thread. With `request_id`, only that request's lines are
+sent: looked for among each replica's last MAX_TAIL lines (`servefleet logs
+--request-id`: one request through every deployment it crossed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 DEFAULT_TAIL = 100
 MAX_TAIL = 10_000
+MAX_REQUEST_ID = 256
 
 
 def _application_of(term: LeaderTerm, application: str, deployment: str) -> str:
@@ -45,6 +49,25 @@ def _application_of(term: LeaderTerm, application: str, deployment: str) -> str:
     return apps[0]
 
 
+def _lines_of(request_id: str) -> Callable[[str], bool]:
+    """Whether a log line is one request's: a JSON line whose request_id is
+    it; a text line (a replica's own or the user's print) naming it."""
+    quoted = json.dumps(request_id)
+
+    def match(line: str) -> bool:
+        if line.startswith("{"):
+            if quoted not in line:  # most lines: no parse
+                return False
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                return request_id in line
+            return isinstance(entry, dict) and entry.get("request_id") == request_id
+        return request_id in line
+
+    return match
+
+
 class LogStream:
     def __init__(self, term: LeaderTerm, runtime: Runtime | None,
                  request: api.GetLogsRequest) -> None:
@@ -61,6 +84,9 @@ class LogStream:
         if request.deployment:
             self._application = _application_of(term, request.application, request.deployment)
         self._tail = request.tail_lines or DEFAULT_TAIL
+        if len(request.request_id) > MAX_REQUEST_ID:
+            raise InvalidArgument("request_id", f"at most {MAX_REQUEST_ID} characters")
+        self._match = _lines_of(request.request_id) if request.request_id else None
 
     def _matching(self) -> list[replica_pb2.ReplicaRecord]:
         request = self._request
@@ -80,13 +106,17 @@ class LogStream:
             records = self._matching()
             for record in records:
                 cursor = cursors.get(record.replica_id, "")
+                # One request's lines are looked for among the most a read gives.
+                read = MAX_TAIL if self._match is not None else self._tail
                 text, cursors[record.replica_id] = await asyncio.to_thread(
-                    self._runtime.read_logs, record.replica_id, cursor, self._tail)
-                if text:
+                    self._runtime.read_logs, record.replica_id, cursor, read)
+                lines = text.splitlines()
+                if self._match is not None:
+                    lines = [line for line in lines if self._match(line)][-self._tail:]
+                if lines:
                     yield api.GetLogsResponse(replica_id=record.replica_id,
                                               application=record.application,
-                                              deployment=record.deployment,
-                                              lines=text.splitlines())
+                                              deployment=record.deployment, lines=lines)
             live = {r.replica_id for r in records}
             for gone in set(cursors) - live:
                 del cursors[gone]

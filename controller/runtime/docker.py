@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 from servefleet._private.logs import ENV_FORMAT
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 from servefleet._private.security.tls import TlsFiles
+from servefleet._private.tracing_setup import ENV_TRACING
 
 from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
@@ -63,10 +64,13 @@ TLS_DIR = "/run/servefleet/tls"
 DEFAULT_IMAGE = "servefleet:latest"
 
 
-def _log_format_env() -> dict[str, str]:
-    """Replicas log as their controller does (servefleet/_private/logs.py)."""
-    fmt = os.environ.get(ENV_FORMAT)
-    return {ENV_FORMAT: fmt} if fmt else {}
+def _inherited_env() -> dict[str, str]:
+    """What a container replica takes from its controller's environment, as
+    a process replica does: the log format (servefleet/_private/logs.py) and
+    the tracing settings (SERVEFLEET_TRACING and the OTEL_* variables:
+    servefleet/_private/tracing_setup.py)."""
+    return {k: v for k, v in os.environ.items()
+            if k in (ENV_FORMAT, ENV_TRACING) or k.startswith("OTEL_")}
 
 
 class RuntimeStartError(Exception):
@@ -186,7 +190,7 @@ class DockerRuntime:
             "name": self._name(launch.cluster, launch.replica_id),
             "labels": labels, "command": ["python3", "-m", MODULE, *command.argv()],
             "detach": True,
-            "environment": {**REPLICA_ENV, **_log_format_env(), **self._threads(launch),
+            "environment": {**REPLICA_ENV, **_inherited_env(), **self._threads(launch),
                             **launch.env},
             "network_mode": self._network, "restart_policy": {"Name": "no"},
             "stop_signal": "SIGTERM", "init": True,

@@ -50,7 +50,7 @@ from .docker import (
     SETTINGS_PATH,
     DockerRuntime,
     RuntimeStartError,
-    _log_format_env,
+    _inherited_env,
     settings_files,
 )
 from .process import free_port
@@ -127,7 +127,7 @@ class SwarmRuntime(DockerRuntime):
             nano = int(resources.get("num_cpus", 0) * 1e9) or None
             memory = int(resources.get("memory_bytes", 0)) or None
             gpus = int(resources.get("num_gpus", 0))
-            env = {**REPLICA_ENV, **_log_format_env(), **launch.env, **self._threads(launch)}
+            env = {**REPLICA_ENV, **_inherited_env(), **launch.env, **self._threads(launch)}
             options: dict[str, Any] = {
                 "name": name, "labels": labels, "container_labels": labels,
                 "command": ["python3", "-m", MODULE], "args": command.argv(),

@@ -21,6 +21,11 @@ and its result sent in its place, as Ray resolves them; a
 handle_router.py's; which loop runs a call is handle_loop.py's: async code
 awaits on its own loop, sync code blocks on `.result()` or iterates with
 `for` while the call runs on the replica's loop or a private one.
+
+A call made while a request is served carries that request's id and trace
+context (envelope.py), taken when `remote()` is called: the called
+replica's log lines show the same request id, and with tracing on the call
+is a span ("call Deployment.method") in the request's trace.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import servefleet._private.replica_context as replica_context
 import servefleet._private.values as values
 from servefleet._private.api import HANDLE_MARKER, Application
 from servefleet._private.api import Deployment as BoundDeployment
+from servefleet._private.envelope import Carried
 from servefleet._private.handle_loop import use_loop
 from servefleet._private.handle_router import close_routers, router
 from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
@@ -101,11 +107,21 @@ class DeploymentHandle:
         if self.stream:
             return self._remote_stream(args, kwargs)
 
+        carried = Carried()
+
         async def call() -> Any:
-            parts = await call_frame(args, kwargs)
-            return await router(self.application, self.controllers).call(
-                self.deployment, self.method, parts, self.multiplexed_model_id,
-                self.routing_key)
+            carried.enter(self._span_name(), self._span_attributes())
+            error: BaseException | None = None
+            try:
+                parts = await call_frame(args, kwargs)
+                return await router(self.application, self.controllers).call(
+                    self.deployment, self.method, parts, self.multiplexed_model_id,
+                    self.routing_key)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                carried.exit(error)
 
         loop = handle_loop.loop_of_caller()
         if loop is not None:
@@ -114,19 +130,38 @@ class DeploymentHandle:
             call(), handle_loop.loop_for_sync_code()))
 
     def _remote_stream(self, args: tuple, kwargs: dict) -> DeploymentResponseGenerator:
+        carried = Carried()
+
         async def start(out: asyncio.Queue) -> None:
+            carried.enter(self._span_name(), self._span_attributes())
+            error: BaseException | None = None
             try:
-                parts = await call_frame(args, kwargs)
-            except Exception as e:
-                await out.put(e)
-                return
-            await router(self.application, self.controllers).stream(
-                self.deployment, self.method, parts, out, self.multiplexed_model_id,
-                self.routing_key)
+                try:
+                    parts = await call_frame(args, kwargs)
+                except Exception as e:
+                    await out.put(e)
+                    return
+                await router(self.application, self.controllers).stream(
+                    self.deployment, self.method, parts, out, self.multiplexed_model_id,
+                    self.routing_key)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                carried.exit(error)
 
         if handle_loop.loop_of_caller() is not None:
             return DeploymentResponseGenerator(start, None)
         return DeploymentResponseGenerator(start, handle_loop.loop_for_sync_code())
+
+    def _span_name(self) -> str:
+        return f"call {self.deployment}.{self.method}"
+
+    def _span_attributes(self) -> dict[str, Any]:
+        return {"servefleet.application": self.application,
+                "servefleet.deployment": self.deployment, "servefleet.method": self.method,
+                "servefleet.model_id": self.multiplexed_model_id,
+                "servefleet.stream": self.stream}
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return (_rebuilt, (self.deployment, self.application, tuple(self.controllers),

@@ -49,7 +49,7 @@ from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.replica_sets import ReplicaSets
 from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
-from servefleet._private.logs import new_request_id
+from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.responses import _END, HandleError
 from servefleet._private.watch_client import WatchClient
 from servefleet._private.wire import (
@@ -175,7 +175,7 @@ class HandleRouter:
     @staticmethod
     def _headers(method: str, model_id: str, stream: bool) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", values.CONTENT_TYPE), (METHOD_HEADER, method.encode()),
-                   (REQUEST_ID_HEADER, new_request_id().encode())]
+                   (REQUEST_ID_HEADER, (REQUEST_ID.get() or new_request_id()).encode())]
         if stream:
             headers.append((STREAM_HEADER, b"1"))
         if model_id:

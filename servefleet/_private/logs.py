@@ -12,7 +12,9 @@ from the controller that starts them) writes one JSON object per line:
 `request_id` is set while a request is handled (`REQUEST_ID`, a context
 variable: the proxy and the replica set it from x-request-id, and user code
 run in the replica's thread pool keeps it), so one request's lines can be
-found in the proxy's and the replica's logs alike. Exceptions add `error`
+found in the proxy's and the replica's logs alike, and in every replica a
+request passes through by handle calls (envelope.py). With tracing on,
+`trace_id` and `span_id` name the current span. Exceptions add `error`
 with the traceback.
 """
 
@@ -26,6 +28,8 @@ import os
 import sys
 import time
 from typing import Any
+
+from servefleet._private import tracing
 
 ENV_FORMAT = "SERVEFLEET_LOG_FORMAT"
 FORMATS = ("text", "json")
@@ -63,6 +67,7 @@ class _Context(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.servefleet = self.fields
         record.request_id = REQUEST_ID.get()
+        record.trace_ids = tracing.current_ids() if tracing.TRACER is not None else None
         return True
 
 
@@ -92,6 +97,9 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", "")
         if request_id:
             entry["request_id"] = request_id
+        trace_ids = getattr(record, "trace_ids", None)
+        if trace_ids and trace_ids[0]:
+            entry["trace_id"], entry["span_id"] = trace_ids
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

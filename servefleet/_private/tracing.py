@@ -175,12 +175,13 @@ def hop_headers(span: Any) -> list[tuple[bytes, bytes]]:
             if k.encode("latin-1") in TRACE_HEADERS]
 
 
-def end(span: Any, error: BaseException | None = None, **attributes: Any) -> None:
+def end(span: Any, error: BaseException | None = None,
+        attributes: dict[str, Any] | None = None) -> None:
     """End a span from `child` (None: nothing), with attributes and an error."""
     if span is None:
         return
     if span.is_recording():
-        for key, value in attributes.items():
+        for key, value in (attributes or {}).items():
             if value != "" and value is not None:
                 span.set_attribute(key, value)
         if error is not None:

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from servefleet._private import lifecycle, logs
+from servefleet._private import lifecycle, logs, tracing_setup
 from servefleet._private.security.tls import ENV_TOKEN
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 from servefleet.client import (
@@ -189,12 +189,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
             for chunk in client.logs(args.app or "", args.name or "", args.replica or "",
-                                     args.tail, args.follow):
+                                     args.tail, args.follow, args.request_id or ""):
                 for line in chunk.lines:
                     print(f"{chunk.replica_id} | {line}", flush=args.follow)
         except KeyboardInterrupt:
             return 0
     return 0
+
+
+# The commands that run servefleet's processes: the ones that trace (--tracing).
+SERVING_COMMANDS = ("controller", "proxy", "up")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "component and request_id (default: $SERVEFLEET_LOG_FORMAT)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--tracing", action="store_true",
+                        help="export OpenTelemetry spans over OTLP from the controller, "
+                             "proxies and replicas this command runs (also on when "
+                             "$OTEL_EXPORTER_OTLP_ENDPOINT is set; needs servefleet[tracing])")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ctl = commands.add_parser("controller", help="run a controller")
@@ -329,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="past lines of each replica to show first (default 100)")
     logs_cmd.add_argument("-f", "--follow", action="store_true",
                           help="keep printing new lines until Ctrl-C")
+    logs_cmd.add_argument("--request-id", default=None, metavar="ID",
+                          help="only this request's lines (its x-request-id), from every "
+                               "replica it passed through")
     logs_cmd.set_defaults(run=cmd_logs)
 
     xds = commands.add_parser("xds-bootstrap", help="print the bootstrap JSON of a proxyless "
@@ -359,6 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a bad SERVEFLEET_LOG_FORMAT
         print(f"servefleet: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command in SERVING_COMMANDS:
+        try:
+            tracing_setup.configure(args.command, args.tracing,
+                                    install=args.command != "up")
+        except tracing_setup.TracingUnavailable as e:
+            print(f"servefleet --tracing: {e}", file=sys.stderr)
+            return EXIT_USAGE
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

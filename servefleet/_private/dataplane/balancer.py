@@ -313,8 +313,10 @@ class ReplicaPool:
             else frozenset()
 
     async def acquire(self, exclude: set[str] | None = None, model_id: str = "",
-                      routing: RequestInfo | None = None) -> Replica:
-        """A replica with room for one more request; waits in the queue if none.
+                      routing: RequestInfo | None = None,
+                      on_queue: Callable[[], None] | None = None) -> Replica:
+        """A replica with room for one more request; waits in the queue if none
+        (calling `on_queue` first: a trace's queue span starts there).
 
         First come, first served: while others wait, a newcomer queues behind
         them, and a freed slot is handed to the oldest waiter directly.
@@ -338,6 +340,8 @@ class ReplicaPool:
             self._routing[id(waiter)] = routing
         if not self.replicas and self.on_starved is not None:
             self.on_starved()
+        if on_queue is not None:
+            on_queue()
         try:
             return await waiter
         except asyncio.CancelledError:

@@ -18,6 +18,11 @@ Per attempt:
 4. any other answer goes to `deliver`, while the replica's slot and the
    connection are held, so its in-flight count covers the whole response.
 
+Each attempt carries the request's trace context (tracing.py): with tracing
+on, it is a "send to replica" span of its own, naming the replica and, when
+the replica did not take the request, why; a wait in the queue is a "queue"
+span.
+
 A failure after the request was sent (`UpstreamError`) is not retried: the
 replica may have acted on it. The exception: a GET or HEAD (or a method the
 deployment's retry_methods lists) that its replica holds without answering
@@ -33,9 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from servefleet._private import tracing
 from servefleet._private.wire import MODELS_HEADER, REJECTED_HEADER
 
 from .balancer import Replica, ReplicaPool
@@ -102,12 +109,23 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     """
     tried: set[str] = set()
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        replica = await pool.acquire(exclude=tried, model_id=model_id, routing=routing)
+        if tracing.TRACER is None:
+            replica = await pool.acquire(exclude=tried, model_id=model_id, routing=routing)
+            span = None
+            passed = tracing.PASSED.get()  # a client's trace context, passed on as it came
+            hop = headers + list(passed) if passed else headers
+        else:
+            replica = await _acquire_traced(pool, tried, model_id, routing)
+            span = tracing.child("send to replica", {
+                "servefleet.replica": replica.replica_id, "servefleet.attempt": attempt,
+                "server.address": replica.address}, kind="CLIENT")
+            hop = headers + tracing.hop_headers(span)
+        not_taken = ""
         try:
             sent_at = pool.clock()
             replica.awaiting += 1  # until its answer begins (passive health, balancer.py)
             try:
-                response = await _request(pool, upstream, replica, method, target, headers,
+                response = await _request(pool, upstream, replica, method, target, hop,
                                           body, sent_at)
             finally:
                 replica.awaiting -= 1
@@ -120,10 +138,13 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                     with contextlib.suppress(UpstreamError):
                         await response.read()
                     raise NotDelivered(reason.decode(errors="replace"))
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status)
                 return await deliver(response)
             finally:
                 response.release()
         except HungReplica:
+            not_taken = "hung"
             tried.add(replica.replica_id)
             pool.eject(replica)
             RETRIES.labels(*pool.key, "hung").inc()
@@ -131,12 +152,38 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                            "another replica (attempt %d)", request_id, replica.replica_id,
                            attempt)
         except NotDelivered as e:
+            not_taken = str(e)
             tried.add(replica.replica_id)
             RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
             logger.info("request %s not taken by %s (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
             if e.refused:
                 pool.mark_down(replica)
+        except BaseException as e:
+            if span is not None:
+                tracing.end(span, e if isinstance(e, Exception) else None)
+                span = None
+            raise
         finally:
             pool.release(replica)
+            if span is not None:
+                tracing.end(span, None, {"servefleet.retry.reason": not_taken})
     raise NoReplicaTook(f"no replica took it after {MAX_ATTEMPTS} attempts")
+
+
+async def _acquire_traced(pool: ReplicaPool, tried: set[str], model_id: str,
+                          routing: RequestInfo | None) -> Replica:
+    """pool.acquire, with a "queue" span when the request had to wait."""
+    queued_at: list[int] = []
+    error: BaseException | None = None
+    try:
+        return await pool.acquire(exclude=tried, model_id=model_id, routing=routing,
+                                  on_queue=lambda: queued_at.append(time.time_ns()))
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        if queued_at:
+            tracing.end(tracing.child("queue", {"servefleet.deployment": pool.key[1]},
+                                      start_ns=queued_at[0]),
+                        error if isinstance(error, Exception) else None)
