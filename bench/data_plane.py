@@ -27,6 +27,12 @@ With --tls a proxy serves HTTPS (--tls-cert/--tls-key, a certificate from
 `servefleet certs init`) in front of the same replica, measured in the same
 rounds: TLS on vs off, side by side (issue 13).
 
+With --tracing, beside them: a proxy and replicas exporting OpenTelemetry
+spans to an OTLP receiver in this process, at 100% sampling and at 1%
+(parentbased_traceidratio; the proxy is the root), each through its own
+proxy and replica (tracing is per process: the replicas' through their
+runtime env). Goal (issue 37): at 1% within 5% of tracing off.
+
 With --metrics, at 16 connections: a proxy started with --no-metrics beside
 the default one, and the default one again while a client scrapes its
 /-/metrics every 100 ms (issue 14: the cost of counting and of scraping).
@@ -37,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import shutil
 import statistics
@@ -51,6 +58,7 @@ from typing import Any
 import httpx
 from figures import Figure, emit
 
+from servefleet._private.otlp_sink import OtlpSink
 from servefleet._private.security.certs import init_certs
 from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
 from servefleet.client import ControllerClient
@@ -97,6 +105,32 @@ def scraped(base: str, duration: int, path: str) -> dict[str, float]:
             "scrape_ms": 1e3 * sum(times) / max(1, len(times))}
 
 
+def tracing_env(sink: OtlpSink, ratio: str) -> dict[str, str]:
+    """The variables that turn tracing on, exporting to `sink`, sampling `ratio`."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": ratio}
+
+
+def _prefix(kind: str) -> str:
+    """The route prefix of a tracing row's deployments: "traced 1%" -> /traced1."""
+    return "/" + kind.replace(" ", "").replace("%", "")
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    """`env` added to os.environ while a child process starts (it inherits it)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def wait_ok(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -128,6 +162,8 @@ def main() -> None:
                         help="also measure a proxy with this many --workers")
     parser.add_argument("--metrics", action="store_true",
                         help="also measure --no-metrics, and scraping every 100 ms")
+    parser.add_argument("--tracing", action="store_true",
+                        help="also measure tracing on at 100%% and at 1%% sampling")
     parser.add_argument("--tls", action="store_true",
                         help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
@@ -146,25 +182,33 @@ def main() -> None:
     # results[handler][kind][connections] = one wrk result per round
     results: dict[str, dict[str, dict[int, list[dict[str, float]]]]] = {}
     metrics_results: dict[str, dict[str, float]] = {}
+    sink = OtlpSink(count_only=True).start() if args.tracing else None
     try:
         controller.start()
         for h, port in raw_ports.items():
             _wait_tcp(port, 30, raws[h], "hello app")
         while not controller.is_leader():
             time.sleep(0.05)
+        traced = {f"traced {share}": tracing_env(sink, ratio)
+                  for share, ratio in (("100%", "1"), ("1%", "0.01"))} if sink else {}
         with ControllerClient(controller.address) as client:
             for h in handlers:
-                client.deploy(d.DeploymentSpec(
-                    name=f"Noop{h}", route_prefix=f"/{h}",
-                    import_path="echo_app:async_noop" if h == "async" else "echo_app:noop",
-                    runtime=d.RuntimeOptions(working_dir=APPS),
-                    replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
+                for prefix, env in {"": {}, **{_prefix(k): v for k, v in traced.items()}}.items():
+                    client.deploy(d.DeploymentSpec(
+                        name=f"Noop{h}{prefix.replace('/', '')}", route_prefix=f"{prefix}/{h}",
+                        import_path="echo_app:async_noop" if h == "async" else "echo_app:noop",
+                        runtime=d.RuntimeOptions(working_dir=APPS, env=env),
+                        replica_config=d.ReplicaConfig(num_replicas=1,
+                                                       max_ongoing_requests=100)))
 
-        def proxy(*extra: str) -> ProxyProcess:
-            started.append(ProxyProcess([controller.address], log_dir=work,
-                                        extra_args=list(extra)).start())
+        def proxy(*extra: str, env: dict[str, str] | None = None) -> ProxyProcess:
+            with _environment(env or {}):
+                started.append(ProxyProcess([controller.address], log_dir=work,
+                                            extra_args=list(extra)).start())
             return started[-1]
         targets = {"proxy": proxy().url}
+        for kind, env in traced.items():
+            targets[kind] = proxy(env=env).url + _prefix(kind)
         if args.workers > 1:
             targets[f"{args.workers} workers"] = proxy("--workers", str(args.workers)).url
         if args.tls:
@@ -208,6 +252,9 @@ def main() -> None:
                                                               timeout=10) as client:
             client.shutdown()
         controller.stop()
+        if sink is not None:
+            print(f"spans the OTLP receiver got: {sink.received}")
+            sink.stop()
     report(results, metrics_results, args)
 
 
@@ -225,6 +272,9 @@ def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
                 raw_runs = kinds["raw"][c]
                 share = "" if kind == "raw" else spread(
                     [r["rps"] / w["rps"] for r, w in zip(runs, raw_runs, strict=True)], 2)
+                if kind.startswith("traced"):
+                    share += " (" + spread([r["rps"] / o["rps"] for r, o in zip(
+                        runs, by_kind_off(kinds, c), strict=True)], 2) + " of off)"
                 errors = sum(r["non2xx"] for r in runs)
                 print(f"    {kind:<22}{c:>11}{spread([r['rps'] for r in runs]):>24}"
                       f"{spread([r['p50'] for r in runs], 2):>22}"
@@ -239,6 +289,12 @@ def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
               f"{scraped_r['scrapes']:.0f} scrapes, {scraped_r['scrape_ms']:.1f} ms each)")
     print(json.dumps(results))
     emit(figures_of(results))
+
+
+def by_kind_off(kinds: dict[str, dict[int, list[dict[str, float]]]], c: int
+                ) -> list[dict[str, float]]:
+    """The rounds of the proxy with tracing off at `c` connections."""
+    return kinds["proxy"][c]
 
 
 def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
@@ -259,6 +315,12 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
                     goal="<= 0.4" if (h, kind, c) == ("async", "proxy", 1) else "")
                 figures[f"{name}: p99"] = Figure([r["p99"] for r in runs], "ms",
                                                  headline=False)
+                if kind.startswith("traced"):  # beside the proxy with tracing off
+                    figures[f"{name}: of tracing off"] = Figure(
+                        [r["rps"] / o["rps"] for r, o in zip(runs, by_kind_off(kinds, c),
+                                                             strict=True)],
+                        "x off", lower_is_better=False, headline=c == 16,
+                        goal=">= 0.95" if kind == "traced 1%" else "")
                 if kind != "raw":
                     figures[f"{name}: share of raw"] = Figure(
                         [r["rps"] / w["rps"] for r, w in zip(runs, kinds["raw"][c], strict=True)],

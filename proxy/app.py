@@ -132,10 +132,11 @@ class ProxyApp:
                         request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
-        served = tracing.serve(f"{scope['method']} {target.route_prefix}", trace_headers, {
-            "http.request.method": scope["method"], "http.route": target.route_prefix,
-            "url.path": path, "servefleet.application": target.application,
-            "servefleet.request_id": request_id})
+        served = None if tracing.pass_on(trace_headers) else tracing.serve(
+            f"{scope['method']} {target.route_prefix}", trace_headers, {
+                "http.request.method": scope["method"], "http.route": target.route_prefix,
+                "url.path": path, "servefleet.application": target.application,
+                "servefleet.request_id": request_id})
         if not self.metrics_enabled and served is None:  # --no-metrics: nothing counted
             await self._serve_route(scope, receive, send, target, request_id, Started())
             return

@@ -191,9 +191,10 @@ class ReplicaApp:
         model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
         if model_id is not None:
             MODEL_ID.set(model_id.decode("latin-1"))
-        served = tracing.serve(self._span_name(scope), trace_headers, {
-            **self.span_attributes, "servefleet.request_id": request_id,
-            "servefleet.model_id": model_id and model_id.decode("latin-1")})
+        served = None if tracing.pass_on(trace_headers) else tracing.serve(
+            self._span_name(scope), trace_headers, {
+                **self.span_attributes, "servefleet.request_id": request_id,
+                "servefleet.model_id": model_id and model_id.decode("latin-1")})
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
@@ -209,8 +210,6 @@ class ReplicaApp:
     def _span_name(self, scope: Scope) -> str:
         """The replica's span: `Deployment.method` for a handle call, else
         `Deployment` and the HTTP method."""
-        if tracing.TRACER is None:
-            return ""
         method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)
         deployment = self.span_attributes.get("servefleet.deployment") or "replica"
         if method is not None:

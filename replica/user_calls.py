@@ -57,7 +57,7 @@ async def call_user(fn: Any, executor: concurrent.futures.Executor, *args: Any) 
 async def traced(work: Awaitable[T]) -> T:
     """Await user code's coroutine (or an ASGI app's call) as a "user code"
     span made current; without tracing, just await it."""
-    if tracing.TRACER is None:
+    if not tracing.recording():
         return await work
     span = tracing.child("user code")
     token = tracing.current(span)
@@ -75,7 +75,7 @@ async def traced(work: Awaitable[T]) -> T:
 def in_thread(fn: Callable[[], T]) -> Callable[[], T]:
     """`fn` to run in a user thread, as a "user code" span there (and a
     "queued" one for a long wait for the thread); `fn` itself without tracing."""
-    if tracing.TRACER is None:
+    if not tracing.recording():
         return fn
     queued_ns = time.time_ns()
 

@@ -23,16 +23,20 @@ threads run in the request's copied context), so a user's
 
 What passes between hops is W3C trace context (`traceparent`, `tracestate`)
 next to `x-request-id`. With tracing off in a process, the headers that came
-in go out unchanged (`passed_on`): a hop without tracing does not cut a trace.
+in go out unchanged (PASSED): a hop without tracing does not cut a trace.
+A request its trace did not sample goes the same way (its first hop's
+sampling decision, in the headers it sends on, is the only tracing work
+it causes), so that a low sampling ratio costs next to nothing.
 """
 
 from __future__ import annotations
 
 import contextvars
+import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from servefleet._private.wire import TRACE_HEADERS
+from servefleet._private.wire import TRACE_HEADERS, TRACEPARENT_HEADER
 
 # The OpenTelemetry tracer when tracing is on in this process; None when off.
 TRACER: Any = None
@@ -44,16 +48,41 @@ PASSED: contextvars.ContextVar[tuple[tuple[bytes, bytes], ...]] = contextvars.Co
 _api: Any = None  # opentelemetry.trace, .context and .propagate, when on
 
 
+# Whether the sampler follows a parent's sampled flag (parentbased_*, the
+# default): then a request whose parent was not sampled costs no SDK call.
+_parent_based = True
+# With a trace id ratio sampler (traceidratio, parentbased_traceidratio): its
+# bound, so that a request starting a trace is sampled (or not) here, as the
+# SDK's sampler would, without a span made for a trace that records nothing
+# (the SDK's costs about 9 us, a tenth of what the proxy spends on a request).
+_root_bound: int | None = None
+_LOW_64 = (1 << 64) - 1
+# Where the SDK takes its next trace id (tracing_setup.PresetIds): a trace
+# this module sampled keeps the id it was sampled by.
+_preset: Any = None
+
+
 def on() -> bool:
     return TRACER is not None
 
 
-def install(tracer: Any) -> None:
+def install(tracer: Any, parent_based: bool = True, root_bound: int | None = None,
+            preset: Any = None) -> None:
     """Turn tracing on in this process with an OpenTelemetry tracer (tracing_setup)."""
-    global TRACER, _api
+    global TRACER, _api, _parent_based, _root_bound, _preset
     from opentelemetry import context, propagate, trace
     _api = (trace, context, propagate)
+    _parent_based = parent_based
+    _root_bound, _preset = (root_bound, preset) if preset is not None else (None, None)
     TRACER = tracer
+
+
+def recording() -> bool:
+    """Whether the work under way is in a sampled trace: spans of it are
+    recorded. False with tracing off, and for a request its trace's root
+    did not sample (the usual case at a low ratio: such a request then
+    costs one sampling decision at its first hop and nothing after)."""
+    return TRACER is not None and _api[0].get_current_span().is_recording()
 
 
 def uninstall() -> None:
@@ -111,27 +140,72 @@ class Served:
         _api[1].detach(self.token)
 
 
+def pass_on(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """True when a request gets no span here: tracing is off, or its parent
+    was not sampled (with a parent-based sampler); its trace headers are
+    then kept to be passed on as they came. Hot paths ask this before
+    building a span's name and attributes for `serve`."""
+    if TRACER is None or (_parent_based and _unsampled(trace_headers)):
+        PASSED.set(tuple(trace_headers))
+        return True
+    return False
+
+
 def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
           attributes: dict[str, Any]) -> Served | None:
     """When on: a SERVER span, child of the trace the headers name (a new
     trace without them), made current until `finish`. When off: None, and
     the headers are kept to be passed on (`passed_on`)."""
-    if TRACER is None:
-        PASSED.set(tuple(trace_headers))
+    if pass_on(trace_headers):
         return None
     parent = _api[2].extract(_carrier(trace_headers)) if trace_headers else None
+    if (_root_bound is not None  # a request that starts a trace: sampled here
+            and not _api[0].get_current_span(parent).get_span_context().is_valid):
+        trace_id = random.getrandbits(128) or 1
+        if trace_id & _LOW_64 >= _root_bound:  # TraceIdRatioBased's test: not sampled
+            PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-00" % (
+                trace_id, random.getrandbits(64) or 1)), *trace_headers))
+            return None
+        _preset.next_trace_id = trace_id  # sampled: the SDK's decision is the same
     span = TRACER.start_span(name, context=parent, kind=_api[0].SpanKind.SERVER,
                              attributes=_attributes(attributes))
+    if not span.is_recording():  # not sampled: the hops this request makes say so
+        ids = span.get_span_context()
+        PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-%02x" % (
+            ids.trace_id, ids.span_id, ids.trace_flags)),
+            *((k, v) for k, v in trace_headers if k != TRACEPARENT_HEADER)))
+        return None
     return Served(span, _api[1].attach(_api[0].set_span_in_context(span, parent)))
+
+
+def _unsampled(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether the headers carry a valid traceparent whose sampled flag is off."""
+    for key, value in trace_headers:
+        if key == TRACEPARENT_HEADER:
+            parts = value.split(b"-")
+            return (len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16
+                    and len(parts[3]) == 2 and parts[3] in (b"00", b"02")
+                    and parts[1] != b"0" * 32 and parts[2] != b"0" * 16)
+    return False
 
 
 def child(name: str, attributes: dict[str, Any] | None = None, kind: str = "INTERNAL",
           start_ns: int | None = None, context: Any = None) -> Any:
-    """A span under the current one (or `context`'s), not made current; None when off."""
-    if TRACER is None:
+    """A span under the current one (or `context`'s), not made current; None
+    when off or when that one is not recorded (an unsampled trace)."""
+    if TRACER is None or not _api[0].get_current_span(context).is_recording():
         return None
     return TRACER.start_span(name, context=context, kind=getattr(_api[0].SpanKind, kind),
                              attributes=_attributes(attributes or {}), start_time=start_ns)
+
+
+def root(name: str, attributes: dict[str, Any] | None = None, kind: str = "INTERNAL") -> Any:
+    """A span starting a trace of its own (the controller's actions); None when off."""
+    if TRACER is None:
+        return None
+    return TRACER.start_span(name, context=_api[1].Context(),
+                             kind=getattr(_api[0].SpanKind, kind),
+                             attributes=_attributes(attributes or {}))
 
 
 def current(span: Any) -> Any:
@@ -149,17 +223,15 @@ def leave(token: Any) -> None:
 def capture() -> Any:
     """What a handle call made now carries: the current OpenTelemetry context
     (on) or the trace headers passed on (off)."""
-    if TRACER is None:
+    if not recording():
         return PASSED.get()
     return _api[1].get_current()
 
 
 def adopt(captured: Any) -> Any:
     """Make a `capture()`d envelope current in this task; a token for `leave`."""
-    if TRACER is None:
-        PASSED.set(captured if isinstance(captured, tuple) else ())
-        return None
     if isinstance(captured, tuple):
+        PASSED.set(captured)
         return None
     return _api[1].attach(captured)
 

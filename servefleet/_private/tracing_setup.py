@@ -29,6 +29,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,10 @@ ENV_TRACING = "SERVEFLEET_TRACING"
 INSTALL_HINT = ("tracing needs the OpenTelemetry SDK and OTLP exporter: "
                 "pip install 'servefleet[tracing]'")
 SHUTDOWN_S = 2.0
+DROP_WARNING_S = 60.0
+# The SDK logs each span it drops at WARNING; dropping is counted and warned
+# about once a minute here instead.
+SDK_DROP_LOGGER = "opentelemetry.sdk._shared_internal"
 
 DROPPED = Counter("servefleet_trace_spans_dropped", "spans not exported: the processor's "
                   "queue was full, or the export to the collector failed", ["reason"])
@@ -91,14 +96,58 @@ def configure(component: str, flag: bool = False, install: bool = True,
             raise TracingUnavailable(INSTALL_HINT) from e
         logger.warning("%s (%s); tracing is off", INSTALL_HINT, e)
         return False
+    logging.getLogger(SDK_DROP_LOGGER).setLevel(logging.ERROR)
     # The global provider too: user code's `trace.get_tracer(...)` spans are
     # exported with servefleet's, in the request's trace.
     from opentelemetry import trace
     trace.set_tracer_provider(provider)
-    tracing.install(provider.get_tracer("servefleet"))
+    from opentelemetry.sdk.trace.sampling import ParentBased
+    tracing.install(provider.get_tracer("servefleet"), isinstance(provider.sampler, ParentBased),
+                    _root_bound(), provider.id_generator)
     atexit.register(shutdown, provider)
     logger.info("tracing on: %s spans to %s", _protocol(), _endpoint())
     return True
+
+
+def _root_bound() -> int | None:
+    """The trace id bound of a ratio sampler chosen by OTEL_TRACES_SAMPLER
+    (read as the SDK reads it: a bad or missing ratio is 1.0); None for the others."""
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name not in ("traceidratio", "parentbased_traceidratio"):
+        return None
+    try:
+        rate = float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+    except ValueError:
+        rate = 1.0
+    return TraceIdRatioBased.get_bound_for_rate(rate if 0.0 <= rate <= 1.0 else 1.0)
+
+
+def _preset_ids() -> Any:
+    """The SDK's random ids, except a trace id tracing.py chose (and sampled by) first."""
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    class PresetIds(RandomIdGenerator):
+        def __init__(self) -> None:
+            self._next = threading.local()
+
+        @property
+        def next_trace_id(self) -> int:
+            return int(getattr(self._next, "value", 0))
+
+        @next_trace_id.setter
+        def next_trace_id(self, value: int) -> None:
+            self._next.value = value
+
+        def generate_trace_id(self) -> int:
+            preset = self.next_trace_id
+            if preset:
+                self._next.value = 0
+                return preset
+            return super().generate_trace_id()
+
+    return PresetIds()
 
 
 def _protocol() -> str:
@@ -136,7 +185,8 @@ def _provider(component: str, resource: dict[str, str]) -> Any:
         attributes.pop("service.name", None)  # the user's name wins
     attributes["servefleet.component"] = component
     # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself.
-    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False,
+                              id_generator=_preset_ids())
     provider.add_span_processor(_processor(_exporter_class()()))
     return provider
 
@@ -158,6 +208,7 @@ def _processor(exporter: Any) -> Any:
             if (queue is not None and queue.maxlen and len(queue) >= queue.maxlen
                     and span.context is not None and span.context.trace_flags.sampled):
                 DROPPED.labels("queue_full").inc()
+                _warn_dropping()
             super().on_end(span)
 
     class CountedExporter(SpanExporter):
@@ -181,6 +232,19 @@ def _processor(exporter: Any) -> Any:
             return bool(self._inner.force_flush(timeout_millis))
 
     return Counted(CountedExporter(exporter))
+
+
+_warned_at = [-DROP_WARNING_S]
+
+
+def _warn_dropping() -> None:
+    """One warning a minute while spans are dropped (the SDK's own, one per
+    span, is silenced in `configure`: a flood at thousands of spans a second)."""
+    now = time.monotonic()
+    if now - _warned_at[0] >= DROP_WARNING_S:
+        _warned_at[0] = now
+        logger.warning("dropping spans: the exporter cannot keep up or reach %s (counted "
+                       "in servefleet_trace_spans_dropped_total)", _endpoint())
 
 
 def shutdown(provider: Any, timeout_s: float = SHUTDOWN_S) -> None:

@@ -109,7 +109,7 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     """
     tried: set[str] = set()
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        if tracing.TRACER is None:
+        if not tracing.recording():
             replica = await pool.acquire(exclude=tried, model_id=model_id, routing=routing)
             span = None
             passed = tracing.PASSED.get()  # a client's trace context, passed on as it came
