@@ -43,6 +43,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from servefleet._private import tracing
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
 from servefleet._private.dataplane.grpc_forward import (
@@ -63,6 +64,7 @@ from servefleet._private.wire import (
     REJECTED_METADATA_KEY,
     REQUEST_ID_METADATA_KEY,
     ROUTING_KEY_HEADER,
+    TRACE_HEADERS,
 )
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
@@ -72,9 +74,11 @@ from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable
 logger = logging.getLogger(__name__)
 _CALLER = CALLER_HEADER.decode()
 # Not forwarded: the transport's own, the request id (kept or made up, then
-# added), and what only the proxy may say (any key with _OWN_PREFIX).
+# added), the trace context (set per attempt: grpc_forward.py), and what
+# only the proxy may say (any key with _OWN_PREFIX).
 _DROPPED = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
-                      "grpc-accept-encoding", REQUEST_ID_METADATA_KEY})
+                      "grpc-accept-encoding", REQUEST_ID_METADATA_KEY,
+                      *(k.decode() for k in TRACE_HEADERS)})
 _OWN_PREFIX = OWN_HEADER_PREFIX.decode()
 _ROUTING_KEY = ROUTING_KEY_HEADER.decode()  # for the deployment's router (routers.py)
 _OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name,
@@ -180,6 +184,9 @@ class GrpcProxy:
         begun = time.perf_counter()
         application = next((str(v) for k, v in metadata if k == APPLICATION_METADATA_KEY), "")
         deployment, code = "", _Code.OK
+        served = tracing.serve(method.lstrip("/"), tracing.incoming(metadata), {
+            "rpc.system": "grpc", "rpc.service": service,
+            "servefleet.application": application, "servefleet.request_id": request_id})
         try:
             try:
                 target = self._routes().grpc_target(application, service)
@@ -226,6 +233,10 @@ class GrpcProxy:
             code = _Code.CANCELLED
             raise
         finally:
+            if served is not None:
+                served.set("servefleet.deployment", deployment)
+                served.set("rpc.grpc.status_code", code.value[0])
+                served.finish(failed=code != _Code.OK)
             if self._metrics is not None:
                 self._metrics.grpc_answered(application, deployment, service, code.name,
                                             time.perf_counter() - begun)

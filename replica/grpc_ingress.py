@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import logging
 import time
@@ -33,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from servefleet._private import tracing
 from servefleet._private.grpc_servicers import Rpc, rpcs_of
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
@@ -40,7 +42,7 @@ from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_
 from .http import Admission
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
-from .user_calls import is_async_callable
+from .user_calls import in_thread, is_async_callable, traced
 
 logger = logging.getLogger(__name__)
 _END = object()
@@ -185,7 +187,7 @@ class GrpcIngress:
         return found
 
     async def _admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
-                     ) -> tuple[_Target, GrpcContext | None]:
+                     ) -> tuple[_Target, GrpcContext | None, tracing.Served | None]:
         await self._admit_or_abort(context)
         target = self._target(rpc)
         if target is None:
@@ -193,13 +195,17 @@ class GrpcIngress:
                                 f"the deployment has no method {rpc.method} for {rpc.path}")
             raise AssertionError("not reached")
         metadata = context.invocation_metadata() or ()
-        request_id = next((v for k, v in metadata if k == REQUEST_ID_METADATA_KEY), "")
-        REQUEST_ID.set(str(request_id) or new_request_id())
+        request_id = str(next((v for k, v in metadata if k == REQUEST_ID_METADATA_KEY), "")
+                         ) or new_request_id()
+        REQUEST_ID.set(request_id)
+        served = tracing.serve(rpc.path.lstrip("/"), tracing.incoming(metadata), {
+            **self.metrics.span_attributes, "rpc.system": "grpc", "rpc.method": rpc.method,
+            "servefleet.request_id": request_id})
         if not target.takes_context:
-            return target, None
+            return target, None, served
         remaining = context.time_remaining()
         return target, GrpcContext(tuple(metadata), None if remaining is None
-                                   else time.monotonic() + remaining)
+                                   else time.monotonic() + remaining), served
 
     async def _finish(self, user: GrpcContext | None,
                       context: grpc.aio.ServicerContext) -> None:
@@ -214,10 +220,11 @@ class GrpcIngress:
         fn = target.fn
         kwargs = {"grpc_context": user} if user is not None else {}
         if target.is_async:
-            return await fn(request, **kwargs)
+            return await traced(fn(request, **kwargs))
         ctx = contextvars.copy_context()
-        thread = asyncio.get_running_loop().run_in_executor(
-            self.executor, lambda: ctx.run(fn, request, **kwargs))
+        work = in_thread(functools.partial(fn, request, **kwargs))
+        thread = asyncio.get_running_loop().run_in_executor(self.executor,
+                                                            lambda: ctx.run(work))
         try:
             result = await asyncio.shield(thread)
         except asyncio.CancelledError:
@@ -227,9 +234,10 @@ class GrpcIngress:
 
     async def _serve_unary(self, rpc: Rpc, request: Any,
                            context: grpc.aio.ServicerContext) -> Any:
-        target, user = await self._admit(rpc, context)
+        target, user, served = await self._admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
+        failed: BaseException | None = None
         try:
             try:
                 response = await self._call(target, request, user)
@@ -237,17 +245,20 @@ class GrpcIngress:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
+                failed = e
                 await self._failed(rpc, context, e)
             await self._succeeded(started, user, context)
             return response
         finally:
             self.admission.ongoing -= 1
+            _finish_span(served, failed)
 
     async def _serve_stream(self, rpc: Rpc, request: Any,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        target, user = await self._admit(rpc, context)
+        target, user, served = await self._admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
+        failed: BaseException | None = None
         try:
             try:
                 async for item in self._items(rpc, await self._call(target, request, user)):
@@ -256,10 +267,12 @@ class GrpcIngress:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
+                failed = e
                 await self._failed(rpc, context, e)
             await self._succeeded(started, user, context)
         finally:
             self.admission.ongoing -= 1
+            _finish_span(served, failed)
 
     async def _items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]:
         """What a server-streaming method yields (sync generators step in the pool)."""
@@ -288,3 +301,9 @@ class GrpcIngress:
         self.metrics.ok.inc()
         self.metrics.duration.observe(time.perf_counter() - started)
         await self._finish(user, context)
+
+
+def _finish_span(served: tracing.Served | None, failed: BaseException | None) -> None:
+    """End the call's span (user code's exception on it; the status is gRPC's)."""
+    if served is not None:
+        served.finish(0, failed)

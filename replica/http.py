@@ -156,10 +156,7 @@ class ReplicaApp:
         self.metrics = metrics or ReplicaMetrics("", "", replica_id, lambda: admission.ongoing)
         self.executor = executor
         # What every span of this replica says of it (tracing.py).
-        self.span_attributes: dict[str, str] = {
-            "servefleet.application": self.metrics.application,
-            "servefleet.deployment": self.metrics.deployment,
-            "servefleet.replica": replica_id}
+        self.span_attributes = self.metrics.span_attributes
         # Plain `def` handlers run here (user_threads.py: cheaper than the executor per call).
         self.threads = UserThreads(max(8, admission.max_ongoing), "user-http")
         self.replica_id = replica_id

@@ -46,6 +46,10 @@ class ReplicaMetrics:
                  ongoing: Callable[[], float]) -> None:
         labels = (application, deployment, replica)
         self.application, self.deployment = application, deployment
+        # The same names as attributes of this replica's spans (tracing.py).
+        self.span_attributes = {"servefleet.application": application,
+                                "servefleet.deployment": deployment,
+                                "servefleet.replica": replica}
         self.ok = REQUESTS.labels(*labels, "ok")
         self.error = REQUESTS.labels(*labels, "error")
         self.duration = DURATION.labels(*labels)

@@ -21,10 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
@@ -35,6 +36,7 @@ from servefleet._private.otlp_sink import OtlpSink, ReceivedSpan
 
 pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
+GRPC_SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 
@@ -50,17 +52,28 @@ def traced(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        controller = ControllerProcess(f"sqlite://{tmp}/state.db", log_dir=tmp).start()
-        proxy = ProxyProcess([controller.address], log_dir=tmp).start()
+        controller = ControllerProcess(f"sqlite://{tmp}/state.db", log_dir=tmp,
+                                       extra_args=["--allow-working-dir", "/"]).start()
+        grpc_port = free_port()
+        proxy = ProxyProcess([controller.address], log_dir=tmp, extra_args=[
+            "--grpc-listen", f"127.0.0.1:{grpc_port}"]).start()
     client = ControllerClient([controller.address], timeout=30)
     try:
-        client.deploy_applications([apb.ApplicationSpec(
-            name="traced", import_path="traced_app:app", route_prefix="/traced",
-            runtime=dpb.RuntimeOptions(working_dir=APPS))])
-        wait_for(lambda: (info := client.application_status("traced")) is not None
-                 and info.status == status_pb2.APPLICATION_STATUS_RUNNING, 90, "RUNNING")
+        runtime = dpb.RuntimeOptions(working_dir=APPS)
+        client.deploy_applications([
+            apb.ApplicationSpec(name="traced", import_path="traced_app:app",
+                                route_prefix="/traced", runtime=runtime),
+            apb.ApplicationSpec(name="batched", import_path="batch_app:Batcher",
+                                route_prefix="/batched", runtime=runtime),
+            apb.ApplicationSpec(name="clf", route_prefix="/clf", import_path="grpc_app:build",
+                                args_json=json.dumps({"marks": str(tmp)}), runtime=runtime,
+                                grpc_servicer_functions=[GRPC_SERVICER])])
+        for name in ("traced", "batched", "clf"):
+            wait_for(lambda name=name: (info := client.application_status(name)) is not None
+                     and info.status == status_pb2.APPLICATION_STATUS_RUNNING, 90, name)
         url = proxy.url + "/traced"
         wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 30, "the route")
+        proxy.grpc_target = f"127.0.0.1:{grpc_port}"
         yield sink, controller, proxy, client, url
     finally:
         proxy.stop()
@@ -164,6 +177,76 @@ def test_a_request_that_waited_for_a_replica_has_a_queue_span(traced) -> None:
         queued += [s for s in spans if s.name == "queue" and s.service == "servefleet-proxy"]
     assert len(queued) == 1, queued
     assert (queued[0].end_ns - queued[0].start_ns) / 1e9 > 0.2
+
+
+def test_a_grpc_call_through_the_ingress_is_one_trace(traced) -> None:
+    sink, _, proxy, _, _ = traced
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    from grpc_classifier import classifier_pb2, classifier_pb2_grpc
+
+    trace_id = "7" * 32
+    with grpc.insecure_channel(proxy.grpc_target) as channel:
+        stub = classifier_pb2_grpc.ClassifierStub(channel)
+        wait_for(lambda: _answers(stub), 30, "the gRPC route")
+        reply = stub.Predict(classifier_pb2.PredictRequest(text="hi"), timeout=10, metadata=(
+            ("application", "clf"), ("traceparent", f"00-{trace_id}-{CLIENT_SPAN}-01")))
+    request_id = reply.word.split()[0]
+    spans = _trace(sink, trace_id, lambda spans: sum(s.kind == "SERVER" for s in spans) >= 2)
+    server = [s for s in spans if s.kind == "SERVER"]
+    by_id = {s.span_id: s for s in spans}
+    replica = next(s for s in server if s.service == "Model")
+    root = next(s for s in server if s.service == "servefleet-proxy")
+    assert replica.name == root.name == "classifier.v1.Classifier/Predict"
+    assert by_id[replica.parent_id].name == "send to replica"
+    assert by_id[replica.parent_id].parent_id == root.span_id
+    assert root.parent_id == CLIENT_SPAN
+    assert replica.attributes["servefleet.request_id"] == request_id
+    assert root.attributes["rpc.grpc.status_code"] == 0
+
+
+def _answers(stub) -> bool:
+    from grpc_classifier import classifier_pb2
+    try:
+        stub.Predict(classifier_pb2.PredictRequest(text="hi"), timeout=5,
+                     metadata=(("application", "clf"),))
+        return True
+    except grpc.RpcError:
+        return False
+
+
+def test_batched_calls_keep_their_ids_and_each_has_a_batch_wait_span(traced) -> None:
+    sink, _, proxy, _, _ = traced
+    ids = [f"{i:x}" * 32 for i in range(8, 12)]
+
+    def ask(trace_id: str) -> tuple[int, str, dict]:
+        reply = httpx.get(proxy.url + "/batched", params={"text": trace_id[:4]}, timeout=30,
+                          headers={"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01",
+                                   "x-request-id": f"batch-{trace_id[:4]}"})
+        return reply.status_code, reply.headers["x-request-id"], reply.json()
+
+    with concurrent.futures.ThreadPoolExecutor(len(ids)) as pool:
+        answers = list(pool.map(ask, ids))
+    assert [a[:2] for a in answers] == [(200, f"batch-{t[:4]}") for t in ids]
+    assert max(a[2]["batch"] for a in answers) > 1  # some did share a batch
+    for trace_id, (_, _, body) in zip(ids, answers, strict=True):
+        spans = _trace(sink, trace_id, lambda spans: any(s.name == "@batch wait"
+                                                         for s in spans))
+        wait = next(s for s in spans if s.name == "@batch wait")
+        assert wait.attributes["servefleet.batch.size"] == body["batch"]
+        assert wait.service == "Batcher"
+
+
+def test_deploys_and_replica_starts_are_traces_of_the_controller(traced) -> None:
+    sink, _, _, _, _ = traced
+    spans = sink.wait_for(lambda spans: any(s.name == "start replica" and
+                                            s.attributes["servefleet.deployment"] == "Last"
+                                            for s in spans))
+    controller = [s for s in spans if s.service == "servefleet-controller"]
+    deploys = [s for s in controller if s.name == "ControllerService/DeployApplications"]
+    assert deploys and all(s.kind == "SERVER" and not s.parent_id for s in deploys)
+    starts = [s for s in controller if s.name == "start replica"]
+    assert {s.attributes["servefleet.application"] for s in starts} >= {"traced", "clf"}
+    assert all(not s.parent_id for s in starts)  # a trace of its own
 
 
 def test_requests_succeed_when_the_receiver_is_gone_and_drops_are_counted(traced) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
+from servefleet._private import tracing
 from servefleet._private.wire import LEADER_METADATA_KEY
 
 from ..election import LeaderElection
@@ -105,6 +106,13 @@ def refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: st
         context.set_trailing_metadata(trailing)
 
 
+# The RPCs that change the goal: each is a trace of its own (or joins the
+# caller's, from its traceparent metadata), as are the reconcile actions
+# that follow (reconcile/replica_ops.py). Reads and reports are not traced.
+TRACED_METHODS = frozenset({"Deploy", "DeleteDeployments", "DeployApplications",
+                            "DeleteApplications", "SetTraffic"})
+
+
 def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map ApiError to its status; log and answer INTERNAL for anything else."""
 
@@ -116,8 +124,15 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         # DeployApplications of 10,000 applications, never returned).
         hint: str | None = None
         not_leader = False
+        served = tracing.serve(f"ControllerService/{fn.__name__}", tracing.incoming(
+            context.invocation_metadata() or ()), {"rpc.system": "grpc",
+                                                  "rpc.method": fn.__name__}
+        ) if fn.__name__ in TRACED_METHODS else None
         try:
-            return await fn(self, request, context)
+            result = await fn(self, request, context)
+            if served is not None:
+                served.finish()
+            return result
         except ApiError as e:
             code, message = e.code, e.message
             if isinstance(e, NotLeader):
@@ -131,6 +146,10 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             logger.exception("internal error in %s", fn.__name__)
             code, message = grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}"
         del request
+        if served is not None:
+            served.set("rpc.grpc.status_code", code.value[0])
+            served.set("servefleet.error", message)
+            served.finish(failed=True)
         if not_leader:
             hint = hint or await self._leadership.hint()
             message = NotLeader(hint).message

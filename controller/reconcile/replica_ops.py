@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet._private import tracing
 from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
 from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
@@ -94,6 +95,14 @@ class ReplicaOps:
                     goal: records_pb2.DeploymentRecord, now: float) -> Started | StartFailed:
         """Register and launch a replica: Started with its record completed
         (handle, addresses), or StartFailed. NotLeader propagates."""
+        with tracing.action("start replica", _attributes(planned)) as span:
+            started = await self._start(planned, goal, now)
+            if isinstance(started, StartFailed) and span is not None:
+                span.set_attribute("servefleet.failure", started.reason)
+            return started
+
+    async def _start(self, planned: replica_pb2.ReplicaRecord,
+                     goal: records_pb2.DeploymentRecord, now: float) -> Started | StartFailed:
         record = replica_pb2.ReplicaRecord()
         record.CopyFrom(planned)
         try:
@@ -158,6 +167,11 @@ class ReplicaOps:
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
                    timeout_s: float) -> Stopped:
         """Drain and stop a replica, then drop it from the registry."""
+        with tracing.action("stop replica", _attributes(record)):
+            return await self._stop(record, wait_loop_s, timeout_s)
+
+    async def _stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
+                    timeout_s: float) -> Stopped:
         if not record.stopping:
             marked = replica_pb2.ReplicaRecord()
             marked.CopyFrom(record)
@@ -268,3 +282,9 @@ class ReplicaOps:
             await asyncio.sleep(CONFIG_POLL_S)
         return False
 
+
+def _attributes(record: replica_pb2.ReplicaRecord) -> dict[str, str]:
+    """What a replica action's span says of the replica (tracing.py)."""
+    return {"servefleet.application": record.application,
+            "servefleet.deployment": record.deployment,
+            "servefleet.replica": record.replica_id, "servefleet.version": record.version}

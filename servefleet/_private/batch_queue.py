@@ -16,19 +16,25 @@ A worker task, started by the first call that finds none, loops:
    of the user's function per multiplexed model id among the calls (each
    with its id in `get_multiplexed_model_id()`), usually one.
 
-The worker ends when the queue is empty. Taking the slot before forming the
-batch means that, with one slot, calls arriving while a batch runs gather
-into the next one instead of leaving in a batch of one.
+The worker ends when the queue is empty; it runs in a context of its own
+(no request's id or trace is a whole batch's), and each call whose trace is
+sampled gets a "@batch wait" span from its arrival to its batch's start.
+Taking the slot before forming the batch means that, with one slot, calls
+arriving while a batch runs gather into the next one instead of leaving in a
+batch of one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import tracing
 from .multiplex import MODEL_ID
 
 # What a streaming batch method yields in a call's place to end that call's stream
@@ -57,6 +63,9 @@ class Call:
     stream: asyncio.Queue[tuple[str, Any]] | None = None
     # A stream's caller stopped listening, or its stream was ended.
     finished: bool = False
+    # The caller's trace context when its trace is sampled (tracing.py).
+    trace: Any = None
+    queued_ns: int = field(default_factory=time.time_ns)
 
     @property
     def item(self) -> Any:
@@ -93,7 +102,9 @@ class BatchQueue:
         self.calls.append(call)
         self.arrived.set()
         if self.worker is None or self.worker.done():
-            self.worker = asyncio.create_task(self._run())
+            # A context of its own: batches serve many requests, so none of
+            # their ids or traces is the batch's (each call's is its own).
+            self.worker = asyncio.create_task(self._run(), context=contextvars.Context())
 
     def leave(self, call: Call) -> None:
         """A caller gone before its batch: out of the queue."""
@@ -178,6 +189,7 @@ class BatchQueue:
 
     async def _send_all(self, batch: list[Call]) -> None:
         """One call of the user's function per multiplexed model id."""
+        _traced_waits(batch)
         groups: dict[str, list[Call]] = {}
         for call in batch:
             groups.setdefault(call.model_id, []).append(call)
@@ -229,6 +241,14 @@ class BatchQueue:
                 if not call.finished and call.stream is not None:
                     call.finished = True
                     call.stream.put_nowait(("end", None))
+
+
+def _traced_waits(batch: list[Call]) -> None:
+    """Each sampled call's wait for its batch, as a span of its request."""
+    for call in batch:
+        if call.trace is not None:
+            tracing.end(tracing.child("@batch wait", {"servefleet.batch.size": len(batch)},
+                                      start_ns=call.queued_ns, context=call.trace))
 
 
 def _columns(batch: list[Call]) -> tuple[list[list[Any]], dict[str, list[Any]]]:

@@ -57,6 +57,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from . import tracing
 from .batch_queue import BatchQueue, Call, Settings
 from .multiplex import MODEL_ID
 
@@ -151,7 +152,8 @@ class _Batched:
         return queue
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
-        return Call(args, kwargs, asyncio.get_running_loop().time(), MODEL_ID.get())
+        return Call(args, kwargs, asyncio.get_running_loop().time(), MODEL_ID.get(),
+                    trace=tracing.capture() if tracing.recording() else None)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         queue = self._queue()

@@ -31,9 +31,10 @@ it causes), so that a low sampling ratio costs next to nothing.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from servefleet._private.wire import TRACE_HEADERS, TRACEPARENT_HEADER
@@ -127,14 +128,17 @@ class Served:
         if value != "" and value is not None and self.span.is_recording():
             self.span.set_attribute(key, value)
 
-    def finish(self, status_code: int = 0, error: BaseException | None = None) -> None:
+    def finish(self, status_code: int = 0, error: BaseException | None = None,
+               failed: bool = False) -> None:
+        """End the span: an HTTP status (0: none), what was raised, or `failed`
+        (an error status of another protocol's) mark it as failed."""
         span = self.span
         if span.is_recording():
             if status_code:
                 span.set_attribute("http.response.status_code", status_code)
             if error is not None:
                 span.record_exception(error)
-            if error is not None or status_code >= 500:
+            if error is not None or status_code >= 500 or failed:
                 span.set_status(_api[0].Status(_api[0].StatusCode.ERROR))
         span.end()
         _api[1].detach(self.token)
@@ -264,3 +268,22 @@ def end(span: Any, error: BaseException | None = None,
 
 def _attributes(given: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v != "" and v is not None}
+
+
+@contextlib.contextmanager
+def action(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    """A trace of its own, current while the block runs (the controller's
+    actions: a deploy, a replica started or stopped); nothing when off."""
+    span = root(name, attributes)
+    token = current(span)
+    try:
+        yield span
+    except BaseException as e:
+        leave(token)
+        token = None
+        end(span, e if isinstance(e, Exception) else None)
+        span = None
+        raise
+    finally:
+        leave(token)
+        end(span)

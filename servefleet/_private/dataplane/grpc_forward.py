@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from servefleet._private import tracing
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
 from .balancer import ReplicaPool
@@ -167,11 +168,17 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
     for attempt in range(1, MAX_ATTEMPTS + 1):
         replica = await pool.acquire(exclude=tried, routing=routing)
         call = None
+        span = tracing.child("send to replica", {
+            "servefleet.replica": replica.replica_id, "servefleet.attempt": attempt,
+            "server.address": replica.grpc_address}, kind="CLIENT")
+        not_processed = ""
         try:
             if not replica.grpc_address:
                 raise NotProcessed("it serves no gRPC (yet)", refused=False)
+            hop = [*metadata, *((k.decode(), v.decode("latin-1"))
+                                for k, v in tracing.hop_headers(span))]
             call = channels.call(replica.grpc_address, method, unary)(
-                request, metadata=metadata, timeout=timeout)
+                request, metadata=hop, timeout=timeout)
             sent_at = pool.clock()
             watched = int(unary)  # passive health: unary calls only
             replica.awaiting += watched
@@ -192,6 +199,7 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
             await relay(Answer(call, first, unary))
             return
         except NotProcessed as e:
+            not_processed = str(e)
             tried.add(replica.replica_id)
             RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
             logger.info("gRPC call %s not processed by %s (%s); attempt %d", request_id,
@@ -202,4 +210,5 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
             if call is not None and not call.done():
                 call.cancel()  # the caller left, or relay failed: the replica stops too
             pool.release(replica)
+            tracing.end(span, None, {"servefleet.retry.reason": not_processed})
     raise NoReplicaTook(f"no replica took the call after {MAX_ATTEMPTS} attempts")
