@@ -311,3 +311,35 @@ def test_tracing_asked_for_without_the_sdk_says_what_to_install() -> None:
     assert done.returncode == 2, done.stderr
     assert "pip install 'servefleet[tracing]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", [
+    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # version ff: invalid
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",  # 00 has 4 fields
+    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # zero trace id
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # zero span id
+    "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",  # short trace id
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bz-01",  # not hex
+])
+def test_a_malformed_traceparent_starts_a_new_trace(spans, value: str) -> None:
+    served = tracing.serve("GET /", [(b"traceparent", value.encode())], {})
+    assert served is not None
+    served.finish(200)
+    (root,) = spans.get_finished_spans()
+    assert root.parent is None and f"{root.context.trace_id:032x}" not in value
+
+
+def test_tracestate_is_kept_and_passed_on(spans) -> None:
+    served = tracing.serve("GET /", [(b"traceparent", PARENT.encode()),
+                                     (b"tracestate", b"vendor=abc,other=1")], {})
+    assert served is not None
+    hop = dict(tracing.hop_headers(tracing.child("send to replica")))
+    served.finish(200)
+    assert hop[b"tracestate"] == b"vendor=abc,other=1"
+    assert hop[b"traceparent"].startswith(PARENT[:36].encode())  # the same trace
+    # A later version's traceparent may carry more fields: its first four are read.
+    later = PARENT.replace("00-", "01-", 1) + "-future"
+    again = tracing.serve("GET /", [(b"traceparent", later.encode())], {})
+    assert again is not None
+    again.finish(200)
+    assert f"{again.span.get_span_context().trace_id:032x}" == PARENT.split("-")[1]

@@ -21,8 +21,9 @@ the request's while user code runs (sync code in threads included: the
 threads run in the request's copied context), so a user's
 `tracer.start_as_current_span(...)` joins the request's trace with no setup.
 
-What passes between hops is W3C trace context (`traceparent`, `tracestate`)
-next to `x-request-id`. With tracing off in a process, the headers that came
+What passes between hops is W3C trace context (`traceparent`, `tracestate`;
+other propagation formats, OTEL_PROPAGATORS, are not read) next to
+`x-request-id`. With tracing off in a process, the headers that came
 in go out unchanged (PASSED): a hop without tracing does not cut a trace.
 A request its trace did not sample goes the same way (its first hop's
 sampling decision, in the headers it sends on, is the only tracing work
@@ -37,7 +38,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from servefleet._private.wire import TRACE_HEADERS, TRACEPARENT_HEADER
+from servefleet._private.wire import TRACE_HEADERS, TRACEPARENT_HEADER, TRACESTATE_HEADER
 
 # The OpenTelemetry tracer when tracing is on in this process; None when off.
 TRACER: Any = None
@@ -46,7 +47,7 @@ TRACER: Any = None
 PASSED: contextvars.ContextVar[tuple[tuple[bytes, bytes], ...]] = contextvars.ContextVar(
     "servefleet_trace_headers", default=())
 
-_api: Any = None  # opentelemetry.trace, .context and .propagate, when on
+_api: Any = None  # opentelemetry.trace and .context, when on
 
 
 # Whether the sampler follows a parent's sampled flag (parentbased_*, the
@@ -71,8 +72,8 @@ def install(tracer: Any, parent_based: bool = True, root_bound: int | None = Non
             preset: Any = None) -> None:
     """Turn tracing on in this process with an OpenTelemetry tracer (tracing_setup)."""
     global TRACER, _api, _parent_based, _root_bound, _preset
-    from opentelemetry import context, propagate, trace
-    _api = (trace, context, propagate)
+    from opentelemetry import context, trace
+    _api = (trace, context)
     _parent_based = parent_based
     _root_bound, _preset = (root_bound, preset) if preset is not None else (None, None)
     TRACER = tracer
@@ -112,8 +113,35 @@ def incoming(headers: Iterable[tuple[Any, Any]]) -> tuple[tuple[bytes, bytes], .
     return tuple(found)
 
 
-def _carrier(trace_headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in trace_headers}
+def _parent(trace_headers: Sequence[tuple[bytes, bytes]]) -> Any:
+    """The remote parent W3C trace context names, as a Context; None when
+    there is none or it is malformed (a new trace, as the specification has
+    it). Parsed here: the SDK's propagator costs several times as much."""
+    traceparent = tracestate = None
+    for key, value in trace_headers:
+        if key == TRACEPARENT_HEADER:
+            traceparent = value.strip()
+        elif key == TRACESTATE_HEADER:
+            tracestate = value
+    if traceparent is None:
+        return None
+    parts = traceparent.split(b"-")
+    if (len(parts) < 4 or len(parts[0]) != 2 or parts[0] == b"ff" or len(parts[1]) != 32
+            or len(parts[2]) != 16 or len(parts[3]) != 2 or (parts[0] == b"00"
+                                                              and len(parts) != 4)):
+        return None
+    try:
+        trace_id, span_id, flags = (int(part, 16) for part in parts[1:4])
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    trace = _api[0]
+    state = trace.TraceState.from_header([tracestate.decode("latin-1")]) if tracestate \
+        else None
+    context = trace.SpanContext(trace_id, span_id, is_remote=True,
+                                trace_flags=trace.TraceFlags(flags), trace_state=state)
+    return trace.set_span_in_context(trace.NonRecordingSpan(context))
 
 
 class Served:
@@ -162,9 +190,8 @@ def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
     the headers are kept to be passed on (`passed_on`)."""
     if pass_on(trace_headers):
         return None
-    parent = _api[2].extract(_carrier(trace_headers)) if trace_headers else None
-    if (_root_bound is not None  # a request that starts a trace: sampled here
-            and not _api[0].get_current_span(parent).get_span_context().is_valid):
+    parent = _parent(trace_headers) if trace_headers else None
+    if _root_bound is not None and parent is None:  # a request that starts a trace
         trace_id = random.getrandbits(128) or 1
         if trace_id & _LOW_64 >= _root_bound:  # TraceIdRatioBased's test: not sampled
             PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-00" % (
@@ -185,11 +212,8 @@ def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
 def _unsampled(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether the headers carry a valid traceparent whose sampled flag is off."""
     for key, value in trace_headers:
-        if key == TRACEPARENT_HEADER:
-            parts = value.split(b"-")
-            return (len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16
-                    and len(parts[3]) == 2 and parts[3] in (b"00", b"02")
-                    and parts[1] != b"0" * 32 and parts[2] != b"0" * 16)
+        if key == TRACEPARENT_HEADER:  # version 00 is 55 characters, the flags last
+            return len(value) == 55 and value[:3] == b"00-" and value[-3:] in (b"-00", b"-02")
     return False
 
 
@@ -245,10 +269,12 @@ def hop_headers(span: Any) -> list[tuple[bytes, bytes]]:
     off (span None) the ones that came in, passed on."""
     if span is None:
         return list(PASSED.get())
-    carrier: dict[str, str] = {}
-    _api[2].inject(carrier, context=_api[0].set_span_in_context(span))
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items()
-            if k.encode("latin-1") in TRACE_HEADERS]
+    ids = span.get_span_context()
+    hop = [(TRACEPARENT_HEADER, b"00-%032x-%016x-%02x" % (ids.trace_id, ids.span_id,
+                                                          ids.trace_flags))]
+    if ids.trace_state:
+        hop.append((TRACESTATE_HEADER, ids.trace_state.to_header().encode("latin-1")))
+    return hop
 
 
 def end(span: Any, error: BaseException | None = None,
