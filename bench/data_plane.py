@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from figures import Figure, emit
 
 from servefleet._private.otlp_sink import OtlpSink
@@ -78,7 +79,7 @@ def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
         m = re.search(rf"^\s+{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
         found[pct] = float(m.group(1)) * UNITS[m.group(2)]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50": found["50"], "p99": found["99"],
+    return {"rps": rps, "seconds": duration, "p50": found["50"], "p99": found["99"],
             "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
@@ -103,6 +104,19 @@ def scraped(base: str, duration: int, path: str) -> dict[str, float]:
         scraper.join()
     return {**result, "scrapes": float(len(times)),
             "scrape_ms": 1e3 * sum(times) / max(1, len(times))}
+
+
+def _with_cpu(pids: list[int], run: Any, *args: Any) -> dict[str, float]:
+    """run(*args) (a wrk result), with the CPU time the processes `pids` spent per
+    request meanwhile, in microseconds: what tracing costs, steadier than
+    requests/s on a shared 2-core machine."""
+    if not pids:
+        return run(*args)
+    procs = [psutil.Process(pid) for pid in pids]
+    before = sum(sum(p.cpu_times()[:2]) for p in procs)
+    result = run(*args)
+    spent = sum(sum(p.cpu_times()[:2]) for p in procs) - before
+    return {**result, "cpu_us": spent / max(1.0, result["rps"] * result["seconds"]) * 1e6}
 
 
 def tracing_env(sink: OtlpSink, ratio: str) -> dict[str, str]:
@@ -219,6 +233,16 @@ def main() -> None:
         for h in handlers:
             for url in targets.values():
                 wait_ok(f"{url}/{h}")
+        # The processes a tracing row's requests cross, for its CPU per request.
+        pids = {}
+        if traced:
+            with ControllerClient(controller.address) as client:
+                for h in handlers:
+                    for kind, prefix in (("proxy", ""), *((k, _prefix(k)) for k in traced)):
+                        (replica,) = client.replicas(
+                            deployment=f"Noop{h}{prefix.replace('/', '')}")
+                        pids[(h, kind)] = [started[list(targets).index(kind)].proc.pid,
+                                           int(replica.record.handle.split(":")[0])]
         for h in handlers:
             raws_here = {"raw": raw_ports["async"]}
             if h == "sync":
@@ -233,7 +257,9 @@ def main() -> None:
                 for c in counts:
                     for kind, url in urls.items():
                         if c in results[h][kind]:
-                            results[h][kind][c].append(wrk(f"{url}/{h}", c, args.duration))
+                            results[h][kind][c].append(_with_cpu(
+                                pids.get((h, kind), []), wrk, f"{url}/{h}", c,
+                                args.duration))
         if args.metrics:
             bare = proxy("--no-metrics")
             h = handlers[0]
@@ -280,6 +306,12 @@ def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
                       f"{spread([r['p50'] for r in runs], 2):>22}"
                       f"{spread([r['p99'] for r in runs], 2):>22}{share:>22}"
                       + (f"  {errors:.0f} non-2xx" if errors else ""))
+    for h, kinds in results.items():
+        cpu = {kind: [r["cpu_us"] for r in by_count.get(16, []) if "cpu_us" in r]
+               for kind, by_count in kinds.items()}
+        if any(cpu.get(k) for k in kinds if k.startswith("traced")):
+            print(f"  CPU per request at 16 connections, proxy + replica ({h}): " + "; ".join(
+                f"{kind} {spread(v, 1)} us" for kind, v in cpu.items() if v))
     if metrics_results:
         on, off, scraped_r = (metrics_results[k] for k in ("on", "off", "scraped"))
         print("  Metrics at 16 connections (same replica, same run):")

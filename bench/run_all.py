@@ -74,6 +74,10 @@ BENCHES = [
     # ... and a proxy with --workers 2 beside the one-worker proxy, in the same rounds.
     Bench("data_plane", ["data_plane.py", "--rounds", "3", "--duration", "3", "--workers", "2"],
           runs=1, needs="wrk"),
+    # Tracing off, on at 100% and at 1% sampling, alternating in the same rounds
+    # (issue 37); five rounds: the 1% row's goal is within 5% of off.
+    Bench("tracing", ["data_plane.py", "--handler", "async", "--connections", "16",
+                      "--tracing", "--rounds", "5", "--duration", "4"], runs=1, needs="wrk"),
     Bench("websocket", ["ws_roundtrip.py", "--rounds", "3", "--messages", "1000"], runs=1),
     Bench("grpc_plane", ["grpc_plane.py", "--duration", "3"]),
     Bench("autoscaling", ["autoscaling.py"], runs=1),

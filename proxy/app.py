@@ -132,7 +132,7 @@ class ProxyApp:
                         request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
-        served = None if tracing.pass_on(trace_headers) else tracing.serve(
+        served = None if not tracing.decide(trace_headers) else tracing.serve_decided(
             f"{scope['method']} {target.route_prefix}", trace_headers, {
                 "http.request.method": scope["method"], "http.route": target.route_prefix,
                 "url.path": path, "servefleet.application": target.application,

@@ -79,12 +79,22 @@ def install(tracer: Any, parent_based: bool = True, root_bound: int | None = Non
     TRACER = tracer
 
 
+# Whether the request being served is sampled, once known (None: not known
+# here; ask OpenTelemetry's current span): a context variable read costs a
+# tenth of that, on every hop of every request.
+_SAMPLED: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "servefleet_sampled", default=None)
+
+
 def recording() -> bool:
     """Whether the work under way is in a sampled trace: spans of it are
     recorded. False with tracing off, and for a request its trace's root
     did not sample (the usual case at a low ratio: such a request then
     costs one sampling decision at its first hop and nothing after)."""
-    return TRACER is not None and _api[0].get_current_span().is_recording()
+    if TRACER is None:
+        return False
+    known = _SAMPLED.get()
+    return known if known is not None else _api[0].get_current_span().is_recording()
 
 
 def uninstall() -> None:
@@ -172,32 +182,47 @@ class Served:
         _api[1].detach(self.token)
 
 
-def pass_on(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
-    """True when a request gets no span here: tracing is off, or its parent
-    was not sampled (with a parent-based sampler); its trace headers are
-    then kept to be passed on as they came. Hot paths ask this before
-    building a span's name and attributes for `serve`."""
+def decide(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a request gets a span here (then call `serve_decided`). Not
+    when tracing is off or its parent was not sampled (with a parent-based
+    sampler), nor when it starts a trace a ratio sampler does not sample:
+    then its trace headers are kept to be passed on (as they came, or the
+    new unsampled trace's). Hot paths ask this before they build a span's
+    name and attributes."""
     if TRACER is None or (_parent_based and _unsampled(trace_headers)):
         PASSED.set(tuple(trace_headers))
-        return True
-    return False
+        _SAMPLED.set(False)
+        return False
+    if _root_bound is not None and not _names_parent(trace_headers):  # a trace starts
+        trace_id = random.getrandbits(128) or 1
+        if trace_id & _LOW_64 >= _root_bound:  # TraceIdRatioBased's test: not sampled
+            PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-00" % (
+                trace_id, random.getrandbits(64) or 1)), *trace_headers))
+            _SAMPLED.set(False)
+            return False
+        _preset.next_trace_id = trace_id  # sampled: the SDK's decision is the same
+    return True
+
+
+def _names_parent(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(k == TRACEPARENT_HEADER for k, _ in trace_headers) and \
+        _parent(trace_headers) is not None
 
 
 def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
           attributes: dict[str, Any]) -> Served | None:
     """When on: a SERVER span, child of the trace the headers name (a new
-    trace without them), made current until `finish`. When off: None, and
-    the headers are kept to be passed on (`passed_on`)."""
-    if pass_on(trace_headers):
+    trace without them), made current until `finish`. None when `decide`
+    says no span."""
+    if not decide(trace_headers):
         return None
+    return serve_decided(name, trace_headers, attributes)
+
+
+def serve_decided(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
+                  attributes: dict[str, Any]) -> Served | None:
+    """`serve` after `decide` said yes."""
     parent = _parent(trace_headers) if trace_headers else None
-    if _root_bound is not None and parent is None:  # a request that starts a trace
-        trace_id = random.getrandbits(128) or 1
-        if trace_id & _LOW_64 >= _root_bound:  # TraceIdRatioBased's test: not sampled
-            PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-00" % (
-                trace_id, random.getrandbits(64) or 1)), *trace_headers))
-            return None
-        _preset.next_trace_id = trace_id  # sampled: the SDK's decision is the same
     span = TRACER.start_span(name, context=parent, kind=_api[0].SpanKind.SERVER,
                              attributes=_attributes(attributes))
     if not span.is_recording():  # not sampled: the hops this request makes say so
@@ -205,7 +230,9 @@ def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
         PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-%02x" % (
             ids.trace_id, ids.span_id, ids.trace_flags)),
             *((k, v) for k, v in trace_headers if k != TRACEPARENT_HEADER)))
+        _SAMPLED.set(False)
         return None
+    _SAMPLED.set(True)
     return Served(span, _api[1].attach(_api[0].set_span_in_context(span, parent)))
 
 
@@ -260,7 +287,9 @@ def adopt(captured: Any) -> Any:
     """Make a `capture()`d envelope current in this task; a token for `leave`."""
     if isinstance(captured, tuple):
         PASSED.set(captured)
+        _SAMPLED.set(False)
         return None
+    _SAMPLED.set(None)  # the captured context says (a user's own span, say)
     return _api[1].attach(captured)
 
 
