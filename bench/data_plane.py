@@ -347,6 +347,9 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
                     goal="<= 0.4" if (h, kind, c) == ("async", "proxy", 1) else "")
                 figures[f"{name}: p99"] = Figure([r["p99"] for r in runs], "ms",
                                                  headline=False)
+                if all("cpu_us" in r for r in runs):  # the rows --tracing measures
+                    figures[f"{name}: CPU per request, proxy + replica"] = Figure(
+                        [r["cpu_us"] for r in runs], "us", headline=c == 16)
                 if kind.startswith("traced"):  # beside the proxy with tracing off
                     figures[f"{name}: of tracing off"] = Figure(
                         [r["rps"] / o["rps"] for r, o in zip(runs, by_kind_off(kinds, c),

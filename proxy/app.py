@@ -136,7 +136,9 @@ class ProxyApp:
             f"{scope['method']} {target.route_prefix}", trace_headers, {
                 "http.request.method": scope["method"], "http.route": target.route_prefix,
                 "url.path": path, "servefleet.application": target.application,
-                "servefleet.request_id": request_id})
+                "servefleet.request_id": request_id, "servefleet.model_id": next(
+                    (v.decode("latin-1") for k, v in scope["headers"] if k == MODEL_ID_HEADER),
+                    "")})
         if not self.metrics_enabled and served is None:  # --no-metrics: nothing counted
             await self._serve_route(scope, receive, send, target, request_id, Started())
             return

@@ -242,3 +242,35 @@ def test_containers_no_goal_wants_are_removed(containers, fleet, docker_client,
     fleet.leader()
     wait_for(lambda: not {stray.id, dead.id} & {c.id for c in containers()}, 60,
              "the stray containers removed, the running one and the exited one")
+
+
+def test_a_container_replica_traces_as_its_controller_does(containers, sqlite_fleet,
+                                                           monkeypatch, tmp_path) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from servefleet._private.otlp_sink import OtlpSink
+
+    sink = OtlpSink().start()
+    # The controller's tracing settings reach its containers (runtime/docker.py).
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    sqlite_fleet.start(1, runtime="docker")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path).start()
+    trace_id = "ab" * 16
+    try:
+        with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+            client.deploy(echo_spec(1))
+            wait_for(healthy(client, 1), 90, "a container replica RUNNING")
+            wait_for(lambda: httpx.get(proxy.url + "/echo", timeout=5).status_code == 200, 30,
+                     "the route at the proxy")
+            assert httpx.get(proxy.url + "/echo", headers={
+                "traceparent": f"00-{trace_id}-{'cd' * 8}-01"}).status_code == 200
+            spans = sink.wait_for(lambda got: any(
+                s.trace_id == trace_id and s.service == "Echo" for s in got))
+            replica = next(s for s in spans if s.trace_id == trace_id and s.service == "Echo")
+            assert replica.kind == "SERVER"
+            env = containers(running_only=True)[0].attrs["Config"]["Env"]
+            assert f"OTEL_EXPORTER_OTLP_ENDPOINT={sink.endpoint}" in env
+    finally:
+        proxy.stop()
+        sink.stop()

@@ -343,3 +343,40 @@ def test_tracestate_is_kept_and_passed_on(spans) -> None:
     assert again is not None
     again.finish(200)
     assert f"{again.span.get_span_context().trace_id:032x}" == PARENT.split("-")[1]
+
+
+def test_spans_go_over_otlp_http_when_the_variables_say_so(monkeypatch) -> None:
+    import http.server
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    names: list[str] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+            names.extend(s.name for r in request.resource_spans for ss in r.scope_spans
+                         for s in ss.spans)
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
+                       f"http://127.0.0.1:{server.server_address[1]}")
+    provider = tracing_setup._provider("proxy", {})
+    try:
+        provider.get_tracer("t").start_span("over http").end()
+        provider.force_flush()
+        assert names == ["over http"]
+        assert provider.resource.attributes["service.name"] == "servefleet-proxy"
+    finally:
+        provider.shutdown()
+        server.shutdown()
+        server.server_close()

@@ -1,8 +1,9 @@
 """Spans of servefleet's own work, and the trace context each hop passes on.
 
 Off by default (TRACER is None: every function here is then one check and
-a return); tracing_setup.enable() turns it on in a process. The spans
-(docs/observability.md, "Tracing"):
+a return); tracing_setup.configure() turns it on in a process. The spans
+(docs/observability.md, "Tracing"; gRPC calls, WebSockets and the
+controller's actions have theirs too):
 
     proxy      "POST /classify"      SERVER  the proxy's handling of a request
                  "queue"             INTERNAL waiting for a replica with room
@@ -42,8 +43,9 @@ from servefleet._private.wire import TRACE_HEADERS, TRACEPARENT_HEADER, TRACESTA
 
 # The OpenTelemetry tracer when tracing is on in this process; None when off.
 TRACER: Any = None
-# With tracing off: the trace headers that came with the request being
-# served, passed on unchanged by the hops it makes (handle calls).
+# With tracing off, or for a request not sampled: the trace headers that
+# came with the request being served (or its first hop's unsampled ones),
+# passed on unchanged by the hops it makes.
 PASSED: contextvars.ContextVar[tuple[tuple[bytes, bytes], ...]] = contextvars.ContextVar(
     "servefleet_trace_headers", default=())
 
