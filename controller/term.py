@@ -10,7 +10,10 @@ the process stops. It owns:
   and the observed replicas (watch.py);
 - the reconcile loop (reconcile/loop.py) with the replica reconciler (when
   the controller has a runtime), the build reconciler and the autoscale
-  reconciler, and the load reports the last one reads (soft state).
+  reconciler, and the load reports the last one reads (soft state);
+- the traffic history the dashboard draws (traffic_history.py, soft state):
+  a point per deployment every 5 s, taken by the loop, from the same sums
+  of the proxies' reports that GetStatus shows.
 
 `load` (1) loads both tables, (2) recovers the replica registry against the
 runtime, (3) publishes the first snapshots; each step is retried with the
@@ -44,7 +47,7 @@ from .goals.applications import ApplicationTable
 from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
 from .goals.policy import DeployPolicy
 from .keys import ClusterKeys
-from .load_reports import LoadReports
+from .load_reports import LoadReports, Traffic
 from .reconcile.autoscaler import AutoscaleReconciler
 from .reconcile.builder import run_build
 from .reconcile.builds import Builder, BuildReconciler
@@ -57,6 +60,7 @@ from .reconcile.replicas import ReplicaReconciler
 from .runtime import Runtime
 from .runtime.sandbox import Sandbox
 from .store import Store, StoreUnavailable
+from .traffic_history import HistorySampler, TrafficHistory
 from .unservable import application_unavailable, deployment_unavailable
 from .watch import Publisher, StatePublisher
 
@@ -120,12 +124,14 @@ class LeaderTerm:
         self.builds = BuildReconciler(self.applications, self.loop,
                                       parts.build or partial(run_build, sandbox=parts.sandbox))
         self.loop.add(self.builds)
-        self.load_reports = LoadReports(parts.clock)
+        self.history = TrafficHistory(parts.clock)
+        self.load_reports = LoadReports(parts.clock, on_errors=self.history.add_errors)
         self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,
                                               parts.clock, self._running_count)
         self.autoscaler.sandbox = parts.sandbox
         self.autoscaler.runs_code = parts.runtime is not None
         self.loop.add(self.autoscaler)
+        self.loop.add(HistorySampler(self.history, self._traffic_figures))
         self.deployments.can_purge = lambda key: not self.observed.tracks(key)
         self._running: asyncio.Task[None] | None = None
 
@@ -159,8 +165,16 @@ class LeaderTerm:
                 dep.queued_requests = self.load_reports.queued(app.name, dep.name)
                 traffic = self.load_reports.traffic(app.name, dep.name)
                 if traffic is not None:
-                    dep.traffic.requests_per_s, dep.traffic.p50_ms, dep.traffic.p99_ms = traffic
+                    dep.traffic.requests_per_s, dep.traffic.errors_per_s, \
+                        dep.traffic.p50_ms, dep.traffic.p99_ms = traffic
         return applications
+
+    def _traffic_figures(self) -> dict[tuple[str, str], tuple[Traffic | None, int]]:
+        """Each live deployment's traffic (as status() shows it) and RUNNING
+        replicas: a point of the traffic history."""
+        keys = [(r.spec.application, r.spec.name) for r in self.deployments.live()]
+        return {key: (self.load_reports.traffic(*key), self._running_count(key))
+                for key in keys}
 
     def env_values(self) -> dict[str, list[str]]:
         """Each application's environment values, to scrub from texts (redact.py)."""

@@ -233,13 +233,15 @@ class GrpcProxy:
             code = _Code.CANCELLED
             raise
         finally:
+            # Counted while the call's span is still current: a failed call is
+            # listed with its trace id (metrics.py).
+            if self._metrics is not None:
+                self._metrics.grpc_answered(application, deployment, service, code.name,
+                                            time.perf_counter() - begun)
             if served is not None:
                 served.set("servefleet.deployment", deployment)
                 served.set("rpc.grpc.status_code", code.value[0])
                 served.finish(failed=code != _Code.OK)
-            if self._metrics is not None:
-                self._metrics.grpc_answered(application, deployment, service, code.name,
-                                            time.perf_counter() - begun)
 
     async def _forward(self, pool: ReplicaPool, method: str, request: bytes,
                        metadata: list[tuple[str, Any]], timeout: float | None,

@@ -153,7 +153,7 @@ async def serve(options: ProxyOptions) -> None:
                               address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}" + (
                                   f"-w{options.worker}" if options.worker is not None else ""),
                               credentials=options.credentials)
-        reporter = LoadReporter(watcher, traffic=app.traffic)
+        reporter = LoadReporter(watcher, traffic=app.traffic, errors=app.metrics.errors.take)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))

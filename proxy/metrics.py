@@ -15,6 +15,12 @@
   copies for a shadow deployment, `sent` or `dropped` (its queue was not
   empty, or too many were in flight).
 
+For the load reports (GetStatus and the dashboard): each deployment's
+recent requests, failures and latencies (`traffic`, traffic.py), and the
+failed answers since the last report with their request and trace ids
+(`errors`, recent_errors.py). A failure is an HTTP status of 500 or above,
+or a gRPC ingress call ending with a code other than OK.
+
 Plus, from servefleet/_private/dataplane/metrics.py, retries by reason and queued and
 in-flight requests per deployment, and servefleet_watch_reconnects_total.
 Labels are names from the config and status codes: never paths, request ids
@@ -27,8 +33,11 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from servefleet._private import tracing
+from servefleet._private.dataplane.recent_errors import RecentErrors
 from servefleet._private.dataplane.traffic import TrafficWindow
 from servefleet._private.exposition import LATENCY_BUCKETS
+from servefleet._private.logs import REQUEST_ID
 
 REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy",
                    ["application", "deployment", "route", "code"])
@@ -48,6 +57,8 @@ class ProxyMetrics:
     def __init__(self) -> None:
         # Recent requests per deployment, for the load reports (GetStatus, dashboard).
         self.traffic = TrafficWindow()
+        # Failed answers since the last load report (the dashboard lists them).
+        self.errors = RecentErrors()
         self._requests: dict[tuple[str, str, str, int], Any] = {}
         self._durations: dict[tuple[str, str], Any] = {}
         self._grpc: dict[tuple[str, str, str, str], Any] = {}
@@ -64,8 +75,12 @@ class ProxyMetrics:
         if histogram is None:
             histogram = self._durations[key[:2]] = DURATION.labels(application, deployment)
         histogram.observe(seconds)
+        failed = code >= 500
         if deployment:
-            self.traffic.add(f"{application}/{deployment}", seconds)
+            self.traffic.add(f"{application}/{deployment}", seconds, failed)
+        if failed:  # called in the request's task: its ids are the context's
+            self.errors.add(application, deployment, route, code, "", REQUEST_ID.get(),
+                            tracing.current_ids()[0])
 
     def grpc_answered(self, application: str, deployment: str, service: str, code: str,
                       seconds: float) -> None:
@@ -83,7 +98,10 @@ class ProxyMetrics:
                 histogram = self._durations[(application, deployment)] = DURATION.labels(
                     application, deployment)
             histogram.observe(seconds)
-            self.traffic.add(f"{application}/{deployment}", seconds)
+            self.traffic.add(f"{application}/{deployment}", seconds, code != "OK")
+        if code != "OK":
+            self.errors.add(application, deployment, service, 0, code, REQUEST_ID.get(),
+                            tracing.current_ids()[0])
 
     @staticmethod
     def shadow(application: str, deployment: str, sent: bool) -> None:

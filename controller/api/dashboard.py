@@ -1,10 +1,24 @@
-"""The dashboard's data: one JSON snapshot of the cluster (GET /api/status).
+"""The dashboard's data: one JSON snapshot of the cluster (GET /api/status)
+and fifteen minutes of traffic per deployment (GET /api/history).
 
-Everything `servefleet status` shows, plus each deployment's replicas (state,
-version, address, uptime, message), its route, and the last errors (failed
-deployments and replicas with a failure message). The page at
-/-/dashboard (dashboard.html, shipped in the package: no CDN) polls it every
-second. Field names follow the protos (status.proto, replica.proto).
+/api/status: everything `servefleet status` shows, plus each deployment's
+replicas (state, version, address, uptime, message), its route, the last
+errors (failed deployments and replicas with a failure message) and
+`recent_errors`, the latest failed requests the proxies reported (newest
+first, with their request and trace ids). The page at /-/dashboard
+(dashboard.html, shipped in the package: no CDN) polls it every second.
+Field names follow the protos (status.proto, replica.proto, controller.proto's
+RecentError).
+
+/api/history: the term's TrafficHistory (traffic_history.py), one series
+per deployment as columns (`t`, `requests_per_s`, `errors_per_s`, `p50_ms`,
+`p99_ms`, `running`; null latencies where no requests were reported). A
+separate endpoint, polled every `interval_s`, rather than more of
+/api/status: its points change once per interval while the status changes
+every second, and at 180 points per deployment it is most of the bytes;
+sending it with every status poll would multiply what the page fetches by
+several times for nothing. Failed requests stay in /api/status, so one
+shows within a second of its proxy's report.
 
 `models` (on a deployment whose replicas record llm_* metrics): per model,
 time to first token p50/p99, time per output token p50 and tokens per
@@ -23,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from servefleet._private.messages import message_dict
 from servefleet.v1 import replica_pb2, status_pb2
 
+from ..traffic_history import INTERVAL_S, SPAN_S
 from .model_scrape import ModelScraper, Target
 
 if TYPE_CHECKING:
@@ -86,5 +101,23 @@ def snapshot(term: LeaderTerm, cluster: str, leader: str,
             if models:
                 dep["models"] = models
     status["errors"] = errors
+    status["recent_errors"] = [e._asdict() for e in term.history.recent_errors()]
     status["time"] = now
     return status
+
+
+def history(term: LeaderTerm) -> dict[str, Any]:
+    """GET /api/history: each deployment's series, as columns."""
+    series = []
+    for application, deployment in sorted(term.history.keys()):
+        points = term.history.series(application, deployment)
+        series.append({
+            "application": application, "deployment": deployment,
+            "t": [round(p.time, 3) for p in points],
+            "requests_per_s": [round(p.requests_per_s, 3) for p in points],
+            "errors_per_s": [round(p.errors_per_s, 3) for p in points],
+            "p50_ms": [None if p.p50_ms is None else round(p.p50_ms, 3) for p in points],
+            "p99_ms": [None if p.p99_ms is None else round(p.p99_ms, 3) for p in points],
+            "running": [p.running for p in points]})
+    return {"time": time.time(), "interval_s": INTERVAL_S, "span_s": SPAN_S,
+            "deployments": series}

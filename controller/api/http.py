@@ -9,8 +9,9 @@
   controller's URL and it merges what they answer.
   A Prometheus job with `http_sd_configs: [{url: http://CONTROLLER/-/metrics-targets}]`
   follows replicas as they come and go.
-- GET /-/dashboard: a live page of the cluster; GET /api/status: its data
-  (dashboard.py). A standby answers /api/status 503 with the leader.
+- GET /-/dashboard: a live page of the cluster; GET /api/status and
+  GET /api/history: its data (dashboard.py). A standby answers both 503
+  with the leader.
 
 Who may read it, and under which host names: http_gate.py.
 """
@@ -82,15 +83,15 @@ class ControllerHttp:
             await send_metrics(send)
         elif path in ("/-/dashboard", "/-/dashboard/"):
             await send_body(send, 200, dashboard.page(), b"text/html; charset=utf-8")
-        elif path == "/api/status":
+        elif path in ("/api/status", "/api/history"):
             term = self._term()
             if term is None:
                 await send_body(send, 503, json.dumps({"standby": True, "leader": self._leader()})
                             .encode(), b"application/json")
                 return
-            body = json.dumps(dashboard.snapshot(term, self._cluster, self._identity,
-                                                 self._grpc_controllers())).encode()
-            await send_body(send, 200, body, b"application/json")
+            data = dashboard.history(term) if path == "/api/history" else dashboard.snapshot(
+                term, self._cluster, self._identity, self._grpc_controllers())
+            await send_body(send, 200, json.dumps(data).encode(), b"application/json")
         elif path == "/-/metrics-targets":
             term = self._term()
             if term is None:  # a standby knows the controllers, not the rest
@@ -103,4 +104,4 @@ class ControllerHttp:
             await send_body(send, 200, body, b"application/json")
         else:
             await send_body(send, 404, b"servefleet controller: /metrics, /-/metrics-targets, "
-                        b"/-/dashboard, /api/status\n", b"text/plain")
+                        b"/-/dashboard, /api/status, /api/history\n", b"text/plain")

@@ -134,7 +134,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def ReportLoad(self, request: api.ReportLoadRequest,
                          context: Any) -> api.ReportLoadResponse:
         self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing,
-                                         request.traffic, request.ejected, request.suspected)
+                                         request.traffic, request.ejected, request.suspected,
+                                         request.recent_errors)
         return api.ReportLoadResponse()
 
     @api_method
@@ -155,7 +156,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                     raise InvalidArgument("report.reporter_id", "a stream carries the "
                                           f"reports of one reporter, {one_line(reporter)}")
                 term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
-                                         report.traffic, report.ejected, report.suspected)
+                                         report.traffic, report.ejected, report.suspected,
+                                         report.recent_errors)
         finally:
             await close_requests(requests)
         return api.StreamLoadResponse()

@@ -101,7 +101,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
-    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected", "suspected")
+    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected", "suspected", "recent_errors")
     class QueuedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,25 +129,49 @@ class ReportLoadRequest(_message.Message):
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     EJECTED_FIELD_NUMBER: _ClassVar[int]
     SUSPECTED_FIELD_NUMBER: _ClassVar[int]
+    RECENT_ERRORS_FIELD_NUMBER: _ClassVar[int]
     reporter_id: str
     queued: _containers.ScalarMap[str, int]
     ongoing: _containers.ScalarMap[str, int]
     traffic: _containers.MessageMap[str, DeploymentTraffic]
     ejected: _containers.RepeatedScalarFieldContainer[str]
     suspected: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ...) -> None: ...
+    recent_errors: _containers.RepeatedCompositeFieldContainer[RecentError]
+    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ..., recent_errors: _Optional[_Iterable[_Union[RecentError, _Mapping]]] = ...) -> None: ...
 
 class DeploymentTraffic(_message.Message):
-    __slots__ = ("requests", "window_s", "p50_ms", "p99_ms")
+    __slots__ = ("requests", "window_s", "p50_ms", "p99_ms", "errors")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     P50_MS_FIELD_NUMBER: _ClassVar[int]
     P99_MS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
     requests: int
     window_s: float
     p50_ms: float
     p99_ms: float
-    def __init__(self, requests: _Optional[int] = ..., window_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ...) -> None: ...
+    errors: int
+    def __init__(self, requests: _Optional[int] = ..., window_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., errors: _Optional[int] = ...) -> None: ...
+
+class RecentError(_message.Message):
+    __slots__ = ("time_unix_s", "application", "deployment", "route", "http_status", "grpc_code", "request_id", "trace_id")
+    TIME_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    time_unix_s: float
+    application: str
+    deployment: str
+    route: str
+    http_status: int
+    grpc_code: str
+    request_id: str
+    trace_id: str
+    def __init__(self, time_unix_s: _Optional[float] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., route: _Optional[str] = ..., http_status: _Optional[int] = ..., grpc_code: _Optional[str] = ..., request_id: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class ReportLoadResponse(_message.Message):
     __slots__ = ()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservefleet/v1/status.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n\x14\x44\x65ploymentStatusInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.servefleet.v1.DeploymentStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12N\n\x0ereplica_states\x18\x04 \x03(\x0b\x32\x36.servefleet.v1.DeploymentStatusInfo.ReplicaStatesEntry\x12\x17\n\x0ftarget_replicas\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fqueued_requests\x18\x07 \x01(\r\x12\x35\n\x0b\x61utoscaling\x18\x08 \x01(\x0b\x32 .servefleet.v1.AutoscalingStatus\x12-\n\x07traffic\x18\t \x01(\x0b\x32\x1c.servefleet.v1.TrafficStatus\x1a\x34\n\x12ReplicaStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"G\n\rTrafficStatus\x12\x16\n\x0erequests_per_s\x18\x01 \x01(\x01\x12\x0e\n\x06p50_ms\x18\x02 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x03 \x01(\x01\"\x94\x01\n\x11\x41utoscalingStatus\x12\x18\n\x10\x63urrent_replicas\x18\x01 \x01(\r\x12\x17\n\x0ftarget_replicas\x18\x02 \x01(\r\x12\x0c\n\x04load\x18\x03 \x01(\x01\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x14\n\x0cpolicy_error\x18\x06 \x01(\t\"\xa2\x01\n\x15\x41pplicationStatusInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .servefleet.v1.ApplicationStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x38\n\x0b\x64\x65ployments\x18\x04 \x03(\x0b\x32#.servefleet.v1.DeploymentStatusInfo\"j\n\x0bProxyStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07healthy\x18\x03 \x01(\x08\x12-\n\tlast_seen\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xfe\x01\n\x10\x44\x65ploymentStatus\x12!\n\x1d\x44\x45PLOYMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45PLOYMENT_STATUS_UPDATING\x10\x01\x12\x1d\n\x19\x44\x45PLOYMENT_STATUS_HEALTHY\x10\x02\x12\x1f\n\x1b\x44\x45PLOYMENT_STATUS_UNHEALTHY\x10\x03\x12#\n\x1f\x44\x45PLOYMENT_STATUS_DEPLOY_FAILED\x10\x04\x12\x1f\n\x1b\x44\x45PLOYMENT_STATUS_UPSCALING\x10\x05\x12!\n\x1d\x44\x45PLOYMENT_STATUS_DOWNSCALING\x10\x06*\x86\x02\n\x11\x41pplicationStatus\x12\"\n\x1e\x41PPLICATION_STATUS_UNSPECIFIED\x10\x00\x12\"\n\x1e\x41PPLICATION_STATUS_NOT_STARTED\x10\x01\x12 \n\x1c\x41PPLICATION_STATUS_DEPLOYING\x10\x02\x12\x1e\n\x1a\x41PPLICATION_STATUS_RUNNING\x10\x03\x12$\n APPLICATION_STATUS_DEPLOY_FAILED\x10\x04\x12 \n\x1c\x41PPLICATION_STATUS_UNHEALTHY\x10\x05\x12\x1f\n\x1b\x41PPLICATION_STATUS_DELETING\x10\x06\x42\x65\n\x10io.servefleet.v1B\x0bStatusProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aservefleet/v1/status.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n\x14\x44\x65ploymentStatusInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.servefleet.v1.DeploymentStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12N\n\x0ereplica_states\x18\x04 \x03(\x0b\x32\x36.servefleet.v1.DeploymentStatusInfo.ReplicaStatesEntry\x12\x17\n\x0ftarget_replicas\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fqueued_requests\x18\x07 \x01(\r\x12\x35\n\x0b\x61utoscaling\x18\x08 \x01(\x0b\x32 .servefleet.v1.AutoscalingStatus\x12-\n\x07traffic\x18\t \x01(\x0b\x32\x1c.servefleet.v1.TrafficStatus\x1a\x34\n\x12ReplicaStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"]\n\rTrafficStatus\x12\x16\n\x0erequests_per_s\x18\x01 \x01(\x01\x12\x0e\n\x06p50_ms\x18\x02 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x03 \x01(\x01\x12\x14\n\x0c\x65rrors_per_s\x18\x04 \x01(\x01\"\x94\x01\n\x11\x41utoscalingStatus\x12\x18\n\x10\x63urrent_replicas\x18\x01 \x01(\r\x12\x17\n\x0ftarget_replicas\x18\x02 \x01(\r\x12\x0c\n\x04load\x18\x03 \x01(\x01\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x14\n\x0cpolicy_error\x18\x06 \x01(\t\"\xa2\x01\n\x15\x41pplicationStatusInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .servefleet.v1.ApplicationStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x38\n\x0b\x64\x65ployments\x18\x04 \x03(\x0b\x32#.servefleet.v1.DeploymentStatusInfo\"j\n\x0bProxyStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07healthy\x18\x03 \x01(\x08\x12-\n\tlast_seen\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xfe\x01\n\x10\x44\x65ploymentStatus\x12!\n\x1d\x44\x45PLOYMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45PLOYMENT_STATUS_UPDATING\x10\x01\x12\x1d\n\x19\x44\x45PLOYMENT_STATUS_HEALTHY\x10\x02\x12\x1f\n\x1b\x44\x45PLOYMENT_STATUS_UNHEALTHY\x10\x03\x12#\n\x1f\x44\x45PLOYMENT_STATUS_DEPLOY_FAILED\x10\x04\x12\x1f\n\x1b\x44\x45PLOYMENT_STATUS_UPSCALING\x10\x05\x12!\n\x1d\x44\x45PLOYMENT_STATUS_DOWNSCALING\x10\x06*\x86\x02\n\x11\x41pplicationStatus\x12\"\n\x1e\x41PPLICATION_STATUS_UNSPECIFIED\x10\x00\x12\"\n\x1e\x41PPLICATION_STATUS_NOT_STARTED\x10\x01\x12 \n\x1c\x41PPLICATION_STATUS_DEPLOYING\x10\x02\x12\x1e\n\x1a\x41PPLICATION_STATUS_RUNNING\x10\x03\x12$\n APPLICATION_STATUS_DEPLOY_FAILED\x10\x04\x12 \n\x1c\x41PPLICATION_STATUS_UNHEALTHY\x10\x05\x12\x1f\n\x1b\x41PPLICATION_STATUS_DELETING\x10\x06\x42\x65\n\x10io.servefleet.v1B\x0bStatusProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,20 +35,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\013StatusProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_DEPLOYMENTSTATUSINFO_REPLICASTATESENTRY']._loaded_options = None
   _globals['_DEPLOYMENTSTATUSINFO_REPLICASTATESENTRY']._serialized_options = b'8\001'
-  _globals['_DEPLOYMENTSTATUS']._serialized_start=984
-  _globals['_DEPLOYMENTSTATUS']._serialized_end=1238
-  _globals['_APPLICATIONSTATUS']._serialized_start=1241
-  _globals['_APPLICATIONSTATUS']._serialized_end=1503
+  _globals['_DEPLOYMENTSTATUS']._serialized_start=1006
+  _globals['_DEPLOYMENTSTATUS']._serialized_end=1260
+  _globals['_APPLICATIONSTATUS']._serialized_start=1263
+  _globals['_APPLICATIONSTATUS']._serialized_end=1525
   _globals['_DEPLOYMENTSTATUSINFO']._serialized_start=79
   _globals['_DEPLOYMENTSTATUSINFO']._serialized_end=484
   _globals['_DEPLOYMENTSTATUSINFO_REPLICASTATESENTRY']._serialized_start=432
   _globals['_DEPLOYMENTSTATUSINFO_REPLICASTATESENTRY']._serialized_end=484
   _globals['_TRAFFICSTATUS']._serialized_start=486
-  _globals['_TRAFFICSTATUS']._serialized_end=557
-  _globals['_AUTOSCALINGSTATUS']._serialized_start=560
-  _globals['_AUTOSCALINGSTATUS']._serialized_end=708
-  _globals['_APPLICATIONSTATUSINFO']._serialized_start=711
-  _globals['_APPLICATIONSTATUSINFO']._serialized_end=873
-  _globals['_PROXYSTATUS']._serialized_start=875
-  _globals['_PROXYSTATUS']._serialized_end=981
+  _globals['_TRAFFICSTATUS']._serialized_end=579
+  _globals['_AUTOSCALINGSTATUS']._serialized_start=582
+  _globals['_AUTOSCALINGSTATUS']._serialized_end=730
+  _globals['_APPLICATIONSTATUSINFO']._serialized_start=733
+  _globals['_APPLICATIONSTATUSINFO']._serialized_end=895
+  _globals['_PROXYSTATUS']._serialized_start=897
+  _globals['_PROXYSTATUS']._serialized_end=1003
 # @@protoc_insertion_point(module_scope)

@@ -74,14 +74,16 @@ class DeploymentStatusInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[DeploymentStatus, str]] = ..., message: _Optional[str] = ..., replica_states: _Optional[_Mapping[str, int]] = ..., target_replicas: _Optional[int] = ..., version: _Optional[str] = ..., queued_requests: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingStatus, _Mapping]] = ..., traffic: _Optional[_Union[TrafficStatus, _Mapping]] = ...) -> None: ...
 
 class TrafficStatus(_message.Message):
-    __slots__ = ("requests_per_s", "p50_ms", "p99_ms")
+    __slots__ = ("requests_per_s", "p50_ms", "p99_ms", "errors_per_s")
     REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
     P50_MS_FIELD_NUMBER: _ClassVar[int]
     P99_MS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_PER_S_FIELD_NUMBER: _ClassVar[int]
     requests_per_s: float
     p50_ms: float
     p99_ms: float
-    def __init__(self, requests_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ...) -> None: ...
+    errors_per_s: float
+    def __init__(self, requests_per_s: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., errors_per_s: _Optional[float] = ...) -> None: ...
 
 class AutoscalingStatus(_message.Message):
     __slots__ = ("current_replicas", "target_replicas", "load", "desired_replicas", "reason", "policy_error")

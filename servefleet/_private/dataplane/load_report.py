@@ -12,7 +12,9 @@ listed while it has load, and once more after, with zeros, so the leader
 hears that it ended; a report that finds nothing to say is not sent. A
 report also names the replicas this process has ejected (passive health),
 and those it suspects but may not eject (a pool's last replica), which the
-controller health-checks at once.
+controller health-checks at once. A proxy's reports also carry its recent
+traffic per deployment (traffic.py) and the answers that failed since its
+previous report (recent_errors.py), for GetStatus and the dashboard.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .replica_sets import ReplicaSets
 
 logger = logging.getLogger(__name__)
 REPORT_PERIOD_S = 0.5
+# (requests, window seconds, p50 ms, p99 ms, failed requests): TrafficWindow.summary's.
+Traffic = tuple[int, float, float, float, int]
 
 
 def ejected_replicas(sets: ReplicaSets) -> list[str]:
@@ -48,11 +52,14 @@ def suspected_replicas(sets: ReplicaSets) -> list[str]:
 
 class LoadReporter:
     def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
-                 traffic: Callable[[], dict[str, tuple[int, float, float, float]]] | None = None
+                 traffic: Callable[[], dict[str, Traffic]] | None = None,
+                 errors: Callable[[], list[controller_pb2.RecentError]] | None = None
                  ) -> None:
         self._watcher = watcher
         # A proxy's recent requests per deployment (traffic.py), sent along.
         self._traffic = traffic
+        # A proxy's failed answers since it last took them (recent_errors.py).
+        self._errors = errors
         # The replicas ejected or suspected at the last report (balancer.py).
         self._ejected: list[str] = []
         self._period_s = period_s
@@ -86,16 +93,19 @@ class LoadReporter:
                 traffic = self._traffic() if self._traffic is not None else {}
                 ejected, suspected = ejected_replicas(sets), suspected_replicas(sets)
                 had, self._ejected = bool(self._ejected), ejected + suspected
-                if (report or traffic or self._ejected or had) \
-                        and self._watcher.connected.is_set():
-                    await self._send(report, traffic, ejected, suspected)
+                if not self._watcher.connected.is_set():
+                    continue  # failures held meanwhile: the latest go with the next report
+                errors = self._errors() if self._errors is not None else []
+                if report or traffic or self._ejected or had or errors:
+                    await self._send(report, traffic, ejected, suspected, errors)
         finally:
             await self._close()
 
     async def _send(self, report: dict[str, tuple[int, int]],
-                    traffic: dict[str, tuple[int, float, float, float]] | None = None,
+                    traffic: dict[str, Traffic] | None = None,
                     ejected: list[str] | None = None,
-                    suspected: list[str] | None = None) -> None:
+                    suspected: list[str] | None = None,
+                    errors: list[controller_pb2.RecentError] | None = None) -> None:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
             await self._close()
@@ -110,9 +120,10 @@ class LoadReporter:
                 queued={k: q for k, (q, _) in report.items()},
                 ongoing={k: o for k, (_, o) in report.items()},
                 traffic={k: controller_pb2.DeploymentTraffic(
-                    requests=n, window_s=w, p50_ms=p50, p99_ms=p99)
-                    for k, (n, w, p50, p99) in (traffic or {}).items()},
-                ejected=ejected or [], suspected=suspected or [])))
+                    requests=n, window_s=w, p50_ms=p50, p99_ms=p99, errors=failed)
+                    for k, (n, w, p50, p99, failed) in (traffic or {}).items()},
+                ejected=ejected or [], suspected=suspected or [],
+                recent_errors=errors or [])))
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[

@@ -2,8 +2,9 @@
 
 `TrafficWindow.add` is called once per answered request (a dict hit and two
 appends); `summary` is read with each load report (every 0.5 s) and gives,
-per "application/deployment", the requests of the last WINDOW_S seconds and
-the p50 and p99 of the latest MAX_SAMPLES of their latencies. The controller
+per "application/deployment", the requests of the last WINDOW_S seconds,
+how many of them failed, and the p50 and p99 of the latest MAX_SAMPLES of
+their latencies. The controller
 adds the proxies' figures up for GetStatus and the dashboard
 (controller/load_reports.py). Pure, with an injectable clock.
 """
@@ -23,7 +24,8 @@ class _Deployment:
     __slots__ = ("buckets", "latencies")
 
     def __init__(self) -> None:
-        self.buckets: deque[list[float]] = deque()  # [bucket start, requests]
+        # [bucket start, requests, failed requests]
+        self.buckets: deque[list[float]] = deque()
         self.latencies: deque[tuple[float, float]] = deque(maxlen=MAX_SAMPLES)
 
 
@@ -36,7 +38,7 @@ class TrafficWindow:
         self._clock = clock
         self._by_key: dict[str, _Deployment] = {}
 
-    def add(self, key: str, seconds: float) -> None:
+    def add(self, key: str, seconds: float, failed: bool = False) -> None:
         now = self._clock()
         entry = self._by_key.get(key)
         if entry is None:
@@ -44,12 +46,14 @@ class TrafficWindow:
         buckets = entry.buckets
         if buckets and now - buckets[-1][0] < BUCKET_S:
             buckets[-1][1] += 1
+            buckets[-1][2] += failed
         else:
-            buckets.append([now, 1])
+            buckets.append([now, 1, int(failed)])
         entry.latencies.append((now, seconds))
 
-    def summary(self) -> dict[str, tuple[int, float, float, float]]:
-        """(requests, window seconds, p50 ms, p99 ms) per key with requests in the window."""
+    def summary(self) -> dict[str, tuple[int, float, float, float, int]]:
+        """(requests, window seconds, p50 ms, p99 ms, failed requests) per key
+        with requests in the window."""
         now = self._clock()
         out = {}
         for key, entry in list(self._by_key.items()):
@@ -63,5 +67,5 @@ class TrafficWindow:
             ordered = sorted(s for _, s in entry.latencies)
             requests = int(sum(b[1] for b in entry.buckets))
             out[key] = (requests, WINDOW_S, _percentile(ordered, 0.5) * 1e3,
-                        _percentile(ordered, 0.99) * 1e3)
+                        _percentile(ordered, 0.99) * 1e3, int(sum(b[2] for b in entry.buckets)))
         return out
