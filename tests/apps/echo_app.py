@@ -33,7 +33,9 @@ class Echo:
 
 
 def hello(request) -> str:
-    """A function deployment."""
+    """A function deployment; `?fail=1` raises (a 500 at the proxy)."""
+    if request.query_params.get("fail"):
+        raise RuntimeError("told to fail")
     return f"hello {request.query_params.get('name', 'world')}"
 
 
