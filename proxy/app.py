@@ -155,12 +155,12 @@ class ProxyApp:
         finally:
             seconds = time.perf_counter() - begun
             code = started.code or CLIENT_LEFT
+            if self.metrics_enabled:  # first: a failure's trace id is the span's, still current
+                self.metrics.answered(target.application, started.deployment,
+                                      target.route_prefix, code, seconds)
             if served is not None:
                 served.set("servefleet.deployment", started.deployment)
                 served.finish(code)
-            if self.metrics_enabled:
-                self.metrics.answered(target.application, started.deployment,
-                                      target.route_prefix, code, seconds)
             if self.access_log:
                 access.info("%s %s %d %.1fms %s/%s", scope["method"], path, code,
                             seconds * 1e3, target.application, started.deployment)

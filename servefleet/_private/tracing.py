@@ -47,7 +47,7 @@ TRACER: Any = None
 # came with the request being served (or its first hop's unsampled ones),
 # passed on unchanged by the hops it makes.
 PASSED: contextvars.ContextVar[tuple[tuple[bytes, bytes], ...]] = contextvars.ContextVar(
-    "servefleet_trace_headers", default=())
+    "tracing_passed_headers", default=())
 
 _api: Any = None  # opentelemetry.trace and .context, when on
 
@@ -85,7 +85,7 @@ def install(tracer: Any, parent_based: bool = True, root_bound: int | None = Non
 # here; ask OpenTelemetry's current span): a context variable read costs a
 # tenth of that, on every hop of every request.
 _SAMPLED: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
-    "servefleet_sampled", default=None)
+    "tracing_sampled", default=None)
 
 
 def recording() -> bool:

@@ -109,6 +109,25 @@ def configure(component: str, flag: bool = False, install: bool = True,
     return True
 
 
+# The commands that run servefleet's processes: the ones that trace.
+SERVING_COMMANDS = ("controller", "proxy", "up")
+
+
+def add_flag(parser: Any) -> None:
+    """`servefleet --tracing` (an argparse parser's global flag)."""
+    parser.add_argument("--tracing", action="store_true",
+                        help="export OpenTelemetry spans over OTLP from the controller, "
+                             "proxies and replicas this command runs (also on when "
+                             "$OTEL_EXPORTER_OTLP_ENDPOINT is set; needs servefleet[tracing])")
+
+
+def from_command(command: str, flag: bool) -> None:
+    """Tracing for a `servefleet COMMAND`: the serving commands trace (`up`
+    only checks, and its children trace); TracingUnavailable as `configure`."""
+    if command in SERVING_COMMANDS:
+        configure(command, flag, install=command != "up")
+
+
 def _root_bound() -> int | None:
     """The trace id bound of a ratio sampler chosen by OTEL_TRACES_SAMPLER
     (read as the SDK reads it: a bad or missing ratio is 1.0); None for the others."""

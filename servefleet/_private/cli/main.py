@@ -197,10 +197,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-# The commands that run servefleet's processes: the ones that trace (--tracing).
-SERVING_COMMANDS = ("controller", "proxy", "up")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
     parser.add_argument("--log-format", default=None, choices=logs.FORMATS,
@@ -208,10 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "component and request_id (default: $SERVEFLEET_LOG_FORMAT)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument("--tracing", action="store_true",
-                        help="export OpenTelemetry spans over OTLP from the controller, "
-                             "proxies and replicas this command runs (also on when "
-                             "$OTEL_EXPORTER_OTLP_ENDPOINT is set; needs servefleet[tracing])")
+    tracing_setup.add_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ctl = commands.add_parser("controller", help="run a controller")
@@ -370,13 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a bad SERVEFLEET_LOG_FORMAT
         print(f"servefleet: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if args.command in SERVING_COMMANDS:
-        try:
-            tracing_setup.configure(args.command, args.tracing,
-                                    install=args.command != "up")
-        except tracing_setup.TracingUnavailable as e:
-            print(f"servefleet --tracing: {e}", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        tracing_setup.from_command(args.command, args.tracing)
+    except tracing_setup.TracingUnavailable as e:
+        print(f"servefleet --tracing: {e}", file=sys.stderr)
+        return EXIT_USAGE
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
