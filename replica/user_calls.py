@@ -59,17 +59,8 @@ async def traced(work: Awaitable[T]) -> T:
     span made current; without tracing, just await it."""
     if not tracing.recording():
         return await work
-    span = tracing.child("user code")
-    token = tracing.current(span)
-    error: BaseException | None = None
-    try:
+    with tracing.made_current(tracing.child("user code")):
         return await work
-    except BaseException as e:
-        error = e
-        raise
-    finally:
-        tracing.leave(token)
-        tracing.end(span, error if isinstance(error, Exception) else None)
 
 
 def in_thread(fn: Callable[[], T]) -> Callable[[], T]:
@@ -84,16 +75,8 @@ def in_thread(fn: Callable[[], T]) -> Callable[[], T]:
         waited_s = (begun - queued_ns) / 1e9
         if waited_s >= QUEUED_SPAN_S:
             tracing.end(tracing.child("queued", start_ns=queued_ns))
-        span = tracing.child("user code", {"servefleet.queued_s": waited_s}, start_ns=begun)
-        token = tracing.current(span)
-        error: BaseException | None = None
-        try:
+        with tracing.made_current(tracing.child("user code", {"servefleet.queued_s": waited_s},
+                                                start_ns=begun)):
             return fn()
-        except BaseException as e:
-            error = e
-            raise
-        finally:
-            tracing.leave(token)
-            tracing.end(span, error if isinstance(error, Exception) else None)
 
     return run

@@ -213,10 +213,9 @@ async def test_a_handle_call_carries_the_request_id_and_trace_across_threads(spa
         carried = envelope.Carried()
 
         async def call() -> None:
-            carried.enter("call Next.__call__", {"servefleet.deployment": "Next"})
-            seen_ids.append(logs.REQUEST_ID.get())
-            seen_headers.extend(tracing.hop_headers(tracing.child("send to replica")))
-            carried.exit()
+            with carried.entered("call Next.__call__", {"servefleet.deployment": "Next"}):
+                seen_ids.append(logs.REQUEST_ID.get())
+                seen_headers.extend(tracing.hop_headers(tracing.child("send to replica")))
             done.set()
 
         # The call runs on the loop in a context that knows nothing of the

@@ -15,7 +15,8 @@ trace context with it (handle.py), through any depth of composition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+import contextlib
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 from servefleet._private import tracing
@@ -61,26 +62,21 @@ class Carried:
     the task that runs the call, wherever that runs. As a context manager,
     the call is a span of its own ("call Deployment.method") there."""
 
-    __slots__ = ("_tokens", "request_id", "span", "trace")
+    __slots__ = ("request_id", "trace")
 
     def __init__(self) -> None:
         self.request_id = REQUEST_ID.get()
         self.trace = tracing.capture()
-        self.span: Any = None
-        self._tokens: tuple[Any, Any] = (None, None)
 
-    def enter(self, name: str, attributes: dict[str, Any]) -> Carried:
-        """Make the envelope current in this task; with tracing on, start
-        the call's span (child of the caller's context) and make it current."""
+    @contextlib.contextmanager
+    def entered(self, name: str, attributes: dict[str, Any]) -> Iterator[None]:
+        """The envelope current in this task while the block runs; with
+        tracing on, the call's span (child of the caller's context) too."""
         if self.request_id:
             REQUEST_ID.set(self.request_id)
         outer = tracing.adopt(self.trace)
-        self.span = tracing.child(name, attributes)
-        self._tokens = (outer, tracing.current(self.span))
-        return self
-
-    def exit(self, error: BaseException | None = None) -> None:
-        outer, inner = self._tokens
-        tracing.leave(inner)
-        tracing.end(self.span, error if isinstance(error, Exception) else None)
-        tracing.leave(outer)
+        try:
+            with tracing.made_current(tracing.child(name, attributes)):
+                yield
+        finally:
+            tracing.leave(outer)

@@ -110,18 +110,11 @@ class DeploymentHandle:
         carried = Carried()
 
         async def call() -> Any:
-            carried.enter(self._span_name(), self._span_attributes())
-            error: BaseException | None = None
-            try:
+            with carried.entered(self._span_name(), self._span_attributes()):
                 parts = await call_frame(args, kwargs)
                 return await router(self.application, self.controllers).call(
                     self.deployment, self.method, parts, self.multiplexed_model_id,
                     self.routing_key)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                carried.exit(error)
 
         loop = handle_loop.loop_of_caller()
         if loop is not None:
@@ -133,9 +126,7 @@ class DeploymentHandle:
         carried = Carried()
 
         async def start(out: asyncio.Queue) -> None:
-            carried.enter(self._span_name(), self._span_attributes())
-            error: BaseException | None = None
-            try:
+            with carried.entered(self._span_name(), self._span_attributes()):
                 try:
                     parts = await call_frame(args, kwargs)
                 except Exception as e:
@@ -144,11 +135,6 @@ class DeploymentHandle:
                 await router(self.application, self.controllers).stream(
                     self.deployment, self.method, parts, out, self.multiplexed_model_id,
                     self.routing_key)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                carried.exit(error)
 
         if handle_loop.loop_of_caller() is not None:
             return DeploymentResponseGenerator(start, None)

@@ -328,19 +328,22 @@ def _attributes(given: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def action(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
-    """A trace of its own, current while the block runs (the controller's
-    actions: a deploy, a replica started or stopped); nothing when off."""
-    span = root(name, attributes)
+def made_current(span: Any) -> Iterator[Any]:
+    """`span` current while the block runs, then ended (with what the block
+    raised); a None span (tracing off, unsampled) does nothing."""
     token = current(span)
+    error: Exception | None = None
     try:
         yield span
-    except BaseException as e:
-        leave(token)
-        token = None
-        end(span, e if isinstance(e, Exception) else None)
-        span = None
+    except Exception as e:
+        error = e
         raise
     finally:
         leave(token)
-        end(span)
+        end(span, error)
+
+
+def action(name: str, attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """A trace of its own, current while the block runs (the controller's
+    actions: a deploy, a replica started or stopped); nothing when off."""
+    return made_current(root(name, attributes))
