@@ -312,6 +312,25 @@ def test_tracing_asked_for_without_the_sdk_says_what_to_install() -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_an_exporter_broken_by_overwritten_proto_files_says_how_to_repair_it() -> None:
+    # What a clean CI install hit: xds-protos' older opentelemetry/proto/
+    # files installed over opentelemetry-proto's, and the exporter's import
+    # failed on a message only the newer files have.
+    broken = ImportError("cannot import name 'InstrumentationScope' from "
+                         "'opentelemetry.proto.common.v1.common_pb2'")
+    assert "--force-reinstall opentelemetry-proto" in tracing_setup._import_hint(broken)
+    missing = ImportError("No module named 'opentelemetry.sdk'")
+    assert tracing_setup._import_hint(missing) == tracing_setup.INSTALL_HINT
+
+
+def test_the_installed_otlp_exporters_import() -> None:
+    # The test extra installs both exporters; the setup script must leave
+    # them importable whatever order pip installed xds-protos in.
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as G
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as H
+    assert G.__module__ != H.__module__
+
+
 @pytest.mark.parametrize("value", [
     "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # version ff: invalid
     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",  # 00 has 4 fields

@@ -92,9 +92,10 @@ def configure(component: str, flag: bool = False, install: bool = True,
     except ValueError as e:  # the SDK's own checks of the OTEL_* variables
         raise TracingUnavailable(f"bad tracing settings: {e}") from e
     except ImportError as e:
+        hint = _import_hint(e)
         if flag:
-            raise TracingUnavailable(INSTALL_HINT) from e
-        logger.warning("%s (%s); tracing is off", INSTALL_HINT, e)
+            raise TracingUnavailable(hint) from e
+        logger.warning("%s (%s); tracing is off", hint, e)
         return False
     logging.getLogger(SDK_DROP_LOGGER).setLevel(logging.ERROR)
     # The global provider too: user code's `trace.get_tracer(...)` spans are
@@ -167,6 +168,22 @@ def _preset_ids() -> Any:
             return super().generate_trace_id()
 
     return PresetIds()
+
+
+def _import_hint(error: ImportError) -> str:
+    """What to do about an exporter that would not import: install the
+    extra, or, when the packages are there but opentelemetry-proto's files
+    were overwritten by xds-protos' older copy, reinstall it."""
+    import importlib.util
+    try:
+        installed = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.common")
+    except ImportError:
+        installed = None
+    if installed is not None and "opentelemetry.proto" in str(error):
+        return ("the OpenTelemetry packages are installed but opentelemetry-proto's files are "
+                "not its own (xds-protos ships an older copy of them): "
+                "pip install --no-deps --force-reinstall opentelemetry-proto")
+    return INSTALL_HINT
 
 
 def _protocol() -> str:
