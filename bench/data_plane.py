@@ -68,6 +68,8 @@ from servefleet.v1 import deployment_pb2 as d
 HERE = Path(__file__).resolve().parent
 APPS = str(HERE.parent / "tests" / "apps")
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+# After a tracing row: time for the spans its processes still queue to drain.
+SETTLE_S = 3.0
 
 
 def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
@@ -260,6 +262,10 @@ def main() -> None:
                             results[h][kind][c].append(_with_cpu(
                                 pids.get((h, kind), []), wrk, f"{url}/{h}", c,
                                 args.duration))
+                            if kind.startswith("traced"):
+                                # The spans still queued drain (and the
+                                # receiver here decodes them) before the next row.
+                                time.sleep(SETTLE_S)
         if args.metrics:
             bare = proxy("--no-metrics")
             h = handlers[0]

@@ -63,7 +63,7 @@ def test_status_text_and_json(controller) -> None:
     assert listed == []
 
 
-def test_status_text_shows_the_autoscaler() -> None:
+def test_status_text_shows_the_autoscaler_and_traffic() -> None:
     reply = controller_pb2.GetStatusResponse(cluster="c", leader="l:1", applications=[
         status_pb2.ApplicationStatusInfo(
             name="shop", status=status_pb2.APPLICATION_STATUS_RUNNING, deployments=[
@@ -72,8 +72,11 @@ def test_status_text_shows_the_autoscaler() -> None:
                 target_replicas=4, replica_states={"RUNNING": 1, "STARTING": 3},
                 autoscaling=status_pb2.AutoscalingStatus(
                     current_replicas=1, target_replicas=4, load=7.5, desired_replicas=4,
-                    reason="up from 1 to 4: load 7.5", policy_error="p:f: boom"))])])
+                    reason="up from 1 to 4: load 7.5", policy_error="p:f: boom"),
+                traffic=status_pb2.TrafficStatus(requests_per_s=12.5, errors_per_s=0.5,
+                                                 p50_ms=3.0, p99_ms=9.5))])])
     text = status_text(reply)
+    assert "traffic: 12.5 req/s, 0.5 errors/s, p50 3.0 ms, p99 9.5 ms" in text
     assert "Model: UPSCALING, 1/4 running" in text
     assert ("autoscaling: load 7.5 asks for 4, target 4; last change: up from 1 to 4: "
             "load 7.5; POLICY ERROR: p:f: boom") in text

@@ -59,7 +59,8 @@ def status_text(reply: controller_pb2.GetStatusResponse) -> str:
                                 if auto.policy_error else ""))
             if dep.HasField("traffic"):
                 t = dep.traffic
-                lines.append(f"    traffic: {t.requests_per_s:.1f} req/s, p50 {t.p50_ms:.1f} ms, "
+                lines.append(f"    traffic: {t.requests_per_s:.1f} req/s, "
+                             f"{t.errors_per_s:.1f} errors/s, p50 {t.p50_ms:.1f} ms, "
                              f"p99 {t.p99_ms:.1f} ms (through the proxies, last seconds)")
     if reply.proxies:
         lines.append("proxies:")
