@@ -39,6 +39,7 @@ from servefleet._private.lifecycle import (
     on_stop_signals,
     start_http_server,
 )
+from servefleet._private.logs import LEADER_TERM
 from servefleet._private.security.certs import role_server_name
 from servefleet._private.security.tls import Credentials, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
@@ -294,6 +295,8 @@ class ControllerServer:
     async def _one_term(self) -> None:
         token = await self.election.campaign()
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
+        # The term's tasks (made from here) log with it.
+        term_token = LEADER_TERM.set(token)
         term = LeaderTerm(token, self._parts)
         try:
             if await term.load(holding):
@@ -307,6 +310,7 @@ class ControllerServer:
             self._leadership.serving = False
             self.term = None
             await term.stop()  # stop acting at once
+            LEADER_TERM.reset(term_token)
             await self._health.set(SERVICE_NAME, NOT_SERVING)
             if not holding.done():  # cancelled by stop(): hand over at once
                 await self.election.resign()

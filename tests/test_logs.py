@@ -119,6 +119,12 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
         controller_lines = json_lines(controller.logs())
         assert controller_lines and all(e["component"] == "controller"
                                         for e in controller_lines)
+        # What it did as leader carries its term: the fencing revision it won.
+        elected = next(e for e in controller_lines if e["message"].startswith("elected leader"))
+        revision = int(elected["message"].split("fencing revision ")[1].split()[0])
+        started = next(e for e in controller_lines if e["message"].startswith(
+            f"started replica {replica.record.replica_id}"))
+        assert started["term"] == revision > 0
         check_servefleet_logs(client, controller, proxy, replica.record.replica_id)
     finally:
         proxy.stop()

@@ -186,6 +186,8 @@ class ReplicaOps:
                 pass  # dead or not listening: the runtime's stop still ends it
         # A little beyond the replica's own deadline, so it can exit by itself.
         await self.runtime.stop(record.handle, timeout_s + 2.0)
+        logger.info("stopped replica %s of %s/%s", record.replica_id, record.application,
+                    record.deployment)
         # In a thread: a runtime may block (the Docker SDK does).
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         if record.control_address:

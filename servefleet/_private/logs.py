@@ -13,7 +13,8 @@ from the controller that starts them) writes one JSON object per line:
 variable: the proxy and the replica set it from x-request-id, and user code
 run in the replica's thread pool keeps it), so one request's lines can be
 found in the proxy's and the replica's logs alike, and in every replica a
-request passes through by handle calls (envelope.py). With tracing on,
+request passes through by handle calls (envelope.py). A leading
+controller's lines carry `term`, the fencing revision it leads with. With tracing on,
 `trace_id` and `span_id` name the current span. Exceptions add `error`
 with the traceback.
 """
@@ -34,6 +35,10 @@ from servefleet._private import tracing
 ENV_FORMAT = "SERVEFLEET_LOG_FORMAT"
 FORMATS = ("text", "json")
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+# In a controller, while it leads: its term's fencing revision, so that what
+# a leader did can be told apart from what its successor did (the chaos
+# suite checks that two terms never act at once).
+LEADER_TERM: contextvars.ContextVar[int] = contextvars.ContextVar("leader_term", default=0)
 
 
 class _RequestIds:
@@ -67,6 +72,7 @@ class _Context(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.servefleet = self.fields
         record.request_id = REQUEST_ID.get()
+        record.term = LEADER_TERM.get()
         record.trace_ids = tracing.current_ids() if tracing.TRACER is not None else None
         return True
 
@@ -97,6 +103,9 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", "")
         if request_id:
             entry["request_id"] = request_id
+        term = getattr(record, "term", 0)
+        if term:
+            entry["term"] = term
         trace_ids = getattr(record, "trace_ids", None)
         if trace_ids and trace_ids[0]:
             entry["trace_id"], entry["span_id"] = trace_ids
