@@ -31,6 +31,7 @@ from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from servefleet._private import loop_metrics
 from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.lifecycle import (
     can_bind,
@@ -371,6 +372,7 @@ async def serve(config: ControllerConfig) -> None:
     tune_gc()
     server = ControllerServer(config)
     on_stop_signals(server.request_stop)
+    loop_metrics.watch()
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.authorizer.reload)
     await server.start()
     notify_ready(f"controller listening on {config.listen}")

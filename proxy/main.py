@@ -18,6 +18,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field, replace
 
+from servefleet._private import loop_metrics
 from servefleet._private.dataplane.grpc_forward import GrpcChannels
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.metrics import publish_pools
@@ -167,6 +168,7 @@ async def serve(options: ProxyOptions) -> None:
         notify_ready(f"proxy listening on {options.listen}")
         stop = asyncio.Event()
         on_stop_signals(stop.set)
+        loop_metrics.watch()
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, tokens.reload)
         await stop.wait()
         logger.info("draining")

@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 from servefleet import metrics
-from servefleet._private import handle, lifecycle, logs, tracing_setup
+from servefleet._private import handle, lifecycle, logs, loop_metrics, tracing_setup
 from servefleet._private.exposition import metrics_app
 from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
@@ -136,6 +136,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
             await control.stop(0)
             return EXIT_BIND_FAILURE
     on_stop_signals(replica.request_drain)
+    loop_metrics.watch()
     handle.use_loop(asyncio.get_running_loop())  # for handle calls from sync user code
 
     watch = None
