@@ -170,6 +170,17 @@ def test_recovering_replicas_are_not_stopped_mid_rollout() -> None:
     assert plan.start_slots == []  # the recovering v2 replica fills the rollout budget
 
 
+def test_recovered_replicas_keep_a_settled_deployment_healthy() -> None:
+    """Right after a failover its replicas are RECOVERING and serving: the
+    deployment stays HEALTHY (its application RUNNING) while they are probed."""
+    views = [replica(f"r{i}", i, "v1", RS.REPLICA_STATE_RECOVERING) for i in range(2)]
+    plan = plan_of(goal(2), views, StartupFailures(), 0.0)
+    assert (plan.start_slots, plan.stop) == ([], [])
+    assert plan.status == DS.DEPLOYMENT_STATUS_HEALTHY
+    short = plan_of(goal(3), views, StartupFailures(), 0.0)
+    assert short.status == DS.DEPLOYMENT_STATUS_UPDATING and short.start_slots == [2]
+
+
 def test_deleted_goal_stops_everything() -> None:
     views = [replica("a", 0), replica("b", 1, state=STARTING),
              replica("c", 2, state=STOPPING)]

@@ -38,7 +38,9 @@ def deployment_status(record: records_pb2.DeploymentRecord,
     if planned is not None:
         status, message = planned
     else:
-        running = counts.get("RUNNING", 0)
+        # Not planned yet: right after a failover. Replicas found running
+        # then (RECOVERING) take traffic as before: the status stays as it was.
+        running = counts.get("RUNNING", 0) + counts.get("RECOVERING", 0)
         settled = running == target and sum(counts.values()) == running
         status = DS.DEPLOYMENT_STATUS_HEALTHY if settled else DS.DEPLOYMENT_STATUS_UPDATING
         message = "" if settled else f"{running} of {target} replicas running"

@@ -242,7 +242,9 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
                 old: list[ReplicaView], broken: list[ReplicaView], failures: StartupFailures,
                 exhausted: bool) -> StartupFailures:
     """Fill in the plan's status; the failure record, with a settled incident cleared."""
-    up = len(running)
+    # Replicas found running after a failover (RECOVERING, not probed yet)
+    # serve as before it: the status does not flip to UPDATING for them.
+    up = len(running) + sum(r.state == RECOVERING for r in current)
     if exhausted:
         plan.status = (status_pb2.DEPLOYMENT_STATUS_UNHEALTHY if up
                        else status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED)
