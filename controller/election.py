@@ -29,9 +29,9 @@ import time
 from collections.abc import Sequence
 
 from .clock import Clock
-from .errors import NotLeader, Unavailable
+from .errors import NotLeader, StoreDiskFull, Unavailable
 from .metrics import FENCED_REFUSED, STORE_FAILURES, STORE_TXN
-from .store import Guard, LeaseNotFound, Op, Put, Store, StoreUnavailable
+from .store import Guard, LeaseNotFound, Op, Put, Store, StoreFull, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -227,9 +227,10 @@ class FencedStore:
         """Write `ops` atomically as the leader; returns the new store revision.
 
         Raises NotLeader (nothing written) when this controller does not lead,
-        or when the guard shows another controller has taken over; Unavailable
-        when the store cannot be reached (the write may or may not have
-        happened).
+        or when the guard shows another controller has taken over;
+        StoreDiskFull (nothing written) when the store has no disk space for
+        it; Unavailable when the store cannot be reached (the write may or
+        may not have happened).
         """
         token = self._token
         if self._election.revision != token:
@@ -237,6 +238,9 @@ class FencedStore:
         began = time.perf_counter()
         try:
             result = await self._store.txn([Guard(self._leader_key, token)], ops)
+        except StoreFull as e:
+            STORE_FAILURES.inc()
+            raise StoreDiskFull(str(e)) from e
         except StoreUnavailable as e:
             STORE_FAILURES.inc()
             raise Unavailable(f"the store is unavailable: {e}") from e

@@ -80,6 +80,19 @@ class Unavailable(ApiError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class StoreDiskFull(Unavailable):
+    """The store's disk has no room for the write; nothing was written.
+
+    RESOURCE_EXHAUSTED rather than UNAVAILABLE: a client that retried at
+    once, or at another controller, would only be refused again until
+    someone frees space. Still an Unavailable inside the controller: not
+    the caller's fault nor a replica's, and waited out like a store that
+    is down (the reconcile loop retries its writes with backoff).
+    """
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class NotLeader(Unavailable):
     def __init__(self, leader: str | None) -> None:
         hint = f"; the leader is {leader}" if leader else "; no leader is known yet"

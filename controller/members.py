@@ -54,11 +54,15 @@ class Membership:
             await self._clock.sleep(self._ttl / 3)
 
     async def _register(self) -> None:
-        self._lease = await self._store.grant_lease(self._ttl)
+        lease = await self._store.grant_lease(self._ttl)
         try:
-            await self._store.txn([], [Put(self._key, self.address.encode(), lease=self._lease)])
+            await self._store.txn([], [Put(self._key, self.address.encode(), lease=lease)])
         except LeaseNotFound:
-            self._lease = 0  # expired between grant and put: a long pause; next round
+            return  # expired between grant and put: a long pause; next round
+        # Kept only once the key is written: after a failed put (a full disk,
+        # the store down) the next round registers again, where renewing the
+        # lease would keep alive no key at all.
+        self._lease = lease
 
     async def refresh(self) -> list[str]:
         """Read the member list now."""

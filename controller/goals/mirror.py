@@ -5,7 +5,9 @@ store first (one fenced transaction) and reaches memory only once it
 succeeded. The two steps are shielded from the caller's cancellation (a
 client deadline), so a write that reaches the store also reaches memory. A
 write whose outcome is unknown (the store became unreachable) marks the
-table stale, and the next mutation reloads it from the store first.
+table stale, and the next mutation reloads it from the store first. A
+write refused for want of disk space is known not to have happened: the
+table stays as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..election import FencedStore
-from ..errors import Unavailable
+from ..errors import StoreDiskFull, Unavailable
 from ..store import Op, Store, StoreUnavailable
 
 
@@ -31,6 +33,8 @@ class StoreMirror:
         async def both() -> None:
             try:
                 await self._fenced.commit(ops)
+            except StoreDiskFull:
+                raise  # nothing was written: memory still mirrors the store
             except Unavailable:
                 self.stale = True
                 raise

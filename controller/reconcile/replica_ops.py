@@ -8,7 +8,10 @@ starts it, then writes it again with the runtime handle and addresses: every
 replica the runtime runs therefore has a record, and one without is an
 orphan. Stopping marks the record `stopping` first, so a new leader finishes
 a stop that was under way, drains the replica, has the runtime stop it and
-then deletes the record. Probes read a replica's phase while it starts and
+then deletes the record; a replica whose first record was refused for want
+of disk space (nothing stored, nothing started) has nothing to stop, and
+its stop returns at once instead of waiting for space to mark a record that
+does not exist. Probes read a replica's phase while it starts and
 its health while it runs; they never change the registry.
 
 NotLeader and store or runtime errors of a stop propagate: the loop retries
@@ -32,7 +35,7 @@ from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
 
 from ..election import FencedStore
-from ..errors import NotLeader, Unavailable
+from ..errors import NotLeader, StoreDiskFull, Unavailable
 from ..keys import ClusterKeys
 from ..runtime import ReplicaLaunch, Runtime
 from ..store import Delete, Put
@@ -72,6 +75,9 @@ class ReplicaOps:
         self.controllers = controllers or (lambda: [])
         # Whether a replica (by id) has a Watch stream open to this leader.
         self.watching = watching or (lambda replica_id: False)
+        # Replicas (by id) whose first registry write was refused for want of
+        # disk space: neither stored nor started.
+        self._never_registered: set[str] = set()
 
     def leading(self) -> bool:
         return self._fenced.still_valid()
@@ -127,7 +133,11 @@ class ReplicaOps:
         # registry holds only the hash, written before the replica can use it.
         token = REPLICA_TOKEN_PREFIX + secrets.token_urlsafe(32)
         record.token_sha256 = digest(token)
-        await self._put(record)
+        try:
+            await self._put(record)
+        except StoreDiskFull:
+            self._never_registered.add(record.replica_id)
+            raise
         self.check_leading()
         launched = await self.runtime.start(ReplicaLaunch(
             cluster=self.cluster, application=record.application, deployment=record.deployment,
@@ -172,6 +182,9 @@ class ReplicaOps:
 
     async def _stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
                     timeout_s: float) -> Stopped:
+        if record.replica_id in self._never_registered:
+            self._never_registered.discard(record.replica_id)
+            return Stopped()
         if not record.stopping:
             marked = replica_pb2.ReplicaRecord()
             marked.CopyFrom(record)

@@ -14,7 +14,9 @@ contract (tests/test_store_contract.py runs against both):
   (docs/design.md, "fenced transactions").
 
 Store errors: `StoreUnavailable` when the backend cannot be reached or timed
-out; the outcome of a write that raised it is unknown.
+out; the outcome of a write that raised it is unknown. `StoreFull`, a kind
+of StoreUnavailable, when the store's disk has no room for a write: nothing
+was written.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from typing import Protocol
 
 class StoreUnavailable(Exception):
     """The store could not be reached, or did not answer in time."""
+
+
+class StoreFull(StoreUnavailable):
+    """No disk space for the write: it was refused, or rolled back, whole.
+
+    A StoreUnavailable, so that every loop that waits out an unreachable
+    store waits this out too; told apart because the outcome is known
+    (nothing was written) and because retrying cannot help until someone
+    frees space.
+    """
 
 
 class StoreOpenError(Exception):
@@ -125,8 +137,9 @@ class Store(Protocol):
     async def txn(self, guards: Sequence[Guard], ops: Sequence[Op]) -> TxnResult:
         """Apply `ops` atomically if every guard holds; otherwise change nothing.
 
-        Raises ValueError when two operations touch the same key, and
-        LeaseNotFound when a Put names a lease that does not exist.
+        Raises ValueError when two operations touch the same key,
+        LeaseNotFound when a Put names a lease that does not exist, and
+        StoreFull when the store has no disk space for it (nothing written).
         """
         ...
 

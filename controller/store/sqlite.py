@@ -8,7 +8,9 @@ every operation, inside the same sqlite transaction, so no reader ever sees a
 key whose lease has run out.
 
 Durability: WAL journal with synchronous=FULL, so a transaction that returned
-is on disk and survives a crash of the process or the machine. Several
+is on disk and survives a crash of the process or the machine. On a full
+disk, writes that add data are refused with StoreFull while lease renewals
+and deletes go on, so the leader keeps its lease (sqlite_space.py). Several
 processes may share the file (sqlite's locking serialises them), which is what
 lets two controllers on one host elect a leader over it.
 
@@ -35,10 +37,19 @@ from .base import (
     LeaseNotFound,
     Op,
     Put,
+    StoreFull,
     StoreOpenError,
     StoreUnavailable,
     TxnResult,
     check_disjoint,
+)
+from .sqlite_space import (
+    HEADROOM_BYTES,
+    bytes_needed,
+    check_room,
+    free_bytes,
+    full_message,
+    is_full,
 )
 
 T = TypeVar("T")
@@ -96,9 +107,20 @@ class SqliteStore:
                                        check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
+                # Checkpoint after every write, so that lease renewals need no
+                # new disk space on a full disk (sqlite_space.py, rule 1). It
+                # costs a write about 0.3 ms (0.37 -> 0.66 ms on an SSD).
+                conn.execute("PRAGMA wal_autocheckpoint=1")
                 conn.executescript(_SCHEMA)
             except (OSError, sqlite3.DatabaseError) as e:
-                raise StoreOpenError(f"cannot use {self._path} as a sqlite store: {e}") from e
+                # Opening needs a little space (the -wal and the 32 KiB -shm);
+                # on a full disk sqlite says only "disk I/O error".
+                free = free_bytes(self._path)
+                full = (f" (its disk is full: {free} bytes free in "
+                        f"{os.path.dirname(self._path)})"
+                        if free is not None and free < HEADROOM_BYTES else "")
+                raise StoreOpenError(
+                    f"cannot use {self._path} as a sqlite store: {e}{full}") from e
             self._conn = conn
         return self._conn
 
@@ -112,15 +134,19 @@ class SqliteStore:
             try:
                 self._reap_expired(conn)
                 result = fn(conn)
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # After SQLITE_FULL sqlite may have rolled back by itself already.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
             return result
 
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         except sqlite3.OperationalError as e:  # locked by another process, disk full
+            if is_full(e):
+                raise StoreFull(full_message(self._path, str(e))) from e
             raise StoreUnavailable(f"sqlite store {self._path}: {e}") from e
 
     @staticmethod
@@ -187,12 +213,15 @@ class SqliteStore:
 
     async def txn(self, guards: Sequence[Guard], ops: Sequence[Op]) -> TxnResult:
         check_disjoint(ops)
+        needed = bytes_needed(ops)
+
         def fn(conn: sqlite3.Connection) -> TxnResult:
             for guard in guards:
                 row = conn.execute("SELECT create_revision FROM kv WHERE key = ?",
                                    (guard.key,)).fetchone()
                 if (row[0] if row else 0) != guard.create_revision:
                     return TxnResult(False, self._current_revision(conn))
+            check_room(self._path, needed)  # StoreFull before anything is written
             # Like etcd, a transaction that changes nothing keeps the revision.
             revision = self._current_revision(conn) + 1
             before = conn.total_changes
@@ -225,6 +254,7 @@ class SqliteStore:
 
     async def grant_lease(self, ttl: float) -> int:
         def fn(conn: sqlite3.Connection) -> int:
+            check_room(self._path, HEADROOM_BYTES)
             lease = secrets.randbits(62) or 1
             conn.execute("INSERT INTO leases (id, ttl, expires_at) VALUES (?, ?, ?)",
                          (lease, ttl, self._clock() + ttl))
