@@ -59,6 +59,7 @@ from .answers import Started, refuse_token, reply, stream_back
 from .forwarded import Forwarded
 from .metrics import CLIENT_LEFT, ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, RouteTable, Target
+from .state import FIRST_SYNC_WAIT_S, ProxyState
 from .upstream_request import raw_target, routing_info, upstream_headers
 from .websocket import WebSockets
 
@@ -66,6 +67,8 @@ logger = logging.getLogger(__name__)
 access = logging.getLogger("servefleet.proxy.access")
 
 SHADOW_TIMEOUT_S = 30.0
+NOT_SYNCED = (f"the proxy has had no route table from a controller yet "
+              f"(waited {FIRST_SYNC_WAIT_S:g}s)")
 # Shadow copies in flight per proxy; past it (or while the shadow's own queue
 # is not empty) copies are dropped: a shadow must never cost the real traffic.
 MAX_SHADOWS = 64
@@ -98,6 +101,9 @@ class ProxyApp:
         # Without a request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
         self.draining = False
+        # The Watch state (main.py): until its first routes and replica sets
+        # came, a request waits for them (not a 404 for a route that exists).
+        self.first_sync: ProxyState | None = None
         # Shadow copies under way (held so they are not garbage-collected).
         self._shadows: set[asyncio.Task[None]] = set()
         self.metrics = ProxyMetrics()
@@ -124,6 +130,8 @@ class ProxyApp:
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
         if path.startswith("/-/") and (path == "/-/healthz" or path in ADMIN_PATHS):
             await self._own_path(scope, send, path)
+            return
+        if self.first_sync is not None and not await self._synced(send, request_id):
             return
         target = self._routes().match(path)
         if target is None:
@@ -165,6 +173,15 @@ class ProxyApp:
                 access.info("%s %s %d %.1fms %s/%s", scope["method"], path, code,
                             seconds * 1e3, target.application, started.deployment)
 
+    async def _synced(self, send: Send, request_id: str) -> bool:
+        """Whether the proxy knows its routes (waiting for the first ones if
+        it is just starting); False after answering 503 when they did not come."""
+        state = self.first_sync
+        if state is None or state.synced or await state.wait_synced():
+            return True
+        await reply(send, 503, NOT_SYNCED, request_id)
+        return False
+
     async def _own_path(self, scope: Scope, send: Send, path: str) -> None:
         """/-/healthz for anyone; /-/routes and /-/metrics for whom --admin-paths lets in."""
         if path == "/-/healthz":
@@ -185,6 +202,11 @@ class ProxyApp:
         checks and refusals, as HTTP answers), then relay it (websocket.py)."""
         request_id, trace_headers = envelope.read_or_new(scope["headers"])
         REQUEST_ID.set(request_id)
+        if self.first_sync is not None and not self.first_sync.synced \
+                and not await self.first_sync.wait_synced():
+            await deny(scope, send, 503, NOT_SYNCED,
+                       headers=[(REQUEST_ID_HEADER, request_id.encode("latin-1"))])
+            return
         target = self._routes().match(scope["path"])
         caller = bearer_name(scope, self._tokens()) if target and target.require_token \
             else None

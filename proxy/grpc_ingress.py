@@ -70,6 +70,7 @@ from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
 from .metrics import ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable
+from .state import ProxyState
 
 logger = logging.getLogger(__name__)
 _CALLER = CALLER_HEADER.decode()
@@ -122,6 +123,8 @@ class GrpcProxy:
         self._tokens = tokens
         self._metrics = metrics
         self.draining = False
+        # The Watch state (main.py): a call before the first routes waits for them.
+        self.first_sync: ProxyState | None = None
         # Without a deadline or request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
 
@@ -188,6 +191,8 @@ class GrpcProxy:
             "rpc.system": "grpc", "rpc.service": service,
             "servefleet.application": application, "servefleet.request_id": request_id})
         try:
+            if self.first_sync is not None and not self.first_sync.synced:
+                await self.first_sync.wait_synced()  # a proxy just started
             try:
                 target = self._routes().grpc_target(application, service)
             except NoGrpcRoute as e:

@@ -115,6 +115,7 @@ async def serve(options: ProxyOptions) -> None:
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        options.request_timeout_s, lambda: tokens.table)
+        app.first_sync = state
         app.admin = AdminAccess(options.admin_paths)
         app.access_log = options.access_log
         app.metrics_enabled = options.metrics
@@ -139,6 +140,7 @@ async def serve(options: ProxyOptions) -> None:
                                    options.request_timeout_s, lambda: tokens.table,
                                    app.metrics if options.metrics else None)
             grpc_proxy.answer_start_s = options.answer_start_timeout_s
+            grpc_proxy.first_sync = state
             try:
                 grpc_server, checks = await start_grpc_ingress(
                     grpc_proxy, lambda: state.routes, options.grpc_listen,

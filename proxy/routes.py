@@ -98,6 +98,17 @@ class RouteTable:
         self._grpc_known = frozenset(s for t in self.grpc for s in t.services)
         self._grpc_streaming = frozenset(m for t in self.grpc for m in t.streaming)
 
+    def deployments(self) -> set[tuple[str, str]]:
+        """Every (application, deployment) a route or gRPC route may send to."""
+        found: set[tuple[str, str]] = set()
+        for app, deployment, split in [*((t.application, t.deployment, t.split)
+                                         for t in self.routes),
+                                       *((t.application, t.deployment, t.split)
+                                         for t in self.grpc)]:
+            found.add((app, deployment))
+            found.update((app, name) for name, _ in split)
+        return found
+
     @classmethod
     def from_snapshot(cls, table: watch_pb2.RouteTable) -> RouteTable:
         return cls([Target(r.route_prefix, r.application, r.deployment,
