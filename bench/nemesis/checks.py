@@ -21,7 +21,9 @@ cluster to (docs/chaos.md):
    not share their fate.
 4. converged: after the nemesis stopped, every deployment was RUNNING at
    its target within the stated bound, with no replica process or container
-   left over and no record without one.
+   left over, no record without one, and no store damaged (the embedded
+   store passes sqlite's integrity check, and refused writes on its full
+   disk with an error that says so).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def failures_excused(requests: Sequence[Request], faults: Sequence[Fault]) -> Ve
 
 def converged(final: Final, bound_s: float) -> Verdict:
     """Invariant 4 (module docstring)."""
-    verdict = Verdict(f"converged within {bound_s:g} s, nothing left over",
+    verdict = Verdict(f"converged within {bound_s:g} s, nothing left over or damaged",
                       len(final.state))
     if final.converged_at is None:
         verdict.violations.append(

@@ -1,0 +1,169 @@
+"""The nemesis: carries out a schedule's steps on a live cluster, and
+records each fault's window (history.Fault).
+
+    kill       SIGKILL; a controller, proxy or etcd member is started again
+               after the step's hold (a replica is the controller's to replace)
+    stop       SIGSTOP for the hold, then SIGCONT
+    restart    an etcd member stopped cleanly and started again with its data
+    quorum     two of the three etcd members killed for the hold, then
+               started again with their data
+    disk-full  the embedded side's store disk full for the hold (embedded.py)
+    partition, netem
+               not carried out yet: recorded as skipped, with why
+
+A step whose role has no process now (no leader during a failover, no
+replica) is skipped and said so; the plan itself does not change.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from nemesis.cluster import ChaosCluster
+from nemesis.embedded import EmbeddedSide
+from nemesis.history import Fault
+from nemesis.schedule import Step
+
+NOT_BUILT = {"partition": "network partitions are not built yet",
+             "netem": "link delay and loss are not built yet"}
+
+
+class Nemesis:
+    def __init__(self, cluster: ChaosCluster, embedded: EmbeddedSide | None = None,
+                 say: Callable[[str], None] = print) -> None:
+        self.cluster = cluster
+        self.embedded = embedded
+        self.say = say
+        self.faults: list[Fault] = []
+        self.skipped: list[str] = []
+
+    def run(self, steps: list[Step], started: float, stopping: Callable[[], bool]) -> None:
+        """Each step at its time after `started`, until done or `stopping()`."""
+        for step in steps:
+            while time.time() < started + step.at:
+                if stopping():
+                    return
+                time.sleep(0.1)
+            self.carry_out(step)
+
+    def carry_out(self, step: Step) -> None:
+        if step.kind in NOT_BUILT:
+            self._skip(step, NOT_BUILT[step.kind])
+            return
+        target = self._target(step)
+        if target is None:
+            self._skip(step, f"no {step.role} now")
+            return
+        start = time.time()
+        note = getattr(self, "_" + step.kind.replace("-", "_"))(target, step.hold)
+        fault = Fault(step.kind, target, start, start if step.kind == "kill" else time.time(),
+                      note or "")
+        self.faults.append(fault)
+        self.say(f"  {time.strftime('%H:%M:%S')} {step.fault}: {target} "
+                 f"({time.time() - start:.1f} s){' ' + note if note else ''}")
+
+    def _skip(self, step: Step, why: str) -> None:
+        self.skipped.append(f"{step.fault} at {step.at:.0f} s: {why}")
+        self.say(f"  {time.strftime('%H:%M:%S')} {step.fault}: skipped ({why})")
+
+    def _target(self, step: Step) -> str | None:
+        cluster = self.cluster
+        candidates: list[str]
+        if step.role == "leader":
+            leader = cluster.leader()
+            candidates = [f"controller:{leader}"] if leader else []
+        elif step.role == "standby":
+            candidates = [f"controller:{n}" for n in cluster.standbys()]
+        elif step.role == "proxy":
+            candidates = [f"proxy:{n}" for n, p in cluster.proxies.items() if cluster.alive(p)]
+        elif step.role == "replica":
+            candidates = sorted(r.name for r in cluster.replicas())
+        elif step.role == "embedded":
+            candidates = ["embedded:store"] if self.embedded is not None else []
+        else:  # etcd
+            candidates = [f"etcd:{m.name}" for m in cluster.etcd.members if m.alive()]
+        return candidates[step.pick % len(candidates)] if candidates else None
+
+    # -- each kind: do it, wait the hold, heal it; a note for the log ----------
+
+    def _process(self, target: str):
+        role, _, name = target.partition(":")
+        if role == "controller":
+            return self.cluster.controllers[name]
+        if role == "proxy":
+            return self.cluster.proxies[name]
+        return None
+
+    def _pid(self, target: str) -> int:
+        role, _, name = target.partition(":")
+        if role == "etcd":
+            proc = self.cluster.etcd.member(name).proc
+        elif role == "replica":
+            return next(r.pid for r in self.cluster.replicas() if r.name == target)
+        else:
+            proc = self._process(target).proc
+        assert proc is not None
+        return proc.pid
+
+    def _kill(self, target: str, hold: float) -> str:
+        role, _, name = target.partition(":")
+        if role == "replica":
+            os.kill(self._pid(target), signal.SIGKILL)
+            return ""
+        if role == "etcd":
+            member = self.cluster.etcd.member(name)
+            member.kill()
+            time.sleep(hold)
+            self.cluster.etcd.start_member(member)
+            return f"started again after {hold:.1f} s"
+        process = self._process(target)
+        process.kill() if role == "controller" else process.proc.kill()
+        process.proc.wait()
+        time.sleep(hold)
+        process.start(wait=False) if role == "controller" else process.start()
+        return f"started again after {hold:.1f} s"
+
+    def _stop(self, target: str, hold: float) -> str:
+        pid = self._pid(target)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(hold)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return ""
+
+    def _restart(self, target: str, hold: float) -> str:
+        member = self.cluster.etcd.member(target.partition(":")[2])
+        member.terminate()
+        self.cluster.etcd.start_member(member)
+        return "stopped cleanly, started with its data"
+
+    def _quorum(self, target: str, hold: float) -> str:
+        etcd = self.cluster.etcd
+        first = etcd.member(target.partition(":")[2])
+        lost = [first, next(m for m in etcd.members if m is not first)]
+        for member in lost:
+            member.kill()
+        time.sleep(hold)
+        for member in lost:
+            member.launch(etcd.initial)
+        etcd.wait_healthy(60)
+        return f"{' and '.join(m.name for m in lost)} down for {hold:.1f} s"
+
+    def _disk_full(self, target: str, hold: float) -> str:
+        assert self.embedded is not None
+        return self.embedded.fill_for(hold)
+
+    def heal_all(self) -> None:
+        """After the run: every process that should be running is (a step cut short)."""
+        for member in self.cluster.etcd.members:
+            if member.alive():
+                member.signal(signal.SIGCONT)
+            else:
+                self.cluster.etcd.start_member(member)
+        for process in [*self.cluster.controllers.values(), *self.cluster.proxies.values()]:
+            if process.proc is not None and process.proc.poll() is None:
+                os.kill(process.proc.pid, signal.SIGCONT)

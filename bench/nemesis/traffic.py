@@ -1,0 +1,154 @@
+"""Mixed traffic through the proxies, every request recorded (history.Request).
+
+Kinds, each from its own clients, one request after another with a short
+pause (the point is coverage under faults, not load):
+
+    http       GET /front/               Front's own answer
+    compose    GET /front/compose        Front -> Back by a handle call
+    stream     GET /front/stream?n=5     Back's tokens, streamed through Front
+    websocket  WS  /front/ws             three messages echoed on one connection
+    grpc       Classifier.Predict        through the proxies' gRPC ingress
+    embedded   GET /echo/                the embedded side's proxy (embedded.py)
+
+Like a load balancer in front of the proxies, a client whose connection to
+a proxy is refused (a killed proxy: the request never left the client)
+sends it to the other one; that is not a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+import httpx
+import websockets
+
+from nemesis.history import Request
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from grpc_classifier import classifier_pb2, classifier_pb2_grpc
+
+TIMEOUT_S = 30.0
+PAUSE_S = 0.05
+FRONT = "chaos/Front"
+BACK = "chaos/Back"
+GRPC_APP = "grpc/Clf"
+# kind -> the deployments it reaches
+PATHS = {"http": [FRONT], "compose": [FRONT, BACK], "stream": [FRONT, BACK],
+         "websocket": [FRONT], "grpc": [GRPC_APP], "embedded": ["embedded/Echo"]}
+EMBEDDED = "embedded"  # the embedded side's proxy, for its kind of request only
+
+
+class Refused(Exception):
+    """The proxy refused the connection: the request never left the client."""
+
+
+class Traffic:
+    def __init__(self, proxies: dict[str, str], grpc_ports: dict[str, int],
+                 clients_per_kind: int = 2, embedded_url: str | None = None) -> None:
+        self.proxies = proxies              # name -> http://host:port
+        self.grpc_targets = {n: f"127.0.0.1:{p}" for n, p in grpc_ports.items()}
+        self.clients_per_kind = clients_per_kind
+        self.embedded_url = embedded_url
+        self.kinds = tuple(k for k in PATHS if k != "embedded" or embedded_url)
+        self.requests: list[Request] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._turn = itertools.count()
+
+    def start(self) -> Traffic:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()),
+                                        name="chaos-traffic", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Request]:
+        self._stopping = True
+        if self._thread is not None:
+            self._thread.join(TIMEOUT_S + 10)
+        return self.requests
+
+    def failed(self) -> list[Request]:
+        return [r for r in self.requests if not r.ok]
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
+            channels = {n: grpc.aio.insecure_channel(t) for n, t in self.grpc_targets.items()}
+            one = {"http": lambda p: self._get(http, p, "/front/"),
+                   "compose": lambda p: self._get(http, p, "/front/compose?w=chaos"),
+                   "stream": lambda p: self._stream(http, p),
+                   "websocket": self._websocket,
+                   "grpc": lambda p: self._grpc(channels[p]),
+                   "embedded": lambda p: self._get(http, p, "/echo/")}
+            await asyncio.gather(*(self._client(kind, one[kind]) for kind in self.kinds
+                                   for _ in range(self.clients_per_kind)))
+            for channel in channels.values():
+                await channel.close()
+
+    async def _client(self, kind: str, send: Callable[[str], Awaitable[None]]) -> None:
+        while not self._stopping:
+            names = [EMBEDDED] if kind == "embedded" else list(self.proxies)
+            first = next(self._turn) % len(names)
+            order = names[first:] + names[:first]
+            start = time.time()
+            error, used = "", order[0]
+            for used in order:
+                try:
+                    await send(used)
+                    error = ""
+                    break
+                except Refused as e:
+                    error = f"refused: {e}"
+                except Exception as e:
+                    error = f"{type(e).__name__}: {e}"[:300]
+                    break
+            path = [f"proxy:{used}", *(f"deployment:{d}" for d in PATHS[kind])]
+            self.requests.append(Request(kind, start, time.time(), not error, path, error))
+            await asyncio.sleep(PAUSE_S)
+
+    async def _get(self, http: httpx.AsyncClient, proxy: str, path: str) -> None:
+        try:
+            base = self.embedded_url if proxy == EMBEDDED else self.proxies[proxy]
+            reply = await http.get(f"{base}{path}")
+        except httpx.ConnectError as e:
+            raise Refused(str(e)) from e
+        if reply.status_code != 200:
+            raise RuntimeError(f"HTTP {reply.status_code}: {reply.text[:120]}")
+
+    async def _stream(self, http: httpx.AsyncClient, proxy: str) -> None:
+        try:
+            async with http.stream("GET", self.proxies[proxy] + "/front/stream?n=5") as reply:
+                body = (await reply.aread()).decode()
+        except httpx.ConnectError as e:
+            raise Refused(str(e)) from e
+        if reply.status_code != 200 or body.split() != [f"t{i}" for i in range(5)]:
+            raise RuntimeError(f"HTTP {reply.status_code}: {body[:120]!r}")
+
+    async def _websocket(self, proxy: str) -> None:
+        url = self.proxies[proxy].replace("http://", "ws://") + "/front/ws"
+        try:
+            connection = await asyncio.wait_for(websockets.connect(url), TIMEOUT_S)
+        except (ConnectionRefusedError, OSError) as e:
+            raise Refused(str(e)) from e
+        async with connection:
+            for i in range(3):
+                await connection.send(f"m{i}")
+                echoed = await asyncio.wait_for(connection.recv(), TIMEOUT_S)
+                if echoed != f"m{i}":
+                    raise RuntimeError(f"echoed {echoed!r} for m{i}")
+
+    async def _grpc(self, channel: grpc.aio.Channel) -> None:
+        stub = classifier_pb2_grpc.ClassifierStub(channel)
+        try:
+            await stub.Predict(classifier_pb2.PredictRequest(text="chaos"), timeout=TIMEOUT_S,
+                               metadata=(("application", "grpc"),))
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or ""):
+                raise Refused(e.details()) from e
+            raise RuntimeError(f"{e.code().name}: {e.details()}") from e
