@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> History:
         nemesis_end = time.time()
         converged_at = wait_converged(cluster, nemesis_end, CONVERGE_BOUND_S * 2)
         history.requests = traffic.stop()
+        history.options["websocket_reconnects"] = traffic.reconnects
         history.faults = nemesis.faults
         state = final_state(client.list()) | (embedded.final_state() if embedded else {})
         history.final = Final(nemesis_end, state, converged_at,

@@ -54,6 +54,9 @@ def table(history: History, found: list[checks.Verdict], skipped: list[str]) -> 
     failed = Counter(r.kind for r in history.requests if not r.ok)
     lines.append("requests: " + ", ".join(f"{k} {n} ({failed[k]} failed)"
                                           for k, n in sorted(kinds.items())))
+    if history.options.get("websocket_reconnects"):
+        lines.append(f"WebSockets closed with 1001 (going away) and opened again: "
+                     f"{history.options['websocket_reconnects']}")
     lines.append("operations: " + ", ".join(f"{k} {n}" for k, n in
                                             checks.outcomes(history.ops).items()))
     faults = Counter(f"{f.kind} {f.target.partition(':')[0]}" for f in history.faults)

@@ -42,6 +42,7 @@ GRPC_APP = "grpc/Clf"
 # kind -> the deployments it reaches
 PATHS = {"http": [FRONT], "compose": [FRONT, BACK], "stream": [FRONT, BACK],
          "websocket": [FRONT], "grpc": [GRPC_APP], "embedded": ["embedded/Echo"]}
+GOING_AWAY_RETRIES = 2
 EMBEDDED = "embedded"  # the embedded side's proxy, for its kind of request only
 
 
@@ -58,6 +59,8 @@ class Traffic:
         self.embedded_url = embedded_url
         self.kinds = tuple(k for k in PATHS if k != "embedded" or embedded_url)
         self.requests: list[Request] = []
+        # WebSockets closed with 1001 (going away) and opened again.
+        self.reconnects = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._turn = itertools.count()
@@ -131,17 +134,28 @@ class Traffic:
             raise RuntimeError(f"HTTP {reply.status_code}: {body[:120]!r}")
 
     async def _websocket(self, proxy: str) -> None:
+        """Three messages echoed on one connection. A close with 1001 (going
+        away: the replica or the proxy drains, in a rollout say) asks the
+        client to reconnect, as servefleet documents; so does this client,
+        up to GOING_AWAY_RETRIES times, and only then is it a failure."""
         url = self.proxies[proxy].replace("http://", "ws://") + "/front/ws"
-        try:
-            connection = await asyncio.wait_for(websockets.connect(url), TIMEOUT_S)
-        except (ConnectionRefusedError, OSError) as e:
-            raise Refused(str(e)) from e
-        async with connection:
-            for i in range(3):
-                await connection.send(f"m{i}")
-                echoed = await asyncio.wait_for(connection.recv(), TIMEOUT_S)
-                if echoed != f"m{i}":
-                    raise RuntimeError(f"echoed {echoed!r} for m{i}")
+        for attempt in range(GOING_AWAY_RETRIES + 1):
+            try:
+                connection = await asyncio.wait_for(websockets.connect(url), TIMEOUT_S)
+            except (ConnectionRefusedError, OSError) as e:
+                raise Refused(str(e)) from e
+            try:
+                async with connection:
+                    for i in range(3):
+                        await connection.send(f"m{i}")
+                        echoed = await asyncio.wait_for(connection.recv(), TIMEOUT_S)
+                        if echoed != f"m{i}":
+                            raise RuntimeError(f"echoed {echoed!r} for m{i}")
+                return
+            except websockets.ConnectionClosed as e:
+                if e.rcvd is None or e.rcvd.code != 1001 or attempt == GOING_AWAY_RETRIES:
+                    raise
+                self.reconnects += 1
 
     async def _grpc(self, channel: grpc.aio.Channel) -> None:
         stub = classifier_pb2_grpc.ClassifierStub(channel)
