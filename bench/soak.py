@@ -100,12 +100,12 @@ def main() -> None:
         sampler.start()
         ops.start()
         print(f"soak: {args.minutes:g} min in {work}, warm-up until "
-              f"{time.strftime('%H:%M:%S', time.localtime(warm_until))}")
+              f"{time.strftime('%H:%M:%S', time.localtime(warm_until))}", flush=True)
         while time.time() < started + args.minutes * 60:
             time.sleep(30)
             done = traffic.requests
             print(f"  {(time.time() - started) / 60:5.1f} min: {len(done)} requests, "
-                  f"{sum(not r.ok for r in done)} failed, {len(ops.ops)} deploys")
+                  f"{sum(not r.ok for r in done)} failed, {len(ops.ops)} deploys", flush=True)
         ops.stop()
         requests = traffic.stop()
         sampler.stop()
