@@ -298,6 +298,7 @@ class ControllerServer:
         holding = asyncio.create_task(self.election.hold(), name="lease-keepalive")
         # The term's tasks (made from here) log with it.
         term_token = LEADER_TERM.set(token)
+        logger.info("leading with term %d", token)  # where this term's span begins (chaos)
         term = LeaderTerm(token, self._parts)
         try:
             if await term.load(holding):

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import itertools
 
-from nemesis import checks, schedule
+from nemesis import checks, report, schedule
 from nemesis.history import (
     FAILED,
     OK,
@@ -88,6 +88,27 @@ def test_one_term_in_two_controllers_is_caught() -> None:
     assert not checks.one_leader(actions).ok
 
 
+def test_leader_actions_are_read_from_log_lines_bearing_a_term() -> None:
+    lines: list[tuple[str, dict]] = [("c1", {"time": "2026-12-05T10:00:00.000Z", "term": 10,
+                     "message": "leading with term 10"}),
+             ("c1", {"time": "2026-12-05T10:00:01.250Z", "term": 10,
+                     "message": "started replica M-1 as pid 42"}),
+             ("c1", {"time": "2026-12-05T10:00:02.000Z", "message": "started replica M-2"}),
+             ("c2", {"time": "2026-12-05T10:00:05.000Z", "term": 42,
+                     "message": "leading with term 42"}),
+             ("c1", {"time": "2026-12-05T10:00:06.000Z", "term": 10,
+                     "message": "stopped replica M-1 of a/M"}),
+             ("c2", {"time": "2026-12-05T10:00:07.000Z", "term": 42,
+                     "message": "replica M-3 of a/M is running"})]
+    actions = report.actions_from_logs(lines)
+    assert [(a.controller, a.term) for a in actions] == [("c1", 10), ("c1", 10), ("c2", 42),
+                                                        ("c1", 10)]
+    assert actions[1].time - actions[0].time == 1.25
+    # c1 stopped a replica after c2 was elected, before c2's first action:
+    # caught because a term begins at its election.
+    assert not checks.one_leader(actions).ok
+
+
 # -- 3. failed requests ------------------------------------------------------
 
 def request(start: float, end: float, ok: bool = False, via: str = "proxy:p1",
@@ -107,6 +128,14 @@ def test_a_failure_after_the_kill_is_not_excused() -> None:
     verdict = checks.failures_excused([request(8.0, 8.2)], faults)
     assert not verdict.ok
     assert "8.000-8.200" in verdict.violations[0]
+
+
+def test_a_request_just_after_or_just_before_a_kill_is_not_excused() -> None:
+    # Sent 0.2 s after the kill: it reached no dead process (retried elsewhere
+    # or it is a failure); ended 0.2 s before it: the kill did not touch it.
+    faults = [Fault("kill", "replica:a/M/M-1", 5.0, 5.0)]
+    assert not checks.failures_excused([request(5.2, 5.4)], faults).ok
+    assert not checks.failures_excused([request(4.6, 4.8)], faults).ok
 
 
 def test_a_fault_off_the_requests_path_excuses_nothing() -> None:

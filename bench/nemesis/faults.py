@@ -38,6 +38,7 @@ class Nemesis:
         self.embedded = embedded
         self.say = say
         self.faults: list[Fault] = []
+        self._at = 0.0  # when the current step's signal was sent
         self.skipped: list[str] = []
 
     def run(self, steps: list[Step], started: float, stopping: Callable[[], bool]) -> None:
@@ -57,8 +58,13 @@ class Nemesis:
         if target is None:
             self._skip(step, f"no {step.role} now")
             return
-        start = time.time()
-        note = getattr(self, "_" + step.kind.replace("-", "_"))(target, step.hold)
+        start = self._at = time.time()
+        try:
+            note = getattr(self, "_" + step.kind.replace("-", "_"))(target, step.hold)
+        except (ProcessLookupError, StopIteration) as e:  # gone since it was chosen
+            self._skip(step, f"{target} was gone when the fault came ({type(e).__name__})")
+            return
+        start = self._at  # when the signal went, not when the step began
         fault = Fault(step.kind, target, start, start if step.kind == "kill" else time.time(),
                       note or "")
         self.faults.append(fault)
@@ -80,7 +86,10 @@ class Nemesis:
         elif step.role == "proxy":
             candidates = [f"proxy:{n}" for n, p in cluster.proxies.items() if cluster.alive(p)]
         elif step.role == "replica":
-            candidates = sorted(r.name for r in cluster.replicas())
+            try:
+                candidates = sorted(r.name for r in cluster.replicas())
+            except Exception:  # no leader to ask now
+                candidates = []
         elif step.role == "embedded":
             candidates = ["embedded:store"] if self.embedded is not None else []
         else:  # etcd
@@ -111,8 +120,11 @@ class Nemesis:
     def _kill(self, target: str, hold: float) -> str:
         role, _, name = target.partition(":")
         if role == "replica":
-            os.kill(self._pid(target), signal.SIGKILL)
+            pid = self._pid(target)
+            self._at = time.time()
+            os.kill(pid, signal.SIGKILL)
             return ""
+        self._at = time.time()
         if role == "etcd":
             member = self.cluster.etcd.member(name)
             member.kill()
@@ -128,6 +140,7 @@ class Nemesis:
 
     def _stop(self, target: str, hold: float) -> str:
         pid = self._pid(target)
+        self._at = time.time()
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(hold)

@@ -10,8 +10,12 @@ from collections.abc import Iterable
 from nemesis import checks
 from nemesis.history import Action, History
 
-# The lines of a leader's log that say it changed something (after the fact).
-ACTION_PREFIXES = ("started replica", "stopped replica", "reconfigured replica")
+# The lines of a leader's log that say it changed something (after the
+# fact), and the one that opens its term: a term's span runs from its
+# election, so a deposed leader acting after a successor was elected is seen
+# even before the successor's first action.
+ACTION_PREFIXES = ("leading with term", "started replica", "stopped replica",
+                   "reconfigured replica")
 
 
 def actions_from_logs(lines: Iterable[tuple[str, dict]]) -> list[Action]:

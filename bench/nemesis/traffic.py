@@ -142,7 +142,7 @@ class Traffic:
         for attempt in range(GOING_AWAY_RETRIES + 1):
             try:
                 connection = await asyncio.wait_for(websockets.connect(url), TIMEOUT_S)
-            except (ConnectionRefusedError, OSError) as e:
+            except ConnectionRefusedError as e:  # not a reset or a hang: those reached it
                 raise Refused(str(e)) from e
             try:
                 async with connection:
@@ -163,6 +163,6 @@ class Traffic:
             await stub.Predict(classifier_pb2.PredictRequest(text="chaos"), timeout=TIMEOUT_S,
                                metadata=(("application", "grpc"),))
         except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or ""):
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "refused" in (e.details() or ""):
                 raise Refused(e.details()) from e
             raise RuntimeError(f"{e.code().name}: {e.details()}") from e
