@@ -63,6 +63,14 @@ class ChaosCluster:
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> ChaosCluster:
+        """Start everything; on a failure, stop what did start, then raise."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> ChaosCluster:
         os.environ["SERVEFLEET_LOG_FORMAT"] = "json"  # every process below, replicas too
         self.etcd.start()
         self.etcd.wait_healthy()
