@@ -131,7 +131,9 @@ class ProxyApp:
         if path.startswith("/-/") and (path == "/-/healthz" or path in ADMIN_PATHS):
             await self._own_path(scope, send, path)
             return
-        if self.first_sync is not None and not await self._synced(send, request_id):
+        # A plain attribute test per request; the coroutine only while starting.
+        sync = self.first_sync
+        if sync is not None and not sync.synced and not await self._synced(send, request_id):
             return
         target = self._routes().match(path)
         if target is None:
