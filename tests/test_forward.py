@@ -19,6 +19,8 @@ REJECTED = b"HTTP/1.1 503 Service Unavailable\r\nx-servefleet-rejected: overload
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 CUT = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok"  # closes 8 bytes short
 HANG = b"hang"  # takes the request and never answers (a stopped process)
+DRAINING = b"HTTP/1.1 503 Service Unavailable\r\nx-servefleet-rejected: draining\r\n" \
+           b"connection: close\r\ncontent-length: 8\r\n\r\ndraining"
 
 
 async def _serve(answer: bytes, seen: list[bytes]) -> tuple[asyncio.Server, str]:
@@ -108,6 +110,37 @@ async def test_gives_up_after_max_attempts(replicas, upstream) -> None:
         await forward(pool, upstream, "GET", b"/", [], b"", _body)
     assert sum(len(s) for s in seen.values()) == MAX_ATTEMPTS
     assert all(r.in_flight == 0 for r in pool.replicas.values())
+
+
+async def test_draining_replicas_make_the_request_wait_for_the_next_replica_set(
+        replicas, upstream) -> None:
+    """A rollout: the caller's replica set still names only the old replicas,
+    which drain. The request waits for the set that names the new ones
+    instead of giving up (found by the chaos suite: a handle call answered 500)."""
+    pool, seen = await replicas(DRAINING, DRAINING)
+    call = asyncio.create_task(forward(pool, upstream, "POST", b"/", [], b"x", _body))
+    await asyncio.sleep(0.2)
+    assert not call.done() and pool.queued == 1
+    assert [len(s) for s in seen.values()] == [1, 1], "each draining replica asked once"
+    fresh, _ = await replicas(OK)
+    pool.update([("r9", fresh.replicas["r0"].address)], 5, -1)
+    assert await asyncio.wait_for(call, 5) == (200, b"ok")
+
+
+async def test_a_dead_replica_still_named_costs_no_attempt(replicas, upstream) -> None:
+    """Snapshots that still name a replica whose connections are refused (it
+    died; the controller has not noticed yet) each cost one refused try; the
+    request waits on until a replica that listens is named."""
+    pool, _ = await replicas(b"")
+    dead = [(r.replica_id, r.address) for r in pool.replicas.values()]
+    call = asyncio.create_task(forward(pool, upstream, "POST", b"/", [], b"x", _body))
+    for _ in range(MAX_ATTEMPTS + 1):
+        await asyncio.sleep(0.1)
+        assert not call.done() and pool.queued == 1
+        pool.update(dead, 5, -1)  # another change elsewhere: the dead one still named
+    fresh, _ = await replicas(OK)
+    pool.update([*dead, ("r9", fresh.replicas["r0"].address)], 5, -1)
+    assert await asyncio.wait_for(call, 5) == (200, b"ok")
 
 
 async def test_a_failure_after_sending_is_not_retried(replicas, upstream) -> None:

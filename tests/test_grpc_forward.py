@@ -61,6 +61,12 @@ async def _full(request: bytes, context) -> bytes:
     raise AssertionError("not reached")
 
 
+async def _draining(request: bytes, context) -> bytes:
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "draining",
+                        trailing_metadata=((REJECTED_METADATA_KEY, "draining"),))
+    raise AssertionError("not reached")
+
+
 async def _invalid(request: bytes, context) -> bytes:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad request")
     raise AssertionError("not reached")
@@ -116,6 +122,22 @@ async def test_refused_and_unreachable_replicas_are_retried_elsewhere(servers) -
         assert await _collect(pool, channels, b"%d" % i) == [b"ok:%d" % i]
     assert ok.calls == 20 and full.calls > 0
     assert retried._value.get() - before == full.calls
+    await channels.close()
+
+
+async def test_a_call_to_draining_replicas_waits_for_the_next_replica_set(servers) -> None:
+    """A rollout the caller has not heard of yet: its replicas all drain, and
+    the call waits for the replica set naming the new ones (forward.py)."""
+    old = [await servers(_draining) for _ in range(2)]
+    channels = GrpcChannels()
+    pool = _pool(("a", old[0].address), ("b", old[1].address))
+    call = asyncio.create_task(_collect(pool, channels))
+    await asyncio.sleep(0.3)
+    assert not call.done() and pool.queued == 1
+    assert [s.calls for s in old] == [1, 1]
+    new = await servers(_ok)
+    pool.update([("c", "h:1")], max_ongoing=5, max_queued=-1, grpc_addresses={"c": new.address})
+    assert await asyncio.wait_for(call, 5) == [b"ok:x"]
     await channels.close()
 
 

@@ -10,11 +10,17 @@ Per attempt:
 1. the pool gives a replica with room (balancer.py): it may queue, and
    raises `Overloaded` past `max_queued_requests`;
 2. the request goes to it over a pooled connection (upstream.py);
-3. a request the replica never received is tried on another one, up to
-   MAX_ATTEMPTS: the connection was refused (the replica is also set aside
-   until the next replica-set snapshot), a kept-alive connection turned out
-   closed, or the replica answered 503 with `x-servefleet-rejected` (loading,
-   draining, overloaded);
+3. a request the replica never received is tried on another one: the
+   connection was refused, a kept-alive connection turned out closed, or the
+   replica answered 503 with `x-servefleet-rejected` (loading, draining,
+   overloaded). A replica that refused the connection or is draining is on
+   its way out: it is set aside until the controller's next replica set
+   (`set_aside`), and the try costs no attempt; with no other replica to
+   try, the request waits in the queue for that set, as a request for a
+   deployment scaled to zero waits for its first replica (a rollout whose
+   new replicas the caller has not heard of yet fails nothing). The other
+   reasons are the replica's own state: after MAX_ATTEMPTS of those,
+   `NoReplicaTook`;
 4. any other answer goes to `deliver`, while the replica's slot and the
    connection are held, so its in-flight count covers the whole response.
 
@@ -54,12 +60,28 @@ from .upstream import NotDelivered, Response, UpstreamError, UpstreamPool
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+# Why a replica did not take a request (metrics.retry_reason) when it means the
+# replica is leaving: it is set aside until the next replica set, at no attempt's cost.
+SET_ASIDE = frozenset({"refused", "draining"})
 
 T = TypeVar("T")
 
 
 class NoReplicaTook(Exception):
-    """MAX_ATTEMPTS replicas in a row did not take the request."""
+    """MAX_ATTEMPTS replicas did not take the request for reasons of their own
+    (busy, hung), not because they were leaving."""
+
+
+def set_aside(pool: ReplicaPool, replica: Replica, tried: set[str], reason: str) -> int:
+    """Note a try that `replica` did not take, for `reason`
+    (metrics.retry_reason); the attempts it costs: 0 when the replica is
+    leaving (it is set aside until the next replica set), else 1."""
+    tried.add(replica.replica_id)
+    RETRIES.labels(*pool.key, reason).inc()
+    if reason in SET_ASIDE:
+        pool.mark_down(replica)
+        return 0
+    return 1
 
 
 class HungReplica(Exception):
@@ -108,7 +130,9 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
     and whatever `deliver` raises.
     """
     tried: set[str] = set()
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    attempt = spent = 0
+    while spent < MAX_ATTEMPTS:
+        attempt += 1
         if not tracing.recording():
             replica = await pool.acquire(exclude=tried, model_id=model_id, routing=routing)
             span = None
@@ -145,20 +169,16 @@ async def forward(pool: ReplicaPool, upstream: UpstreamPool, method: str, target
                 response.release()
         except HungReplica:
             not_taken = "hung"
-            tried.add(replica.replica_id)
+            spent += set_aside(pool, replica, tried, not_taken)
             pool.eject(replica)
-            RETRIES.labels(*pool.key, "hung").inc()
             logger.warning("request %s: %s answered nothing while others answered; trying "
                            "another replica (attempt %d)", request_id, replica.replica_id,
                            attempt)
         except NotDelivered as e:
             not_taken = str(e)
-            tried.add(replica.replica_id)
-            RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
+            spent += set_aside(pool, replica, tried, retry_reason(e.refused, not_taken))
             logger.info("request %s not taken by %s (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
-            if e.refused:
-                pool.mark_down(replica)
         except BaseException as e:
             if span is not None:
                 tracing.end(span, e if isinstance(e, Exception) else None)

@@ -5,12 +5,15 @@ any number of response messages, which on the wire serves unary and
 server-streaming RPCs alike. Per attempt the deployment's pool gives a
 replica with room (balancer.py, shared with HTTP); the call goes to its gRPC
 address over a channel kept per replica (`GrpcChannels`). A call the replica
-never processed is tried on another one, up to MAX_ATTEMPTS:
+never processed is tried on another one:
 
 - it answered with the trailing metadata `x-servefleet-rejected` (it was
   loading, draining or full), or
-- the channel could not connect (the replica is gone; it is also set aside
-  until the next replica-set snapshot names it).
+- the channel could not connect (the replica is gone).
+
+As in forward.py, a replica that is leaving (draining, unreachable) is set
+aside until the next replica set at no attempt's cost, and the call waits for
+that set when nothing else can take it; MAX_ATTEMPTS bounds the other tries.
 
 Anything else, once the first answer (a message or a status) came, is the
 replica's answer and goes to `relay`. Unary calls feed passive health
@@ -35,8 +38,8 @@ from servefleet._private import tracing
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
 from .balancer import ReplicaPool
-from .forward import MAX_ATTEMPTS, NoReplicaTook
-from .metrics import RETRIES, retry_reason
+from .forward import MAX_ATTEMPTS, NoReplicaTook, set_aside
+from .metrics import retry_reason
 from .routers import RequestInfo
 
 logger = logging.getLogger(__name__)
@@ -165,7 +168,9 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
     """
     tried: set[str] = set()
     routing = None if pool.router is None else RequestInfo("", routing_key, "POST", method)
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    attempt = spent = 0
+    while spent < MAX_ATTEMPTS:  # tries of leaving replicas are free (forward.py)
+        attempt += 1
         replica = await pool.acquire(exclude=tried, routing=routing)
         call = None
         span = tracing.child("send to replica", {
@@ -200,12 +205,9 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
             return
         except NotProcessed as e:
             not_processed = str(e)
-            tried.add(replica.replica_id)
-            RETRIES.labels(*pool.key, retry_reason(e.refused, str(e))).inc()
+            spent += set_aside(pool, replica, tried, retry_reason(e.refused, not_processed))
             logger.info("gRPC call %s not processed by %s (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
-            if e.refused:
-                pool.mark_down(replica)
         finally:
             if call is not None and not call.done():
                 call.cancel()  # the caller left, or relay failed: the replica stops too
