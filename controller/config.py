@@ -6,6 +6,7 @@ one place and names the flag at fault.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass
@@ -50,6 +51,10 @@ class ControllerConfig:
     runtime: str = "process"
     # Where the process runtime keeps replica settings and logs.
     runtime_dir: str = "~/.servefleet/runtime"
+    # Process runtime: the address replicas bind and are reached at (proxies,
+    # handles and the other controllers use it): loopback unless those run in
+    # another network namespace or on another host.
+    replica_host: str = "127.0.0.1"
     # Docker runtime: the image of deployments that name none, and the network
     # replica containers join ("host": they bind loopback ports like processes).
     docker_image: str = "servefleet:latest"
@@ -125,6 +130,11 @@ class ControllerConfig:
                     raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
         if self.docker_code not in ("mount", "image"):
             raise ValueError(f"--docker-code {self.docker_code!r}: mount or image")
+        try:
+            ipaddress.ip_address(self.replica_host)
+        except ValueError:
+            raise ValueError(f"--replica-host {self.replica_host!r}: expected an IP address "
+                             "of this host (replicas bind it)") from None
         if self.runtime not in RUNTIMES:
             raise ValueError(f"--runtime {self.runtime!r}: one of {', '.join(RUNTIMES)}")
         if self.tls is not None and self.replica_tls is None:

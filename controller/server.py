@@ -155,7 +155,7 @@ class ControllerServer:
                                  mount_working_dir=self.config.docker_code == "mount",
                                  replica_tls=self.config.replica_tls)
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
-        return ProcessRuntime(runtime_dir, self.config.cluster,
+        return ProcessRuntime(runtime_dir, self.config.cluster, host=self.config.replica_host,
                               replica_tls=self.config.replica_tls,
                               sandbox=self._sandbox)
 

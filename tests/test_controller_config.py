@@ -35,6 +35,7 @@ def test_binding_everything_advertises_the_address_that_reaches_the_store() -> N
     ("listen", "nowhere", "--listen"), ("advertise", "host:0", "--advertise"),
     ("metrics_listen", ":80", "--metrics-listen"), ("runtime", "k8s", "--runtime"),
     ("docker_code", "copy", "--docker-code"), ("lease_ttl", 0.1, "--lease-ttl"),
+    ("replica_host", "localhost:80", "--replica-host"),
 ])
 def test_a_wrong_setting_is_named(field: str, value: object, flag: str) -> None:
     config = ControllerConfig("etcd://127.0.0.1:2379")

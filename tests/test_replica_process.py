@@ -205,3 +205,32 @@ def test_a_stopped_replica_is_signalled_once(own_group: bool) -> None:
             assert child.stdout.readline().strip() == "1"
         finally:
             child.kill()
+
+
+async def test_replicas_bind_and_are_reached_at_the_runtimes_host(tmp_path) -> None:
+    """--replica-host: proxies in another network namespace or on another host
+    reach process replicas at that address, not at loopback's first."""
+    runtime = ProcessRuntime(tmp_path, "hosted", host="127.0.0.7")
+    launched = await runtime.start(ReplicaLaunch(
+        cluster="hosted", application="a", deployment="d", replica_id="r1", version="v",
+        working_dir=APPS, settings={"import_path": "echo_app:hello"}))
+    try:
+        assert launched.http_address.startswith("127.0.0.7:")
+        assert launched.control_address.startswith("127.0.0.7:")
+        port = int(launched.http_address.rpartition(":")[2])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # up once it answers; not at 127.0.0.1
+            try:
+                answer = httpx.post(f"http://127.0.0.7:{port}/", json={}, timeout=2)
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            if answer.status_code != 503:
+                break
+            time.sleep(0.1)
+        assert answer.status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(f"http://127.0.0.1:{port}/", json={}, timeout=2)
+    finally:
+        await runtime.stop(launched.handle, 5)
+        runtime.close()

@@ -66,6 +66,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
     config = ControllerConfig(store_url=args.store, listen=args.listen, advertise=args.advertise,
                               cluster=args.cluster, lease_ttl=args.lease_ttl,
                               runtime=args.runtime, runtime_dir=args.runtime_dir,
+                              replica_host=args.replica_host,
                               docker_image=args.docker_image,
                               docker_network=args.docker_network,
                               docker_code=args.docker_code,
@@ -224,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "none: store and serve goals without running replicas")
     ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
                      help="process runtime: replica settings and logs (default %(default)s)")
+    ctl.add_argument("--replica-host", default="127.0.0.1", metavar="IP",
+                     help="process runtime: the address replicas bind and are reached at "
+                          "(default %(default)s; this host's address when proxies run elsewhere)")
     ctl.add_argument("--docker-image", default="servefleet:latest", metavar="IMAGE",
                      help="docker runtime: the image of deployments that name none "
                           "(default %(default)s; build it from deploy/Dockerfile)")
