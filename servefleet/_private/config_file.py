@@ -36,6 +36,10 @@ servefleet lacks (servefleet/_private/ray_config.py), its deployment options
 without a name as "default" (Ray's default name), and import paths in Ray's
 dotted form (`module.app`, `pkg.mod_pb2_grpc.add_XServicer_to_server`). What
 is renamed or not used is said as one warning line each, through `warn`.
+
+The keys, their types and bounds are tables (servefleet/_private/config_fields.py,
+option_fields.py) that the file's JSON Schema is written from as well
+(servefleet/_private/config_schema.py, `servefleet config schema`).
 """
 
 from __future__ import annotations
@@ -52,7 +56,6 @@ from servefleet._private.options import (
     OptionError,
     check_bool,
     check_float,
-    check_int,
     check_keys,
     check_mapping,
     check_str,
@@ -64,18 +67,18 @@ from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 
 from . import ray_config
+from .config_fields import APPLICATION, GRPC, HTTP, SHADOW, SPLIT_ENTRY, TOP, TRAFFIC
+from .field_table import Section, check_field
 from .import_paths import colon_form
 from .option_notes import quiet_notes
 from .ray_options import normalize_options
 
-TOP_KEYS = ("http_options", "grpc_options", "applications", *ray_config.RAY_TOP_KEYS)
-GRPC_KEYS = ("host", "port", "grpc_servicer_functions", *ray_config.RAY_GRPC_KEYS)
-HTTP_KEYS = ("host", "port", "request_timeout_s", "max_request_body_bytes",
-             *ray_config.RAY_HTTP_KEYS)
-APP_KEYS = ("name", "route_prefix", "import_path", "args", "runtime", "deployments", "traffic",
-            "require_token", "grpc_servicer_functions", *ray_config.RAY_APP_KEYS)
-TRAFFIC_KEYS = ("split", "shadow")
-SHADOW_KEYS = ("deployment", "fraction")
+TOP_KEYS = TOP.keys
+GRPC_KEYS = GRPC.keys
+HTTP_KEYS = HTTP.keys
+APP_KEYS = APPLICATION.keys
+TRAFFIC_KEYS = TRAFFIC.keys
+SHADOW_KEYS = SHADOW.keys
 # Ray Serve's name for an application the file does not name.
 DEFAULT_APP_NAME = "default"
 # Keys that look right and are not, with what to write here instead.
@@ -105,6 +108,12 @@ def _keys(path: str, value: dict[str, Any], allowed: tuple[str, ...]) -> None:
         if key in HINTS and key not in allowed:
             raise OptionError(f"{path}.{key}: unknown key ({HINTS[key]})")
     check_keys(path, value, allowed)
+
+
+def _plain(path: str, value: dict[str, Any], section: Section, *names: str) -> dict[str, Any]:
+    """The `names` that `value` has, each checked as `section` defines it."""
+    return {name: check_field(f"{path}.{name}", section[name], value[name])
+            for name in names if name in value}
 
 
 def load_config(path: str, warn: Warn | None = None) -> api.DeployApplicationsRequest:
@@ -144,8 +153,7 @@ def parse_config(data: Any, base_dir: str, warn: Warn | None = None
     apps = data.get("applications")
     if apps is None:
         raise OptionError("applications: required (a list of applications)")
-    if not isinstance(apps, list):
-        raise OptionError(f"applications: expected a list, got {type(apps).__name__}")
+    check_field("applications", TOP["applications"], apps)
     grpc = _grpc_options(data.get("grpc_options"), say)
     for i, app in enumerate(apps):
         spec = _application(f"applications[{i}]", app, base_dir, say)
@@ -171,11 +179,7 @@ def _grpc_options(value: Any, say: Warn = lambda line: None) -> dict[str, Any]:
     value = check_mapping("grpc_options", value)
     _keys("grpc_options", value, GRPC_KEYS)
     ray_config.read_grpc_extras(value, say)
-    out: dict[str, Any] = {}
-    if "host" in value:
-        out["host"] = check_str("grpc_options.host", value["host"])
-    if "port" in value:
-        out["port"] = check_int("grpc_options.port", value["port"], (1, 65535))
+    out = _plain("grpc_options", value, GRPC, "host", "port")
     if value.get("grpc_servicer_functions") is not None:
         out["grpc_servicer_functions"] = _servicer_functions(
             "grpc_options.grpc_servicer_functions", value["grpc_servicer_functions"])
@@ -197,18 +201,7 @@ def _http_options(value: Any, say: Warn) -> apb.HttpOptions:
     value = check_mapping("http_options", value)
     _keys("http_options", value, HTTP_KEYS)
     ray_config.read_http_extras(value, say)
-    out = apb.HttpOptions()
-    if "host" in value:
-        out.host = check_str("http_options.host", value["host"])
-    if "port" in value:
-        out.port = check_int("http_options.port", value["port"], (1, 65535))
-    if "request_timeout_s" in value:
-        out.request_timeout_s = check_float("http_options.request_timeout_s",
-                                            value["request_timeout_s"])
-    if "max_request_body_bytes" in value:
-        out.max_request_body_bytes = check_int("http_options.max_request_body_bytes",
-                                               value["max_request_body_bytes"], (1, 1 << 50))
-    return out
+    return apb.HttpOptions(**_plain("http_options", value, HTTP, *HTTP.names(is_ray=False)))
 
 
 def _application(path: str, value: Any, base_dir: str, say: Warn) -> apb.ApplicationSpec:
@@ -234,10 +227,8 @@ def _application(path: str, value: Any, base_dir: str, say: Warn) -> apb.Applica
         spec.args_json = to_json(f"{path}.args", check_mapping(f"{path}.args", value["args"]))
     if value.get("runtime") is not None:
         spec.runtime.CopyFrom(_runtime(f"{path}.runtime", value["runtime"], base_dir))
-    deployments = value.get("deployments") or []
-    if not isinstance(deployments, list):
-        raise OptionError(f"{path}.deployments: expected a list, got "
-                          f"{type(deployments).__name__}")
+    deployments = check_field(f"{path}.deployments", APPLICATION["deployments"],
+                              value.get("deployments")) or []
     for j, entry in enumerate(deployments):
         dpath = f"{path}.deployments[{j}]"
         entry = dict(check_mapping(dpath, entry))
@@ -276,13 +267,13 @@ def parse_traffic(path: str, value: Any) -> apb.TrafficPolicy:
     out = apb.TrafficPolicy()
     split = value.get("split")
     if isinstance(split, dict):
-        for name, weight in split.items():
+        for name, weight in check_mapping(f"{path}.split", split).items():
             out.split.append(apb.WeightedDeployment(
                 deployment=str(name), weight=check_float(f"{path}.split.{name}", weight)))
     elif isinstance(split, list):
         for i, entry in enumerate(split):
             entry = check_mapping(f"{path}.split[{i}]", entry)
-            _keys(f"{path}.split[{i}]", entry, ("deployment", "weight"))
+            _keys(f"{path}.split[{i}]", entry, SPLIT_ENTRY.keys)
             out.split.append(apb.WeightedDeployment(
                 deployment=check_str(f"{path}.split[{i}].deployment", entry.get("deployment")),
                 weight=check_float(f"{path}.split[{i}].weight", entry.get("weight"))))

@@ -23,6 +23,10 @@ and either maps it or says, in a warning line, why it is not used:
 - `applications[].runtime_env`: the application's `runtime`
   (servefleet/_private/ray_options.py's runtime_from_ray_env: working_dir, env_vars,
   excludes, image_uri; pip, conda and remote working dirs are errors).
+
+The keys, and what is said of each, are in the tables of
+servefleet/_private/config_fields.py (marked as Ray's), which the config
+file's JSON Schema is written from too.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .config_fields import APPLICATION, GRPC, HTTP, PROXY_LOCATIONS, TOP
+from .field_table import check_field
 from .option_checks import (
     OptionError,
     check_float,
@@ -37,21 +43,17 @@ from .option_checks import (
     check_mapping,
     check_str,
 )
+from .option_fields import LOGGING
 from .option_notes import Note
-from .ray_options import LOGGING_KEYS, config_dict
+from .ray_options import config_dict
 from .ray_runtime_env import runtime_from_ray_env
 
 Say = Callable[[str], None]
 
-PROXY_LOCATIONS = ("EveryNode", "HeadOnly", "Disabled", "NoServer")
-RAY_TOP_KEYS = ("proxy_location", "logging_config", "target_capacity")
-RAY_HTTP_KEYS = ("keep_alive_timeout_s", "root_path", "ssl_keyfile", "ssl_certfile",
-                 "location")
-RAY_GRPC_KEYS = ("request_timeout_s",)
-RAY_APP_KEYS = ("runtime_env", "logging_config")
-_HTTP_FLAGS = {"keep_alive_timeout_s": "servefleet proxy --keep-alive-timeout-s",
-               "ssl_keyfile": "servefleet proxy --tls-key",
-               "ssl_certfile": "servefleet proxy --tls-cert"}
+RAY_TOP_KEYS = TOP.names(is_ray=True)
+RAY_HTTP_KEYS = HTTP.names(is_ray=True)
+RAY_GRPC_KEYS = GRPC.names(is_ray=True)
+RAY_APP_KEYS = APPLICATION.names(is_ray=True)
 
 
 def read_top_level(data: dict[str, Any], say: Say) -> None:
@@ -82,19 +84,15 @@ def read_http_extras(value: dict[str, Any], say: Say) -> None:
                                   "route_prefix")
         elif key == "location":
             _proxy_location(path, value[key], say)
-        elif key == "keep_alive_timeout_s":
-            check_float(path, value[key])
-            say(f"{path}: not used here: set it with {_HTTP_FLAGS[key]}")
-        else:
-            check_str(path, value[key])
-            say(f"{path}: not used here: set it with {_HTTP_FLAGS[key]}")
+        else:  # keep_alive_timeout_s, ssl_keyfile, ssl_certfile: flags of servefleet proxy
+            check_field(path, HTTP[key], value[key])
+            say(f"{path}: {HTTP[key].ray}")
 
 
 def read_grpc_extras(value: dict[str, Any], say: Say) -> None:
     if value.get("request_timeout_s") is not None:
         check_float("grpc_options.request_timeout_s", value["request_timeout_s"])
-        say("grpc_options.request_timeout_s: not used: the gRPC ingress keeps each "
-            "caller's deadline")
+        say(f"grpc_options.request_timeout_s: not used: {GRPC['request_timeout_s'].unused}")
 
 
 def read_app_extras(path: str, value: dict[str, Any], say: Say) -> dict[str, Any] | None:
@@ -119,12 +117,10 @@ def _proxy_location(path: str, value: Any, say: Say) -> None:
     if check_str(path, value) not in PROXY_LOCATIONS:
         raise OptionError(f"{path}: must be one of {', '.join(PROXY_LOCATIONS[:3])}, got "
                           f"{value!r}")
-    say(f"{path}: not used: servefleet's proxies run where they are started "
-        "(servefleet up, servefleet proxy)")
+    say(f"{path}: not used: {TOP['proxy_location'].unused}")
 
 
 def _logging_config(path: str, value: Any, say: Say) -> None:
     config = check_mapping(path, config_dict(path, value))
-    check_keys(path, config, LOGGING_KEYS)
-    say(f"{path}: not used: servefleet processes log as their --log-format and "
-        "--log-level say")
+    check_keys(path, config, LOGGING.keys)
+    say(f"{path}: not used: {TOP['logging_config'].unused}")

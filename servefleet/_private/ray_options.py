@@ -45,6 +45,9 @@ the controller) knows one vocabulary:
   (failed starts are retried with backoff), autoscaling `prometheus_metrics`.
   Their values are still checked as Ray checks them.
 
+Every key, and why an unused one is not used, is in the table of
+servefleet/_private/option_fields.py (marked as Ray's there).
+
 "Noted" means once per option and process, as a log line on the logger
 `servefleet._private.options` (a program ported from Ray would otherwise print one for
 each deployment); renamed keys raise a DeprecationWarning pointing at the
@@ -57,8 +60,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
+from .field_table import check_field
 from .import_paths import colon_form
 from .option_checks import (
     OptionError,
@@ -71,50 +76,33 @@ from .option_checks import (
     check_str_list,
     type_name,
 )
+from .option_fields import (
+    AUTOSCALING,
+    DEPLOYMENT_OPTIONS,
+    LOGGING,
+    RAY_ACTOR,
+    ROUTE_PREFIX_PATTERN,
+    ROUTER_CONFIG,
+)
 from .option_notes import Note, Notes, default_notes
 from .ray_runtime_env import runtime_from_ray_env
 
-# servefleet's own option names, which Ray's are translated to (checked and
-# turned into protobuf by servefleet/_private/options.py).
-SERVEFLEET_OPTIONS = ("num_replicas", "max_ongoing_requests", "max_queued_requests",
-                      "health_check_period_s", "health_check_timeout_s",
-                      "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
-                      "startup_timeout_s", "user_config", "autoscaling_config", "version",
-                      "runtime", "retry_methods", "resources", "request_router",
-                      "request_router_kwargs")
 # Ray's num_replicas="auto": AutoscalingConfig.default() under the given fields.
 AUTO_AUTOSCALING = {"min_replicas": 1, "max_replicas": 100, "target_ongoing_requests": 2.0}
-# The keys servefleet's own autoscaling_config has.
-AUTOSCALING_KEYS = ("min_replicas", "max_replicas", "initial_replicas",
-                    "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s",
-                    "metrics_interval_s", "look_back_period_s", "upscaling_factor",
-                    "downscaling_factor", "downscale_to_zero_delay_s",
-                    "aggregation_function", "policy")
-AUTOSCALING_RENAMED = {"target_num_ongoing_requests_per_replica": "target_ongoing_requests",
-                       "upscale_smoothing_factor": "upscaling_factor",
-                       "downscale_smoothing_factor": "downscaling_factor"}
-AUTOSCALING_RAY_KEYS = (*AUTOSCALING_RENAMED, "smoothing_factor", "prometheus_metrics")
-RENAMED = {"max_concurrent_queries": "max_ongoing_requests"}
-RAY_ACTOR_OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources",
-                     "runtime_env")
-WHY_NOT_USED = {
-    "memory": "Ray's memory is a logical amount, for its scheduler; servefleet reserves none",
-    "resources": "servefleet has no custom resources to schedule by",
-    "accelerator_type": "servefleet does not pick nodes by accelerator type "
-                        "(use runtime.placement constraints on Swarm)",
-    "placement_group_bundles": "servefleet has no placement groups (each replica is a "
-                               "process or container; see runtime.placement on Swarm)",
-    "placement_group_strategy": "servefleet has no placement groups",
-    "max_replicas_per_node": "placement belongs to the runtime (runtime.placement on Swarm)",
-    "logging_config": "replicas log as the controller's --log-format says",
-    "max_constructor_retry_count": "failed replica starts are retried with backoff",
-    "prometheus_metrics": "the autoscaling policy sees the load servefleet measures",
-}
-RAY_ONLY = ("placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
-            "logging_config", "max_constructor_retry_count")
-PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOGGING_KEYS = ("encoding", "log_level", "logs_dir", "enable_access_log",
-                "additional_log_standard_attrs")
+# The keys servefleet's own autoscaling_config has, and Ray's others.
+AUTOSCALING_KEYS = AUTOSCALING.names(is_ray=False)
+AUTOSCALING_RENAMED = {f.name: f.renamed_to for f in AUTOSCALING.fields if f.renamed_to}
+AUTOSCALING_RAY_KEYS = AUTOSCALING.names(is_ray=True)
+RENAMED = {f.name: f.renamed_to for f in DEPLOYMENT_OPTIONS.fields if f.renamed_to}
+RAY_ACTOR_OPTIONS = RAY_ACTOR.keys
+WHY_NOT_USED = {f.name: f.unused for section in (DEPLOYMENT_OPTIONS, AUTOSCALING, RAY_ACTOR)
+                for f in section.fields if f.unused}
+# Options servefleet has no use for (checked, then noted).
+RAY_ONLY = tuple(f.name for f in DEPLOYMENT_OPTIONS.fields if f.unused)
+PLACEMENT_STRATEGIES = DEPLOYMENT_OPTIONS["placement_group_strategy"].choices
+LOGGING_KEYS = LOGGING.keys
+
+
 def config_dict(path: str, value: Any) -> dict[str, Any]:
     """A mapping, or one of Ray's config objects (pydantic models, dataclasses)
     as the mapping of the fields it was given."""
@@ -141,8 +129,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     kept. Giving the same option under its old and new name is an error."""
     notes = default_notes if notes is None else notes
     options = check_mapping(path, options)
-    check_keys(path, options, (*SERVEFLEET_OPTIONS, "route_prefix", *RENAMED,
-                               "ray_actor_options", "request_router_config", *RAY_ONLY))
+    check_keys(path, options, DEPLOYMENT_OPTIONS.keys)
     out: dict[str, Any] = {}
     cpus = 0.0
     for key, value in options.items():
@@ -260,8 +247,7 @@ def _route_prefix(path: str, value: Any) -> str | None:
     if value is None:
         return None
     prefix = check_str(path, value)
-    if not prefix.startswith("/") or (len(prefix) > 1 and prefix.endswith("/")) \
-            or "{" in prefix or "}" in prefix:
+    if not re.search(ROUTE_PREFIX_PATTERN, prefix):
         raise OptionError(f"{path}: must start with \"/\", not end with one (unless it is "
                           f"just \"/\") and hold no \"{{\" or \"}}\", got {prefix!r}")
     return prefix
@@ -280,7 +266,7 @@ def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
         if item is None:
             continue
         if key == "num_cpus":
-            cpus = float(check_non_negative(where, item))
+            cpus = float(check_field(where, RAY_ACTOR[key], item))
         elif key == "runtime_env":
             if options.get("runtime") is not None:
                 raise OptionError(f"{where}: give runtime or ray_actor_options.runtime_env, "
@@ -290,17 +276,11 @@ def _actor_options(path: str, value: Any, notes: Notes, out: dict[str, Any],
             if options.get("resources") is not None:
                 raise OptionError(f"{where}: give resources or ray_actor_options.num_gpus, "
                                   "not both")
-            gpus = check_non_negative(where, item)
+            gpus = check_field(where, RAY_ACTOR[key], item)
             if gpus:  # 0, Ray's default, asks for none
                 out["resources"] = {"num_gpus": gpus}
         else:
-            if key == "resources":
-                for name, amount in check_mapping(where, item).items():
-                    check_non_negative(f"{where}.{name}", amount)
-            elif key == "accelerator_type":
-                check_str(where, item)
-            else:
-                check_non_negative(where, item)
+            check_field(where, RAY_ACTOR[key], item)
             notes(Note(f"ray_actor_options.{key}",
                        f"{where}: not used: {WHY_NOT_USED[key]}", False))
     return cpus
@@ -325,12 +305,12 @@ def _check_ray_only(path: str, key: str, value: Any, options: dict[str, Any]) ->
         if options.get("placement_group_bundles") is None:
             raise OptionError(f"{path}: needs placement_group_bundles")
     elif key == "max_replicas_per_node":
-        check_int(path, value, (1, 100))
+        check_int(path, value, DEPLOYMENT_OPTIONS[key].bounds)
     elif key == "logging_config":
         logging_config = config_dict(path, value)
         check_keys(path, logging_config, LOGGING_KEYS)
     elif key == "max_constructor_retry_count":
-        check_int(path, value, (0, 1_000_000))
+        check_int(path, value, DEPLOYMENT_OPTIONS[key].bounds)
 
 
 def _router_config(path: str, value: Any, notes: Notes) -> dict[str, Any]:
@@ -342,15 +322,13 @@ def _router_config(path: str, value: Any, notes: Notes) -> dict[str, Any]:
     eviction settings are noted and not used: the index is bounded by
     max_blocks)."""
     config = config_dict(path, value)
-    check_keys(path, config, ("request_router_class", "request_router_kwargs",
-                              "initial_backoff_s", "backoff_multiplier", "max_backoff_s",
-                              "request_routing_stats_period_s",
-                              "request_routing_stats_timeout_s"))
+    check_keys(path, config, ROUTER_CONFIG.keys)
     out: dict[str, Any] = {}
     router = config.get("request_router_class")
     if router is not None:
         out["request_router"] = colon_form(router) if isinstance(router, str) else \
-            f"{router.__module__}:{router.__qualname__}"
+            f"{router.__module__}:{router.__qualname__}" if hasattr(router, "__qualname__") \
+            else check_str(f"{path}.request_router_class", router)  # the error: a number
     if config.get("request_router_kwargs") is not None:
         out["request_router_kwargs"] = config["request_router_kwargs"]
     name = out.get("request_router", "")

@@ -16,29 +16,22 @@ Used for `applications[].runtime_env` in config files and for
 `ray_actor_options.runtime_env` in code and config files alike; Ray's
 per-deployment runtime_env inherits the application's, which servefleet's
 layering of runtime options does too (controller/goals/app_specs.py).
+The keys, and what is said of the refused ones, are the table RUNTIME_ENV of
+servefleet/_private/option_fields.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .option_checks import OptionError, check_mapping, check_str, check_str_list
+from .field_table import check_field
+from .option_checks import OptionError, check_mapping, check_str
+from .option_fields import RUNTIME_ENV
 from .option_notes import Note, Notes
 
-RUNTIME_ENV_MAPPED = ("working_dir", "env_vars", "excludes", "image_uri", "config")
-RUNTIME_ENV_REFUSED = {
-    "pip": "servefleet installs no packages: install them into the replicas' Python "
-           "environment or image (runtime.image), then remove this key",
-    "conda": "servefleet creates no conda environments: run the controller in one, or use "
-             "an image (runtime.image), then remove this key",
-    "uv": "servefleet installs no packages: install them into the replicas' Python "
-          "environment or image (runtime.image), then remove this key",
-    "py_modules": "servefleet ships no modules: put them in the working_dir or the image",
-    "container": "use runtime.image (the Docker runtime) instead",
-    "py_executable": "replicas run with the controller's Python (or the image's)",
-    "java_jars": "servefleet runs Python replicas only",
-}
-WHY_NOT_USED_CONFIG = "servefleet's runtime has no setup timeout or eager install to configure"
+RUNTIME_ENV_MAPPED = RUNTIME_ENV.keys
+RUNTIME_ENV_REFUSED = {f.name: f.help for f in RUNTIME_ENV.fields if f.kind == "refused"}
+WHY_NOT_USED_CONFIG = RUNTIME_ENV["config"].unused
 
 
 def runtime_from_ray_env(path: str, value: Any, notes: Notes) -> dict[str, Any]:
@@ -52,7 +45,7 @@ def runtime_from_ray_env(path: str, value: Any, notes: Notes) -> dict[str, Any]:
     for key, item in env.items():
         where = f"{path}.{key}"
         if key in RUNTIME_ENV_REFUSED:
-            raise OptionError(f"{where}: not supported: {RUNTIME_ENV_REFUSED[key]}")
+            check_field(where, RUNTIME_ENV[key], item)  # the error saying what to do instead
         if key not in RUNTIME_ENV_MAPPED:
             raise OptionError(f"{where}: unknown runtime_env key (servefleet takes "
                               f"{', '.join(RUNTIME_ENV_MAPPED)})")
@@ -66,14 +59,13 @@ def runtime_from_ray_env(path: str, value: Any, notes: Notes) -> dict[str, Any]:
                                   "that holds the code (runtime.image)")
             out["working_dir"] = directory
         elif key == "env_vars":
-            out["env"] = {name: check_str(f"{where}.{name}", v)
-                          for name, v in check_mapping(where, item).items()}
+            out["env"] = check_field(where, RUNTIME_ENV[key], item)
         elif key == "excludes":
-            out["excludes"] = check_str_list(where, item, "patterns")
+            out["excludes"] = check_field(where, RUNTIME_ENV[key], item)
         elif key == "image_uri":
-            out["image"] = check_str(where, item)
+            out["image"] = check_field(where, RUNTIME_ENV[key], item)
         else:
-            check_mapping(where, item)
+            check_field(where, RUNTIME_ENV[key], item)
             notes(Note("runtime_env.config", f"{where}: not used: {WHY_NOT_USED_CONFIG}",
                        False))
     return out
