@@ -1,4 +1,5 @@
-"""`servefleet deploy`, `config`, `delete` and `shutdown`: applications from config files."""
+"""`servefleet deploy`, `config`, `delete` and `shutdown`: applications from config files
+(`config schema`, the files' JSON Schema, is config_schema.py's)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import status_pb2
 
-from . import output
+from . import config_schema, output
 from .errors import CommandFailed
 
 AS = status_pb2.ApplicationStatus
@@ -160,9 +161,11 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
                              "(default %(default)s)")
     bind(deploy, cmd_deploy)
 
-    config = commands.add_parser("config", help="what was last deployed, as a config file")
+    config = commands.add_parser("config", help="what was last deployed, as a config file "
+                                                "(config schema: the file's JSON Schema)")
     config.add_argument("--json", action="store_true")
     bind(config, cmd_config)
+    config_schema.add_command(config)
 
     delete = commands.add_parser("delete", help="delete applications (or deployments)")
     delete.add_argument("names", nargs="+", metavar="NAME")
