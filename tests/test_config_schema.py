@@ -309,6 +309,15 @@ def test_they_agree_on_every_key_of_the_tables(data: Any, verdict: bool) -> None
     assert (schema_accepts(data), validator_accepts(data)) == (verdict, verdict), data
 
 
+def test_draft_07_validators_give_the_same_verdicts() -> None:
+    """Editors' yaml-language-server validates as draft-07 does: the schema
+    uses no keyword whose absence there would change a verdict."""
+    draft_07 = jsonschema.Draft7Validator(config_schema())
+    cases = [(yaml.safe_load(textwrap.dedent(text)), verdict) for text, verdict in CASES]
+    cases += [tuple(p.values) for p in generated_cases()]
+    assert [data for data, verdict in cases if draft_07.is_valid(data) != verdict] == []
+
+
 def test_every_section_has_one_name() -> None:
     seen: dict[str, Section] = {}
     for _, section, _ in places():

@@ -15,6 +15,11 @@ The committed copy, SCHEMA_PATH, is `servefleet config schema`'s output
 schema and the validator agree on every config file in the repository and
 on a table of good and bad ones).
 
+yaml-language-server (VS Code's YAML extension) validates as draft-07 does;
+the schema uses only keywords draft-07 has, besides `$defs` (which it
+reaches by JSON pointer) and `deprecated` (an annotation), so its verdicts
+are the same there (tested).
+
 What the schema cannot say, the validator still checks: JSON has one kind
 of number, so `num_replicas: 2.0` is an integer to the schema and refused
 by the validator; values inside user_config and args must be JSON; Ray's
