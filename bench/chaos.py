@@ -7,7 +7,11 @@ invariants (bench/nemesis/checks.py) are checked on what was recorded.
     bench/chaos.py --check RUN.json        check a saved history again
 
 1. start the cluster: 3 controllers on a 3-member etcd, 2 proxies
-   (nemesis/cluster.py), deploy the served deployments and wait for them;
+   (nemesis/cluster.py), each controller and proxy in a network namespace
+   of its own when the run may make them (as root, with iproute2 and
+   nftables; nemesis/hosts.py: the run itself goes into the "main" one),
+   else all on loopback and partitions are skipped; deploy the served
+   deployments and wait for them;
 2. start the traffic (nemesis/traffic.py) and the operations loop
    (nemesis/operations.py);
 3. the nemesis carries out the seed's plan (nemesis/schedule.py, faults.py);
@@ -22,6 +26,8 @@ Exit status 1 when an invariant is broken.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +41,7 @@ from nemesis.disk_full import MountRefused
 from nemesis.embedded import EmbeddedSide
 from nemesis.faults import Nemesis
 from nemesis.history import Final, History
+from nemesis.hosts import Hosts, unavailable
 from nemesis.operations import Operations, final_state
 from nemesis.traffic import Traffic
 
@@ -43,6 +50,8 @@ SHORT_SEED = 38
 # After the nemesis stops: how long the cluster may take to converge (a
 # rollout of 3 replicas on a loaded 2-core machine, after a failover).
 CONVERGE_BOUND_S = 60.0
+# Set in the run's own environment when it runs inside its hosts: their tag.
+INSIDE = "SERVEFLEET_CHAOS_HOSTS"
 
 
 def converged(cluster: ChaosCluster) -> bool:
@@ -87,10 +96,14 @@ def run(args: argparse.Namespace) -> History:
                                                      "minutes": args.minutes})
     print(f"chaos: seed {seed}, {len(steps)} faults, schedule {history.schedule_digest}")
     work = Path(tempfile.mkdtemp(prefix="servefleet-chaos-"))
-    cluster = ChaosCluster(work).start()
-    print(f"  cluster up in {work} (leader {cluster.leader()})")
+    hosts = Hosts(os.environ[INSIDE]) if os.environ.get(INSIDE) else None
+    cluster = ChaosCluster(work, hosts=hosts).start()
+    print(f"  cluster up in {work} (leader {cluster.leader()}"
+          f"{', each controller and proxy in a network namespace' if hosts else ''})")
     embedded = None
     nemesis = Nemesis(cluster)
+    if hosts is None:
+        nemesis.no_hosts = args.no_hosts_why
     try:
         try:
             embedded = nemesis.embedded = EmbeddedSide(work).start(seed)
@@ -101,7 +114,7 @@ def run(args: argparse.Namespace) -> History:
         ops.setup()
         if not _poll(lambda: converged(cluster), 120):
             raise SystemExit("the served deployments did not start within 120 s")
-        traffic = Traffic(cluster.proxy_urls(), cluster.grpc_ports,
+        traffic = Traffic(cluster.proxy_urls(), cluster.grpc_targets(),
                           embedded_url=embedded.url if embedded else None).start()
         ops.start()
         time.sleep(3)  # traffic under way before the first fault
@@ -131,6 +144,16 @@ def run(args: argparse.Namespace) -> History:
     return history
 
 
+def _in_hosts() -> int:
+    """Make the run's hosts, run this same command inside "main", remove them."""
+    hosts = Hosts().create()
+    try:
+        return subprocess.call([*hosts.wrap("main"), sys.executable, *sys.argv],
+                               env={**os.environ, INSIDE: hosts.tag})
+    finally:
+        hosts.remove()
+
+
 def _poll(predicate, timeout: float) -> bool:
     """Whether `predicate()` came true within the timeout (asked every 0.5 s)."""
     deadline = time.time() + timeout
@@ -149,7 +172,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0,
                         help="how long the nemesis works (not with --short)")
     parser.add_argument("--check", metavar="RUN.json", help="check a saved history again")
+    parser.add_argument("--loopback", action="store_true",
+                        help="no network namespaces: everything on loopback, no partitions")
     args = parser.parse_args()
+    args.no_hosts_why = "--loopback" if args.loopback else unavailable() or ""
+    if not args.check and not args.no_hosts_why and not os.environ.get(INSIDE):
+        sys.exit(_in_hosts())
     if args.check:
         history = History.load(args.check)
     else:

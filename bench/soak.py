@@ -94,7 +94,7 @@ def main() -> None:
         client = cluster.client(timeout=30)
         ops = Operations(client, seed=1, every_s=(20.0, 40.0), served_changes=("reconfigure",))
         ops.setup()
-        traffic = Traffic(cluster.proxy_urls(), cluster.grpc_ports).start()
+        traffic = Traffic(cluster.proxy_urls(), cluster.grpc_targets()).start()
         started = time.time()
         warm_until = started + args.warm_up * 60
         sampler.start()

@@ -1,7 +1,9 @@
 """The cluster a chaos run or a soak faces: three controllers on a
 three-member etcd, two proxies (HTTP and the gRPC ingress), and the
-replicas the leader starts, all on loopback, all logging JSON into one
-work directory.
+replicas the leader starts, all logging JSON into one work directory.
+On loopback, or with `hosts` (hosts.py) each controller and proxy in a
+network namespace of its own, the etcd members in "main", and a
+controller's replicas in its host, bound to its address (--replica-host).
 
 Processes are named for the history ("controller:c1", "proxy:p2",
 "etcd:e3", "replica:chaos/Front/<id>"); a process killed by the nemesis is
@@ -20,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from nemesis.etcd_members import EtcdCluster
+from nemesis.hosts import Hosts
 from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port
 from servefleet.client import ControllerClient
 
@@ -41,23 +44,37 @@ class ReplicaProcess:
 
 class ChaosCluster:
     def __init__(self, work: Path, runtime: str = "process", controllers: int = 3,
-                 proxies: int = 2) -> None:
+                 proxies: int = 2, hosts: Hosts | None = None) -> None:
         self.work = work
         self.runtime = runtime
-        self.etcd = EtcdCluster(work)
+        self.hosts = hosts
+
+        def host(name: str) -> str:
+            return hosts.address(name) if hosts else "127.0.0.1"
+
+        def wrap(name: str) -> list[str]:
+            return hosts.wrap(name) if hosts else []
+
+        self.etcd = EtcdCluster(work, host=host("main"))
         # One log directory (and runtime directory) for all: a new leader finds
         # the replicas another started, and their logs.
         self.metrics_ports = {f"c{i + 1}": free_port() for i in range(controllers)}
         self.controllers = {
             name: ControllerProcess(self.etcd.url, cluster=CLUSTER, lease_ttl=LEASE_TTL_S,
-                                    runtime=runtime, log_dir=work, extra_args=[
-                                        "--metrics-listen", f"127.0.0.1:{port}"])
+                                    runtime=runtime, log_dir=work, host=host(name),
+                                    wrap=wrap(name), extra_args=[
+                                        "--metrics-listen", f"{host(name)}:{port}",
+                                        "--replica-host", host(name),
+                                        # Off loopback a controller runs no code
+                                        # from a directory it was not told of.
+                                        "--allow-working-dir", CHAOS_APPS,
+                                        "--allow-working-dir", EXAMPLES])
             for name, port in self.metrics_ports.items()}
         addresses = [c.address for c in self.controllers.values()]
         self.grpc_ports = {f"p{i + 1}": free_port() for i in range(proxies)}
         self.proxies = {
-            name: ProxyProcess(addresses, log_dir=work,
-                               extra_args=["--grpc-listen", f"127.0.0.1:{port}"])
+            name: ProxyProcess(addresses, log_dir=work, host=host(name), wrap=wrap(name),
+                               extra_args=["--grpc-listen", f"{host(name)}:{port}"])
             for name, port in self.grpc_ports.items()}
 
     # -- lifecycle ----------------------------------------------------------
@@ -113,6 +130,10 @@ class ChaosCluster:
     def proxy_urls(self) -> dict[str, str]:
         return {name: proxy.url for name, proxy in self.proxies.items()}
 
+    def grpc_targets(self) -> dict[str, str]:
+        return {name: f"{proxy.host}:{self.grpc_ports[name]}"
+                for name, proxy in self.proxies.items()}
+
     def replicas(self) -> list[ReplicaProcess]:
         return [r for r, _ in self._replicas()]
 
@@ -135,7 +156,7 @@ class ChaosCluster:
         named = {f"etcd:{m.name}": (m.proc.pid, "") for m in self.etcd.members
                  if m.proc is not None and m.alive()}
         named |= {f"controller:{n}": (c.proc.pid,
-                                      f"http://127.0.0.1:{self.metrics_ports[n]}/metrics")
+                                      f"http://{c.host}:{self.metrics_ports[n]}/metrics")
                   for n, c in self.controllers.items() if c.proc is not None and self.alive(c)}
         named |= {f"proxy:{n}": (p.proc.pid, f"{p.url}/-/metrics")
                   for n, p in self.proxies.items() if p.proc is not None and self.alive(p)}

@@ -1,4 +1,4 @@
-"""A three-member etcd cluster on loopback whose members the nemesis can
+"""A three-member etcd cluster (on loopback, or a host's address) whose members the nemesis can
 kill, stop, and start again with their data (a member that comes back
 rejoins with what it had, as after a crash or a host reboot)."""
 
@@ -18,8 +18,8 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
 class EtcdMember:
-    def __init__(self, name: str, work: Path) -> None:
-        self.name = name
+    def __init__(self, name: str, work: Path, host: str = "127.0.0.1") -> None:
+        self.name, self.host = name, host
         self.client_port, self.peer_port = free_port(), free_port()
         self.data_dir = work / f"etcd-{name}"
         self.log_path = work / f"etcd-{name}.log"
@@ -27,11 +27,11 @@ class EtcdMember:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     def launch(self, initial_cluster: str) -> None:
         """Start the member; with data from an earlier start it rejoins with
@@ -73,8 +73,8 @@ class EtcdMember:
 
 
 class EtcdCluster:
-    def __init__(self, work: Path, size: int = 3) -> None:
-        self.members = [EtcdMember(f"e{i + 1}", work) for i in range(size)]
+    def __init__(self, work: Path, size: int = 3, host: str = "127.0.0.1") -> None:
+        self.members = [EtcdMember(f"e{i + 1}", work, host) for i in range(size)]
         self.initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     @property
@@ -89,14 +89,16 @@ class EtcdCluster:
             member.launch(self.initial)
         for member in self.members:
             assert member.proc is not None
-            _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}")
+            _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
+                      member.host)
         return self
 
     def start_member(self, member: EtcdMember, timeout: float = 30) -> None:
         """Start a member that is down again, with its data; wait until it listens."""
         member.launch(self.initial)
         assert member.proc is not None
-        _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}")
+        _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
+                      member.host)
 
     def healthy(self) -> bool:
         """Whether every member answers its /health as part of a cluster with a leader."""

@@ -8,8 +8,14 @@ records each fault's window (history.Fault).
     quorum     two of the three etcd members killed for the hold, then
                started again with their data
     disk-full  the embedded side's store disk full for the hold (embedded.py)
-    partition, netem
-               not carried out yet: recorded as skipped, with why
+    partition  the leader cut off from etcd, or a proxy cut off from the
+               controllers, for the hold (hosts.py: the target's own network
+               namespace drops its packets to and from their ports)
+    netem      the leader's link made lossy (and slow, where the kernel has
+               netem) for the hold
+
+Partitions and link faults need the cluster's hosts (network namespaces,
+as root); without them those steps are skipped, with why.
 
 A step whose role has no process now (no leader during a failover, no
 replica) is skipped and said so; the plan itself does not change.
@@ -27,8 +33,8 @@ from nemesis.embedded import EmbeddedSide
 from nemesis.history import Fault
 from nemesis.schedule import Step
 
-NOT_BUILT = {"partition": "network partitions are not built yet",
-             "netem": "link delay and loss are not built yet"}
+NEEDS_HOSTS = ("partition", "netem")
+LOSS_PERCENT, DELAY_MS = 5, 50
 
 
 class Nemesis:
@@ -40,6 +46,8 @@ class Nemesis:
         self.faults: list[Fault] = []
         self._at = 0.0  # when the current step's signal was sent
         self.skipped: list[str] = []
+        # Why partitions cannot be made in this run ("": they can).
+        self.no_hosts = "" if cluster.hosts else "the run has no network namespaces"
 
     def run(self, steps: list[Step], started: float, stopping: Callable[[], bool]) -> None:
         """Each step at its time after `started`, until done or `stopping()`."""
@@ -51,8 +59,8 @@ class Nemesis:
             self.carry_out(step)
 
     def carry_out(self, step: Step) -> None:
-        if step.kind in NOT_BUILT:
-            self._skip(step, NOT_BUILT[step.kind])
+        if step.kind in NEEDS_HOSTS and self.no_hosts:
+            self._skip(step, self.no_hosts)
             return
         target = self._target(step)
         if target is None:
@@ -166,12 +174,46 @@ class Nemesis:
         etcd.wait_healthy(60)
         return f"{' and '.join(m.name for m in lost)} down for {hold:.1f} s"
 
+    def _partition(self, target: str, hold: float) -> str:
+        hosts, cluster = self.cluster.hosts, self.cluster
+        assert hosts is not None
+        role, _, name = target.partition(":")
+        if role == "controller":
+            ports = [p for m in cluster.etcd.members for p in (m.client_port, m.peer_port)]
+            what = "etcd"
+        else:
+            ports = [c.port for c in cluster.controllers.values()]
+            what = "the controllers"
+        self._at = time.time()
+        hosts.cut(name, ports)
+        try:
+            time.sleep(hold)
+        finally:
+            hosts.heal(name)
+        return f"cut off from {what} for {hold:.1f} s"
+
+    def _netem(self, target: str, hold: float) -> str:
+        hosts = self.cluster.hosts
+        assert hosts is not None
+        name = target.partition(":")[2]
+        self._at = time.time()
+        try:
+            done = hosts.lossy(name, LOSS_PERCENT, DELAY_MS)
+            time.sleep(hold)
+        finally:
+            hosts.heal(name)
+        return done
+
     def _disk_full(self, target: str, hold: float) -> str:
         assert self.embedded is not None
         return self.embedded.fill_for(hold)
 
     def heal_all(self) -> None:
-        """After the run: every process that should be running is (a step cut short)."""
+        """After the run: every process that should be running is, and every
+        link is whole (a step cut short)."""
+        if self.cluster.hosts is not None:
+            for name in [*self.cluster.controllers, *self.cluster.proxies]:
+                self.cluster.hosts.heal(name)
         for member in self.cluster.etcd.members:
             if member.alive():
                 member.signal(signal.SIGCONT)

@@ -94,6 +94,9 @@ class Operations:
         """Deploy the served deployments (v1, 2 replicas) and wait until RUNNING."""
         for key in SERVED:
             self.deploy(key, "v1", 2)
+        refused = [f"{op.key}: {op.error}" for op in self.ops if op.outcome != OK]
+        if refused:
+            raise RuntimeError(f"the served deployments were not deployed: {refused}")
 
     def start(self) -> Operations:
         self._thread = threading.Thread(target=self._loop, name="chaos-ops", daemon=True)

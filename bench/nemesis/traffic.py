@@ -51,10 +51,10 @@ class Refused(Exception):
 
 
 class Traffic:
-    def __init__(self, proxies: dict[str, str], grpc_ports: dict[str, int],
+    def __init__(self, proxies: dict[str, str], grpc_targets: dict[str, str],
                  clients_per_kind: int = 2, embedded_url: str | None = None) -> None:
         self.proxies = proxies              # name -> http://host:port
-        self.grpc_targets = {n: f"127.0.0.1:{p}" for n, p in grpc_ports.items()}
+        self.grpc_targets = grpc_targets
         self.clients_per_kind = clients_per_kind
         self.embedded_url = embedded_url
         self.kinds = tuple(k for k in PATHS if k != "embedded" or embedded_url)

@@ -4,7 +4,7 @@
 a temporary directory; `ControllerProcess` runs `servefleet controller`,
 `ProxyProcess` `servefleet proxy` and `ReplicaProcess` one replica (without
 a controller's runtime) as child processes. Each stops what it started, and
-all only ever bind 127.0.0.1.
+all bind 127.0.0.1 unless told a host (the chaos suite's network namespaces).
 """
 
 from __future__ import annotations
@@ -72,16 +72,17 @@ def wait_for(predicate, timeout: float = 60, what: str = ""):
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
-def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
+def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str,
+              host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
-    raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
+    raise TimeoutError(f"{what} did not listen on {host}:{port} within {timeout}s")
 
 
 class EtcdServer:
@@ -139,12 +140,16 @@ class ControllerProcess:
     def __init__(self, store_url: str, *, cluster: str = "default", lease_ttl: float = 5.0,
                  runtime: str = "process", log_dir: str | Path | None = None,
                  extra_args: list[str] | None = None,
-                 certs: str | Path | None = None) -> None:
+                 certs: str | Path | None = None, host: str = "127.0.0.1",
+                 wrap: list[str] | None = None) -> None:
         """With `certs` (a `servefleet certs init` directory) the controller runs
-        with `--certs DIR`, and this object's own calls present DIR/admin.crt."""
+        with `--certs DIR`, and this object's own calls present DIR/admin.crt.
+        `host`: the address it listens on; `wrap`: a command it runs under
+        (`ip netns exec NS`, bench/nemesis)."""
         from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
 
         self.port = free_port()
+        self.host, self.wrap = host, wrap or []
         self.store_url = store_url
         self.certs = certs
         self.credentials = Credentials(TlsFiles.from_dir(certs, "admin")) if certs else PLAIN
@@ -161,10 +166,11 @@ class ControllerProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, wait: bool = True) -> ControllerProcess:
-        cmd = [sys.executable, "-m", "servefleet", "controller", "--store", self.store_url,
+        cmd = [*self.wrap, sys.executable, "-m", "servefleet", "controller",
+               "--store", self.store_url,
                "--listen", self.address, "--cluster", self.cluster,
                "--lease-ttl", str(self.lease_ttl), "--runtime", self.runtime,
                "--runtime-dir", str(self.runtime_dir), *self.extra_args]
@@ -180,7 +186,7 @@ class ControllerProcess:
     def wait_serving_health(self, timeout: float) -> None:
         """Wait until the process answers the gRPC health service (leader or not)."""
         assert self.proc is not None
-        _wait_tcp(self.port, timeout, self.proc, "controller")
+        _wait_tcp(self.port, timeout, self.proc, "controller", self.host)
         deadline = time.monotonic() + timeout
         with self.credentials.channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -231,8 +237,10 @@ class ProxyProcess:
     """`servefleet proxy` as a child process on a free loopback port."""
 
     def __init__(self, controllers: list[str], *, log_dir: str | Path | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, host: str = "127.0.0.1",
+                 wrap: list[str] | None = None) -> None:
         self.port = free_port()
+        self.host, self.wrap = host, wrap or []  # as ControllerProcess's
         self.controllers = controllers
         self.extra_args = extra_args or []
         directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-proxy-"))
@@ -241,16 +249,16 @@ class ProxyProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> ProxyProcess:
-        cmd = [sys.executable, "-m", "servefleet", "proxy", "--controller",
-               ",".join(self.controllers), "--listen", f"127.0.0.1:{self.port}",
+        cmd = [*self.wrap, sys.executable, "-m", "servefleet", "proxy", "--controller",
+               ",".join(self.controllers), "--listen", f"{self.host}:{self.port}",
                *self.extra_args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _wait_tcp(self.port, 30, self.proc, "proxy")
+        _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
         return self
 
     def stop(self, timeout: float = 15) -> int | None:
