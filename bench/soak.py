@@ -1,5 +1,6 @@
 """The soak: the chaos suite's cluster and mixed traffic for 30 minutes (or
---minutes), with a deploy every 20-40 s and no faults, every process's
+--minutes), with a deploy every 20-40 s (in-place changes and rollouts
+that keep the number of replicas; nemesis/operations.py) and no faults, every process's
 memory, file descriptors, threads and event-loop tasks sampled every 10 s.
 
     bench/soak.py                 30 minutes, 5 of them warm-up
@@ -92,7 +93,8 @@ def main() -> None:
     sampler = Sampler(cluster.processes, args.every)
     try:
         client = cluster.client(timeout=30)
-        ops = Operations(client, seed=1, every_s=(20.0, 40.0), served_changes=("reconfigure",))
+        ops = Operations(client, seed=1, every_s=(20.0, 40.0), served_changes=("reconfigure",),
+                         steady=True)
         ops.setup()
         traffic = Traffic(cluster.proxy_urls(), cluster.grpc_targets()).start()
         started = time.time()

@@ -76,10 +76,16 @@ def final_state(records: list[records_pb2.DeploymentRecord]) -> dict[str, str]:
 
 class Operations:
     def __init__(self, client: ControllerClient, seed: int, every_s: tuple[float, float]
-                 = (2.0, 5.0), served_changes: tuple[str, ...] = CHANGES) -> None:
+                 = (2.0, 5.0), served_changes: tuple[str, ...] = CHANGES,
+                 steady: bool = False) -> None:
         """`served_changes`: what may happen to the served deployments (the
-        soak changes them in place only, so that their replicas live on)."""
+        soak changes them in place only, so that their replicas live on).
+        `steady` (the soak): the churned deployments are made by `setup` and
+        then rolled and reconfigured, never scaled or deleted, so the cluster
+        runs the same number of replicas between rollouts and what each
+        process holds can be compared over time."""
         self.client = client
+        self.steady = steady
         self.served_changes = served_changes
         self.rng = random.Random(seed * 7919 + 1)
         self.every_s = every_s
@@ -94,6 +100,8 @@ class Operations:
         """Deploy the served deployments (v1, 2 replicas) and wait until RUNNING."""
         for key in SERVED:
             self.deploy(key, "v1", 2)
+        for key in CHURNED if self.steady else ():
+            self.deploy(key, "v1", 1)
         refused = [f"{op.key}: {op.error}" for op in self.ops if op.outcome != OK]
         if refused:
             raise RuntimeError(f"the served deployments were not deployed: {refused}")
@@ -113,11 +121,14 @@ class Operations:
         while not self._stop.wait(self.rng.uniform(*self.every_s)):
             key = self.rng.choice(SERVED + CHURNED)
             now = self.current.get(key)
-            if key in CHURNED and now is not None and self.rng.random() < 0.4:
+            if key in CHURNED and now is not None and self.rng.random() < 0.4 \
+                    and not self.steady:
                 self.delete(key)
                 continue
             version, replicas, _ = now or ("v1", 1, "")
-            change = self.rng.choice(self.served_changes if key in SERVED else CHANGES)
+            changes = self.served_changes if key in SERVED else \
+                ("rollout", "reconfigure") if self.steady else CHANGES
+            change = self.rng.choice(changes)
             if change == "rollout":
                 version = f"v{self._counter + 2}"
             elif change == "scale":
