@@ -5,6 +5,7 @@ both are driven by)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from servefleet._private.config_file import dump_config, load_config, parse_conf
 from servefleet._private.config_schema import SCHEMA_PATH, config_schema, schema_text
 from servefleet._private.field_table import Field, Section
 from servefleet._private.option_checks import OptionError
+from servefleet._private.option_fields import AUTOSCALING, DEPLOYMENT_OPTIONS
 from servefleet.v1 import controller_pb2 as api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -316,6 +318,16 @@ def test_draft_07_validators_give_the_same_verdicts() -> None:
     cases = [(yaml.safe_load(textwrap.dedent(text)), verdict) for text, verdict in CASES]
     cases += [tuple(p.values) for p in generated_cases()]
     assert [data for data, verdict in cases if draft_07.is_valid(data) != verdict] == []
+
+
+def test_the_defaults_in_the_help_are_the_controllers() -> None:
+    from servefleet.controller.goals import spec
+
+    for section, defaults in ((DEPLOYMENT_OPTIONS, spec._REPLICA_DEFAULTS),
+                              (AUTOSCALING, spec._AUTOSCALING_DEFAULTS)):
+        for name, value in defaults.items():
+            said = re.search(r"Default (-?[0-9.]+)\.", section[name].help)
+            assert said is None or float(said.group(1)) == value, (section.name, name)
 
 
 def test_every_section_has_one_name() -> None:

@@ -76,7 +76,7 @@ AUTOSCALING = Section("autoscaling_config", "Scale the replicas with the load, b
     Field("downscale_delay_s", "number", "How long the load must ask for fewer before the "
           "target falls. Default 600.", nullable=True),
     Field("metrics_interval_s", "number", "Accepted for Ray Serve configs: load is reported "
-          "every 0.5 s.", nullable=True),
+          "every 0.5 s. Default 10.", nullable=True),
     Field("look_back_period_s", "number", "The window the load is combined over. "
           "Default 30.", nullable=True),
     Field("upscaling_factor", "number", "Scales each step up. Default 1.", nullable=True),
@@ -169,17 +169,18 @@ ROUTE_PREFIX_PATTERN = r"^/([^{}]*[^{}/])?$"
 DEPLOYMENT_OPTIONS = Section("deployment_options", "A deployment's options.", (
     Field("num_replicas", "int", "How many replicas run ('auto': autoscaling with Ray's "
           "defaults). Default 1.", bounds=(0, MAX_REPLICAS), also=("auto",), nullable=True),
-    Field("max_ongoing_requests", "int", "Requests one replica serves at once; more wait.",
-          bounds=(1, MAX_ONGOING)),
+    Field("max_ongoing_requests", "int", "Requests one replica serves at once; more wait. "
+          "Default 5.", bounds=(1, MAX_ONGOING)),
     Field("max_queued_requests", "int", "Requests that may wait for a replica (-1: no "
-          "limit).", bounds=(-1, MAX_QUEUED)),
-    Field("health_check_period_s", "number", "Seconds between calls of check_health()."),
+          "limit). Default -1.", bounds=(-1, MAX_QUEUED)),
+    Field("health_check_period_s", "number", "Seconds between calls of check_health(). "
+          "Default 10."),
     Field("health_check_timeout_s", "number", "A health check not answered within this "
-          "long failed."),
+          "long failed. Default 30."),
     Field("graceful_shutdown_timeout_s", "number", "A draining replica is killed after "
-          "this long."),
+          "this long. Default 20."),
     Field("graceful_shutdown_wait_loop_s", "number", "How often a draining replica checks "
-          "for requests in flight."),
+          "for requests in flight. Default 2."),
     Field("startup_timeout_s", "number", "A constructor not done after this long is a "
           "failed start. Default 300."),
     Field("user_config", "json", "Passed to reconfigure(); a change is applied without a "
