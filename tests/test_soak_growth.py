@@ -34,6 +34,18 @@ def test_a_process_seen_too_briefly_after_warm_up_is_left_out() -> None:
     assert growth({"replica:short": series([100] * 8)}, warm_until=30) == []
 
 
+def test_only_processes_alive_from_warm_up_to_the_end_are_compared() -> None:
+    """A replica born after the warm-up, or gone before the end (a rollout
+    replaced it), is not compared: its first and last samples are not the
+    run's."""
+    whole = series([100] * 13)                             # 0..120 s
+    born_late = series([100] * 8, start=50)                # 50..120 s
+    gone_early = series([100] * 10)                        # 0..90 s
+    found = growth({"proxy:p1": whole, "replica:late": born_late,
+                    "replica:early": gone_early}, warm_until=30)
+    assert [g.process for g in found] == ["proxy:p1"]
+
+
 def test_a_name_whose_pid_changes_starts_a_new_series() -> None:
     pids = {"proxy:p1": (os.getpid(), "")}
     sampler = Sampler(lambda: pids, every_s=1)

@@ -98,10 +98,14 @@ def growth(series: dict[str, list[Sample]], warm_until: float,
     """Per process alive from the warm-up's end to the last sample: the mean
     of its first `window` samples after warm-up against its last `window`."""
     found = []
+    last = max((samples[-1].time for samples in series.values() if samples), default=0.0)
     for name, samples in sorted(series.items()):
         after = [s for s in samples if s.time >= warm_until]
         if len(after) < 2 * window:
             continue
+        period = after[1].time - after[0].time  # one sampling sweep
+        if samples[0].time > warm_until or after[-1].time < last - 1.5 * period:
+            continue  # born after the warm-up, or gone before the end
         found.append(Growth(name, _mean(after[:window]), _mean(after[-window:])))
     return found
 
