@@ -45,6 +45,8 @@ from nemesis.hosts import Hosts, unavailable
 from nemesis.operations import Operations, final_state
 from nemesis.traffic import Traffic
 
+from servefleet._private.xds_bootstrap import render
+
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos"
 SHORT_SEED = 38
 # After the nemesis stops: how long the cluster may take to converge (a
@@ -115,7 +117,8 @@ def run(args: argparse.Namespace) -> History:
         if not _poll(lambda: converged(cluster), 120):
             raise SystemExit("the served deployments did not start within 120 s")
         traffic = Traffic(cluster.proxy_urls(), cluster.grpc_targets(),
-                          embedded_url=embedded.url if embedded else None).start()
+                          embedded_url=embedded.url if embedded else None,
+                          xds_bootstrap=render(list(cluster.controller_addresses()))).start()
         ops.start()
         time.sleep(3)  # traffic under way before the first fault
         nemesis.run(steps, time.time(), stopping=lambda: False)

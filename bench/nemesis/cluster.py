@@ -108,6 +108,9 @@ class ChaosCluster:
             controller.stop()
         self.etcd.stop()
 
+    def controller_addresses(self) -> list[str]:
+        return [c.address for c in self.controllers.values()]
+
     def client(self, timeout: float = 10) -> ControllerClient:
         return ControllerClient([c.address for c in self.controllers.values()], timeout=timeout)
 

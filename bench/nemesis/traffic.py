@@ -8,6 +8,8 @@ pause (the point is coverage under faults, not load):
     stream     GET /front/stream?n=5     Back's tokens, streamed through Front
     websocket  WS  /front/ws             three messages echoed on one connection
     grpc       Classifier.Predict        through the proxies' gRPC ingress
+    xds        Classifier.Predict        proxyless, straight to the replicas
+                                         (xds_client.py, a process of its own)
     embedded   GET /echo/                the embedded side's proxy (embedded.py)
 
 Like a load balancer in front of the proxies, a client whose connection to
@@ -19,6 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -41,7 +46,9 @@ BACK = "chaos/Back"
 GRPC_APP = "grpc/Clf"
 # kind -> the deployments it reaches
 PATHS = {"http": [FRONT], "compose": [FRONT, BACK], "stream": [FRONT, BACK],
-         "websocket": [FRONT], "grpc": [GRPC_APP], "embedded": ["embedded/Echo"]}
+         "websocket": [FRONT], "grpc": [GRPC_APP], "xds": [GRPC_APP],
+         "embedded": ["embedded/Echo"]}
+XDS_CLIENT = str(Path(__file__).resolve().parent / "xds_client.py")
 GOING_AWAY_RETRIES = 2
 EMBEDDED = "embedded"  # the embedded side's proxy, for its kind of request only
 
@@ -52,12 +59,17 @@ class Refused(Exception):
 
 class Traffic:
     def __init__(self, proxies: dict[str, str], grpc_targets: dict[str, str],
-                 clients_per_kind: int = 2, embedded_url: str | None = None) -> None:
+                 clients_per_kind: int = 2, embedded_url: str | None = None,
+                 xds_bootstrap: str | None = None) -> None:
+        """`xds_bootstrap`: the bootstrap (JSON) of the proxyless client; None: none."""
         self.proxies = proxies              # name -> http://host:port
         self.grpc_targets = grpc_targets
         self.clients_per_kind = clients_per_kind
         self.embedded_url = embedded_url
-        self.kinds = tuple(k for k in PATHS if k != "embedded" or embedded_url)
+        self.kinds = tuple(k for k in PATHS if k != "xds" and (k != "embedded" or embedded_url))
+        self.xds_bootstrap = xds_bootstrap
+        self._xds: subprocess.Popen | None = None
+        self._xds_reader: threading.Thread | None = None
         self.requests: list[Request] = []
         # WebSockets closed with 1001 (going away) and opened again.
         self.reconnects = 0
@@ -69,12 +81,45 @@ class Traffic:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()),
                                         name="chaos-traffic", daemon=True)
         self._thread.start()
+        if self.xds_bootstrap:
+            self._xds = subprocess.Popen(
+                [sys.executable, XDS_CLIENT, GRPC_APP.split("/")[0],
+                 "--callers", str(self.clients_per_kind)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": self.xds_bootstrap,
+                     "GRPC_VERBOSITY": "ERROR"})  # not its notes of each failover
+            self._xds_reader = threading.Thread(target=self._read_xds, name="chaos-xds",
+                                                daemon=True)
+            self._xds_reader.start()
         return self
+
+    def _read_xds(self) -> None:
+        assert self._xds is not None and self._xds.stdout is not None
+        path = ["xds:client", f"deployment:{GRPC_APP}"]
+        for line in self._xds.stdout:
+            try:
+                call = json.loads(line)
+            except ValueError:
+                continue
+            self.requests.append(Request("xds", call["start"], call["end"], call["ok"], path,
+                                         call["error"]))
 
     def stop(self) -> list[Request]:
         self._stopping = True
         if self._thread is not None:
             self._thread.join(TIMEOUT_S + 10)
+        if self._xds is not None:
+            assert self._xds.stdin is not None
+            self._xds.stdin.close()
+            try:
+                self._xds.wait(TIMEOUT_S + 10)
+            except subprocess.TimeoutExpired:
+                self._xds.kill()
+                self._xds.wait()
+            if self._xds_reader is not None:
+                self._xds_reader.join(10)
+            assert self._xds.stdout is not None
+            self._xds.stdout.close()
         return self.requests
 
     def failed(self) -> list[Request]:
