@@ -44,7 +44,12 @@ async def main() -> None:
     args = parser.parse_args()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.read(1) or stop.set())
+
+    def on_stdin() -> None:
+        if not sys.stdin.read(1):  # closed: the run is over
+            stop.set()
+
+    loop.add_reader(sys.stdin.fileno(), on_stdin)
     async with grpc.aio.insecure_channel(f"xds:///{args.application}") as channel:
         stub = classifier_pb2_grpc.ClassifierStub(channel)
 
