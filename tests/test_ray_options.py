@@ -265,3 +265,11 @@ def test_merge_lays_new_options_over_old_as_rays_options_does() -> None:
 ])
 def test_dotted_import_paths_get_their_colon(path: str, expected: str) -> None:
     assert colon_form(path) == expected
+
+
+def test_an_error_in_request_router_config_names_its_path_once() -> None:
+    """Found by review: the path read `...request_router_config.request_router_config.x`."""
+    with pytest.raises(OptionError) as bad:
+        normalize_options("deployments[0]", {"request_router_config": {"colour": 1}})
+    assert str(bad.value).startswith("deployments[0].request_router_config")
+    assert "request_router_config.request_router_config" not in str(bad.value)

@@ -156,7 +156,7 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
                 out[key] = normalize_autoscaling(where, value, notes)
         elif key == "request_router_config":
             if value is not None:
-                out.update(_router_config(f"{where}.request_router_config", value, notes))
+                out.update(_router_config(where, value, notes))
         elif key in ("num_replicas", "user_config", "version", "runtime", "retry_methods",
                      "resources"):
             if value is not None:
