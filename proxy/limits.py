@@ -29,11 +29,15 @@ class EdgeLimits:
     # client_header_timeout and Node's headersTimeout are 60 s, HAProxy's
     # `timeout http-request` has no default and 10 s in its examples.
     header_timeout_s: float = 10.0
-    # Close a connection that sends nothing this long after an answer: the
-    # default of uvicorn (what the proxy had) and Node; nginx's is 75 s. Behind
-    # a load balancer that keeps idle connections open longer (AWS ALB: 60 s),
-    # set it above the balancer's, or the balancer may send on a closing one.
-    keep_alive_timeout_s: float = 5.0
+    # Close a connection that sends nothing this long after an answer. It
+    # must outlast the idle time of clients' connection pools, or a client
+    # sends on a connection the proxy is closing and gets a reset for a
+    # request no one read (httpx keeps idle connections 5 s, aiohttp 15 s):
+    # 5 s, uvicorn's and Node's default, raced httpx's own 5 s (a chaos run
+    # caught one such reset). nginx's default is 75 s; so is this one.
+    # Behind a load balancer that keeps idle connections open longer,
+    # set it above the balancer's (AWS ALB: 60 s; Go's http.Transport: 90 s).
+    keep_alive_timeout_s: float = 75.0
     # Open client connections past which a new one gets 503 and is closed;
     # 0: no cap; None: the proxy derives one from its open-file limit (main.py).
     max_connections: int | None = None
