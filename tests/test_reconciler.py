@@ -215,3 +215,26 @@ async def test_a_replica_proxies_ejected_is_checked_at_once_and_replaced(
     await passes(3, 0.1)
     await world.settle(term, ticks=5)
     assert sick not in running_ids(term, "A") and len(running_ids(term, "A")) == 2
+
+
+async def test_a_new_term_holds_back_stops_of_replicas_it_inherited(
+        world: FakeControlPlane) -> None:
+    """Clients that lost their stream with the last term may not have heard
+    of new replicas yet: a rollout right after a failover starts the new
+    ones at once and stops the old only TAKEOVER_SETTLE_S after the term
+    began. A deleted deployment's replicas are not held."""
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 2))
+    await term.deployments.deploy(spec("B", 1))
+    await world.settle(term)
+    before = {r.handle for r in world.runtime.alive()}
+    successor = await world.lead()
+    await successor.deployments.deploy(spec("A", 2, import_path="m:D"))
+    await successor.deployments.delete("default", ["B"])
+    await world.settle(successor, ticks=12, step_s=0.5)  # 6 s into the term
+    alive = {r.handle for r in world.runtime.alive()}
+    assert len(running_ids(successor, "A")) == 4, "the new version did not start at once"
+    assert len(alive - before) == 2 and len(before & alive) == 2, "B was held or A stopped"
+    await world.settle(successor, ticks=10, step_s=0.5)  # 11 s
+    assert len(world.runtime.alive()) == 2 and not before & {
+        r.handle for r in world.runtime.alive()}

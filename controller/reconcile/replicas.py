@@ -60,6 +60,14 @@ logger = logging.getLogger(__name__)
 # timeout (or the deployment's, if shorter), and again at most this often.
 SUSPECT_TIMEOUT_S = 2.0
 SUSPECT_RECHECK_S = 5.0
+# A new term does not stop a replica it inherited, while it still has a goal,
+# for this long after taking office. Clients that route by the replica set
+# on their own (proxyless xDS, proxies, handles) lost their stream with the
+# old term and may still be in gRPC's reconnect backoff (1 s, then x1.6 per
+# failed try: 6.6 s after a 9 s outage): until they reconnect they know only
+# the replicas of before, and a rollout or scale-down that ends sooner
+# leaves them calling replicas that are gone (the chaos suite's seed 2).
+TAKEOVER_SETTLE_S = 10.0
 DKey = tuple[str, str]
 Goals = Callable[[], list[records_pb2.DeploymentRecord]]
 
@@ -69,7 +77,8 @@ class ReplicaReconciler:
 
     def __init__(self, keys: ClusterKeys, ops: ReplicaOps, loop: ReconcileLoop, goals: Goals,
                  clock: Clock, on_change: Callable[[str, str], None] | None = None,
-                 suspects: Callable[[], set[str]] = set) -> None:
+                 suspects: Callable[[], set[str]] = set,
+                 takeover_settle_s: float = TAKEOVER_SETTLE_S) -> None:
         self._ops, self._loop, self._clock, self._goals = ops, loop, clock, GoalIndex(goals)
         self._on_change = on_change or (lambda app, name: None)
         self._inventory = Inventory(keys, ops, loop, clock, self._post)
@@ -90,10 +99,19 @@ class ReplicaReconciler:
         self._dirty: set[DKey] = set()
         self._serving_changed: set[DKey] = set()
         self.observed = ObservedState()
+        # Replicas this term found at its start, not stopped (but failed ones)
+        # before `_settled_at` (TAKEOVER_SETTLE_S); those it held, for one log line.
+        self._takeover_settle_s = takeover_settle_s
+        self._inherited: set[str] = set()
+        self._settled_at = 0.0
+        self._held: set[str] = set()
 
     async def recover(self, store: Store) -> None:
         now = self._clock.monotonic()
+        self._settled_at = now + self._takeover_settle_s
         for record in await self._inventory.recover(store):
+            if not record.stopping:
+                self._inherited.add(record.replica_id)
             # A stop under way is finished by the loop (with the goal's timings).
             self._track(record, ReplicaView(
                 record.replica_id, record.slot, record.version, record.code_hash,
@@ -194,7 +212,8 @@ class ReplicaReconciler:
             self._plans[key] = (goal, plan.status, plan.message)
             self._dirty.add(key)
         for replica_id in plan.stop:
-            self._stop(key, replica_id, record, now)
+            if not self._hold(key, replica_id, record, now):
+                self._stop(key, replica_id, record, now)
         # A stop that failed (store or runtime trouble), one recovered from the
         # registry, or one that waited for its start is carried out (again).
         for view in list(views.values()):
@@ -275,6 +294,28 @@ class ReplicaReconciler:
                 self._starting.discard(replica_id)
 
         self._run(replica_id, start)
+
+    def _hold(self, key: DKey, replica_id: str, goal: records_pb2.DeploymentRecord | None,
+              now: float) -> bool:
+        """Whether to put off stopping `replica_id` (TAKEOVER_SETTLE_S): it was
+        serving when this term began, serves still, and its deployment has a
+        goal whose replicas clients are yet to hear of."""
+        if now >= self._settled_at:
+            self._inherited.clear()
+            self._held.clear()
+            return False
+        if replica_id not in self._inherited:
+            return False
+        view = self._views[key][replica_id]
+        if (goal is None or goal.deleted or view.failure
+                or view.state not in (RUNNING, RECOVERING)):
+            return False
+        if replica_id not in self._held:
+            self._held.add(replica_id)
+            logger.info("replica %s of %s/%s: stopped %.1f s from now, once clients that "
+                        "lost their stream with the last term can have reconnected",
+                        replica_id, *key, self._settled_at - now)
+        return True
 
     def _stop(self, key: DKey, replica_id: str, goal: records_pb2.DeploymentRecord | None,
               now: float) -> None:
