@@ -1,0 +1,79 @@
+"""`servefleet controller`: run one controller (in the foreground)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from servefleet._private.wire import DEFAULT_CONTROLLER
+
+from . import security
+from .errors import EXIT_FAILED, UsageError
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    from servefleet.controller.server import ControllerConfig, serve
+    from servefleet.controller.store import StoreURLError
+
+    config = ControllerConfig(store_url=args.store, listen=args.listen, advertise=args.advertise,
+                              cluster=args.cluster, lease_ttl=args.lease_ttl,
+                              runtime=args.runtime, runtime_dir=args.runtime_dir,
+                              replica_host=args.replica_host,
+                              docker_image=args.docker_image,
+                              docker_network=args.docker_network,
+                              docker_code=args.docker_code,
+                              metrics_listen=args.metrics_listen,
+                              allow_http_hosts=tuple(args.allow_http_host),
+                              **security.controller_security(args))
+    try:
+        config.validate()
+        asyncio.run(serve(config))
+    except (ValueError, StoreURLError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        print(f"servefleet controller: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def add_command(commands) -> None:
+    ctl = commands.add_parser("controller", help="run a controller")
+    ctl.add_argument("--store", required=True, metavar="URL",
+                     help="etcd://host:port[,host:port...] or sqlite:///path/state.db")
+    ctl.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT")
+    ctl.add_argument("--advertise", default=None, metavar="HOST:PORT",
+                     help="address others reach this controller at (default: --listen; when "
+                          "that binds every interface, this host's address towards etcd)")
+    ctl.add_argument("--cluster", default="default", metavar="NAME")
+    ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
+                     help="leader lease TTL in seconds (default 5)")
+    ctl.add_argument("--runtime", default="process",
+                     choices=["process", "docker", "swarm", "none"],
+                     help="where replicas run: local processes (default), Docker "
+                          "containers, Docker Swarm services (the docker flags apply), or "
+                          "none: store and serve goals without running replicas")
+    ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
+                     help="process runtime: replica settings and logs (default %(default)s)")
+    ctl.add_argument("--replica-host", default="127.0.0.1", metavar="IP",
+                     help="process runtime: the address replicas bind and are reached at "
+                          "(default %(default)s; this host's address when proxies run elsewhere)")
+    ctl.add_argument("--docker-image", default="servefleet:latest", metavar="IMAGE",
+                     help="docker runtime: the image of deployments that name none "
+                          "(default %(default)s; build it from deploy/Dockerfile)")
+    ctl.add_argument("--docker-network", default="host", metavar="NETWORK",
+                     help="docker runtime: the network replica containers join "
+                          "(default %(default)s)")
+    ctl.add_argument("--docker-code", default="mount", choices=["mount", "image"],
+                     help="docker runtime: bind-mount each deployment's working dir from "
+                          "this host (default), or find it inside the image (a controller "
+                          "that itself runs in a container)")
+    ctl.add_argument("--metrics-listen", default=None, metavar="HOST:PORT",
+                     help="serve /metrics, /-/metrics-targets (Prometheus http_sd) and the "
+                          "dashboard here (HTTPS and credentials when the cluster has TLS or "
+                          "tokens)")
+    ctl.add_argument("--allow-http-host", action="append", default=[], metavar="NAME",
+                     help="a DNS name the --metrics-listen face answers to besides localhost "
+                          "and IP addresses (repeatable)")
+    security.add_controller_flags(ctl)
+    ctl.set_defaults(run=cmd_controller)

@@ -1,0 +1,79 @@
+"""`servefleet status`, `list`, `replicas` and `logs`: what a running cluster
+has and does, read from its controller."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import connect, output
+from .errors import UsageError
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with connect.client(args) as client:
+        reply = client.status()
+    print(output.to_json(reply) if args.json else output.status_text(reply))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with connect.client(args) as client:
+        records = client.list(include_deleted=args.all, application=args.app or "")
+    print(output.records_json(records) if args.json else output.records_text(records))
+    return 0
+
+
+def cmd_replicas(args: argparse.Namespace) -> int:
+    with connect.client(args) as client:
+        infos = client.replicas(application=args.app or "", deployment=args.name or "")
+    print(output.records_json(infos) if args.json else output.replicas_text(infos))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    if not 1 <= args.tail <= 10_000:
+        raise UsageError("--tail: between 1 and 10000 lines")
+    with connect.client(args) as client:
+        try:
+            for chunk in client.logs(args.app or "", args.name or "", args.replica or "",
+                                     args.tail, args.follow, args.request_id or ""):
+                for line in chunk.lines:
+                    print(f"{chunk.replica_id} | {line}", flush=args.follow)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def add_commands(commands) -> None:
+    status = commands.add_parser("status", help="applications, deployments and proxies")
+    connect.add_controller_flag(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+
+    lst = commands.add_parser("list", help="list deployments")
+    connect.add_controller_flag(lst)
+    lst.add_argument("--all", action="store_true", help="include deleted deployments")
+    lst.add_argument("--app", default=None, help="only this application")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(run=cmd_list)
+
+    replicas = commands.add_parser("replicas", help="list replicas, their state and address")
+    connect.add_controller_flag(replicas)
+    replicas.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    replicas.add_argument("--app", default=None, help="only this application")
+    replicas.add_argument("--json", action="store_true")
+    replicas.set_defaults(run=cmd_replicas)
+
+    logs_cmd = commands.add_parser("logs", help="replicas' output, from any runtime")
+    connect.add_controller_flag(logs_cmd)
+    logs_cmd.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    logs_cmd.add_argument("--app", default=None, help="only this application")
+    logs_cmd.add_argument("--replica", default=None, metavar="ID", help="only this replica")
+    logs_cmd.add_argument("--tail", type=int, default=100, metavar="N",
+                          help="past lines of each replica to show first (default 100)")
+    logs_cmd.add_argument("-f", "--follow", action="store_true",
+                          help="keep printing new lines until Ctrl-C")
+    logs_cmd.add_argument("--request-id", default=None, metavar="ID",
+                          help="only this request's lines (its x-request-id), from every "
+                               "replica it passed through")
+    logs_cmd.set_defaults(run=cmd_logs)
