@@ -210,14 +210,21 @@ class FencedStore:
     `token` is the fencing revision of the term this FencedStore was made for;
     a write still under way from an earlier term is refused even if this
     process leads again later.
+
+    With a `journal_key`, every transaction also puts "<token> <identity>"
+    there: the store's history of that key says, for every revision a
+    leader wrote, which term and which controller wrote it (the chaos
+    suite checks that terms never go back along the revisions).
     """
 
     def __init__(self, store: Store, election: LeaderElection, leader_key: str,
-                 token: int) -> None:
+                 token: int, journal_key: str = "") -> None:
         self._store = store
         self._election = election
         self._leader_key = leader_key
         self._token = token
+        self._journal = [Put(journal_key, f"{token} {election.identity}".encode())] \
+            if journal_key else []
 
     def still_valid(self) -> bool:
         """This term is current and its lease cannot have lapsed yet."""
@@ -237,7 +244,8 @@ class FencedStore:
             raise NotLeader(self._election.leader)
         began = time.perf_counter()
         try:
-            result = await self._store.txn([Guard(self._leader_key, token)], ops)
+            result = await self._store.txn([Guard(self._leader_key, token)],
+                                           [*ops, *self._journal])
         except StoreFull as e:
             STORE_FAILURES.inc()
             raise StoreDiskFull(str(e)) from e

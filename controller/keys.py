@@ -1,6 +1,9 @@
 """The layout of a cluster's hard state in the store (docs/design.md, "Hard state").
 
     /servefleet/<cluster>/leader                      lease-bound, the leader's address
+    /servefleet/<cluster>/last-write                  "<term> <address>" of the leader
+                                                      that wrote last (election.py's
+                                                      FencedStore: in every leader write)
     /servefleet/<cluster>/controllers/<member id>     lease-bound, a live controller's address
     /servefleet/<cluster>/metrics-endpoints/<id>      lease-bound, a controller's /metrics address
     /servefleet/<cluster>/deployments/<app>/<name>    DeploymentRecord (protobuf bytes)
@@ -19,6 +22,7 @@ class ClusterKeys:
     def __init__(self, cluster: str) -> None:
         self.root = f"/servefleet/{cluster}/"
         self.leader = self.root + "leader"
+        self.last_write = self.root + "last-write"
         self.controllers = self.root + "controllers/"
         self.metrics_endpoints = self.root + "metrics-endpoints/"
         self.deployments = self.root + "deployments/"

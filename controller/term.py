@@ -100,7 +100,8 @@ def _stamp(seconds: float) -> Timestamp:
 class LeaderTerm:
     def __init__(self, token: int, parts: TermParts) -> None:
         self._parts = parts
-        fenced = FencedStore(parts.store, parts.election, parts.keys.leader, token)
+        fenced = FencedStore(parts.store, parts.election, parts.keys.leader, token,
+                             journal_key=parts.keys.last_write)
         self.publisher = Publisher()
         self._state: StatePublisher | None = None
         self.loop = ReconcileLoop(parts.clock, leading=fenced.still_valid)

@@ -25,6 +25,7 @@ from nemesis.history import (
     History,
     Op,
     Request,
+    Write,
 )
 
 
@@ -107,6 +108,24 @@ def test_leader_actions_are_read_from_log_lines_bearing_a_term() -> None:
     # c1 stopped a replica after c2 was elected, before c2's first action:
     # caught because a term begins at its election.
     assert not checks.one_leader(actions).ok
+
+
+def test_terms_that_only_grow_along_the_store_revisions_pass() -> None:
+    writes = [Write(5, 4, "c1"), Write(9, 4, "c1"), Write(12, 11, "c2"), Write(30, 11, "c2")]
+    verdict = checks.terms_in_store(writes)
+    assert verdict.ok and verdict.checked == 2
+
+
+def test_a_deposed_leader_writing_after_its_successor_is_caught_in_the_store() -> None:
+    # Out of order on purpose: the check orders by revision.
+    writes = [Write(12, 11, "c2"), Write(5, 4, "c1"), Write(13, 4, "c1")]
+    verdict = checks.terms_in_store(writes)
+    assert verdict.violations == ["term 4 (c1) wrote revision 13 after term 11 (c2) wrote "
+                                  "revision 12"]
+
+
+def test_one_term_writing_from_two_controllers_is_caught_in_the_store() -> None:
+    assert not checks.terms_in_store([Write(5, 4, "c1"), Write(6, 4, "c3")]).ok
 
 
 # -- 3. failed requests ------------------------------------------------------
@@ -195,6 +214,7 @@ def test_an_unknown_fault_is_refused_by_name() -> None:
 def test_a_history_survives_its_file(tmp_path) -> None:
     history = History(3, "abc", {"short": True}, [op("a/M", "m1", 1)],
                       [request(1, 2)], [Fault("kill", "proxy:p1", 1, 1)],
-                      [Action(1.0, "c1", 5, "x")], Final(9.0, {"a/M": "m1"}, 10.0))
+                      [Action(1.0, "c1", 5, "x")], [Write(7, 5, "c1")],
+                      Final(9.0, {"a/M": "m1"}, 10.0))
     history.save(tmp_path / "h.json")
     assert History.load(tmp_path / "h.json") == history

@@ -13,7 +13,12 @@ cluster to (docs/chaos.md):
 2. one_leader: never two controllers acting as leader at once. Every action
    carries its term (the fencing revision it leads with); the span from a
    term's first action to its last must not overlap another term's, and a
-   term belongs to one controller.
+   term belongs to one controller. terms_in_store checks the same from the
+   store's side: every leader write also puts its term and address in one
+   key, in the same transaction, so the store's history of that key lists
+   every revision a leader wrote; along the revisions terms never go back
+   (a deposed leader's write after its successor's would), and a term is
+   one controller's.
 3. failures_excused: a request fails only when it was in flight at a
    process on its path that was killed (SIGKILL at that moment) or stopped
    (SIGSTOP during the request). Faults of the control plane (controllers,
@@ -32,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nemesis.history import FAILED, OK, UNKNOWN, Action, Fault, Final, Op, Request
+from nemesis.history import FAILED, OK, UNKNOWN, Action, Fault, Final, Op, Request, Write
 
 # Log lines carry milliseconds. A client takes a request's times just
 # before it sends and just after the answer, so a request in flight at a
@@ -96,6 +101,27 @@ def one_leader(actions: Sequence[Action]) -> Verdict:
                     f"term {older} ({older_last.controller}) acted at {older_last.time:.3f} "
                     f"({older_last.what!r}) after term {newer} ({newer_first.controller}) "
                     f"began acting at {newer_first.time:.3f} ({newer_first.what!r})")
+    return verdict
+
+
+def terms_in_store(writes: Sequence[Write]) -> Verdict:
+    """Invariant 2, from the store's history (module docstring)."""
+    verdict = Verdict("one leader at a time (store: terms never go back)",
+                      len({w.term for w in writes}))
+    owner: dict[int, str] = {}
+    newest: Write | None = None
+    for write in sorted(writes, key=lambda w: w.revision):
+        known = owner.setdefault(write.term, write.controller)
+        if known != write.controller:
+            verdict.violations.append(f"term {write.term} wrote from {known} and from "
+                                      f"{write.controller} (revision {write.revision})")
+        if newest is not None and write.term < newest.term:
+            verdict.violations.append(
+                f"term {write.term} ({write.controller}) wrote revision {write.revision} "
+                f"after term {newest.term} ({newest.controller}) wrote revision "
+                f"{newest.revision}")
+        if newest is None or write.term > newest.term:
+            newest = write
     return verdict
 
 

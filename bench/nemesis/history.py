@@ -71,6 +71,16 @@ class Action:
 
 
 @dataclass
+class Write:
+    """A store revision a leader wrote, as the store's history of the
+    leaders' journal key says (controller/election.py, FencedStore)."""
+
+    revision: int
+    term: int
+    controller: str  # the writer's address
+
+
+@dataclass
 class Final:
     """The cluster after the nemesis stopped."""
 
@@ -95,6 +105,7 @@ class History:
     requests: list[Request] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
     final: Final | None = None
 
     def save(self, path: str | Path) -> None:
@@ -109,4 +120,5 @@ class History:
                    requests=[Request(**r) for r in raw.get("requests", [])],
                    faults=[Fault(**f) for f in raw.get("faults", [])],
                    actions=[Action(**a) for a in raw.get("actions", [])],
+                   writes=[Write(**w) for w in raw.get("writes", [])],
                    final=Final(**raw["final"]) if raw.get("final") else None)
