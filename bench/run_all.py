@@ -2,7 +2,7 @@
 at least three times: one results file, one Markdown table, charts.
 
     bench/run-all [--only NAMES] [--skip NAMES] [--ray-python PATH]
-                  [--against bench/results/results.json] [--readme]
+                  [--against bench/results/results.json] [--docs]
 
 Each benchmark (BENCHES, in order) runs as its own process, in a session of
 its own and marked in its environment, `runs` times; each run prints its
@@ -15,8 +15,10 @@ parent is now) is killed and reported. A benchmark whose tool is missing
 Writes bench/results/results.json (every sample, the machine, the date),
 bench/results/figures.md (median and min-max per figure, its goal, whether
 it is met) and the charts (bench/results/*.svg, charts.py). `--against` an
-earlier results.json says which medians fall outside its spread. `--readme`
-puts figures.md into README.md between its figures markers. A run with
+earlier results.json says which medians fall outside its spread. `--docs`
+(or its old name `--readme`) puts figures.md into docs/figures.md, and the
+figures that have a goal into README.md, each between its figures markers.
+A run with
 `--only` or `--skip` replaces its benchmarks in the last results. With
 `--ray-python PATH` (a Python with Ray Serve installed, in a venv of its
 own: never a dependency of servefleet) the same no-op runs on Ray Serve too.
@@ -51,7 +53,7 @@ from figures import Figure, goal_met, parse  # noqa: E402
 RESULTS = HERE / "results"
 MARK_ENV = "SERVEFLEET_BENCH_RUN"
 GRACE_S = 3.0  # for what a finished benchmark started to exit on its own
-BEGIN, END = "<!-- figures:begin (bench/run-all --readme) -->", "<!-- figures:end -->"
+BEGIN, END = "<!-- figures:begin (bench/run-all --docs) -->", "<!-- figures:end -->"
 
 
 @dataclass
@@ -219,7 +221,9 @@ def reruns(results: dict[str, Any]) -> str:
     return "; ".join(f"{', '.join(names)} on {date}" for date, names in sorted(later.items()))
 
 
-def table(results: dict[str, Any]) -> str:
+def table(results: dict[str, Any], goals_only: bool = False) -> str:
+    """The figures table: every headline figure, or only those with a goal
+    (`goals_only`, the README's)."""
     m = results["machine"]
     assert isinstance(m, dict)
     since = reruns(results)
@@ -241,6 +245,8 @@ def table(results: dict[str, Any]) -> str:
                 continue
             median = statistics.median(fig.samples)
             met = goal_met(fig.goal, median)
+            if goals_only and met is None:
+                continue
             goal = "" if met is None else f"{fig.goal} {fig.unit}: {'met' if met else 'not met'}"
             lines.append(f"| {name} | {label} | {fmt(median)} [{fmt(min(fig.samples))}-"
                          f"{fmt(max(fig.samples))}] {fig.unit} | {len(fig.samples)} | {goal} |")
@@ -269,14 +275,14 @@ def compare(results: dict[str, Any], earlier_path: Path) -> list[str]:
     return outside
 
 
-def into_readme(markdown: str) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def into_page(page: Path, markdown: str) -> None:
+    """Replace what `page` holds between the figures markers."""
+    text = page.read_text()
     if BEGIN not in text or END not in text:
-        sys.exit(f"README.md has no {BEGIN} ... {END} block")
+        sys.exit(f"{page.relative_to(ROOT)} has no {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{BEGIN}\n{markdown}{END}{tail}")
+    page.write_text(f"{head}{BEGIN}\n{markdown}{END}{tail}")
 
 
 def main() -> None:
@@ -287,8 +293,9 @@ def main() -> None:
                         help="a Python with Ray Serve installed: run the same no-op on it")
     parser.add_argument("--against", default="", metavar="RESULTS_JSON",
                         help="say which medians fall outside this earlier run's spread")
-    parser.add_argument("--readme", action="store_true",
-                        help="put the table into README.md between the figures markers")
+    parser.add_argument("--docs", "--readme", action="store_true", dest="docs",
+                        help="put the table into docs/figures.md, and the figures with a "
+                             "goal into README.md, between their figures markers")
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     skip = {n for n in args.skip.split(",") if n}
@@ -340,9 +347,10 @@ def main() -> None:
         outside = compare(results, Path(args.against))
         print(f"{len(outside)} medians outside the earlier run's spread"
               + "".join(f"\n  {line}" for line in outside))
-    if args.readme:
-        into_readme(markdown)
-        print("README.md: figures table replaced")
+    if args.docs:
+        into_page(ROOT / "docs" / "figures.md", markdown)
+        into_page(ROOT / "README.md", table(results, goals_only=True))
+        print("docs/figures.md: figures table replaced; README.md: the figures with a goal")
 
 
 if __name__ == "__main__":
