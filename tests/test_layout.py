@@ -165,7 +165,7 @@ def test_public_modules_say_what_they_promise_and_users_never_import_internals()
         assert not missing, f"{name}.__all__ names what it lacks: {missing}"
     # What users read and copy: the examples, the README, the docs.
     texts = [p for p in (ROOT / "examples").rglob("*.py") if "_pb2" not in p.name]
-    texts += [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    texts += [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
     texts += list((ROOT / "tests" / "compat" / "programs").glob("*.py"))
     internal = re.compile(r"^\s*(from|import) servefleet\._private", re.M)
     offenders = [str(p.relative_to(ROOT)) for p in texts if internal.search(p.read_text())]

@@ -1,7 +1,9 @@
-"""The README's first examples, run as a new user runs them: `calc.py` served
-with `servefleet up calc.yaml` answers what the README says; a `user_config`
-edit in calc.yaml reconfigures the running replicas; the "Local runs" script
-runs as a script (real processes)."""
+"""The README's first example and the guide's local run, run as a new user
+runs them: `calc.py` served with `servefleet up calc.yaml` answers what the
+README says; a `user_config` edit in calc.yaml reconfigures the running
+replicas (which tests/test_doc_blocks.py, running the same blocks, does not
+check); the "Local runs" script of docs/guides/deploy.md runs as a script
+(real processes)."""
 
 from __future__ import annotations
 
@@ -18,13 +20,14 @@ from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient
 
 pytestmark = pytest.mark.slow
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def section(title: str) -> str:
-    start = README.index(f"\n{title}\n") + len(title) + 2
-    following = re.compile(r"^#{2,3} ", re.M).search(README, start)
-    return README[start:following.start() if following else len(README)]
+def section(title: str, page: str = "README.md") -> str:
+    text = (ROOT / page).read_text()
+    start = text.index(f"\n{title}\n") + len(title) + 2
+    following = re.compile(r"^#{2,3} ", re.M).search(text, start)
+    return text[start:following.start() if following else len(text)]
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -43,7 +46,7 @@ def test_serve_your_own_model_as_the_readme_says(tmp_path) -> None:
     (tmp_path / "calc.py").write_text(code)
     config = re.search(r"<<'YAML'\n(.*?)YAML\n", shell, re.S).group(1)
     (tmp_path / "calc.yaml").write_text(config)
-    curl = re.search(r"curl '(http://127\.0\.0\.1:8000/[^']*)'\s+# (.*)", shell)
+    curl = re.search(r"curl '(http://127\.0\.0\.1:8000/[^']*)'\s+# → (.*)", shell)
     assert "servefleet up calc.yaml" in shell
 
     http, listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -77,7 +80,8 @@ def test_serve_your_own_model_as_the_readme_says(tmp_path) -> None:
 
 def test_the_local_run_script_runs_as_a_script(tmp_path) -> None:
     (tmp_path / "calc.py").write_text(blocks(section("## Serve your own model"), "python")[0])
-    (script,) = blocks(section("### Local runs: `servefleet.run`"), "python")
+    (script,) = blocks(section("## Local runs: `servefleet.run`", "docs/guides/deploy.md"),
+                       "python")
     (tmp_path / "run_adder.py").write_text(script)
     ran = subprocess.run([sys.executable, "run_adder.py"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=180)
