@@ -24,6 +24,24 @@ DOCS = ROOT / "docs"
 BRANCH = "main"
 IMAGES = (".svg", ".png", ".jpg", ".jpeg", ".gif")
 SITE_COPIES = "assets/repo"  # where images from outside docs/ go in the site
+# The README's sections before they became pages: links to them from pages
+# written earlier (`../README.md#security`) go to the page in the site.
+README_SECTIONS = {
+    "serve-your-own-model": "getting-started.md#serve-your-own-model",
+    "using-it": "guides/deploy.md", "config-files": "guides/config-files.md",
+    "the-command-line": "guides/command-line.md", "the-python-sdk": "guides/clients.md",
+    "deployments-and-replicas": "guides/deploy.md#deployments-and-replicas",
+    "autoscaling": "guides/autoscaling.md", "batching": "guides/batching.md",
+    "model-multiplexing": "guides/batching.md#model-multiplexing",
+    "request-routers": "guides/routing.md", "websockets": "guides/streaming.md#websockets",
+    "the-http-proxy": "guides/http-proxy.md", "grpc-ingress": "guides/grpc.md",
+    "xds-proxyless-grpc-and-envoy": "guides/grpc.md#xds-proxyless-grpc-and-envoy",
+    "config-streaming-watch": "guides/watch.md",
+    "running-several-controllers-against-etcd": "guides/controllers.md",
+    "replicas-as-docker-containers": "guides/docker.md",
+    "observability": "guides/observability.md", "security": "guides/security.md",
+    "figures": "figures.md", "working-on-servefleet": "contributing.md",
+}
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"(!?\[(?:[^\[\]]|\[[^\]]*\])*\]\()(<[^>]+>|[^)\s]+)((?:\s+\"[^\"]*\")?\))")
 
@@ -93,7 +111,9 @@ def _rewrite(match: re.Match, src: str, config: Any, files: Files) -> str:
         return match.group(0)
     path, anchor = found
     copy = f"{SITE_COPIES}/{path}"
-    if files.get_file_from_path(copy) is not None:
+    if path == "README.md" and anchor in README_SECTIONS:
+        new = posixpath.relpath(README_SECTIONS[anchor], posixpath.dirname(src) or ".")
+    elif files.get_file_from_path(copy) is not None:
         new = posixpath.relpath(copy, posixpath.dirname(src) or ".")
     else:
         new = repository_url(config, path, anchor)

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from servefleet._private import config_docs, proto_docs
 from servefleet._private.config_schema import config_schema
@@ -61,12 +62,17 @@ def test_the_generators_write_their_pages(tmp_path) -> None:
         assert out.read_text() == sys.modules[f"servefleet._private.{module}"].page()
 
 
-def test_the_link_hook_sends_links_leaving_docs_to_the_repository() -> None:
+def _hooks() -> ModuleType:
     spec = importlib.util.spec_from_file_location("mkdocs_hooks",
                                                   ROOT / "scripts" / "mkdocs_hooks.py")
     assert spec and spec.loader
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_the_link_hook_sends_links_leaving_docs_to_the_repository() -> None:
+    hooks = _hooks()
     outside = hooks._outside_target
     assert outside("design.md", "../controller/server.py") == ("controller/server.py", "")
     assert outside("guides/deploy.md", "../../README.md#x") == ("README.md", "x")
@@ -79,3 +85,14 @@ def test_the_link_hook_sends_links_leaving_docs_to_the_repository() -> None:
     page = "See [server](../controller/server.py#L1) and\n```\n[code](../x.py)\n```\n"
     links = [(path, anchor) for _, path, anchor in hooks._outside_links(page, "design.md")]
     assert links == [("controller/server.py", "L1")]
+
+
+def test_links_to_the_readmes_old_sections_go_to_pages_that_have_them() -> None:
+    hooks = _hooks()
+    for anchor, target in hooks.README_SECTIONS.items():
+        page, _, heading = target.partition("#")
+        text = (ROOT / "docs" / page).read_text()
+        if heading:
+            slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                     for h in re.findall(r"^#+ (.*)$", text, re.M)}
+            assert heading in slugs, (anchor, target)
