@@ -14,7 +14,7 @@ from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import status_pb2
 
-from . import config_schema, output
+from . import config_schema, helptext, output
 from .errors import CommandFailed
 
 AS = status_pb2.ApplicationStatus
@@ -144,13 +144,18 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
         add_controller_flag(parser)
         parser.set_defaults(run=lambda args: fn(args, client_for))
 
-    deploy = commands.add_parser(
-        "deploy", help="deploy the applications of a config file (and delete the others)",
+    deploy = helptext.add_command(
+        commands, "deploy",
+        help="deploy the applications of a config file (and delete the others)",
         description="Make the applications of CONFIG the cluster's applications: new and "
                     "changed ones are deployed (a changed file under an application's "
                     "working_dir is a change), unchanged ones are left alone, and "
                     "applications that are not in CONFIG are DELETED, each named before "
-                    "it goes. --dry-run shows that plan without applying it.")
+                    "it goes. --dry-run shows that plan without applying it.",
+        example=["servefleet deploy examples/config.yaml --dry-run",
+                 "servefleet deploy examples/config.yaml --wait",
+                 "servefleet deploy examples/digits/config.yaml "
+                 "--controller 10.0.0.5:7373,10.0.0.6:7373"])
     deploy.add_argument("config", metavar="CONFIG", help="YAML config file")
     deploy.add_argument("--dry-run", action="store_true",
                         help="only show what would be deployed, left unchanged and deleted")
@@ -161,19 +166,36 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
                              "(default %(default)s)")
     bind(deploy, cmd_deploy)
 
-    config = commands.add_parser("config", help="what was last deployed, as a config file "
-                                                "(config schema: the file's JSON Schema)")
-    config.add_argument("--json", action="store_true")
+    config = helptext.add_command(
+        commands, "config",
+        help="what was last deployed, as a config file (config schema: the file's JSON Schema)",
+        description="Print the applications last deployed, as a config file that `servefleet "
+                    "deploy` takes back. `servefleet config schema` prints the JSON Schema of "
+                    "config files instead.",
+        example=["servefleet config > deployed.yaml",
+                 "servefleet config --json",
+                 "servefleet config schema > config.schema.json"])
+    config.add_argument("--json", action="store_true",
+                        help="print the ListApplicationsResponse message as JSON instead")
     bind(config, cmd_config)
     config_schema.add_command(config)
 
-    delete = commands.add_parser("delete", help="delete applications (or deployments)")
-    delete.add_argument("names", nargs="+", metavar="NAME")
+    delete = helptext.add_command(
+        commands, "delete", help="delete applications (or deployments)",
+        example=["servefleet delete sentiment compose",
+                 "servefleet delete --deployments SentimentModel --app sentiment"])
+    delete.add_argument("names", nargs="+", metavar="NAME",
+                        help="the applications (with --deployments: the deployments) to delete")
     delete.add_argument("--deployments", action="store_true",
                         help="the names are deployments of --app, not applications")
     delete.add_argument("--app", default=None, help="with --deployments: the application "
                                                     "(default: default)")
     bind(delete, cmd_delete)
 
-    shutdown = commands.add_parser("shutdown", help="delete everything and stop the controller")
+    shutdown = helptext.add_command(
+        commands, "shutdown", help="delete everything and stop the controller",
+        description="Delete every application; the leader exits once their replicas have "
+                    "stopped (up to a minute), giving up leadership. Other controllers and "
+                    "proxies keep running.",
+        example=["servefleet shutdown", "servefleet shutdown --controller 10.0.0.5:7373"])
     bind(shutdown, cmd_shutdown)

@@ -24,6 +24,7 @@ from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
 
+from . import helptext
 from .errors import CommandFailed, UsageError
 
 
@@ -75,8 +76,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def add_command(commands) -> None:
-    parser = commands.add_parser("build", help="write the config file for applications in code",
-                                 description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser = helptext.add_command(
+        commands, "build", help="write the config file for applications in code",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        example=["servefleet build sentiment:app compose:app --working-dir examples "
+                 "-o apps.yaml",
+                 "servefleet deploy apps.yaml"])
     parser.add_argument("import_paths", nargs="+", metavar="IMPORT_PATH",
                         help="module:attribute of a bound application, a deployment or a "
                              "builder function")

@@ -13,13 +13,12 @@ import sys
 
 from servefleet._private.config_schema import SCHEMA_PATH, schema_text
 
-EXAMPLES = f"""\
-examples:
-  servefleet config schema > {SCHEMA_PATH}   # what the repository keeps
+from . import helptext
 
-  # then, as the first line of a config file, the schema's path relative to the file:
-  # yaml-language-server: $schema=../{SCHEMA_PATH}
-"""
+EXAMPLES = [f"servefleet config schema > {SCHEMA_PATH}   # what the repository keeps",
+            "",
+            "# then, as the first line of a config file, the schema's path relative to it:",
+            f"# yaml-language-server: $schema=../{SCHEMA_PATH}"]
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -31,12 +30,12 @@ def add_command(config: argparse.ArgumentParser) -> None:
     """`schema` under `servefleet config` (which alone prints the deployed config)."""
     commands = config.add_subparsers(dest="config_command", metavar="{schema}",
                                      title="subcommands")
-    schema = commands.add_parser(
-        "schema", help="print the config file's JSON Schema (editors validate and "
-                       "complete config files with it)",
+    schema = helptext.add_command(
+        commands, "schema", help="print the config file's JSON Schema (editors validate and "
+                                 "complete config files with it)",
         description="Print the JSON Schema (draft 2020-12) of the config files that "
                     "`servefleet deploy` and `servefleet up` read, Ray Serve's keys "
                     "included, written from the same table of options the validator "
                     "uses. Nothing is asked of a controller.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        example=EXAMPLES)
     schema.set_defaults(run=cmd_schema)

@@ -8,7 +8,7 @@ import sys
 
 from servefleet._private.wire import DEFAULT_CONTROLLER
 
-from . import security
+from . import helptext, security
 from .errors import EXIT_FAILED, UsageError
 
 
@@ -38,14 +38,34 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 
 def add_command(commands) -> None:
-    ctl = commands.add_parser("controller", help="run a controller")
+    ctl = helptext.add_command(
+        commands, "controller", help="run a controller",
+        description="Run one controller in the foreground. Controllers of a cluster share "
+                    "an etcd store (one is the leader, the others take over when it goes); "
+                    "a single controller may use a sqlite file. `servefleet up` runs one for "
+                    "you.",
+        example=["# one controller on a sqlite file, replicas as local processes",
+                 "servefleet controller --store sqlite:///var/lib/servefleet/state.db",
+                 "",
+                 "# one of several controllers on etcd, reached from other hosts, mutual TLS",
+                 "servefleet controller --store etcd://10.0.0.5:2379,10.0.0.6:2379 "
+                 "--listen 0.0.0.0:7373 --advertise 10.0.0.5:7373 --replica-host 10.0.0.5 "
+                 "--certs certs",
+                 "",
+                 "# replicas as Docker containers, metrics and the dashboard on port 8265",
+                 "servefleet controller --store sqlite:///var/lib/servefleet/state.db "
+                 "--runtime docker --metrics-listen 127.0.0.1:8265"])
     ctl.add_argument("--store", required=True, metavar="URL",
-                     help="etcd://host:port[,host:port...] or sqlite:///path/state.db")
-    ctl.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT")
+                     help="etcd://host:port[,host:port...] (etcds:// for etcd over TLS) or "
+                          "sqlite:///path/state.db")
+    ctl.add_argument("--listen", default=DEFAULT_CONTROLLER, metavar="HOST:PORT",
+                     help="where the controller serves its gRPC API (default %(default)s)")
     ctl.add_argument("--advertise", default=None, metavar="HOST:PORT",
                      help="address others reach this controller at (default: --listen; when "
                           "that binds every interface, this host's address towards etcd)")
-    ctl.add_argument("--cluster", default="default", metavar="NAME")
+    ctl.add_argument("--cluster", default="default", metavar="NAME",
+                     help="the cluster's name: its key prefix in the store, so that several "
+                          "clusters can share one etcd (default %(default)s)")
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
     ctl.add_argument("--runtime", default="process",

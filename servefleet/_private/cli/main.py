@@ -30,6 +30,7 @@ from . import (
     build_config,
     connect,
     controller_cmd,
+    helptext,
     proxy_cmd,
     query,
     security,
@@ -40,14 +41,29 @@ from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servefleet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="servefleet",
+        description="servefleet serves models on a fleet: controllers keep the goals (in etcd, "
+                    "or a sqlite file), proxies route HTTP and gRPC to replicas. `up` runs "
+                    "all of it here; `controller` and `proxy` run one service each; the other "
+                    "commands talk to a running cluster.",
+        formatter_class=helptext.Formatter,
+        epilog=helptext.examples(
+            "servefleet up examples/config.yaml        # a whole servefleet, in the foreground",
+            "servefleet status                         # then, in another terminal",
+            "servefleet deploy examples/config.yaml --wait",
+            "servefleet --log-format json controller --store sqlite:///tmp/servefleet.db",
+            "servefleet deploy --help                  # any command's flags and examples"))
     parser.add_argument("--log-format", default=None, choices=logs.FORMATS,
                         help="text (default) or json: one JSON object per line with "
                              "component and request_id (default: $SERVEFLEET_LOG_FORMAT)")
     parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the least severe log lines to print (default %(default)s)")
     tracing_setup.add_flag(parser)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     help="one of these (servefleet COMMAND --help: its flags "
+                                          "and examples)")
 
     controller_cmd.add_command(commands)
     proxy_cmd.add_command(commands)

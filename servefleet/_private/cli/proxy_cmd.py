@@ -14,7 +14,7 @@ from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
 from servefleet.proxy.limits import EdgeLimits, add_edge_flags, edge_limits
 from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
 
-from . import security
+from . import helptext, security
 from .errors import EXIT_FAILED, UsageError
 
 
@@ -87,11 +87,24 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def add_command(commands) -> None:
-    proxy = commands.add_parser("proxy", help="run an HTTP (and gRPC) proxy")
+    proxy = helptext.add_command(
+        commands, "proxy", help="run an HTTP (and gRPC) proxy",
+        description="Run one proxy in the foreground: it watches the controllers for routes "
+                    "and replicas and forwards HTTP requests (and, with --grpc-listen, gRPC "
+                    "calls) to the replicas. Run as many as you like, behind a load "
+                    "balancer; `servefleet up` runs one for you.",
+        example=["# a proxy for two controllers, open to other hosts",
+                 "servefleet proxy --controller 10.0.0.5:7373,10.0.0.6:7373 "
+                 "--listen 0.0.0.0:8000",
+                 "",
+                 "# HTTPS with four processes on the port, and gRPC ingress on 9000",
+                 "servefleet proxy --listen 0.0.0.0:8443 --tls-cert site.crt --tls-key site.key "
+                 "--workers 4 --grpc-listen 0.0.0.0:9000"])
     proxy.add_argument("--controller", metavar="ADDR[,ADDR...]", default=None,
                        help=f"controller addresses (default: ${ENV_CONTROLLER}, "
                             f"else {DEFAULT_CONTROLLER})")
-    proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT")
+    proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT",
+                       help="where the proxy serves HTTP (default %(default)s)")
     proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
                        help="also serve gRPC ingress here: users' services, routed by the "
                             "'application' metadata key (default: none)")
@@ -135,7 +148,8 @@ def add_command(commands) -> None:
                        help="log one line per routed request, with its x-request-id")
     proxy.add_argument("--tls-cert", default=None, metavar="FILE",
                        help="serve HTTPS with this PEM certificate chain (with --tls-key)")
-    proxy.add_argument("--tls-key", default=None, metavar="FILE")
+    proxy.add_argument("--tls-key", default=None, metavar="FILE",
+                       help="the private key of --tls-cert (PEM)")
     proxy.add_argument("--http-tokens", default=None, metavar="FILE",
                        help="bearer tokens for applications with require_token and for "
                             "the admin paths (servefleet token create; reread on SIGHUP)")

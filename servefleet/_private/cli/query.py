@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import connect, output
+from . import connect, helptext, output
 from .errors import UsageError
 
 
@@ -45,28 +45,51 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands) -> None:
-    status = commands.add_parser("status", help="applications, deployments and proxies")
+    status = helptext.add_command(
+        commands, "status", help="applications, deployments and proxies",
+        description="The cluster's applications and their deployments (status, replicas, "
+                    "autoscaler, traffic), its controllers and proxies. --json prints the "
+                    "GetStatusResponse message, every field present.",
+        example=["servefleet status",
+                 "servefleet status --json --controller 10.0.0.5:7373,10.0.0.6:7373"])
     connect.add_controller_flag(status)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true",
+                        help="print the reply as JSON instead of text")
     status.set_defaults(run=cmd_status)
 
-    lst = commands.add_parser("list", help="list deployments")
+    lst = helptext.add_command(
+        commands, "list", help="list deployments",
+        example=["servefleet list --app sentiment", "servefleet list --all --json"])
     connect.add_controller_flag(lst)
     lst.add_argument("--all", action="store_true", help="include deleted deployments")
     lst.add_argument("--app", default=None, help="only this application")
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--json", action="store_true",
+                     help="print DeploymentRecord messages as JSON instead of text")
     lst.set_defaults(run=cmd_list)
 
-    replicas = commands.add_parser("replicas", help="list replicas, their state and address")
+    replicas = helptext.add_command(
+        commands, "replicas", help="list replicas, their state and address",
+        example=["servefleet replicas", "servefleet replicas SentimentModel --app sentiment"])
     connect.add_controller_flag(replicas)
-    replicas.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    replicas.add_argument("name", nargs="?", metavar="DEPLOYMENT",
+                          help="only this deployment's replicas (default: all)")
     replicas.add_argument("--app", default=None, help="only this application")
-    replicas.add_argument("--json", action="store_true")
+    replicas.add_argument("--json", action="store_true",
+                          help="print ReplicaInfo messages as JSON instead of text")
     replicas.set_defaults(run=cmd_replicas)
 
-    logs_cmd = commands.add_parser("logs", help="replicas' output, from any runtime")
+    logs_cmd = helptext.add_command(
+        commands, "logs", help="replicas' output, from any runtime",
+        description="Replicas' output from any runtime, each line after its replica's id "
+                    "(REPLICA | LINE).",
+        example=["servefleet logs SentimentModel --app sentiment --tail 20 -f",
+                 "",
+                 "# one request's lines, from every replica it passed through",
+                 "curl -H 'x-request-id: demo-1' 'http://127.0.0.1:8000/compose?text=the+cat'",
+                 "servefleet logs --request-id demo-1"])
     connect.add_controller_flag(logs_cmd)
-    logs_cmd.add_argument("name", nargs="?", metavar="DEPLOYMENT")
+    logs_cmd.add_argument("name", nargs="?", metavar="DEPLOYMENT",
+                          help="only this deployment's replicas (default: all)")
     logs_cmd.add_argument("--app", default=None, help="only this application")
     logs_cmd.add_argument("--replica", default=None, metavar="ID", help="only this replica")
     logs_cmd.add_argument("--tail", type=int, default=100, metavar="N",

@@ -33,6 +33,7 @@ from servefleet._private.security.tls import (
     TlsFiles,
 )
 
+from . import helptext
 from .errors import UsageError
 
 
@@ -71,7 +72,9 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replica-cert", metavar="FILE", default=None,
                        help="with TLS: the certificate replicas get (default DIR/replica.crt "
                             "under --certs)")
-    group.add_argument("--replica-key", metavar="FILE", default=None)
+    group.add_argument("--replica-key", metavar="FILE", default=None,
+                       help="the private key of --replica-cert (default DIR/replica.key under "
+                            "--certs)")
     for part in ("ca", "cert", "key"):
         group.add_argument(f"--etcd-{part}", metavar="FILE", default=None,
                            help=f"for an etcds:// store: the {part} file (default: "
@@ -190,28 +193,58 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    certs = commands.add_parser("certs", help="development certificates")
+    certs = helptext.add_command(
+        commands, "certs", help="development certificates",
+        example=["servefleet certs init certs --host 10.0.0.5"])
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
-    init = certs_sub.add_parser("init", help="write a CA and one certificate per role to DIR")
-    init.add_argument("dir", metavar="DIR")
+    init = helptext.add_command(
+        certs_sub, "init", help="write a CA and one certificate per role to DIR",
+        description="Write a development CA and one certificate per role to DIR (controller, "
+                    "proxy, replica, admin, client), plus a separate CA for etcd and the "
+                    "controllers' client certificate for it. `--certs DIR` then gives each "
+                    "command its own.",
+        example=["servefleet certs init certs --host 10.0.0.5 --host servefleet.internal",
+                 "servefleet up examples/config.yaml --certs certs",
+                 "servefleet status --certs certs"])
+    init.add_argument("dir", metavar="DIR", help="where to write the files (made if missing)")
     init.add_argument("--host", action="append", default=[], metavar="NAME",
                       help="another DNS name or IP the certificates name (repeatable; "
                            "localhost, 127.0.0.1 and ::1 are always in)")
-    init.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    init.add_argument("--days", type=int, default=365,
+                      help="days the certificates are valid (default 365)")
     init.add_argument("--force", action="store_true", help="replace the files in DIR")
     init.set_defaults(run=cmd_certs_init)
 
-    token = commands.add_parser("token", help="bearer tokens for the controller")
+    token = helptext.add_command(
+        commands, "token", help="bearer tokens for the controller",
+        example=["servefleet token create ci --role deployer --file tokens.txt",
+                 "servefleet token revoke ci --file tokens.txt"])
     token_sub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
-    create = token_sub.add_parser("create", help="print a new token; append its hash to FILE")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument("--role", required=True, choices=TOKEN_ROLES)
+    create = helptext.add_command(
+        token_sub, "create", help="print a new token; append its hash to FILE",
+        description="Print a new bearer token and append its hash (not the token) to FILE, "
+                    "the file a controller's --auth-tokens (or a proxy's --http-tokens) "
+                    "names. A running controller reads it again on SIGHUP.",
+        example=["servefleet token create ci --role deployer --file tokens.txt",
+                 "servefleet controller --store sqlite:///var/lib/servefleet/state.db "
+                 "--auth-tokens tokens.txt",
+                 "SERVEFLEET_TOKEN=sft_... servefleet deploy examples/config.yaml"])
+    create.add_argument("name", metavar="NAME",
+                        help="the token's name, unique in FILE (to revoke it by)")
+    create.add_argument("--role", required=True, choices=TOKEN_ROLES,
+                        help="what the token may do: read, deploy, everything (admin), or "
+                             "what a proxy does")
     create.add_argument("--file", required=True, metavar="FILE",
                         help="the token file a controller reads (--auth-tokens)")
     create.set_defaults(run=cmd_token_create)
-    revoke = token_sub.add_parser("revoke", help="remove a token from FILE")
-    revoke.add_argument("name", metavar="NAME")
-    revoke.add_argument("--file", required=True, metavar="FILE")
+    revoke = helptext.add_command(
+        token_sub, "revoke", help="remove a token from FILE",
+        description="Remove the token NAME from FILE; send SIGHUP to running controllers "
+                    "(and proxies with --http-tokens) to drop it at once.",
+        example=["servefleet token revoke ci --file tokens.txt"])
+    revoke.add_argument("name", metavar="NAME", help="the name the token was created with")
+    revoke.add_argument("--file", required=True, metavar="FILE",
+                        help="the token file it is in")
     revoke.set_defaults(run=cmd_token_revoke)
 
 

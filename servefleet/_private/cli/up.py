@@ -40,7 +40,7 @@ from servefleet._private.security.tls import Credentials
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 from servefleet.client import ControllerClient, ControllerError
 
-from . import security
+from . import helptext, security
 from .apps import wait_running, warn_line
 from .errors import CommandFailed, UsageError
 
@@ -321,8 +321,17 @@ def _suggestions(request, http: str, try_file: str | None, grpc: str | None) -> 
 
 
 def add_command(commands) -> None:
-    up = commands.add_parser("up", help="run a controller, a proxy and a config, in the "
-                                        "foreground")
+    up = helptext.add_command(
+        commands, "up", help="run a controller, a proxy and a config, in the foreground",
+        description="Run a whole servefleet in the foreground: a controller on a sqlite "
+                    "file in --state-dir, a proxy, and CONFIG, with its progress until it is "
+                    "RUNNING. Ctrl-C deletes everything and waits for the replicas to stop.",
+        example=["servefleet up examples/config.yaml",
+                 "servefleet up examples/config.yaml --try-file examples/try.txt",
+                 "",
+                 "# a second one beside the first: its own ports and state dir",
+                 "servefleet up examples/digits/config.yaml --http 127.0.0.1:8100 "
+                 "--listen 127.0.0.1:7474 --state-dir /tmp/servefleet-2 --dashboard off"])
     up.add_argument("config", nargs="?", metavar="CONFIG", help="YAML config file to deploy")
     up.add_argument("--store", default=None, metavar="URL",
                     help="store URL (default: sqlite in --state-dir)")
