@@ -96,3 +96,18 @@ def test_links_to_the_readmes_old_sections_go_to_pages_that_have_them() -> None:
             slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
                      for h in re.findall(r"^#+ (.*)$", text, re.M)}
             assert heading in slugs, (anchor, target)
+
+
+def test_the_readme_is_a_front_door_into_the_site() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    # The two commands CI and users rely on, first, exactly.
+    assert readme.startswith(
+        "# servefleet\n\nOn a fresh Debian 12 machine, from a clone of this repository:\n\n"
+        "```sh\nscripts/demo    # set up, then `servefleet up examples/config.yaml` on the "
+        "embedded default (sqlite store, process runtime)\n"
+        "scripts/test    # set up, then run every check and the whole test suite\n```\n")
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
+    assert {"docs/getting-started.md", "docs/figures.md", "docs/contributing.md"} <= linked
+    assert all((ROOT / path).exists() for path in linked), linked
+    assert "\n## Serve your own model\n" in readme
