@@ -1,9 +1,8 @@
 """The proxy's edge, with real processes: what a client may not send on (the
-cluster's own x-servefleet-* headers and gRPC metadata), who may read the
-admin paths, and what a client may hold of the proxy (head sizes, slow heads,
-idle connections, connections past the cap, gRPC messages past what replicas
-take). Traffic stays on loopback; 127.0.0.2 plays a second client. Last, the
-edge's protocol in this process, for the ways a head can arrive in chunks."""
+cluster's x-servefleet-* headers, gRPC metadata), who may read admin paths, what
+a client may hold of the proxy (head sizes, slow heads, idle connections, more
+connections than the cap, gRPC messages past what replicas take); 127.0.0.2 is a
+second client. Last, the edge's protocol in-process, for heads in chunks."""
 
 from __future__ import annotations
 
@@ -278,9 +277,8 @@ def test_slow_heads_and_idle_connections_are_closed(lone_proxy) -> None:
 
 
 @slow
-def test_a_connection_idle_as_long_as_client_pools_keep_them_is_served(lone_proxy) -> None:
-    """httpx reuses a connection idle up to 5 s, aiohttp 15 s: closing first
-    resets such a request (a chaos run caught httpx racing the old 5 s)."""
+def test_a_connection_idle_as_long_as_pools_keep_them_is_served(lone_proxy) -> None:
+    """Pools reuse idle connections (httpx up to 5 s, aiohttp 15 s): the old 5 s raced httpx."""
     with socket.create_connection(("127.0.0.1", lone_proxy().port), timeout=10) as sock:
         for pause in (0, 6):
             time.sleep(pause)
