@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -54,15 +55,16 @@ def test_serve_your_own_model_as_the_readme_says(tmp_path) -> None:
                            "--state-dir", str(tmp_path / "state"), "--http", http,
                            "--listen", listen, "--dashboard", "off"], cwd=tmp_path,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=_read_lines, args=(up, lines), daemon=True)
+    reader.start()
     try:
         url = curl.group(1).replace("127.0.0.1:8000", http)
-        def serving() -> bool:
-            try:
-                return up.poll() is not None or httpx.get(url, timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False  # not listening yet
-        wait_for(serving, 120, "calc to serve")
-        assert up.poll() is None
+        # Ready as up says it (not only serving): a deploy before that keeps
+        # up waiting for the application, and Ctrl-C then fails it.
+        wait_for(lambda: up.poll() is not None or any("ready. Try:" in line for line in lines),
+                 120, "up to say it is ready")
+        assert up.poll() is None, "".join(lines)[-3000:]
         assert httpx.get(url).text == curl.group(2)  # {"label":"front","sum":11,"same":11}
         with ControllerClient(listen, timeout=10) as client:
             before = sorted(r.record.replica_id for r in client.replicas("calc"))
@@ -74,8 +76,17 @@ def test_serve_your_own_model_as_the_readme_says(tmp_path) -> None:
             assert sorted(r.record.replica_id for r in client.replicas("calc")) == before
     finally:
         up.send_signal(signal.SIGINT)
-        output = up.communicate(timeout=120)[0]
-    assert up.returncode == 0, output[-3000:]
+        up.wait(timeout=120)
+        reader.join(10)
+        assert up.stdout is not None
+        up.stdout.close()
+    assert up.returncode == 0, "".join(lines)[-3000:]
+
+
+def _read_lines(process: subprocess.Popen, into: list[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        into.append(line)
 
 
 def test_the_local_run_script_runs_as_a_script(tmp_path) -> None:
