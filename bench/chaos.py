@@ -10,15 +10,21 @@ invariants (bench/nemesis/checks.py) are checked on what was recorded.
    (nemesis/cluster.py), each controller and proxy in a network namespace
    of its own when the run may make them (as root, with iproute2 and
    nftables; nemesis/hosts.py: the run itself goes into the "main" one),
-   else all on loopback and partitions are skipped; deploy the served
+   else all on loopback and partitions are skipped; the embedded side
+   (sqlite on a small tmpfs: nemesis/embedded.py) and the Docker side
+   (replicas as containers on an engine of the run's own:
+   nemesis/docker_side.py; skipped, saying why, where Docker is not to be
+   had, unless SERVEFLEET_DOCKER_TESTS=required); deploy the served
    deployments and wait for them;
 2. start the traffic (nemesis/traffic.py) and the operations loop
    (nemesis/operations.py);
 3. the nemesis carries out the seed's plan (nemesis/schedule.py, faults.py);
 4. stop the operations, heal what is still broken, wait for the cluster to
    converge (every deployment RUNNING at its target), stop the traffic;
-5. read the final state, the leaders' actions from their logs and what the
-   runtime runs; check; print the table; save the history as JSON.
+5. read the final state, the leaders' actions from their logs, every
+   revision a leader wrote from etcd's history (nemesis/store_journal.py)
+   and what the runtime runs; check; print the table; save the history as
+   JSON.
 
 Exit status 1 when an invariant is broken.
 """
@@ -36,13 +42,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nemesis import report, schedule
-from nemesis.cluster import CLUSTER, ChaosCluster
+from nemesis.cluster import CLUSTER, ChaosCluster, off_target
 from nemesis.disk_full import MountRefused
+from nemesis.docker_engine import MACHINE_MOUNTS, DockerUnavailable
+from nemesis.docker_side import DockerSide
 from nemesis.embedded import EmbeddedSide
 from nemesis.faults import Nemesis
 from nemesis.history import Final, History
 from nemesis.hosts import Hosts, unavailable
+from nemesis.log_keeper import LogKeeper
 from nemesis.operations import Operations, final_state
+from nemesis.store_journal import leader_writes
 from nemesis.traffic import Traffic
 
 from servefleet._private.xds_bootstrap import render
@@ -58,15 +68,13 @@ INSIDE = "SERVEFLEET_CHAOS_HOSTS"
 
 def converged(cluster: ChaosCluster) -> bool:
     """Every deployment RUNNING at its target, and nothing else."""
-    try:
-        with cluster.client(timeout=5) as client:
-            status = client.status()
-    except Exception:
-        return False
-    deployments = [dep for app in status.applications for dep in app.deployments]
-    return bool(deployments) and all(
-        dict(dep.replica_states) == ({"RUNNING": dep.target_replicas} if dep.target_replicas
-                                     else {}) for dep in deployments)
+    return not unconverged(cluster)
+
+
+def unconverged(cluster: ChaosCluster) -> list[str]:
+    """What keeps the cluster from having converged (cluster.off_target)."""
+    with cluster.client(timeout=5) as client:
+        return off_target(client)
 
 
 def leftovers(cluster: ChaosCluster) -> list[str]:
@@ -81,10 +89,12 @@ def leftovers(cluster: ChaosCluster) -> list[str]:
             + [f"record of replica {rid}: no process" for rid in records if rid not in running])
 
 
-def wait_converged(cluster: ChaosCluster, nemesis_end: float, wait_s: float) -> float | None:
+def wait_converged(cluster: ChaosCluster, docker: DockerSide | None, nemesis_end: float,
+                   wait_s: float) -> float | None:
     deadline = nemesis_end + wait_s
     while time.time() < deadline:
-        if converged(cluster) and not leftovers(cluster):
+        if converged(cluster) and not leftovers(cluster) and (docker is None
+                                                              or docker.converged()):
             return time.time()
         time.sleep(0.5)
     return None
@@ -102,7 +112,9 @@ def run(args: argparse.Namespace) -> History:
     cluster = ChaosCluster(work, hosts=hosts).start()
     print(f"  cluster up in {work} (leader {cluster.leader()}"
           f"{', each controller and proxy in a network namespace' if hosts else ''})")
-    embedded = None
+    embedded = docker = None
+    # Replica logs outlive their replicas: WORK/replica-logs.
+    logs = LogKeeper([work / "runtime", work / "embedded"], work / "replica-logs").start()
     nemesis = Nemesis(cluster)
     if hosts is None:
         nemesis.no_hosts = args.no_hosts_why
@@ -111,33 +123,49 @@ def run(args: argparse.Namespace) -> History:
             embedded = nemesis.embedded = EmbeddedSide(work).start(seed)
         except MountRefused as e:
             print(f"  no embedded side ({e}): the disk-full fault will be skipped")
+        try:
+            docker = nemesis.docker = DockerSide(work).start(seed)
+            print(f"  Docker side up: {len(docker.replicas())} replicas as containers")
+        except DockerUnavailable as e:
+            if os.environ.get("SERVEFLEET_DOCKER_TESTS") == "required":
+                raise SystemExit(f"no Docker side, and SERVEFLEET_DOCKER_TESTS=required: {e}"
+                                 ) from None
+            print(f"  no Docker side ({e}): every replica is a process")
         client = cluster.client(timeout=30)
         ops = Operations(client, seed)
         ops.setup()
         if not _poll(lambda: converged(cluster), 120):
             raise SystemExit("the served deployments did not start within 120 s")
         traffic = Traffic(cluster.proxy_urls(), cluster.grpc_targets(),
-                          embedded_url=embedded.url if embedded else None,
+                          sides={n: s.url for n, s in (("embedded", embedded),
+                                                       ("docker", docker)) if s},
                           xds_bootstrap=render(list(cluster.controller_addresses()))).start()
         ops.start()
+        if docker:
+            docker.start_ops()
         time.sleep(3)  # traffic under way before the first fault
         nemesis.run(steps, time.time(), stopping=lambda: False)
-        history.ops = ops.stop() + (embedded.recorded_ops() if embedded else [])
+        history.ops = ops.stop() + (embedded.recorded_ops() if embedded else []) + (
+            docker.recorded_ops() if docker else [])
         nemesis.heal_all()
         nemesis_end = time.time()
-        converged_at = wait_converged(cluster, nemesis_end, CONVERGE_BOUND_S * 2)
+        converged_at = wait_converged(cluster, docker, nemesis_end, CONVERGE_BOUND_S * 2)
         history.requests = traffic.stop()
         history.options["websocket_reconnects"] = traffic.reconnects
         history.faults = nemesis.faults
-        state = final_state(client.list()) | (embedded.final_state() if embedded else {})
+        state = final_state(client.list()) | (embedded.final_state() if embedded else {}) | (
+            docker.final_state() if docker else {})
         history.final = Final(nemesis_end, state, converged_at,
-                              [] if converged_at else leftovers(cluster),
+                              [] if converged_at else unconverged(cluster) + leftovers(cluster)
+                              + (docker.unconverged() if docker else []),
                               time.time() - nemesis_end)
         history.actions = report.actions_from_logs(cluster.leader_log_lines())
+        history.writes = leader_writes(cluster.etcd.members[0].endpoint, CLUSTER)
         client.close()
     finally:
-        damage = embedded.stop() if embedded else []
+        damage = (embedded.stop() if embedded else []) + (docker.stop() if docker else [])
         cluster.stop()
+        logs.stop()
     from servefleet.controller.runtime.process import scan
     if history.final is not None:
         history.final.leftovers += damage
@@ -152,7 +180,8 @@ def _in_hosts() -> int:
     hosts = Hosts().create()
     try:
         return subprocess.call([*hosts.wrap("main"), sys.executable, *sys.argv],
-                               env={**os.environ, INSIDE: hosts.tag})
+                               env={**os.environ, INSIDE: hosts.tag,
+                                    MACHINE_MOUNTS: f"/proc/{os.getpid()}/ns/mnt"})
     finally:
         hosts.remove()
 

@@ -35,6 +35,23 @@ CLUSTER = "chaos"
 LEASE_TTL_S = 3.0
 
 
+def off_target(client: ControllerClient) -> list[str]:
+    """The deployments not RUNNING at their target, each with what it has
+    ("chaos/Back: {'RUNNING': 1, 'STARTING': 1} of 2"); ["no status: ..."]
+    when the controller does not answer, ["no deployments"] when it has none."""
+    try:
+        status = client.status()
+    except Exception as e:
+        return [f"no status: {type(e).__name__}: {e}"[:200]]
+    deployments = [(app.name, dep) for app in status.applications for dep in app.deployments]
+    if not deployments:
+        return ["no deployments"]
+    return [f"{app}/{dep.name}: {dict(dep.replica_states)} of {dep.target_replicas}"
+            for app, dep in deployments
+            if dict(dep.replica_states) != ({"RUNNING": dep.target_replicas}
+                                            if dep.target_replicas else {})]
+
+
 @dataclass
 class ReplicaProcess:
     name: str       # "replica:<app>/<deployment>/<id>"

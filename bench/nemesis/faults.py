@@ -2,7 +2,9 @@
 records each fault's window (history.Fault).
 
     kill       SIGKILL; a controller, proxy or etcd member is started again
-               after the step's hold (a replica is the controller's to replace)
+               after the step's hold (a replica is the controller's to replace;
+               the replicas are the cluster's processes and the Docker side's
+               containers, docker_side.py, signalled by their host pid)
     stop       SIGSTOP for the hold, then SIGCONT
     restart    an etcd member stopped cleanly and started again with its data
     quorum     two of the three etcd members killed for the hold, then
@@ -28,7 +30,8 @@ import signal
 import time
 from collections.abc import Callable
 
-from nemesis.cluster import ChaosCluster
+from nemesis.cluster import ChaosCluster, ReplicaProcess
+from nemesis.docker_side import DockerSide
 from nemesis.embedded import EmbeddedSide
 from nemesis.history import Fault
 from nemesis.schedule import Step
@@ -42,6 +45,7 @@ class Nemesis:
                  say: Callable[[str], None] = print) -> None:
         self.cluster = cluster
         self.embedded = embedded
+        self.docker: DockerSide | None = None
         self.say = say
         self.faults: list[Fault] = []
         self._at = 0.0  # when the current step's signal was sent
@@ -94,15 +98,23 @@ class Nemesis:
         elif step.role == "proxy":
             candidates = [f"proxy:{n}" for n, p in cluster.proxies.items() if cluster.alive(p)]
         elif step.role == "replica":
-            try:
-                candidates = sorted(r.name for r in cluster.replicas())
-            except Exception:  # no leader to ask now
-                candidates = []
+            candidates = sorted(r.name for r in self._replicas())
         elif step.role == "embedded":
             candidates = ["embedded:store"] if self.embedded is not None else []
         else:  # etcd
             candidates = [f"etcd:{m.name}" for m in cluster.etcd.members if m.alive()]
         return candidates[step.pick % len(candidates)] if candidates else None
+
+    def _replicas(self) -> list[ReplicaProcess]:
+        """The replicas running now: the cluster's, and the Docker side's."""
+        found = []
+        for side in (self.cluster, self.docker):
+            if side is not None:
+                try:
+                    found += side.replicas()
+                except Exception:  # no leader to ask now
+                    pass
+        return found
 
     # -- each kind: do it, wait the hold, heal it; a note for the log ----------
 
@@ -119,7 +131,7 @@ class Nemesis:
         if role == "etcd":
             proc = self.cluster.etcd.member(name).proc
         elif role == "replica":
-            return next(r.pid for r in self.cluster.replicas() if r.name == target)
+            return next(r.pid for r in self._replicas() if r.name == target)
         else:
             proc = self._process(target).proc
         assert proc is not None

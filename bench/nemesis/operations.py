@@ -7,6 +7,7 @@ Served (traffic goes to them; never deleted, at least one replica):
     grpc/Clf                  the same, for the gRPC ingress
 Churned (no traffic):
     chaos/Churn0, chaos/Churn1  created, changed and deleted
+The Docker side (docker_side.py) runs a loop of its own over docker/Echo.
 
 A deployment's mark, what the final state is checked against, is
 "version|replicas|user_config mark" of its stored spec ("" when deleted).
@@ -77,14 +78,17 @@ def final_state(records: list[records_pb2.DeploymentRecord]) -> dict[str, str]:
 class Operations:
     def __init__(self, client: ControllerClient, seed: int, every_s: tuple[float, float]
                  = (2.0, 5.0), served_changes: tuple[str, ...] = CHANGES,
-                 steady: bool = False) -> None:
-        """`served_changes`: what may happen to the served deployments (the
+                 steady: bool = False, served: tuple[str, ...] = SERVED,
+                 churned: tuple[str, ...] = CHURNED) -> None:
+        """`served`, `churned`: the deployments it changes (the Docker side
+        has its own). `served_changes`: what may happen to the served deployments (the
         soak changes them in place only, so that their replicas live on).
         `steady` (the soak): the churned deployments are made by `setup` and
         then rolled and reconfigured, never scaled or deleted, so the cluster
         runs the same number of replicas between rollouts and what each
         process holds can be compared over time."""
         self.client = client
+        self.served, self.churned = served, churned
         self.steady = steady
         self.served_changes = served_changes
         self.rng = random.Random(seed * 7919 + 1)
@@ -98,9 +102,9 @@ class Operations:
 
     def setup(self) -> None:
         """Deploy the served deployments (v1, 2 replicas) and wait until RUNNING."""
-        for key in SERVED:
+        for key in self.served:
             self.deploy(key, "v1", 2)
-        for key in CHURNED if self.steady else ():
+        for key in self.churned if self.steady else ():
             self.deploy(key, "v1", 1)
         refused = [f"{op.key}: {op.error}" for op in self.ops if op.outcome != OK]
         if refused:
@@ -119,14 +123,14 @@ class Operations:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.rng.uniform(*self.every_s)):
-            key = self.rng.choice(SERVED + CHURNED)
+            key = self.rng.choice(self.served + self.churned)
             now = self.current.get(key)
-            if key in CHURNED and now is not None and self.rng.random() < 0.4 \
+            if key in self.churned and now is not None and self.rng.random() < 0.4 \
                     and not self.steady:
                 self.delete(key)
                 continue
             version, replicas, _ = now or ("v1", 1, "")
-            changes = self.served_changes if key in SERVED else \
+            changes = self.served_changes if key in self.served else \
                 ("rollout", "reconfigure") if self.steady else CHANGES
             change = self.rng.choice(changes)
             if change == "rollout":

@@ -11,6 +11,7 @@ pause (the point is coverage under faults, not load):
     xds        Classifier.Predict        proxyless, straight to the replicas
                                          (xds_client.py, a process of its own)
     embedded   GET /echo/                the embedded side's proxy (embedded.py)
+    docker     GET /echo/                the Docker side's proxy (docker_side.py)
 
 Like a load balancer in front of the proxies, a client whose connection to
 a proxy is refused (a killed proxy: the request never left the client)
@@ -47,10 +48,11 @@ GRPC_APP = "grpc/Clf"
 # kind -> the deployments it reaches
 PATHS = {"http": [FRONT], "compose": [FRONT, BACK], "stream": [FRONT, BACK],
          "websocket": [FRONT], "grpc": [GRPC_APP], "xds": [GRPC_APP],
-         "embedded": ["embedded/Echo"]}
+         "embedded": ["embedded/Echo"], "docker": ["docker/Echo"]}
 XDS_CLIENT = str(Path(__file__).resolve().parent / "xds_client.py")
 GOING_AWAY_RETRIES = 2
-EMBEDDED = "embedded"  # the embedded side's proxy, for its kind of request only
+# The sides with a proxy of their own, each for its kind of request only.
+SIDES = ("embedded", "docker")
 
 
 class Refused(Exception):
@@ -59,14 +61,16 @@ class Refused(Exception):
 
 class Traffic:
     def __init__(self, proxies: dict[str, str], grpc_targets: dict[str, str],
-                 clients_per_kind: int = 2, embedded_url: str | None = None,
+                 clients_per_kind: int = 2, sides: dict[str, str] | None = None,
                  xds_bootstrap: str | None = None) -> None:
-        """`xds_bootstrap`: the bootstrap (JSON) of the proxyless client; None: none."""
+        """`sides`: kind (SIDES) -> the URL of that side's proxy, for the sides
+        the run has; `xds_bootstrap`: the bootstrap (JSON) of the proxyless
+        client; None: none."""
         self.proxies = proxies              # name -> http://host:port
         self.grpc_targets = grpc_targets
         self.clients_per_kind = clients_per_kind
-        self.embedded_url = embedded_url
-        self.kinds = tuple(k for k in PATHS if k != "xds" and (k != "embedded" or embedded_url))
+        self.sides = sides or {}
+        self.kinds = tuple(k for k in PATHS if k != "xds" and (k not in SIDES or k in self.sides))
         self.xds_bootstrap = xds_bootstrap
         self._xds: subprocess.Popen | None = None
         self._xds_reader: threading.Thread | None = None
@@ -133,7 +137,7 @@ class Traffic:
                    "stream": lambda p: self._stream(http, p),
                    "websocket": self._websocket,
                    "grpc": lambda p: self._grpc(channels[p]),
-                   "embedded": lambda p: self._get(http, p, "/echo/")}
+                   **{side: lambda p: self._get(http, p, "/echo/") for side in SIDES}}
             await asyncio.gather(*(self._client(kind, one[kind]) for kind in self.kinds
                                    for _ in range(self.clients_per_kind)))
             for channel in channels.values():
@@ -141,7 +145,7 @@ class Traffic:
 
     async def _client(self, kind: str, send: Callable[[str], Awaitable[None]]) -> None:
         while not self._stopping:
-            names = [EMBEDDED] if kind == "embedded" else list(self.proxies)
+            names = [kind] if kind in SIDES else list(self.proxies)
             first = next(self._turn) % len(names)
             order = names[first:] + names[:first]
             start = time.time()
@@ -162,7 +166,7 @@ class Traffic:
 
     async def _get(self, http: httpx.AsyncClient, proxy: str, path: str) -> None:
         try:
-            base = self.embedded_url if proxy == EMBEDDED else self.proxies[proxy]
+            base = self.sides[proxy] if proxy in SIDES else self.proxies[proxy]
             reply = await http.get(f"{base}{path}")
         except httpx.ConnectError as e:
             raise Refused(str(e)) from e

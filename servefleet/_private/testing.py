@@ -141,11 +141,12 @@ class ControllerProcess:
                  runtime: str = "process", log_dir: str | Path | None = None,
                  extra_args: list[str] | None = None,
                  certs: str | Path | None = None, host: str = "127.0.0.1",
-                 wrap: list[str] | None = None) -> None:
+                 wrap: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         """With `certs` (a `servefleet certs init` directory) the controller runs
         with `--certs DIR`, and this object's own calls present DIR/admin.crt.
         `host`: the address it listens on; `wrap`: a command it runs under
-        (`ip netns exec NS`, bench/nemesis)."""
+        (`ip netns exec NS`, bench/nemesis); `env`: set in its environment
+        (DOCKER_HOST, say)."""
         from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
 
         self.port = free_port()
@@ -157,6 +158,7 @@ class ControllerProcess:
         self.lease_ttl = lease_ttl
         self.extra_args = extra_args or []
         self.runtime = runtime
+        self.env = env or {}
         directory = Path(log_dir or tempfile.mkdtemp(prefix="servefleet-ctl-"))
         self.log_path = directory / f"controller-{self.port}.log"
         # Shared by every controller given the same log_dir, so a new leader
@@ -176,7 +178,7 @@ class ControllerProcess:
                "--runtime-dir", str(self.runtime_dir), *self.extra_args]
         if self.certs:
             cmd += ["--certs", str(self.certs)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:
