@@ -142,7 +142,8 @@ class ProxyApp:
                         request_id)
             self.metrics.answered("", "", "", 404, 0.0)
             return
-        served = None if not tracing.decide(trace_headers) else tracing.serve_decided(
+        # Not sampled: on to the replica with no trace headers (tracing.py).
+        served = None if not tracing.decide(trace_headers, marks=False) else tracing.serve_decided(
             f"{scope['method']} {target.route_prefix}", trace_headers, {
                 "http.request.method": scope["method"], "http.route": target.route_prefix,
                 "url.path": path, "servefleet.application": target.application,
@@ -227,7 +228,8 @@ class ProxyApp:
         served = tracing.serve(f"WebSocket {target.route_prefix}", trace_headers, {
             "http.route": target.route_prefix, "url.path": scope["path"],
             "servefleet.application": target.application,
-            "servefleet.deployment": pool.key[1], "servefleet.request_id": request_id})
+            "servefleet.deployment": pool.key[1], "servefleet.request_id": request_id},
+            marks=False)
         headers = upstream_headers(scope, request_id, target.route_prefix, self.forwarded,
                                    caller) + tracing.hop_headers(served and served.span)
         error: BaseException | None = None

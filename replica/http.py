@@ -188,8 +188,9 @@ class ReplicaApp:
         model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
         if model_id is not None:
             MODEL_ID.set(model_id.decode("latin-1"))
-        served = None if not tracing.decide(trace_headers) else tracing.serve_decided(
-            self._span_name(scope), trace_headers, {
+        # Only proxies and handles come here, and they decided (tracing.py).
+        served = None if not tracing.decide(trace_headers, roots=False) else \
+            tracing.serve_decided(self._span_name(scope), trace_headers, {
                 **self.span_attributes, "servefleet.request_id": request_id,
                 "servefleet.model_id": model_id and model_id.decode("latin-1")})
         self.admission.ongoing += 1

@@ -102,7 +102,7 @@ async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send:
     request_id, trace_headers = envelope.of_scope(scope)  # scope: under the route prefix
     REQUEST_ID.set(request_id)
     served = tracing.serve(f"{app.metrics.deployment} WebSocket", trace_headers, {
-        **app.span_attributes, "servefleet.request_id": request_id})
+        **app.span_attributes, "servefleet.request_id": request_id}, roots=False)
     socket = OpenSocket(send, request_id)
     app.admission.ongoing += 1
     app.websockets.open.add(socket)

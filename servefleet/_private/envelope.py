@@ -62,11 +62,13 @@ class Carried:
     the task that runs the call, wherever that runs. As a context manager,
     the call is a span of its own ("call Deployment.method") there."""
 
-    __slots__ = ("request_id", "trace")
+    __slots__ = ("request_id", "starts_trace", "trace")
 
     def __init__(self) -> None:
         self.request_id = REQUEST_ID.get()
         self.trace = tracing.capture()
+        # Made outside any request: the call is the root of a trace of its own.
+        self.starts_trace = tracing.outside_request()
 
     @contextlib.contextmanager
     def entered(self, name: str, attributes: dict[str, Any]) -> Iterator[None]:
@@ -76,7 +78,8 @@ class Carried:
             REQUEST_ID.set(self.request_id)
         outer = tracing.adopt(self.trace)
         try:
-            with tracing.made_current(tracing.child(name, attributes)):
+            with tracing.made_current(tracing.root(name, attributes) if self.starts_trace
+                                      else tracing.child(name, attributes)):
                 yield
         finally:
             tracing.leave(outer)

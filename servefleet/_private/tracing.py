@@ -26,9 +26,21 @@ What passes between hops is W3C trace context (`traceparent`, `tracestate`;
 other propagation formats, OTEL_PROPAGATORS, are not read) next to
 `x-request-id`. With tracing off in a process, the headers that came
 in go out unchanged (PASSED): a hop without tracing does not cut a trace.
-A request its trace did not sample goes the same way (its first hop's
-sampling decision, in the headers it sends on, is the only tracing work
-it causes), so that a low sampling ratio costs next to nothing.
+A request its trace did not sample goes the same way: its first hop's
+sampling decision is the only tracing work it causes, so that a low
+sampling ratio costs next to nothing. Where a trace starts:
+
+- at a proxy, for a request that came without trace context. What the
+  proxy did not sample goes on to a replica's HTTP port (requests,
+  WebSockets) with no trace headers at all: one header less on each hop
+  of 99 requests in 100 at 1%. It goes on to a replica's gRPC port with
+  an unsampled `traceparent`, since that port also serves proxyless
+  clients, for whom it is the first hop;
+- so a replica starts no trace for what comes to its HTTP port (only
+  proxies and handle calls come there, and they decided: `roots=False`),
+  and starts one for a gRPC call that came without context;
+- a handle call made outside any request (a driver script, a task of
+  user code's own) starts a trace of its own.
 """
 
 from __future__ import annotations
@@ -184,22 +196,29 @@ class Served:
         _api[1].detach(self.token)
 
 
-def decide(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+def decide(trace_headers: Sequence[tuple[bytes, bytes]], *, roots: bool = True,
+           marks: bool = True) -> bool:
     """Whether a request gets a span here (then call `serve_decided`). Not
     when tracing is off or its parent was not sampled (with a parent-based
-    sampler), nor when it starts a trace a ratio sampler does not sample:
-    then its trace headers are kept to be passed on (as they came, or the
-    new unsampled trace's). Hot paths ask this before they build a span's
-    name and attributes."""
+    sampler), nor when it would start a trace and `roots` is False (the hop
+    before decided: module docstring) or a ratio sampler does not sample
+    it: then its trace headers are kept to be passed on, as they came, and
+    with `marks` a new trace's unsampled `traceparent` first. Hot paths ask
+    this before they build a span's name and attributes."""
     if TRACER is None or (_parent_based and _unsampled(trace_headers)):
         PASSED.set(tuple(trace_headers))
         _SAMPLED.set(False)
         return False
-    if _root_bound is not None and not _names_parent(trace_headers):  # a trace starts
+    if (_root_bound is not None or not roots) and not _names_parent(trace_headers):
+        if not roots or _root_bound is None:  # a trace would start here, and the
+            PASSED.set(tuple(trace_headers))  # hop before chose not to sample it
+            _SAMPLED.set(False)
+            return False
         trace_id = random.getrandbits(128) or 1
         if trace_id & _LOW_64 >= _root_bound:  # TraceIdRatioBased's test: not sampled
             PASSED.set(((TRACEPARENT_HEADER, b"00-%032x-%016x-00" % (
-                trace_id, random.getrandbits(64) or 1)), *trace_headers))
+                trace_id, random.getrandbits(64) or 1)), *trace_headers) if marks
+                else tuple(trace_headers))
             _SAMPLED.set(False)
             return False
         _preset.next_trace_id = trace_id  # sampled: the SDK's decision is the same
@@ -212,11 +231,12 @@ def _names_parent(trace_headers: Sequence[tuple[bytes, bytes]]) -> bool:
 
 
 def serve(name: str, trace_headers: Sequence[tuple[bytes, bytes]],
-          attributes: dict[str, Any]) -> Served | None:
+          attributes: dict[str, Any], *, roots: bool = True,
+          marks: bool = True) -> Served | None:
     """When on: a SERVER span, child of the trace the headers name (a new
     trace without them), made current until `finish`. None when `decide`
-    says no span."""
-    if not decide(trace_headers):
+    (which `roots` and `marks` go to) says no span."""
+    if not decide(trace_headers, roots=roots, marks=marks):
         return None
     return serve_decided(name, trace_headers, attributes)
 
@@ -263,6 +283,14 @@ def root(name: str, attributes: dict[str, Any] | None = None, kind: str = "INTER
     return TRACER.start_span(name, context=_api[1].Context(),
                              kind=getattr(_api[0].SpanKind, kind),
                              attributes=_attributes(attributes or {}))
+
+
+def outside_request() -> bool:
+    """Whether tracing is on and no request is being served here (a driver
+    script's handle call, a task of user code's own): a handle call made
+    now starts a trace of its own (`root`)."""
+    return (TRACER is not None and _SAMPLED.get() is None
+            and not _api[0].get_current_span().get_span_context().is_valid)
 
 
 def current(span: Any) -> Any:
