@@ -10,8 +10,13 @@ that replica with the client's path, query, subprotocols and headers (plus
 what the replica accepted: its subprotocol and its extra headers. A handshake
 the replica refused unread (503 with `x-servefleet-rejected`: loading,
 draining, full) or could not take (connection refused) goes to another
-replica, up to MAX_ATTEMPTS; any other refusal reaches the client as it
-came (status, headers, body), through ASGI's WebSocket denial response.
+replica, as an HTTP request does (dataplane/forward.py's `set_aside`): a
+replica that refused the connection or is draining is set aside until the
+next replica set at no attempt's cost, and with no other to try the
+handshake waits for that set (a proxy that has not heard of a rollout's
+new replicas yet, cut off from the controllers, say); the others' refusals
+count, up to MAX_ATTEMPTS. Any other refusal reaches the client as it came
+(status, headers, body), through ASGI's WebSocket denial response.
 
 Then text and binary messages go both ways as they come, and the close code
 and reason of the side that closes first go to the other. Pings are answered
@@ -36,8 +41,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
-from servefleet._private.dataplane.forward import MAX_ATTEMPTS
-from servefleet._private.dataplane.metrics import RETRIES
+from servefleet._private.dataplane.forward import MAX_ATTEMPTS, set_aside
 from servefleet._private.wire import REJECTED_HEADER
 from servefleet._private.ws import GOING_AWAY, NOT_SENDABLE, deny
 
@@ -157,7 +161,9 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
                   if k not in _NOT_SENT_UP]
     origin = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"origin"), None)
     tried: set[str] = set()
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    attempt = spent = 0
+    while spent < MAX_ATTEMPTS:
+        attempt += 1
         replica = await pool.acquire(exclude=tried)
         try:
             upstream = await connect(
@@ -171,9 +177,8 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
             response = e.response
             reason = response.headers.get(REJECTED_HEADER.decode())
             if response.status_code == 503 and reason:
-                tried.add(replica.replica_id)
-                RETRIES.labels(*pool.key, reason if reason in ("overloaded", "loading",
-                                                               "draining") else "rejected").inc()
+                spent += set_aside(pool, replica, tried, reason if reason in (
+                    "overloaded", "loading", "draining") else "rejected")
                 logger.info("WebSocket %s not taken by %s (%s); attempt %d", request_id,
                             replica.replica_id, reason, attempt)
                 continue
@@ -184,9 +189,7 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
                          passed) from None
         except OSError as e:
             pool.release(replica)
-            pool.mark_down(replica)
-            tried.add(replica.replica_id)
-            RETRIES.labels(*pool.key, "refused").inc()
+            spent += set_aside(pool, replica, tried, "refused")
             logger.info("WebSocket %s: %s unreachable (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
         except BaseException:

@@ -157,6 +157,21 @@ def test_a_request_just_after_or_just_before_a_kill_is_not_excused() -> None:
     assert not checks.failures_excused([request(4.6, 4.8)], faults).ok
 
 
+def test_a_request_sent_to_a_proxy_just_killed_fails_with_it_but_not_later() -> None:
+    # Sent on a kept-alive connection 9 ms after the proxy died: no answer at all.
+    faults = [Fault("kill", "proxy:p1", 5.0, 5.0)]
+    dead_peer = Request("compose", 5.009, 5.014, False, ["proxy:p1", "deployment:a/M"],
+                        "RemoteProtocolError: Server disconnected without sending a response.")
+    assert checks.failures_excused([dead_peer], faults).ok
+    # An answer came: a process answered it, the dead one did not.
+    answered = Request("http", 5.009, 5.014, False, ["proxy:p1", "deployment:a/M"],
+                       "RuntimeError: HTTP 502: bad gateway")
+    late = Request("http", 6.5, 6.6, False, ["proxy:p1", "deployment:a/M"], "ReadError: ")
+    other = Request("http", 5.009, 5.014, False, ["proxy:p2", "deployment:a/M"], "ReadError: ")
+    for request_ in (answered, late, other):
+        assert not checks.failures_excused([request_], faults).ok, request_
+
+
 def test_a_fault_off_the_requests_path_excuses_nothing() -> None:
     faults = [Fault("kill", "replica:a/Other/Other-1", 5.0, 5.0),
               Fault("kill", "proxy:p2", 5.0, 5.0)]

@@ -3,6 +3,8 @@ replica client (unit tests)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from fakes import FakeControlPlane
 
@@ -238,3 +240,34 @@ async def test_a_new_term_holds_back_stops_of_replicas_it_inherited(
     await world.settle(successor, ticks=10, step_s=0.5)  # 11 s
     assert len(world.runtime.alive()) == 2 and not before & {
         r.handle for r in world.runtime.alive()}
+
+
+async def test_a_stop_that_outlives_its_term_does_nothing_more(world: FakeControlPlane,
+                                                               caplog) -> None:
+    """A leader paused in the middle of a stop, whose term ended meanwhile,
+    neither claims the stop nor cleans up after it when it resumes: that is
+    its successor's to do."""
+    term = await world.lead()
+    await term.deployments.deploy(spec("A", 1))
+    await world.settle(term)
+    entered, release = asyncio.Event(), asyncio.Event()
+    stop, cleaned = world.runtime.stop, list[str]()
+
+    async def paused_stop(handle: str, timeout_s: float) -> None:
+        entered.set()
+        await release.wait()
+        await stop(handle, timeout_s)
+
+    world.runtime.stop = paused_stop  # type: ignore[method-assign]
+    world.runtime.cleanup = cleaned.append  # type: ignore[method-assign,assignment]
+    await term.deployments.delete("default", ["A"])
+    while not entered.is_set():
+        world.clock.advance(0.6)
+        await term.loop.run_pass()
+        await asyncio.sleep(0.01)
+    assert world.election is not None
+    world.election.mark_lost("another controller leads")
+    release.set()
+    await term.loop.wait_idle()
+    assert cleaned == [] and "stopped replica" not in caplog.text
+    assert len(await world.store.list_prefix(world.keys.replicas)) == 1, "the record is kept"

@@ -63,3 +63,27 @@ async def test_other_refusals_reach_the_client_as_they_came() -> None:
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(open_upstream(pool, SCOPE, [], b"/x", 5, "r"), 1)
     assert pool.ongoing == 0 and pool.queued == 0
+
+
+async def test_leaving_replicas_make_the_handshake_wait_for_the_next_replica_set() -> None:
+    """A rollout the proxy has not heard the end of (cut off from the
+    controllers, say): its set names only old replicas, draining or gone.
+    The handshake waits for the set that names a new one, as an HTTP request
+    does (found by the chaos suite: WebSockets answered 503)."""
+    draining = [free_port(), free_port()]
+    fresh, gone = free_port(), free_port()
+    async with serve(echo, "127.0.0.1", draining[0], process_request=refusing(503, "draining")), \
+            serve(echo, "127.0.0.1", draining[1], process_request=refusing(503, "draining")), \
+            serve(echo, "127.0.0.1", fresh):
+        pool = ReplicaPool(key=("app", "ws"))
+        old = [("d0", f"127.0.0.1:{draining[0]}"), ("d1", f"127.0.0.1:{draining[1]}"),
+               ("gone", f"127.0.0.1:{gone}")]
+        pool.update(old, 5, -1)
+        handshake = asyncio.create_task(open_upstream(pool, SCOPE, [], b"/x", 5, "r"))
+        await asyncio.sleep(0.3)
+        assert not handshake.done() and pool.queued == 1
+        pool.update([*old, ("new", f"127.0.0.1:{fresh}")], 5, -1)
+        replica, upstream = await asyncio.wait_for(handshake, 5)
+        assert replica.replica_id == "new"
+        await upstream.close()
+        pool.release(replica)

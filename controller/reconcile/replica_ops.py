@@ -197,8 +197,14 @@ class ReplicaOps:
                                         replica_id=record.replica_id)
             except ReplicaCallError:
                 pass  # dead or not listening: the runtime's stop still ends it
+        # The drain and the stop each take up to the replica's timeout: a term
+        # that ended meanwhile (this leader paused, say) leaves the rest, and
+        # the record, to the next one (chaos seed 2: a resumed leader logged a
+        # stop 2.6 s into its successor's term).
+        self.check_leading()
         # A little beyond the replica's own deadline, so it can exit by itself.
         await self.runtime.stop(record.handle, timeout_s + 2.0)
+        self.check_leading()
         logger.info("stopped replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
         # In a thread: a runtime may block (the Docker SDK does).
