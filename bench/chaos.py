@@ -52,7 +52,7 @@ from nemesis.history import Final, History
 from nemesis.hosts import Hosts, unavailable
 from nemesis.log_keeper import LogKeeper
 from nemesis.operations import Operations, final_state
-from nemesis.store_journal import leader_writes
+from nemesis.store_journal import leader_writes, process_starts
 from nemesis.traffic import Traffic
 
 from servefleet._private.xds_bootstrap import render
@@ -161,6 +161,8 @@ def run(args: argparse.Namespace) -> History:
                               time.time() - nemesis_end)
         history.actions = report.actions_from_logs(cluster.leader_log_lines())
         history.writes = leader_writes(cluster.etcd.members[0].endpoint, CLUSTER)
+        history.starts = process_starts(cluster.etcd.members[0].endpoint, CLUSTER,
+                                        history.writes)
         client.close()
     finally:
         damage = (embedded.stop() if embedded else []) + (docker.stop() if docker else [])

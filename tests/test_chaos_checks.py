@@ -25,6 +25,7 @@ from nemesis.history import (
     History,
     Op,
     Request,
+    Start,
     Write,
 )
 
@@ -128,6 +129,17 @@ def test_one_term_writing_from_two_controllers_is_caught_in_the_store() -> None:
     assert not checks.terms_in_store([Write(5, 4, "c1"), Write(6, 4, "c3")]).ok
 
 
+def test_a_process_started_after_a_newer_term_began_is_caught() -> None:
+    actions = [Action(1.0, "c1", 4, "leading with term 4"),
+               Action(10.0, "c2", 9, "leading with term 9")]
+    good = [Start("M-1", 4, 5.0), Start("M-2", 9, 12.0), Start("M-3", 4, 10.03)]
+    verdict = checks.starts_within_terms(good, actions)
+    assert verdict.ok and verdict.checked == 3
+    late = checks.starts_within_terms([Start("M-4", 4, 10.5)], actions)
+    assert late.violations == ["replica M-4, registered by term 4, started at 10.500, after "
+                               "term 9 began acting at 10.000"]
+
+
 # -- 3. failed requests ------------------------------------------------------
 
 def request(start: float, end: float, ok: bool = False, via: str = "proxy:p1",
@@ -229,7 +241,7 @@ def test_an_unknown_fault_is_refused_by_name() -> None:
 def test_a_history_survives_its_file(tmp_path) -> None:
     history = History(3, "abc", {"short": True}, [op("a/M", "m1", 1)],
                       [request(1, 2)], [Fault("kill", "proxy:p1", 1, 1)],
-                      [Action(1.0, "c1", 5, "x")], [Write(7, 5, "c1")],
+                      [Action(1.0, "c1", 5, "x")], [Write(7, 5, "c1")], [Start("M-1", 5, 2.0)],
                       Final(9.0, {"a/M": "m1"}, 10.0))
     history.save(tmp_path / "h.json")
     assert History.load(tmp_path / "h.json") == history

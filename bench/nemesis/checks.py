@@ -18,7 +18,9 @@ cluster to (docs/chaos.md):
    key, in the same transaction, so the store's history of that key lists
    every revision a leader wrote; along the revisions terms never go back
    (a deposed leader's write after its successor's would), and a term is
-   one controller's.
+   one controller's. starts_within_terms checks it from the runtime's side:
+   no replica process started (by the kernel's record) after a newer term
+   than the one that registered it began acting.
 3. failures_excused: a request fails only when it was in flight at a process
    on its path that was killed (SIGKILL at that moment) or stopped (SIGSTOP
    during the request), or was sent, without an answer of any kind, on a
@@ -38,12 +40,26 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nemesis.history import FAILED, OK, UNKNOWN, Action, Fault, Final, Op, Request, Write
+from nemesis.history import (
+    FAILED,
+    OK,
+    UNKNOWN,
+    Action,
+    Fault,
+    Final,
+    Op,
+    Request,
+    Start,
+    Write,
+)
 
 # Log lines carry milliseconds. A client takes a request's times just
 # before it sends and just after the answer, so a request in flight at a
 # process when it was killed has the kill inside its own span.
 CLOCK_SLACK_S = 0.005
+# A process's start time is known to the kernel's tick (10 ms), on a boot
+# time read from /proc/uptime (10 ms).
+START_SLACK_S = 0.05
 # The faults that may fail requests in flight at their target.
 KILLING = ("kill", "stop")
 # A client may send on a kept-alive connection to a proxy killed just before
@@ -129,6 +145,27 @@ def terms_in_store(writes: Sequence[Write]) -> Verdict:
                 f"{newest.revision}")
         if newest is None or write.term > newest.term:
             newest = write
+    return verdict
+
+
+def starts_within_terms(starts: Sequence[Start], actions: Sequence[Action]) -> Verdict:
+    """Invariant 2, from the runtime's side: every replica process started
+    (by the kernel's record of its start) before any newer term than the one
+    that registered it began acting (by the logs)."""
+    verdict = Verdict("one leader at a time (runtime: starts within their term)",
+                      len(starts))
+    began: dict[int, float] = {}
+    for action in actions:
+        began[action.term] = min(began.get(action.term, action.time), action.time)
+    for start in starts:
+        newer = [(t, at) for t, at in began.items() if t > start.term]
+        if not newer:
+            continue
+        term, at = min(newer, key=lambda ta: ta[1])
+        if start.time > at + START_SLACK_S:
+            verdict.violations.append(
+                f"replica {start.replica_id}, registered by term {start.term}, started at "
+                f"{start.time:.3f}, after term {term} began acting at {at:.3f}")
     return verdict
 
 

@@ -81,6 +81,16 @@ class Write:
 
 
 @dataclass
+class Start:
+    """A replica process the runtime started, by its own record (the kernel's
+    start time), and the term whose leader wrote that record."""
+
+    replica_id: str
+    term: int
+    time: float
+
+
+@dataclass
 class Final:
     """The cluster after the nemesis stopped."""
 
@@ -106,6 +116,7 @@ class History:
     faults: list[Fault] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
+    starts: list[Start] = field(default_factory=list)
     final: Final | None = None
 
     def save(self, path: str | Path) -> None:
@@ -121,4 +132,5 @@ class History:
                    faults=[Fault(**f) for f in raw.get("faults", [])],
                    actions=[Action(**a) for a in raw.get("actions", [])],
                    writes=[Write(**w) for w in raw.get("writes", [])],
+                   starts=[Start(**s) for s in raw.get("starts", [])],
                    final=Final(**raw["final"]) if raw.get("final") else None)

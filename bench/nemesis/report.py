@@ -40,6 +40,7 @@ def verdicts(history: History, converge_bound_s: float) -> list[checks.Verdict]:
     return [checks.writes_kept(history.ops, history.final.state),
             checks.one_leader(history.actions),
             checks.terms_in_store(history.writes),
+            checks.starts_within_terms(history.starts, history.actions),
             checks.failures_excused(history.requests, history.faults),
             checks.converged(history.final, converge_bound_s)]
 
