@@ -52,6 +52,20 @@ def off_target(client: ControllerClient) -> list[str]:
                                             if dep.target_replicas else {})]
 
 
+def shut_down(client: ControllerClient | None, proxy: ProxyProcess | None,
+              controller: ControllerProcess) -> None:
+    """Stop a one-controller side (embedded.py, docker_side.py): Shutdown
+    through `client` (the controller stops its replicas first), then the
+    proxy and the controller's process."""
+    with contextlib.suppress(Exception):
+        if client is not None:
+            client.shutdown()
+            client.close()
+    if proxy is not None:
+        proxy.stop()
+    controller.stop()
+
+
 @dataclass
 class ReplicaProcess:
     name: str       # "replica:<app>/<deployment>/<id>"

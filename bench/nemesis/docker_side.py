@@ -17,10 +17,9 @@ processes bound to their controller's host.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
-from nemesis.cluster import CHAOS_APPS, ReplicaProcess, off_target
+from nemesis.cluster import CHAOS_APPS, ReplicaProcess, off_target, shut_down
 from nemesis.docker_engine import PrivateEngine
 from nemesis.history import Op
 from nemesis.operations import Operations, final_state
@@ -119,13 +118,7 @@ class DockerSide:
 
     def stop(self) -> list[str]:
         """Stop it all; containers left after the controller's shutdown."""
-        with contextlib.suppress(Exception):
-            if self.client is not None:
-                self.client.shutdown()
-                self.client.close()
-        if self.proxy is not None:
-            self.proxy.stop()
-        self.controller.stop()
+        shut_down(self.client, self.proxy, self.controller)
         left = []
         if self.engine.proc is not None:
             left = [f"after shutdown: container {c[:12]} of the Docker side is left"

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from nemesis.cluster import shut_down
 from nemesis.disk_full import DiskFiller, small_tmpfs
 from nemesis.history import FAILED, OK, Op
 from nemesis.operations import Operations, final_state
@@ -83,13 +84,7 @@ class EmbeddedSide:
 
     def stop(self) -> list[str]:
         """Stop everything; what is wrong with the store file afterwards."""
-        with contextlib.suppress(Exception):
-            if self.client is not None:
-                self.client.shutdown()
-                self.client.close()
-        if self.proxy is not None:
-            self.proxy.stop()
-        self.controller.stop()
+        shut_down(self.client, self.proxy, self.controller)
         problems = [f"embedded store: {b}" for b in self.broken]
         try:
             with contextlib.closing(sqlite3.connect(self.disk / "state.db")) as db:
