@@ -37,7 +37,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from starlette.types import Message, Receive, Scope, Send
@@ -118,6 +118,8 @@ class ProxyApp:
         self.forwarded = Forwarded()
         # Who may read /-/routes and /-/metrics (--admin-paths).
         self.admin = AdminAccess()
+        # More for /-/metrics: an HAProxy engine's own (haproxy/front.py).
+        self.more_metrics: Callable[[], Awaitable[bytes]] | None = None
 
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -198,7 +200,7 @@ class ProxyApp:
             await reply(send, 200, json.dumps(self._routes().as_json()),
                         content_type=b"application/json")
         else:
-            await send_metrics(send)
+            await send_metrics(send, await self.more_metrics() if self.more_metrics else b"")
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route a WebSocket handshake as an HTTP request is routed (the same

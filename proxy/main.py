@@ -41,6 +41,8 @@ from .app import ProxyApp
 from .edge import HeadClock
 from .forwarded import DEFAULT_TRUSTED, Forwarded
 from .grpc_ingress import GrpcProxy, start_grpc_ingress
+from .haproxy.front import BehindEngine, HaproxyFront
+from .haproxy.process import HaproxyError
 from .limits import EdgeLimits
 from .routes import DEFAULT_ANSWER_START_S
 from .state import ProxyState
@@ -97,6 +99,21 @@ class ProxyOptions:
     # Modules (name prefixes) whose RequestRouter classes deployments may name
     # here; servefleet's own routers are always available (routers.py).
     router_modules: tuple[str, ...] = ()
+    # Who serves the HTTP port: "python" (this process), or "haproxy" (a child
+    # HAProxy this process drives, with the Python app behind it: haproxy/).
+    engine: str = "python"
+    # HAProxy's threads (0: one per CPU); with the haproxy engine only.
+    engine_threads: int = 0
+
+
+def front_of(options: ProxyOptions, state: ProxyState, limits: EdgeLimits) -> HaproxyFront:
+    """HAProxy in front of this process's app (--engine haproxy)."""
+    return HaproxyFront(
+        state, options.listen, limits, lambda: options.request_timeout_s or
+        state.routes.request_timeout_s or options.answer_start_timeout_s,
+        trusted=options.forwarded_allow_ips, drain_timeout_s=options.drain_timeout_s,
+        tls_cert=options.tls_cert, tls_key=options.tls_key, threads=options.engine_threads,
+        websocket_idle_timeout_s=options.websocket_idle_timeout_s)
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -112,6 +129,7 @@ async def serve(options: ProxyOptions) -> None:
     upstream = UpstreamPool()
     state = ProxyState(upstream, options.passive_health,
                        RouterLoader(allow_modules(options.router_modules)))
+    front: HaproxyFront | None = None
     try:
         app = ProxyApp(state.replica_sets.get, lambda: state.routes, upstream,
                        options.request_timeout_s, lambda: tokens.table)
@@ -125,14 +143,25 @@ async def serve(options: ProxyOptions) -> None:
         # The replica's date and server headers are passed through; the proxy adds none.
         # The client is the connection's peer: the proxy adds it to x-forwarded-for
         # (forwarded.py); uvicorn's own reading of those headers stays off.
-        server = await start_http_server(app, host, int(port), date_header=False,
+        front = front_of(options, state, limits) if options.engine == "haproxy" else None
+        if front is not None:  # the Python app serves behind HAProxy, on loopback
+            app.more_metrics = front.metrics
+            host, port = "127.0.0.1", "0"
+        server = await start_http_server(BehindEngine(app) if front else app, host, int(port),
+                                         date_header=False,
                                          proxy_headers=False, http=heads.protocol(),
                                          timeout_keep_alive=limits.keep_alive_timeout_s,
                                          reuse_port=options.worker is not None,
                                          server_header=False,
                                          timeout_graceful_shutdown=int(options.drain_timeout_s),
-                                         ssl_certfile=options.tls_cert,
-                                         ssl_keyfile=options.tls_key)
+                                         ssl_certfile=None if front else options.tls_cert,
+                                         ssl_keyfile=None if front else options.tls_key)
+        if front is not None:
+            try:
+                await front.start(f"127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}")
+            except HaproxyError as e:
+                await server.shutdown()
+                raise OSError(str(e)) from None
         grpc_server = checks = None
         if options.grpc_listen:
             channels = state.replica_sets.channels = GrpcChannels()
@@ -149,14 +178,17 @@ async def serve(options: ProxyOptions) -> None:
                 await server.shutdown()
                 raise
         heads.start()
+        host, _, port = options.listen.rpartition(":")
         address = options.advertise or (options.listen if host not in ("0.0.0.0", "::", "")
                                         else f"{socket.gethostname()}:{port}")
         watcher = WatchClient(options.controllers, [ROUTES_KEY, replicas_key()],
-                              on_snapshot=state.apply, kind=watch_pb2.WATCHER_KIND_PROXY,
+                              on_snapshot=front.apply if front else state.apply,
+                              kind=watch_pb2.WATCHER_KIND_PROXY,
                               address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}" + (
                                   f"-w{options.worker}" if options.worker is not None else ""),
                               credentials=options.credentials)
-        reporter = LoadReporter(watcher, traffic=app.traffic, errors=app.metrics.errors.take)
+        reporter = LoadReporter(watcher, traffic=app.traffic, errors=app.metrics.errors.take,
+                                engine=front.engine.load if front and front.engine else None)
         state.replica_sets.on_starved = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
@@ -176,6 +208,8 @@ async def serve(options: ProxyOptions) -> None:
         logger.info("draining")
         app.draining = True
         await app.websockets.close_all()  # 1001 now, not uvicorn's 1012 at its shutdown
+        if front is not None:  # HAProxy first: what it holds may be on the Python path
+            await front.stop()
         if grpc_server is not None and checks is not None:
             grpc_proxy.draining = True
             await checks.enter_graceful_shutdown()  # health: NOT_SERVING
@@ -191,4 +225,6 @@ async def serve(options: ProxyOptions) -> None:
         await watcher.close()
     finally:
         upstream.close()
+        if front is not None:
+            front.process.kill()  # idempotent: after a clean stop, nothing is left
     logger.info("proxy stopped")

@@ -4,7 +4,10 @@ Admission comes first and never reaches user code: while loading or draining,
 and when `max_ongoing_requests` requests are already in flight, a request is
 answered 503 with the header `x-servefleet-rejected` (loading, draining,
 overloaded). The proxy reads that header as "never delivered" and may retry
-the request on another replica.
+the request on another replica. An HAProxy engine, which retries by status
+only, asks for 425 instead (x-servefleet-refusal-status), and its health
+checks (x-servefleet-check) are answered here too, 503 only while loading or
+draining.
 
 A user function or `__call__` returns str (text/plain), bytes, a dict or list
 (JSON), a starlette Response, or a sync or async generator (streamed chunk by
@@ -53,9 +56,11 @@ from servefleet._private.ingress import is_ingress
 from servefleet._private.logs import REQUEST_ID
 from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 from servefleet._private.wire import (
+    CHECK_HEADER,
     METHOD_HEADER,
     MODEL_ID_HEADER,
     MODELS_HEADER,
+    REFUSAL_STATUS_HEADER,
     REJECTED_HEADER,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
@@ -123,6 +128,12 @@ def _under_route_prefix(scope: Scope) -> Scope:
     return scope
 
 
+def _refusal_status(scope: Scope) -> int:
+    """503, or 425 for a data plane that asked for it (REFUSAL_STATUS_HEADER)."""
+    asked = next((v for k, v in scope["headers"] if k == REFUSAL_STATUS_HEADER), None)
+    return 425 if asked == b"425" else 503
+
+
 def _refusal(message: str, status: int) -> Response:
     """A handle call that never reached the method (handle_router reads `error`)."""
     return JSONResponse({"error": message}, status)
@@ -175,12 +186,18 @@ class ReplicaApp:
                 await self._lifespan(receive, send)
             return
         reason = self.admission.refusal()
+        if any(k == CHECK_HEADER for k, _ in scope["headers"]):
+            # An engine's health check: up while it takes requests, full or not.
+            down = reason if reason != "overloaded" else None
+            await PlainTextResponse(down or "ok", 503 if down else 200)(scope, receive, send)
+            return
         if reason is not None:
             self.metrics.rejected[reason].inc()
             headers = {_REJECTED: reason}
             if reason == "draining":
                 headers["connection"] = "close"  # do not reuse a connection to a leaving replica
-            await PlainTextResponse(f"replica {self.replica_id} is {reason}", status_code=503,
+            await PlainTextResponse(f"replica {self.replica_id} is {reason}",
+                                    status_code=_refusal_status(scope),
                                     headers=headers)(scope, receive, send)
             return
         request_id, trace_headers = envelope.of_scope(scope)

@@ -182,12 +182,29 @@ def pytest_runtest_makereport(item, call):
 def served(fleet, tmp_path):
     """A controller with the process runtime, and a way to start proxies on it;
     yields (client, start_proxy). Shuts the controller (and replicas) down after."""
+    yield from _served(fleet, tmp_path, [])
+
+
+@pytest.fixture(params=["python", "haproxy"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each proxy engine in turn (proxy --engine): the behaviour tests run on both."""
+    return request.param
+
+
+@pytest.fixture
+def served_by(sqlite_fleet, engine, tmp_path):
+    """`served` on the embedded store, its proxies of each engine in turn."""
+    yield from _served(sqlite_fleet, tmp_path, ["--engine", engine])
+
+
+def _served(fleet, tmp_path, proxy_args: list[str]):
     fleet.start(1, runtime="process")
     fleet.leader()
     proxies: list[ProxyProcess] = []
 
     def proxy(*args: str) -> ProxyProcess:
-        started = ProxyProcess(fleet.addresses(), log_dir=tmp_path, extra_args=list(args))
+        started = ProxyProcess(fleet.addresses(), log_dir=tmp_path,
+                               extra_args=[*proxy_args, *args])
         proxies.append(started.start())
         return started
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def routed(proxy: ProxyProcess, path: str) -> bool:
     return answers(proxy.url + path)
 
 
-def test_routing_streaming_and_request_ids(served) -> None:
-    client, start_proxy = served
+def test_routing_streaming_and_request_ids(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(app_spec("Hello", "echo_app:hello", "/hello"))
     client.deploy(app_spec("Numbers", "echo_app:numbers", "/hello/numbers"))
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow"))
@@ -69,10 +70,15 @@ def test_routing_streaming_and_request_ids(served) -> None:
         "connection": "keep-alive, x-hop", "x-hop": "1", "x-end-to-end": "1"}).json()["headers"]
     assert "x-end-to-end" in hop and "x-hop" not in hop and "connection" not in hop
     assert any(p.address.endswith(str(proxy.port)) for p in client.status().proxies)
+    if "haproxy" in proxy.extra_args:  # HAProxy itself took them to the replicas
+        metrics = httpx.get(proxy.url + "/-/metrics").text
+        served = re.search(r'haproxy_backend_http_requests_total\{proxy="d.default.Slow"\} (\d+)',
+                           metrics)
+        assert served is not None and int(served.group(1)) >= 3, metrics[-2000:]
 
 
-def test_overload_is_503_and_timeouts_are_504(served) -> None:
-    client, start_proxy = served
+def test_overload_is_503_and_timeouts_are_504(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1, max_ongoing_requests=1,
                            max_queued_requests=1))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
@@ -91,8 +97,9 @@ def test_overload_is_503_and_timeouts_are_504(served) -> None:
     assert late.status_code == 504
 
 
-def test_replica_killed_under_load_and_controller_down(served, fleet) -> None:
-    client, start_proxy = served
+def test_replica_killed_under_load_and_controller_down(served_by, sqlite_fleet) -> None:
+    client, start_proxy = served_by
+    fleet = sqlite_fleet
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 2, max_ongoing_requests=4))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
     proxy = start_proxy()
@@ -146,8 +153,8 @@ def echo(version: str, label: str) -> d.DeploymentSpec:
     return spec
 
 
-def test_rolling_update_under_load_through_the_proxy(served) -> None:
-    client, start_proxy = served
+def test_rolling_update_under_load_through_the_proxy(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(echo("v1", "one"))
     wait_for(lambda: all_healthy(client, 1), what="v1 healthy")
     proxy = start_proxy()
@@ -168,8 +175,8 @@ def test_rolling_update_under_load_through_the_proxy(served) -> None:
     assert load.labels == {"one", "two"}
 
 
-def test_proxy_drains_on_sigterm(served) -> None:
-    client, start_proxy = served
+def test_proxy_drains_on_sigterm(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
     proxy = start_proxy()
@@ -208,8 +215,8 @@ def test_proxy_follows_a_new_leader(etcd_fleet, tmp_path) -> None:
         proxy.stop()
 
 
-def test_proxies_report_queued_requests(served) -> None:
-    client, start_proxy = served
+def test_proxies_report_queued_requests(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1, max_ongoing_requests=1))
     wait_for(lambda: all_healthy(client, 1), what="healthy")
     proxy = start_proxy()
@@ -232,8 +239,8 @@ def test_proxies_report_queued_requests(served) -> None:
     wait_for(lambda: queued() == 0, 20, "the queue to be reported empty")
 
 
-def test_client_disconnect_and_timeout_cancel_at_the_replica(served, tmp_path) -> None:
-    client, start_proxy = served
+def test_client_disconnect_and_timeout_cancel_at_the_replica(served_by, tmp_path) -> None:
+    client, start_proxy = served_by
     spec = app_spec("Sleeper", "echo_app:Sleeper", "/sleep", 1)
     spec.init_kwargs_json = json.dumps({"marks": str(tmp_path)})
     client.deploy(spec)

@@ -128,6 +128,38 @@ async def test_admission_refuses_when_loading_full_or_draining() -> None:
         assert (await c.get("/")).headers["x-servefleet-rejected"] == "loading"
 
 
+
+async def test_engine_checks_and_refusals_for_status_only_retries() -> None:
+    """An HAProxy engine's check is answered without user code (up while full,
+    down while loading or draining); its refusals come as 425 when asked."""
+    gate = asyncio.Event()
+    calls = []
+
+    async def slow(request):
+        calls.append(request.url.path)
+        await gate.wait()
+        return "done"
+
+    app, admission = app_for(slow, max_ongoing=1)
+    check = {"x-servefleet-check": "1"}
+    async with client(app) as c:
+        assert (await c.get("/", headers=check)).status_code == 200 and not calls
+        first = asyncio.create_task(c.get("/work"))
+        while admission.ongoing < 1:
+            await asyncio.sleep(0.01)
+        assert (await c.get("/", headers=check)).text == "ok"  # full is not down
+        full = await c.get("/", headers={"x-servefleet-refusal-status": "425"})
+        assert full.status_code == 425 and full.headers["x-servefleet-rejected"] == "overloaded"
+        assert (await c.get("/", headers={"x-servefleet-refusal-status": "400"})).status_code \
+            == 503  # only 425 may be asked for
+        gate.set()
+        assert (await first).text == "done" and calls == ["/work"]
+        admission.draining = True
+        down = await c.get("/", headers=check)
+        assert down.status_code == 503 and down.text == "draining"
+        admission.draining, admission.ready = False, False
+        assert (await c.get("/", headers=check)).text == "loading"
+
 def test_loader_errors() -> None:
     with pytest.raises(loader.LoadError, match="no attribute"):
         loader.import_attr("echo_app:nope", APPS)

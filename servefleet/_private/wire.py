@@ -27,6 +27,15 @@ TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
 # On a replica's 503: it refused the request unread, so it may be retried on
 # another replica; the value says why (loading, draining, overloaded).
 REJECTED_HEADER = b"x-servefleet-rejected"
+# On a request from a data plane that retries by status only (HAProxy's
+# retry-on, proxy/haproxy/): the status the replica answers its own refusal
+# with instead of 503 (the value, "425"), so that the engine retries exactly
+# the requests the replica never took and no 503 of the user's code.
+REFUSAL_STATUS_HEADER = b"x-servefleet-refusal-status"
+# A health check (an HAProxy engine's, proxy/haproxy/): the replica answers it
+# itself, never calling user code: 200 while it takes requests (even when
+# full), 503 while loading or draining.
+CHECK_HEADER = b"x-servefleet-check"
 # Marks a handle call; the value is the method to call (a proxy never forwards
 # it). Its body is pickled (servefleet/_private/values.py): replicas unpickle it.
 METHOD_HEADER = b"x-servefleet-method"

@@ -11,6 +11,7 @@ from servefleet._private.security.tls import ENV_TOKEN
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 from servefleet.proxy.access import ADMIN_MODES
 from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
+from servefleet.proxy.haproxy.front import ENGINES
 from servefleet.proxy.limits import EdgeLimits, add_edge_flags, edge_limits
 from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
 
@@ -45,6 +46,11 @@ def _checked_limits(args: argparse.Namespace) -> EdgeLimits:
             raise UsageError(f"{flag} {path}: no such file")
     if not 1 <= args.workers <= 64:
         raise UsageError("--workers: between 1 and 64")
+    if args.engine == "haproxy" and args.workers > 1:
+        raise UsageError("--workers is for the python engine: HAProxy runs threads "
+                         "(--engine-threads)")
+    if not 0 <= args.engine_threads <= 64:
+        raise UsageError("--engine-threads: between 0 (one per CPU) and 64")
     if not 0 <= args.websocket_idle_timeout_s < 1e9:
         raise UsageError("--websocket-idle-timeout-s: 0 (no limit) or more seconds")
     try:
@@ -75,7 +81,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         passive_health=args.passive_health,
         websocket_idle_timeout_s=args.websocket_idle_timeout_s,
         forwarded_allow_ips=args.forwarded_allow_ips,
-        router_modules=tuple(args.allow_router_module))
+        router_modules=tuple(args.allow_router_module),
+        engine=args.engine, engine_threads=args.engine_threads)
     try:
         lifecycle.run(serve(options))
     except TokenFileError as e:
@@ -99,12 +106,22 @@ def add_command(commands) -> None:
                  "",
                  "# HTTPS with four processes on the port, and gRPC ingress on 9000",
                  "servefleet proxy --listen 0.0.0.0:8443 --tls-cert site.crt --tls-key site.key "
-                 "--workers 4 --grpc-listen 0.0.0.0:9000"])
+                 "--workers 4 --grpc-listen 0.0.0.0:9000",
+                 "",
+                 "# HAProxy serves the port (apt-get install haproxy)",
+                 "servefleet proxy --engine haproxy --listen 0.0.0.0:8000"])
     proxy.add_argument("--controller", metavar="ADDR[,ADDR...]", default=None,
                        help=f"controller addresses (default: ${ENV_CONTROLLER}, "
                             f"else {DEFAULT_CONTROLLER})")
     proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT",
                        help="where the proxy serves HTTP (default %(default)s)")
+    proxy.add_argument("--engine", choices=ENGINES, default="python",
+                       help="who serves the HTTP port: this process (python, every feature) "
+                            "or a child HAProxy it drives, for throughput, with this process "
+                            "behind it for what HAProxy does not do (haproxy; docs/haproxy.md)"
+                            " (default python)")
+    proxy.add_argument("--engine-threads", type=int, default=0, metavar="N",
+                       help="HAProxy's threads with --engine haproxy (default 0: one per CPU)")
     proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
                        help="also serve gRPC ingress here: users' services, routed by the "
                             "'application' metadata key (default: none)")

@@ -14,7 +14,9 @@ report also names the replicas this process has ejected (passive health),
 and those it suspects but may not eject (a pool's last replica), which the
 controller health-checks at once. A proxy's reports also carry its recent
 traffic per deployment (traffic.py) and the answers that failed since its
-previous report (recent_errors.py), for GetStatus and the dashboard.
+previous report (recent_errors.py), for GetStatus and the dashboard. A
+proxy that drives HAProxy (proxy/haproxy/) adds what HAProxy holds and did
+(`engine`), summed with its own pools'.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -35,6 +38,32 @@ logger = logging.getLogger(__name__)
 REPORT_PERIOD_S = 0.5
 # (requests, window seconds, p50 ms, p99 ms, failed requests): TrafficWindow.summary's.
 Traffic = tuple[int, float, float, float, int]
+
+
+@dataclass
+class EngineLoad:
+    """Load outside the process's own pools: an HAProxy engine's."""
+
+    # (queued, ongoing) by "application/deployment"
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Replicas its health checks hold down.
+    ejected: list[str] = field(default_factory=list)
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+
+
+def merge_traffic(ours: dict[str, Traffic], theirs: dict[str, Traffic]) -> dict[str, Traffic]:
+    """Both sources' traffic per deployment: the rates (requests and failures
+    per second) added, over our window; the latencies of the busier source."""
+    out = dict(ours)
+    for key, (n, window, p50, p99, failed) in theirs.items():
+        if key not in out:
+            out[key] = (n, window, p50, p99, failed)
+            continue
+        m, w, q50, q99, f = out[key]
+        w, window = w or 1.0, window or 1.0
+        latencies = (q50, q99) if m / w >= n / window else (p50, p99)
+        out[key] = (round(m + n * w / window), w, *latencies, round(f + failed * w / window))
+    return out
 
 
 def ejected_replicas(sets: ReplicaSets) -> list[str]:
@@ -53,9 +82,11 @@ def suspected_replicas(sets: ReplicaSets) -> list[str]:
 class LoadReporter:
     def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
                  traffic: Callable[[], dict[str, Traffic]] | None = None,
-                 errors: Callable[[], list[controller_pb2.RecentError]] | None = None
-                 ) -> None:
+                 errors: Callable[[], list[controller_pb2.RecentError]] | None = None,
+                 engine: Callable[[], Awaitable[EngineLoad]] | None = None) -> None:
         self._watcher = watcher
+        # An HAProxy engine's load (proxy/haproxy/engine.py), added to the pools'.
+        self._engine = engine
         # A proxy's recent requests per deployment (traffic.py), sent along.
         self._traffic = traffic
         # A proxy's failed answers since it last took them (recent_errors.py).
@@ -74,10 +105,14 @@ class LoadReporter:
         """Report now rather than at the end of the period."""
         self._wake.set()
 
-    def counts(self, sets: ReplicaSets) -> dict[str, tuple[int, int]]:
+    def counts(self, sets: ReplicaSets, engine: EngineLoad | None = None
+               ) -> dict[str, tuple[int, int]]:
         """(queued, ongoing) by "application/deployment", for the pools with load
         now or in the last report."""
         now = {f"{a}/{n}": (pool.queued, pool.ongoing) for (a, n), pool in sets.pools.items()}
+        for key, (queued, ongoing) in (engine.counts if engine else {}).items():
+            q, o = now.get(key, (0, 0))
+            now[key] = (q + queued, o + ongoing)
         report = {k: v for k, v in now.items() if any(v) or any(self._last.get(k, (0, 0)))}
         report.update({k: (0, 0) for k, v in self._last.items() if any(v) and k not in now})
         self._last = now
@@ -89,9 +124,13 @@ class LoadReporter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._period_s)
                 self._wake.clear()
-                report = self.counts(sets)
+                engine = await self._engine_load()
+                report = self.counts(sets, engine)
                 traffic = self._traffic() if self._traffic is not None else {}
                 ejected, suspected = ejected_replicas(sets), suspected_replicas(sets)
+                if engine is not None:
+                    traffic = merge_traffic(traffic, engine.traffic)
+                    ejected = sorted(set(ejected) | set(engine.ejected))
                 had, self._ejected = bool(self._ejected), ejected + suspected
                 if not self._watcher.connected.is_set():
                     continue  # failures held meanwhile: the latest go with the next report
@@ -100,6 +139,15 @@ class LoadReporter:
                     await self._send(report, traffic, ejected, suspected, errors)
         finally:
             await self._close()
+
+    async def _engine_load(self) -> EngineLoad | None:
+        if self._engine is None:
+            return None
+        try:
+            return await self._engine()
+        except Exception as e:  # HAProxy reloading or gone: its part waits for the next report
+            logger.debug("no load from the engine: %s", e)
+            return None
 
     async def _send(self, report: dict[str, tuple[int, int]],
                     traffic: dict[str, Traffic] | None = None,

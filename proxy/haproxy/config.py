@@ -1,0 +1,259 @@
+"""A layout (layout.py) and its servers as haproxy.cfg text (pure).
+
+How servefleet's semantics map onto HAProxy's (docs/haproxy.md has the table):
+
+- a route is `path` equal to its prefix or beginning with prefix + "/"; the
+  first rule that matches, longest prefix first, sets `txn.route`;
+- a deployment is a backend: `balance random(2)` is power of two choices,
+  each replica a server whose `maxconn` is max_ongoing_requests; past it
+  requests wait in the backend's queue, and past max_queued_requests they
+  get 503 at once (`queue()` in the frontend);
+- a replica's own refusal (loading, draining, full with other senders) is
+  answered 425 to HAProxy, which retries it on another server
+  (`retry-on conn-failure 425`, `option redispatch 1`) and says 503 after
+  the last try; a refused connection is retried the same way;
+- health: an HTTP check every CHECK_INTERVAL_S that the replica answers
+  itself (x-servefleet-check); a replica that holds its checks unanswered
+  (SIGSTOP) is DOWN after `fall` of them, and a refused connection marks
+  it down at once (`observe layer4`);
+- the request id is kept or made (`uuid`) and returned, x-forwarded-for
+  and -proto are set as the Python proxy sets them, and no client's
+  x-servefleet-* header passes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from servefleet._private.wire import (
+    CHECK_HEADER,
+    MODEL_ID_HEADER,
+    OWN_HEADER_PREFIX,
+    REFUSAL_STATUS_HEADER,
+    REQUEST_ID_HEADER,
+    ROUTE_PREFIX_HEADER,
+)
+
+from ..limits import EdgeLimits
+from .layout import PYTHON_BACKEND, Layout, Server
+
+# The Python proxy behind HAProxy learns the client's address and scheme from these.
+CLIENT_HEADER = OWN_HEADER_PREFIX + b"client"
+SCHEME_HEADER = OWN_HEADER_PREFIX + b"scheme"
+CHECK_INTERVAL_S = 1.0
+# Checks unanswered in a row before a replica is DOWN, and answered to be UP again.
+CHECK_FALL = 2
+CHECK_RISE = 1
+# Tries of a request no replica took (HAProxy's `retries`: after the first).
+RETRIES = 3
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What of the proxy's flags HAProxy's configuration says."""
+
+    listen: str  # HOST:PORT of the HTTP port
+    python: str  # HOST:PORT of the Python proxy behind HAProxy
+    stats: str  # where HAProxy's Prometheus exporter listens (unix@PATH or HOST:PORT)
+    limits: EdgeLimits = field(default_factory=EdgeLimits)
+    trusted: str = "127.0.0.1,::1"  # --forwarded-allow-ips
+    tls_pem: str | None = None  # certificate chain and key, one PEM file
+    drain_timeout_s: float = 30.0
+    threads: int = 0  # 0: HAProxy's default (one per CPU it may run on)
+    websocket_idle_timeout_s: float = 0.0
+    lua: str = ""  # the path of HOP_BY_HOP_LUA, written where HAProxy reads it
+
+
+# Headers a client's Connection header names are hop-by-hop (RFC 9110 7.6.1)
+# and stop at the proxy, as the Python proxy drops them; HAProxy drops only
+# the standard ones. Rare (clients name none), so it runs only when a
+# Connection header names a header.
+HOP_BY_HOP_LUA = """\
+core.register_action("servefleet_hop_by_hop", { "http-req" }, function(txn)
+  local kept = {}
+  for _, value in pairs(txn.http:req_get_headers()["connection"] or {}) do
+    for token in string.gmatch(value, "[^,%s]+") do
+      local name = string.lower(token)
+      if name == "keep-alive" or name == "close" or name == "upgrade" then
+        table.insert(kept, name)
+      else
+        txn.http:req_del_header(name)
+      end
+    end
+  end
+  txn.http:req_del_header("connection")
+  if #kept > 0 then txn.http:req_set_header("connection", table.concat(kept, ", ")) end
+end)
+"""
+# A Connection header with a token other than keep-alive, close and upgrade.
+_NAMES_A_HEADER = r"(^|,)\s*(?!(keep-alive|close|upgrade)\s*(,|$))[^,\s]"
+
+
+def address(host_port: str) -> str:
+    """HOST:PORT as HAProxy writes addresses ("[::1]:80" -> "ipv6@::1:80");
+    unix@PATH as it is."""
+    if host_port.startswith("unix@"):
+        return host_port
+    host, _, port = host_port.rpartition(":")
+    if host.startswith("["):
+        return f"ipv6@{host[1:-1]}:{port}"
+    return f"{host or '0.0.0.0'}:{port}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def server_line(name: str, server: Server) -> str:
+    """A server's arguments, the same in the file and in `add server`."""
+    return (f"{name} {address(server.address)} maxconn {server.maxconn} check "
+            f"inter {_ms(CHECK_INTERVAL_S)} fall {CHECK_FALL} rise {CHECK_RISE} "
+            f"observe layer4 error-limit 1 on-error mark-down")
+
+
+def _global(settings: EngineSettings) -> list[str]:
+    limits = settings.limits
+    lines = ["global", "    master-worker", f"    lua-load {shlex.quote(settings.lua)}",
+             f"    hard-stop-after {_ms(settings.drain_timeout_s)}",
+             # A head (request line and headers) must fit in one buffer, less
+             # the room HAProxy keeps for the headers it adds.
+             f"    tune.bufsize {max(16384, limits.max_header_bytes + 2048)}",
+             "    tune.maxrewrite 2048", "    tune.http.maxhdr 256"]
+    if limits.max_connections:
+        lines.append(f"    maxconn {limits.max_connections}")
+    if settings.threads:
+        lines.append(f"    nbthread {settings.threads}")
+    return lines
+
+
+def _defaults(layout: Layout, settings: EngineSettings) -> list[str]:
+    limits = settings.limits
+    tunnel = settings.websocket_idle_timeout_s or 24 * 3600
+    return ["defaults", "    mode http",
+            "    timeout connect 2s",
+            f"    timeout client {_ms(max(limits.header_timeout_s, 60))}",
+            f"    timeout http-request {_ms(limits.header_timeout_s)}",
+            f"    timeout http-keep-alive {_ms(limits.keep_alive_timeout_s)}",
+            f"    timeout server {_ms(layout.timeout_s)}",
+            f"    timeout queue {_ms(layout.timeout_s)}",
+            f"    timeout tunnel {_ms(tunnel)}",
+            "    timeout client-fin 1s", "    timeout server-fin 1s",
+            f"    timeout check {_ms(CHECK_INTERVAL_S)}"]
+
+
+def _trusted_acl(trusted: str) -> str:
+    entries = [e.strip() for e in trusted.split(",") if e.strip()]
+    if "*" in entries:
+        return "    acl fwd_trusted always_true"
+    return "    acl fwd_trusted src " + " ".join(entries) if entries else \
+        "    acl fwd_trusted always_false"
+
+
+def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
+    limits = settings.limits
+    bind = f"    bind {address(settings.listen)}"
+    if settings.tls_pem:
+        bind += f" ssl crt {shlex.quote(settings.tls_pem)} alpn http/1.1"
+    rid = REQUEST_ID_HEADER.decode()
+    lines = ["frontend servefleet", bind,
+             f"    http-request del-header {OWN_HEADER_PREFIX.decode()} -m beg",
+             "    http-request lua.servefleet_hop_by_hop "
+             f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
+             f"    http-request set-header {rid} %[uuid] unless {{ req.hdr({rid}) -m found }}",
+             f"    http-request set-var(txn.rid) req.hdr({rid})",
+             f"    http-after-response set-header {rid} %[var(txn.rid)] "
+             "if { var(txn.rid) -m found }",
+             _trusted_acl(settings.trusted),
+             "    acl fwd_proto_ok req.hdr(x-forwarded-proto) -i http https",
+             "    http-request set-header x-forwarded-proto https "
+             "if { ssl_fc } !fwd_trusted || { ssl_fc } !fwd_proto_ok",
+             "    http-request set-header x-forwarded-proto http "
+             "if !{ ssl_fc } !fwd_trusted || !{ ssl_fc } !fwd_proto_ok",
+             "    http-request return status 414 content-type text/plain string "
+             f"{_quoted(f'request target longer than {limits.max_url_bytes} bytes')} "
+             f"if {{ url,length gt {limits.max_url_bytes} }}",
+             "    http-request return status 413 content-type text/plain string "
+             f"{_quoted(f'request body larger than {layout.max_body_bytes} bytes')} "
+             f"if {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}",
+             f"    use_backend {PYTHON_BACKEND} if "
+             f"{{ req.hdr({MODEL_ID_HEADER.decode()}) -m found }}"]
+    for i, route in enumerate(layout.routes):
+        prefix = route.prefix
+        match = "" if prefix == "/" else \
+            f" {{ path {_quoted(prefix)} }} || {{ path_beg {_quoted(prefix + '/')} }}"
+        unset = "!{ var(txn.route) -m found }"
+        if match:
+            lines.append(f"    http-request set-var(txn.route) int({i}) "
+                         f"if {unset}{match.replace(' || ', f' || {unset} ')}")
+        else:
+            lines.append(f"    http-request set-var(txn.route) int({i}) if {unset}")
+    for i, route in enumerate(layout.routes):
+        if not route.backends:
+            continue  # the Python path (default_backend)
+        on = f"route{i}"
+        lines += [f"    acl {on} var(txn.route) -m int eq {i}",
+                  f"    http-request set-header {ROUTE_PREFIX_HEADER.decode()} "
+                  f"{_quoted(route.prefix)} if {on}"]
+        if len(route.backends) > 1:
+            lines.append(f"    http-request set-var(txn.roll) rand(10000) if {on}")
+        low = 0
+        for backend, high in route.backends:
+            roll = "" if len(route.backends) == 1 else \
+                f" {{ var(txn.roll) -m int ge {low} }} {{ var(txn.roll) -m int lt {high} }}"
+            limit = next(b.max_queued for b in layout.backends if b.name == backend)
+            if limit > 0:
+                lines.append(
+                    "    http-request return status 503 content-type text/plain string "
+                    f"{_quoted(f'too many requests queued for {backend[2:]}')} "
+                    f"if {on}{roll} {{ queue({backend}) ge {limit} }}")
+            lines.append(f"    use_backend {backend} if {on}{roll} "
+                         f"{{ nbsrv({backend}) gt 0 }}")
+            low = high
+    lines.append(f"    default_backend {PYTHON_BACKEND}")
+    return lines
+
+
+def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[str]:
+    lines = [f"backend {name}", "    balance random(2)", "    option forwardfor",
+             "    option httpchk",
+             f"    http-check send meth GET uri / hdr {CHECK_HEADER.decode()} 1",
+             "    http-check expect status 200",
+             f"    retries {RETRIES}", "    option redispatch 1",
+             "    retry-on conn-failure 425",
+             f"    http-request set-header {REFUSAL_STATUS_HEADER.decode()} 425",
+             "    http-response set-status 503 if { status 425 }"]
+    if max_queued == 0:  # no queue: a request no replica can take now is refused
+        lines.append("    timeout queue 1ms")
+    lines += [f"    server {server_line(server, servers[server])}" for server in sorted(servers)]
+    return lines
+
+
+def _python_backend(settings: EngineSettings) -> list[str]:
+    # The Python proxy bounds its own exchanges (its request and answer-start
+    # timeouts) and queues requests for deployments scaled to zero.
+    return [f"backend {PYTHON_BACKEND}", "    timeout server 24h", "    timeout queue 24h",
+            f"    http-request set-header {CLIENT_HEADER.decode()} %[src]",
+            f"    http-request set-header {SCHEME_HEADER.decode()} https if {{ ssl_fc }}",
+            f"    server python {address(settings.python)}"]
+
+
+def _stats(settings: EngineSettings) -> list[str]:
+    return ["frontend servefleet_stats", f"    bind {address(settings.stats)}",
+            "    http-request use-service prometheus-exporter if { path /metrics }",
+            "    http-request return status 404"]
+
+
+def render(layout: Layout, servers: Mapping[str, Mapping[str, Server]],
+           settings: EngineSettings) -> str:
+    """haproxy.cfg for `layout` with `servers` (backend -> name -> server)."""
+    sections = [_global(settings), _defaults(layout, settings),
+                _frontend(layout, settings), _python_backend(settings), _stats(settings)]
+    sections += [_backend(b.name, b.max_queued, servers.get(b.name, {}))
+                 for b in layout.backends]
+    return "\n\n".join("\n".join(section) for section in sections) + "\n"

@@ -1,0 +1,158 @@
+"""The HAProxy child: start, seamless reload, drain, stop.
+
+HAProxy runs in master-worker mode (`-W`) with its master CLI on a Unix
+socket in a directory of its own. A reload (SIGUSR2 to the master) makes the
+master read the configuration file again and start a new worker, which takes
+the listening sockets over from the old one: no connection is refused. The
+old worker finishes the requests it holds (at most `hard-stop-after`) and
+exits. A configuration the master cannot load leaves the old worker serving
+and counts a failed reload (`show proc`), which `reload` reports.
+
+The child dies with the proxy process, even when that is SIGKILLed
+(PR_SET_PDEATHSIG), so no HAProxy outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from ..workers import _end_with_parent
+from .cli import CliError, MasterCli
+
+logger = logging.getLogger("servefleet.proxy.haproxy")
+HAPROXY_ENV = "SERVEFLEET_HAPROXY"  # the haproxy binary, if not the one on PATH
+START_TIMEOUT_S = 10.0
+RELOAD_TIMEOUT_S = 10.0
+_MASTER = re.compile(r"^\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]", re.M)
+_PID = re.compile(r"^Pid:\s*(\d+)", re.M)
+# What HAProxy says as a warning on every reload and stop.
+_USUAL = ("stopped (cumulated", "exited with code 0", "Exiting Master", "All workers exited",
+          "Stopping ", "Proxy <HTTPCLIENT>")
+
+
+class HaproxyError(Exception):
+    """HAProxy is missing, would not start, or refused a configuration."""
+
+
+def binary() -> str:
+    """The haproxy executable; HaproxyError saying what to install without it."""
+    found = os.environ.get(HAPROXY_ENV) or shutil.which("haproxy")
+    if not found:
+        raise HaproxyError("--engine haproxy needs HAProxy 2.6 or later: "
+                           "apt-get install haproxy (scripts/setup installs it)")
+    return found
+
+
+class HaproxyProcess:
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="servefleet-haproxy-")
+        self.config_path = os.path.join(self.directory, "haproxy.cfg")
+        self.cli = MasterCli(os.path.join(self.directory, "master.sock"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self, config: str) -> None:
+        """Start HAProxy on `config` and wait until its worker serves;
+        HaproxyError when it cannot (the port is taken, say)."""
+        command = binary()
+        self._write(config)
+        self._proc = subprocess.Popen(
+            [command, "-W", "-S", self.cli.socket_path, "-f", self.config_path],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            preexec_fn=_end_with_parent)
+        threading.Thread(target=self._relay_output, args=(self._proc,), daemon=True,
+                         name="haproxy-output").start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise HaproxyError(f"HAProxy exited with code {self._proc.returncode} "
+                                   "at its start (its messages are in the proxy's log)")
+            try:
+                if _PID.search(await self.cli.worker("show info")):
+                    return
+            except CliError:
+                pass
+            await asyncio.sleep(0.05)
+        raise HaproxyError(f"HAProxy's worker did not start within {START_TIMEOUT_S:g}s")
+
+    async def reload(self, config: str) -> None:
+        """Serve `config` from a new worker, the listeners handed over;
+        HaproxyError when the master refused it (the old worker serves on)."""
+        before = await self._reloads()
+        old_pid = await self.worker_pid()
+        self._write(config)
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + RELOAD_TIMEOUT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            try:
+                reloads = await self._reloads()
+                if reloads[1] > before[1]:
+                    raise HaproxyError("HAProxy refused the new configuration; the old "
+                                       "one serves on (its messages are in the proxy's log)")
+                if reloads[0] > before[0] and await self.worker_pid() not in (None, old_pid):
+                    return
+            except CliError:
+                continue  # the master re-executes itself: its CLI comes back
+        raise HaproxyError(f"HAProxy did not reload within {RELOAD_TIMEOUT_S:g}s")
+
+    async def worker_pid(self) -> int | None:
+        found = _PID.search(await self.cli.worker("show info"))
+        return int(found.group(1)) if found else None
+
+    async def _reloads(self) -> tuple[int, int]:
+        """(reloads, failed reloads) of the master."""
+        found = _MASTER.search(await self.cli.master("show proc"))
+        if found is None:
+            raise CliError("no master line in show proc")
+        return int(found.group(1)), int(found.group(2))
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Stop listening, let the requests in flight finish (at most
+        `drain_timeout_s`), then end HAProxy. Idempotent."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)  # soft stop: workers finish what they hold
+            deadline = time.monotonic() + drain_timeout_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if proc.poll() is None:
+                proc.terminate()
+                await asyncio.sleep(0.5)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _write(self, config: str) -> None:
+        temporary = self.config_path + ".new"
+        with open(temporary, "w") as f:
+            f.write(config)
+        os.replace(temporary, self.config_path)
+
+    @staticmethod
+    def _relay_output(proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            text = line.decode(errors="replace").rstrip()
+            if "[ALERT]" in text:
+                logger.error("haproxy: %s", text)
+            elif "[WARNING]" in text and not any(usual in text for usual in _USUAL):
+                logger.warning("haproxy: %s", text)
+            elif text:
+                logger.debug("haproxy: %s", text)

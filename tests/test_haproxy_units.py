@@ -1,0 +1,136 @@
+"""The HAProxy engine's pure parts: layout, configuration, server plans, stats."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from servefleet._private.dataplane.balancer import Replica, ReplicaPool
+from servefleet.proxy.haproxy.config import HOP_BY_HOP_LUA, EngineSettings, render
+from servefleet.proxy.haproxy.layout import (
+    PYTHON_BACKEND,
+    Layout,
+    Server,
+    backend_name,
+    decide,
+    server_name,
+    servers,
+)
+from servefleet.proxy.haproxy.servers import plan_servers
+from servefleet.proxy.haproxy.stats import parse_stat
+from servefleet.proxy.routes import RouteTable, Target
+
+
+def pool(*replicas: str, max_ongoing: int = 4, max_queued: int = -1,
+         router: str = "", unavailable: str = "") -> ReplicaPool:
+    made = ReplicaPool(max_ongoing=max_ongoing, max_queued=max_queued,
+                       replicas={r: Replica(r, f"127.0.0.1:{9000 + i}")
+                                 for i, r in enumerate(replicas)})
+    made.router_spec = (router, "")
+    made.unavailable = unavailable
+    return made
+
+
+def test_routes_go_to_haproxy_unless_they_need_the_python_path() -> None:
+    table = RouteTable([
+        Target("/", "a", "Root"), Target("/api", "a", "Api", split=(("Api", 3), ("Canary", 1))),
+        Target("/tok", "t", "T", require_token=True),
+        Target("/shadow", "s", "S", shadow_of=("S2", 0.1)),
+        Target("/broken", "b", "", unavailable="no"),
+        Target("/mine", "m", "M"), Target("/later", "l", "L"),
+    ], request_timeout_s=0)
+    pools = {("a", "Root"): pool("r1"), ("a", "Api"): pool("a1", max_queued=5),
+             ("a", "Canary"): pool("c1"), ("t", "T"): pool("t1"), ("s", "S"): pool("s1"),
+             ("m", "M"): pool("m1", router="my.Router")}
+    layout = decide(table, pools, 60.0)
+    by_prefix = {r.prefix: r for r in layout.routes}
+    assert [r.prefix for r in layout.routes][:2] == ["/shadow", "/broken"]  # longest first
+    assert by_prefix["/api"].backends == ((backend_name("a", "Api"), 7500),
+                                         (backend_name("a", "Canary"), 10000))
+    assert by_prefix["/"].backends == ((backend_name("a", "Root"), 10000),)
+    because = {p: r.python_because for p, r in by_prefix.items() if not r.backends}
+    assert because == {"/tok": "the application wants a token", "/shadow": "shadow traffic",
+                       "/broken": "the application cannot serve",
+                       "/mine": "M routes with my.Router", "/later": "no replica set for L yet"}
+    assert {b.name: b.max_queued for b in layout.backends} == {
+        backend_name("a", "Api"): 5, backend_name("a", "Canary"): -1,
+        backend_name("a", "Root"): -1}
+    wanted = servers(layout, pools)
+    assert wanted[backend_name("a", "Api")] == {
+        server_name("a1", "127.0.0.1:9000"): Server("a1", "127.0.0.1:9000", 4)}
+
+
+def test_names_are_safe_for_haproxy_and_distinct() -> None:
+    assert backend_name("default", "Echo") == "d.default.Echo"
+    odd = backend_name("my app", "x/y")
+    assert " " not in odd and "/" not in odd and odd != backend_name("my_app", "x_y")
+    assert server_name("r1", "h:1") != server_name("r1", "h:2")  # a replica that moved
+
+
+def test_server_plans_add_drain_delete_revive_and_resize() -> None:
+    s = {"a": Server("a", "127.0.0.1:1", 4), "b": Server("b", "127.0.0.1:2", 4)}
+    plan = plan_servers({"be": {"a": s["a"], "b": s["b"]}}, {"be": {"c": s["a"]}},
+                        {"be": {"a": Server("a", "127.0.0.1:1", 8), "c": s["a"],
+                                "d": Server("d", "127.0.0.1:4", 4)}})
+    commands = [step[3] for step in plan.steps()]
+    assert commands == [
+        "set server be/b state maint",
+        "add server be/d 127.0.0.1:4 maxconn 4 check inter 1000ms fall 2 rise 1 "
+        "observe layer4 error-limit 1 on-error mark-down",
+        "enable health be/d", "enable server be/d",
+        "set server be/c state ready",
+        "set maxconn server be/a 8",
+        "del server be/b"]
+    # Nothing to do: nothing sent; a leaving server no one wants is deleted again.
+    assert plan_servers({"be": s}, {}, {"be": s}).steps() == []
+    assert [x[3] for x in plan_servers({}, {"be": {"z": s["a"]}}, {"be": {}}).steps()] == [
+        "del server be/z"]
+
+
+STAT = """# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,req_tot,hrsp_5xx,ttime
+servefleet,FRONTEND,,,3,5,,100,OPEN,100,2,
+d.a.A,s1,1,1,2,2,4,50,UP,,,
+d.a.A,s2,0,0,1,1,4,40,DOWN 2/2,,,
+d.a.A,BACKEND,2,3,3,4,,90,UP,90,2,7
+other,BACKEND,9,9,9,9,,9,UP,9,9,9
+"""
+
+
+def test_stats_give_queued_ongoing_counters_and_down_servers() -> None:
+    load = parse_stat(STAT, {"d.a.A"})["d.a.A"]
+    assert (load.queued, load.ongoing, load.requests, load.errors, load.mean_ms) == (
+        3, 3, 90, 2, 7)
+    assert load.down == ["s2"]
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="scripts/setup installs haproxy")
+def test_haproxy_accepts_the_configuration(tmp_path) -> None:
+    table = RouteTable([Target("/", "a", "Root"), Target("/api", "a", "Api",
+                                                         split=(("Api", 1), ("B", 1))),
+                        Target("/py", "p", "P", require_token=True)])
+    pools = {("a", "Root"): pool("r1"), ("a", "Api"): pool("a1", max_queued=0),
+             ("a", "B"): pool("b1", max_queued=3), ("p", "P"): pool("p1")}
+    layout = decide(table, pools, 5.0)
+    lua = tmp_path / "x.lua"
+    lua.write_text(HOP_BY_HOP_LUA)
+    text = render(layout, servers(layout, pools), EngineSettings(
+        "127.0.0.1:8000", "127.0.0.1:1", f"unix@{tmp_path}/s.sock", lua=str(lua)))
+    assert f"default_backend {PYTHON_BACKEND}" in text
+    (tmp_path / "h.cfg").write_text(text)
+    checked = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "h.cfg")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    empty = render(Layout((), (), 60.0, 1 << 20), {}, EngineSettings(
+        "[::1]:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua)))
+    assert "bind ipv6@::1:8000" in empty
+
+
+def test_engine_load_adds_to_the_pools_load_and_traffic_rates() -> None:
+    from servefleet._private.dataplane.load_report import EngineLoad, merge_traffic
+
+    assert merge_traffic({"a/A": (10, 5.0, 1.0, 9.0, 1)}, {"a/A": (20, 0.5, 2.0, 3.0, 2),
+                                                          "a/B": (1, 1.0, 1.0, 1.0, 0)}) == {
+        "a/A": (210, 5.0, 2.0, 3.0, 21), "a/B": (1, 1.0, 1.0, 1.0, 0)}
+    assert EngineLoad().counts == {} and EngineLoad().ejected == []
