@@ -33,6 +33,10 @@ spans to an OTLP receiver in this process, at 100% sampling and at 1%
 proxy and replica (tracing is per process: the replicas' through their
 runtime env). Goal (issue 37): at 1% within 5% of tracing off.
 
+With --haproxy, at every count: a proxy with `--engine haproxy` in front of
+the same replica. Goals (issue 40): at 16 connections >= 0.85 of raw, p50
+at 1 connection at most 0.1 ms above raw's.
+
 With --metrics, at 16 connections: a proxy started with --no-metrics beside
 the default one, and the default one again while a client scrapes its
 /-/metrics every 100 ms (issue 14: the cost of counting and of scraping).
@@ -68,6 +72,8 @@ from servefleet.v1 import deployment_pb2 as d
 HERE = Path(__file__).resolve().parent
 APPS = str(HERE.parent / "tests" / "apps")
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+HAPROXY = "haproxy engine"
+MAIN = ("raw", "proxy", HAPROXY)  # measured at every count; the others at --side-connections
 # After a tracing row: time for the spans its processes still queue to drain.
 SETTLE_S = 3.0
 
@@ -180,6 +186,8 @@ def main() -> None:
                         help="also measure --no-metrics, and scraping every 100 ms")
     parser.add_argument("--tracing", action="store_true",
                         help="also measure tracing on at 100%% and at 1%% sampling")
+    parser.add_argument("--haproxy", action="store_true",
+                        help="also measure a proxy with --engine haproxy, at every count")
     parser.add_argument("--tls", action="store_true",
                         help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
@@ -225,6 +233,8 @@ def main() -> None:
                                             extra_args=list(extra)).start())
             return started[-1]
         targets = {"proxy": proxy().url}
+        if args.haproxy:
+            targets[HAPROXY] = proxy("--engine", "haproxy").url
         for kind, env in traced.items():
             targets[kind] = proxy(env=env).url + _prefix(kind)
         if args.workers > 1:
@@ -252,7 +262,7 @@ def main() -> None:
             if h == "sync":
                 raws_here["raw (plain def)"] = raw_ports["sync"]
             # The main pair (raw, proxy) at every count; the others beside them.
-            results[h] = {kind: {c: [] for c in (counts if kind in ("raw", "proxy") else
+            results[h] = {kind: {c: [] for c in (counts if kind in MAIN else
                                                  [c for c in counts if c in side_counts])}
                           for kind in [*raws_here, *targets]}
             urls = {**{kind: f"http://127.0.0.1:{port}" for kind, port in raws_here.items()},
@@ -364,13 +374,18 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
                                                              strict=True)],
                         "x off", lower_is_better=False, headline=c == 16,
                         goal=">= 0.95" if kind == "traced 1%" else "")
+                if kind == HAPROXY:
+                    figures[f"{name}: p50 above raw"] = Figure(
+                        [r["p50"] - w["p50"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
+                        "ms", headline=c == 1, goal="<= 0.1" if c == 1 else "")
                 if kind != "raw":
                     figures[f"{name}: share of raw"] = Figure(
                         [r["rps"] / w["rps"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
                         "x raw", lower_is_better=False,
-                        headline=c == 16 and (kind == "proxy" or workers),
+                        headline=c == 16 and (kind in ("proxy", HAPROXY) or workers),
                         goal=(">= 0.45" if h == "async" else ">= 0.35")
-                        if (kind, c) == ("proxy", 16) else "")
+                        if (kind, c) == ("proxy", 16) else ">= 0.85" if (kind, c) == (HAPROXY, 16)
+                        else "")
     return figures
 
 

@@ -106,14 +106,16 @@ class ProxyOptions:
     engine_threads: int = 0
 
 
-def front_of(options: ProxyOptions, state: ProxyState, limits: EdgeLimits) -> HaproxyFront:
+def front_of(options: ProxyOptions, state: ProxyState, limits: EdgeLimits,
+             app: ProxyApp) -> HaproxyFront:
     """HAProxy in front of this process's app (--engine haproxy)."""
     return HaproxyFront(
         state, options.listen, limits, lambda: options.request_timeout_s or
         state.routes.request_timeout_s or options.answer_start_timeout_s,
         trusted=options.forwarded_allow_ips, drain_timeout_s=options.drain_timeout_s,
         tls_cert=options.tls_cert, tls_key=options.tls_key, threads=options.engine_threads,
-        websocket_idle_timeout_s=options.websocket_idle_timeout_s)
+        websocket_idle_timeout_s=options.websocket_idle_timeout_s,
+        errors=app.metrics.errors, access_log=options.access_log)
 
 
 async def serve(options: ProxyOptions) -> None:
@@ -143,7 +145,7 @@ async def serve(options: ProxyOptions) -> None:
         # The replica's date and server headers are passed through; the proxy adds none.
         # The client is the connection's peer: the proxy adds it to x-forwarded-for
         # (forwarded.py); uvicorn's own reading of those headers stays off.
-        front = front_of(options, state, limits) if options.engine == "haproxy" else None
+        front = front_of(options, state, limits, app) if options.engine == "haproxy" else None
         if front is not None:  # the Python app serves behind HAProxy, on loopback
             app.more_metrics = front.metrics
             host, port = "127.0.0.1", "0"

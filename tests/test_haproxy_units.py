@@ -122,6 +122,7 @@ def test_haproxy_accepts_the_configuration(tmp_path) -> None:
     checked = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "h.cfg")],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "[WARNING]" not in checked.stdout + checked.stderr  # rules in HAProxy's order
     empty = render(Layout((), (), 60.0, 1 << 20), {}, EngineSettings(
         "[::1]:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua)))
     assert "bind ipv6@::1:8000" in empty
@@ -134,3 +135,18 @@ def test_engine_load_adds_to_the_pools_load_and_traffic_rates() -> None:
                                                           "a/B": (1, 1.0, 1.0, 1.0, 0)}) == {
         "a/A": (210, 5.0, 2.0, 3.0, 21), "a/B": (1, 1.0, 1.0, 1.0, 0)}
     assert EngineLoad().counts == {} and EngineLoad().ejected == []
+
+
+def test_the_request_log_gives_failures_of_haproxy_s_backends_only() -> None:
+    from servefleet._private.dataplane.recent_errors import RecentErrors
+    from servefleet.proxy.haproxy.logs import EngineLog
+
+    errors = RecentErrors()
+    log = EngineLog(errors, lambda b: ("a", "A", "/a") if b == "d.a.A" else None)
+    for line in ['500 d.a.A 3 GET "/a/x" id with spaces', '200 d.a.A 1 GET "/a" ok-1',
+                 '502 servefleet_python 1 GET "/b" counted-there', '400 servefleet 0 <BADREQ> '
+                 '"<BADREQ>" -', "Proxy servefleet stopped (cumulated conns: FE: 1, BE: 0)."]:
+        log.line(line)
+    (failed,) = errors.take()
+    assert (failed.application, failed.deployment, failed.route, failed.http_status,
+            failed.request_id) == ("a", "A", "/a", 500, "id with spaces")

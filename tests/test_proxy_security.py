@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
 
 
-def test_https_ingress_and_applications_that_require_a_token(served, tmp_path: Path) -> None:
-    client, start_proxy = served
+def test_https_ingress_and_applications_that_require_a_token(served_by, tmp_path: Path) -> None:
+    client, start_proxy = served_by
     certs = tmp_path / "certs"
     init_certs(certs)
     token_file = tmp_path / "http-tokens"
@@ -54,6 +54,7 @@ def test_https_ingress_and_applications_that_require_a_token(served, tmp_path: P
         # A client cannot pose as a caller the proxy checked.
         public = https.get(base + "/public", headers={"x-servefleet-caller": "admin"}).json()
         assert "x-servefleet-caller" not in public
+        assert public["x-forwarded-proto"] == "https"
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{proxy.port}/public", timeout=3)
 
@@ -66,12 +67,12 @@ def test_https_ingress_and_applications_that_require_a_token(served, tmp_path: P
                          headers={"authorization": f"Bearer {token}"}).status_code == 401
 
 
-def test_a_client_cannot_pass_itself_off_as_another_address(served) -> None:
+def test_a_client_cannot_pass_itself_off_as_another_address(served_by) -> None:
     """The proxy adds the client's address to x-forwarded-for; the replica's
     server trusts the proxy (loopback) and takes the client from the right
     end. Before, the client's own x-forwarded-for reached the replica as it
     was, and the replica believed it."""
-    client, start_proxy = served
+    client, start_proxy = served_by
     client.deploy_applications([apb.ApplicationSpec(
         name="peer", route_prefix="/peer", import_path="headers_app:peer_app",
         runtime=dpb.RuntimeOptions(working_dir=APPS))])

@@ -58,6 +58,7 @@ def stack(swarm, tmp_path):
                                       "SF_PROXY_PORT")},
         "SF_CONTROLLERS": f"127.0.0.1:{ports['SF_CONTROLLER_PORT']}",
         "SF_CLUSTER": name, "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE,
+        "SF_PROXY_ENGINE": "haproxy",  # HAProxy serves the port: the stack covers it
     }
     for label in ETCD_LABELS:
         _docker("node", "update", "--label-add", f"{label}=true", node)

@@ -12,3 +12,6 @@ keeps its Watch stream and drives a child HAProxy that serves the HTTP port.
 - serve.py: the process as a whole (HAProxy in front, the Python proxy
   behind it for what HAProxy does not do).
 """
+
+# The proxy's engines (`servefleet proxy --engine`, `servefleet up --proxy-engine`).
+ENGINES = ("python", "haproxy")

@@ -38,6 +38,7 @@ from servefleet._private.wire import (
 
 from ..limits import EdgeLimits
 from .layout import PYTHON_BACKEND, Layout, Server
+from .logs import LOG_FORMAT
 
 # The Python proxy behind HAProxy learns the client's address and scheme from these.
 CLIENT_HEADER = OWN_HEADER_PREFIX + b"client"
@@ -64,6 +65,8 @@ class EngineSettings:
     threads: int = 0  # 0: HAProxy's default (one per CPU it may run on)
     websocket_idle_timeout_s: float = 0.0
     lua: str = ""  # the path of HOP_BY_HOP_LUA, written where HAProxy reads it
+    log: str = ""  # the Unix datagram socket HAProxy logs requests to (logs.py)
+    access_log: bool = False  # log every request, not only those that went wrong
 
 
 # Headers a client's Connection header names are hop-by-hop (RFC 9110 7.6.1)
@@ -125,6 +128,8 @@ def _global(settings: EngineSettings) -> list[str]:
              # the room HAProxy keeps for the headers it adds.
              f"    tune.bufsize {max(16384, limits.max_header_bytes + 2048)}",
              "    tune.maxrewrite 2048", "    tune.http.maxhdr 256"]
+    if settings.log:
+        lines.append(f"    log {shlex.quote(settings.log)} len 4096 format raw local0 info")
     if limits.max_connections:
         lines.append(f"    maxconn {limits.max_connections}")
     if settings.threads:
@@ -161,7 +166,10 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
     if settings.tls_pem:
         bind += f" ssl crt {shlex.quote(settings.tls_pem)} alpn http/1.1"
     rid = REQUEST_ID_HEADER.decode()
-    lines = ["frontend servefleet", bind,
+    logging = [] if not settings.log else [
+        "    log global", f"    log-format {_quoted(LOG_FORMAT)}",
+        *([] if settings.access_log else ["    option dontlog-normal"])]
+    lines = ["frontend servefleet", bind, *logging,
              f"    http-request del-header {OWN_HEADER_PREFIX.decode()} -m beg",
              "    http-request lua.servefleet_hop_by_hop "
              f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
@@ -180,9 +188,10 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              f"if {{ url,length gt {limits.max_url_bytes} }}",
              "    http-request return status 413 content-type text/plain string "
              f"{_quoted(f'request body larger than {layout.max_body_bytes} bytes')} "
-             f"if {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}",
-             f"    use_backend {PYTHON_BACKEND} if "
-             f"{{ req.hdr({MODEL_ID_HEADER.decode()}) -m found }}"]
+             f"if {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}"]
+    # HAProxy runs every http-request rule before any use_backend: they come last.
+    choices = [f"    use_backend {PYTHON_BACKEND} if "
+               f"{{ req.hdr({MODEL_ID_HEADER.decode()}) -m found }}"]
     for i, route in enumerate(layout.routes):
         prefix = route.prefix
         match = "" if prefix == "/" else \
@@ -212,11 +221,10 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
                     "    http-request return status 503 content-type text/plain string "
                     f"{_quoted(f'too many requests queued for {backend[2:]}')} "
                     f"if {on}{roll} {{ queue({backend}) ge {limit} }}")
-            lines.append(f"    use_backend {backend} if {on}{roll} "
-                         f"{{ nbsrv({backend}) gt 0 }}")
+            choices.append(f"    use_backend {backend} if {on}{roll} "
+                           f"{{ nbsrv({backend}) gt 0 }}")
             low = high
-    lines.append(f"    default_backend {PYTHON_BACKEND}")
-    return lines
+    return [*lines, *choices, f"    default_backend {PYTHON_BACKEND}"]
 
 
 def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[str]:

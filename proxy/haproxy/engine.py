@@ -138,6 +138,16 @@ class HaproxyEngine:
             self._addresses[bare] = f"[{ip}]" if ":" in ip else ip
         return Server(server.replica_id, f"{self._addresses[bare]}:{port}", server.maxconn)
 
+    def deployment_of(self, backend: str) -> tuple[str, str, str] | None:
+        """(application, deployment, route prefix) of a backend now, or None."""
+        layout = self._layout
+        found = next((b for b in layout.backends if b.name == backend), None) if layout else None
+        if layout is None or found is None:
+            return None
+        route = next((r.prefix for r in layout.routes
+                      if any(name == backend for name, _ in r.backends)), "")
+        return found.application, found.deployment, route
+
     async def load(self) -> EngineLoad:
         """What HAProxy holds and has done, for the load reports."""
         layout = self._layout

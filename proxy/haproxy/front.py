@@ -18,15 +18,15 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from servefleet._private.dataplane.recent_errors import RecentErrors
 from servefleet.v1 import watch_pb2
 
 from ..limits import EdgeLimits
 from ..state import ProxyState
 from .config import CLIENT_HEADER, HOP_BY_HOP_LUA, SCHEME_HEADER, EngineSettings
 from .engine import HaproxyEngine
+from .logs import EngineLog
 from .process import HaproxyProcess
-
-ENGINES = ("python", "haproxy")
 
 
 class BehindEngine:
@@ -58,8 +58,12 @@ class HaproxyFront:
     def __init__(self, state: ProxyState, listen: str, limits: EdgeLimits,
                  timeout_s: Callable[[], float], *, trusted: str, drain_timeout_s: float,
                  tls_cert: str | None = None, tls_key: str | None = None,
-                 websocket_idle_timeout_s: float = 0.0, threads: int = 0) -> None:
+                 websocket_idle_timeout_s: float = 0.0, threads: int = 0,
+                 errors: RecentErrors | None = None, access_log: bool = False) -> None:
         self.process = HaproxyProcess()
+        self._log_socket = os.path.join(self.process.directory, "log.sock")
+        self.log = EngineLog(RecentErrors() if errors is None else errors, self._deployment_of,
+                            access_log)
         self._stats_socket = os.path.join(self.process.directory, "stats.sock")
         lua = os.path.join(self.process.directory, "servefleet.lua")
         with open(lua, "w") as f:
@@ -68,6 +72,7 @@ class HaproxyFront:
             listen=listen, python="", stats=f"unix@{self._stats_socket}", limits=limits,
             trusted=trusted, drain_timeout_s=drain_timeout_s, threads=threads,
             websocket_idle_timeout_s=websocket_idle_timeout_s, lua=lua,
+            log=self._log_socket, access_log=access_log,
             tls_pem=self._pem(tls_cert, tls_key) if tls_cert and tls_key else None)
         self._timeout_s = timeout_s
         self.state = state
@@ -88,9 +93,13 @@ class HaproxyFront:
         """Start HAProxy in front of the Python app listening at `python`;
         HaproxyError when it cannot start."""
         settings = EngineSettings(**{**self._settings.__dict__, "python": python})
+        await self.log.listen(self._log_socket)
         self.engine = HaproxyEngine(self.state, settings, self._timeout_s, self.process)
         await self.engine.start()
         self._task = asyncio.create_task(self.engine.run())
+
+    def _deployment_of(self, backend: str) -> tuple[str, str, str] | None:
+        return self.engine.deployment_of(backend) if self.engine is not None else None
 
     def apply(self, snapshot: watch_pb2.Snapshot) -> None:
         """The Watch stream's callback: the proxy's state, then HAProxy's."""
@@ -118,3 +127,4 @@ class HaproxyFront:
         if self._task is not None:
             self._task.cancel()
         await self.process.stop(self._settings.drain_timeout_s)
+        self.log.close()

@@ -11,7 +11,7 @@ from servefleet._private.security.tls import ENV_TOKEN
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 from servefleet.proxy.access import ADMIN_MODES
 from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
-from servefleet.proxy.haproxy.front import ENGINES
+from servefleet.proxy.haproxy import ENGINES
 from servefleet.proxy.limits import EdgeLimits, add_edge_flags, edge_limits
 from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
 

@@ -39,6 +39,7 @@ from servefleet._private.lifecycle import NOTIFY_ENV, can_bind, is_loopback
 from servefleet._private.security.tls import Credentials
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 from servefleet.client import ControllerClient, ControllerError
+from servefleet.proxy.haproxy import ENGINES
 
 from . import helptext, security
 from .apps import wait_running, warn_line
@@ -204,6 +205,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError(f"--try-file {args.try_file}: no such file")
     if not 1 <= args.proxy_workers <= 64:
         raise UsageError("--proxy-workers: between 1 and 64")
+    if args.proxy_engine == "haproxy" and args.proxy_workers > 1:
+        raise UsageError("--proxy-workers is for the python engine (HAProxy runs threads)")
     if args.config:
         try:
             request = load_config(args.config, warn_line)
@@ -239,6 +242,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                           [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else []),
                            *(["--workers", str(args.proxy_workers)]
                              if args.proxy_workers > 1 else []),
+                           "--engine", args.proxy_engine,
                            *(f"--allow-router-module={m}" for m in args.allow_router_module)],
                           Credentials(tls))
         cluster.grpc = grpc_listen
@@ -346,6 +350,10 @@ def add_command(commands) -> None:
     up.add_argument("--proxy-workers", type=int, default=1, metavar="N",
                     help="proxy processes sharing the HTTP port (servefleet proxy "
                          "--workers; default 1)")
+    up.add_argument("--proxy-engine", choices=ENGINES, default="python",
+                    help="who serves the proxy's HTTP port: the Python proxy or HAProxy "
+                         "driven by it (servefleet proxy --engine; docs/haproxy.md; "
+                         "default python)")
     up.add_argument("--allow-router-module", action="append", default=[], metavar="MODULE",
                     help="the proxy's --allow-router-module: deployments may route with "
                          "RequestRouter classes of this module or package (repeatable; "
