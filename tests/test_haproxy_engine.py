@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import httpx
+import psutil
 import pytest
 from loadgen import SteadyLoad
 from test_proxy import all_healthy, app_spec, routed
@@ -103,3 +104,35 @@ def test_haproxy_counters_and_failures_reach_the_controller(tmp_path, cluster) -
         client.shutdown()
         client.close()
         controller.stop()
+
+
+def test_a_killed_haproxy_is_started_again_and_none_outlives_its_proxy(sqlite_fleet,
+                                                                      tmp_path) -> None:
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy"])
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(app_spec("Hello", "echo_app:hello", "/hello"))
+        wait_for(lambda: all_healthy(client, 1), what="healthy")
+        proxy.start()
+        try:
+            wait_for(lambda: routed(proxy, "/hello"), 30, "route at the proxy")
+            assert proxy.proc is not None
+
+            def haproxies() -> list[psutil.Process]:
+                return [p for p in psutil.Process(proxy.proc.pid).children(recursive=True)
+                        if p.name() == "haproxy"]
+            (master,) = [p for p in haproxies() if p.ppid() == proxy.proc.pid]
+            master.kill()
+            wait_for(lambda: routed(proxy, "/hello"), 15, "HAProxy serving again")
+            assert "HAProxy exited; starting it again" in proxy.logs()
+            survivors = haproxies()
+            assert survivors and master.pid not in [p.pid for p in survivors]
+            proxy.proc.kill()  # SIGKILL: no drain, no cleanup of its own
+            proxy.proc.wait()
+            _, alive = psutil.wait_procs(survivors, timeout=10)
+            assert alive == [], f"HAProxy outlived its proxy: {alive}"
+        finally:
+            proxy.stop()
+            client.shutdown()

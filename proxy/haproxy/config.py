@@ -1,6 +1,6 @@
 """A layout (layout.py) and its servers as haproxy.cfg text (pure).
 
-How servefleet's semantics map onto HAProxy's (docs/haproxy.md has the table):
+How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the table):
 
 - a route is `path` equal to its prefix or beginning with prefix + "/"; the
   first rule that matches, longest prefix first, sets `txn.route`;

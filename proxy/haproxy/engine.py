@@ -1,6 +1,7 @@
 """The loop that keeps HAProxy in step with what the Watch stream says.
 
-On every snapshot (and every PASS_S, for servers still leaving):
+On every snapshot (and every PASS_S, for servers still leaving, and to see
+that HAProxy still runs: one that died is started again at once):
 
 1. decide the layout (layout.py) and the servers it wants, from the proxy's
    route table and replica pools;
@@ -53,7 +54,7 @@ class HaproxyEngine:
         self._addresses: dict[str, str] = {}  # host -> IP, for replicas named by host
         # (requests, errors, when) per backend at the last sample: traffic is the difference.
         self._last: dict[str, tuple[int, int, float]] = {}
-        self.reloads = 0
+        self.reloads = self.restarts = 0
 
     def changed(self) -> None:
         """A snapshot came: sync soon."""
@@ -71,6 +72,12 @@ class HaproxyEngine:
                 await asyncio.wait_for(self._changed.wait(), PASS_S)
             self._changed.clear()
             try:
+                if not self.process.running():  # killed: serve again at once
+                    logger.error("HAProxy exited; starting it again")
+                    self.restarts += 1
+                    self._leaving, self._last = {}, {}
+                    await self.start()
+                    continue
                 await self.sync()
             except (CliError, HaproxyError) as e:
                 logger.error("HAProxy not in step with the routes: %s", e)

@@ -9,7 +9,8 @@ exits. A configuration the master cannot load leaves the old worker serving
 and counts a failed reload (`show proc`), which `reload` reports.
 
 The child dies with the proxy process, even when that is SIGKILLed
-(PR_SET_PDEATHSIG), so no HAProxy outlives it.
+(PR_SET_PDEATHSIG, set by util-linux's setpriv), so no HAProxy outlives it.
+One that dies is started again by engine.py.
 """
 
 from __future__ import annotations
@@ -62,12 +63,16 @@ class HaproxyProcess:
     async def start(self, config: str) -> None:
         """Start HAProxy on `config` and wait until its worker serves;
         HaproxyError when it cannot (the port is taken, say)."""
-        command = binary()
+        command = [binary(), "-W", "-S", self.cli.socket_path, "-f", self.config_path]
         self._write(config)
+        # The parent-death signal is set by setpriv, which then execs HAProxy:
+        # a function run between fork and exec (preexec_fn) would make Python
+        # fork where it can spawn, and this process has gRPC threads by now.
+        setpriv = shutil.which("setpriv")
         self._proc = subprocess.Popen(
-            [command, "-W", "-S", self.cli.socket_path, "-f", self.config_path],
+            [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else command,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            preexec_fn=_end_with_parent)
+            preexec_fn=None if setpriv else _end_with_parent)
         threading.Thread(target=self._relay_output, args=(self._proc,), daemon=True,
                          name="haproxy-output").start()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -104,6 +109,9 @@ class HaproxyProcess:
             except CliError:
                 continue  # the master re-executes itself: its CLI comes back
         raise HaproxyError(f"HAProxy did not reload within {RELOAD_TIMEOUT_S:g}s")
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     async def worker_pid(self) -> int | None:
         found = _PID.search(await self.cli.worker("show info"))

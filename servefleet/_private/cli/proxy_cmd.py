@@ -118,8 +118,8 @@ def add_command(commands) -> None:
     proxy.add_argument("--engine", choices=ENGINES, default="python",
                        help="who serves the HTTP port: this process (python, every feature) "
                             "or a child HAProxy it drives, for throughput, with this process "
-                            "behind it for what HAProxy does not do (haproxy; docs/haproxy.md)"
-                            " (default python)")
+                            "behind it for what HAProxy does not do (haproxy; "
+                            "docs/guides/haproxy.md) (default python)")
     proxy.add_argument("--engine-threads", type=int, default=0, metavar="N",
                        help="HAProxy's threads with --engine haproxy (default 0: one per CPU)")
     proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",

@@ -352,7 +352,7 @@ def add_command(commands) -> None:
                          "--workers; default 1)")
     up.add_argument("--proxy-engine", choices=ENGINES, default="python",
                     help="who serves the proxy's HTTP port: the Python proxy or HAProxy "
-                         "driven by it (servefleet proxy --engine; docs/haproxy.md; "
+                         "driven by it (servefleet proxy --engine; docs/guides/haproxy.md; "
                          "default python)")
     up.add_argument("--allow-router-module", action="append", default=[], metavar="MODULE",
                     help="the proxy's --allow-router-module: deployments may route with "
