@@ -150,3 +150,10 @@ def test_the_request_log_gives_failures_of_haproxy_s_backends_only() -> None:
     (failed,) = errors.take()
     assert (failed.application, failed.deployment, failed.route, failed.http_status,
             failed.request_id) == ("a", "A", "/a", 500, "id with spaces")
+
+
+def test_a_chunked_exporter_answer_is_read_whole() -> None:
+    from servefleet.proxy.haproxy.front import dechunked
+
+    assert dechunked(b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n") == b"hello world"
+    assert dechunked(b"") == b""

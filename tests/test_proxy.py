@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from loadgen import SteadyLoad, answers
+from prometheus_client.parser import text_string_to_metric_families
 
 from servefleet._private.testing import ProxyProcess, wait_for
 from servefleet.client import ControllerClient
@@ -75,6 +76,7 @@ def test_routing_streaming_and_request_ids(served_by) -> None:
         served = re.search(r'haproxy_backend_http_requests_total\{proxy="d.default.Slow"\} (\d+)',
                            metrics)
         assert served is not None and int(served.group(1)) >= 3, metrics[-2000:]
+        list(text_string_to_metric_families(metrics))  # one exposition Prometheus can parse
 
 
 def test_overload_is_503_and_timeouts_are_504(served_by) -> None:

@@ -29,6 +29,20 @@ from .logs import EngineLog
 from .process import HaproxyProcess
 
 
+def dechunked(body: bytes) -> bytes:
+    """A chunked HTTP/1.1 body's bytes (HAProxy's exporter streams its answer)."""
+    out, at = bytearray(), 0
+    while True:
+        end = body.find(b"\r\n", at)
+        if end < 0:
+            return bytes(out)
+        size = int(body[at:end].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        out += body[end + 2:end + 2 + size]
+        at = end + 2 + size + 2
+
+
 class BehindEngine:
     """The Python proxy app behind HAProxy: its client is the one HAProxy names
     (x-servefleet-client; HAProxy drops any a client sends), not HAProxy."""
@@ -119,7 +133,7 @@ class HaproxyFront:
                 writer.close()
             head, _, body = answer.partition(b"\r\n\r\n")
             if head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0] + b" ":
-                return body
+                return dechunked(body) if b"chunked" in head.lower() else body
         return b""
 
     async def stop(self) -> None:
