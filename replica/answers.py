@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 import servefleet._private.values as values
 from servefleet._private.http_protocol import RAW_KEY, RawResponse
 from servefleet._private.multiplex import loaded_model_ids
-from servefleet._private.wire import REQUEST_ID_HEADER
+from servefleet._private.wire import REFUSAL_STATUS_HEADER, REQUEST_ID_HEADER
 
 from .jsonable import jsonable
 
@@ -140,3 +140,11 @@ async def close_generator(generator: Any) -> None:
         await generator.aclose()
     else:
         generator.close()
+
+
+def refusal_status(scope: Scope) -> int:
+    """The status of the replica's own refusal (loading, draining, full): 503,
+    or 425 for a data plane that asked for it (REFUSAL_STATUS_HEADER), which
+    retries by status only."""
+    asked = next((v for k, v in scope["headers"] if k == REFUSAL_STATUS_HEADER), None)
+    return 425 if asked == b"425" else 503

@@ -60,7 +60,6 @@ from servefleet._private.wire import (
     METHOD_HEADER,
     MODEL_ID_HEADER,
     MODELS_HEADER,
-    REFUSAL_STATUS_HEADER,
     REJECTED_HEADER,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
@@ -72,6 +71,7 @@ from .answers import (
     close_generator,
     pickled_items,
     plain_answer,
+    refusal_status,
     sent_raw,
     takes_request,
     to_response,
@@ -126,12 +126,6 @@ def _under_route_prefix(scope: Scope) -> Scope:
         scope["path"] = prefix + "/"
         scope["raw_path"] = scope["path"].encode()
     return scope
-
-
-def _refusal_status(scope: Scope) -> int:
-    """503, or 425 for a data plane that asked for it (REFUSAL_STATUS_HEADER)."""
-    asked = next((v for k, v in scope["headers"] if k == REFUSAL_STATUS_HEADER), None)
-    return 425 if asked == b"425" else 503
 
 
 def _refusal(message: str, status: int) -> Response:
@@ -197,7 +191,7 @@ class ReplicaApp:
             if reason == "draining":
                 headers["connection"] = "close"  # do not reuse a connection to a leaving replica
             await PlainTextResponse(f"replica {self.replica_id} is {reason}",
-                                    status_code=_refusal_status(scope),
+                                    status_code=refusal_status(scope),
                                     headers=headers)(scope, receive, send)
             return
         request_id, trace_headers = envelope.of_scope(scope)

@@ -28,6 +28,7 @@ from servefleet._private.logs import REQUEST_ID
 from servefleet._private.wire import REJECTED_HEADER, REQUEST_ID_HEADER
 from servefleet._private.ws import GOING_AWAY, deny
 
+from .answers import refusal_status
 from .user_calls import traced
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send:
     reason = app.admission.refusal()
     if reason is not None:
         app.metrics.rejected[reason].inc()
-        await deny(scope, send, 503, f"replica {app.replica_id} is {reason}",
+        await deny(scope, send, refusal_status(scope), f"replica {app.replica_id} is {reason}",
                    [(REJECTED_HEADER, reason.encode())])
         return
     deployment = app.deployment

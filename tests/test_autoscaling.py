@@ -57,8 +57,8 @@ def test_load_scales_out_to_max_and_back_with_no_failed_request(served) -> None:
     assert answered(proxy, "/slow?s=0")
 
 
-def test_scale_to_zero_and_a_cold_start_for_one_request_and_for_a_burst(served) -> None:
-    client, start_proxy = served
+def test_scale_to_zero_and_a_cold_start_for_one_request_and_for_a_burst(served_by) -> None:
+    client, start_proxy = served_by
     client.deploy(slow_spec(min_replicas=0, initial_replicas=0, max_replicas=2,
                             target_ongoing_requests=10, downscale_delay_s=1,
                             downscale_to_zero_delay_s=1, look_back_period_s=1))

@@ -47,7 +47,7 @@ def two_slow_replicas(fleet, tmp_path, *proxy_args: str) -> Iterator[tuple]:
 
 
 @pytest.mark.slow
-def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> None:
+def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, engine, tmp_path) -> None:
     """Two replicas behind a proxy under load from 8 clients; one is SIGSTOPped
     (hung, not dead: its connections stay open). It is ejected, and the GETs
     it holds go to the other replica once it has held them for the stall
@@ -65,8 +65,8 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
     from servefleet.v1 import replica_pb2
 
     stopped = 0
-    with two_slow_replicas(sqlite_fleet, tmp_path, "--request-timeout-s", "4") as (
-            client, proxy, url, victim):
+    with two_slow_replicas(sqlite_fleet, tmp_path, "--engine", engine,
+                           "--request-timeout-s", "4") as (client, proxy, url, victim):
         try:
             def replaced() -> bool:
                 running = [r.record.replica_id for r in client.replicas()
@@ -92,10 +92,17 @@ def test_a_stopped_replica_stops_getting_requests(sqlite_fleet, tmp_path) -> Non
             if load.bad:
                 print("\n".join(line for line in proxy.logs().splitlines()
                                 if "WARNING" in line or "replicas" in line)[-4000:])
+            assert answered > 100  # the other replica kept serving all 8 clients
+            if engine == "haproxy":
+                # HAProxy's checks hold it DOWN within 2 s and no request goes
+                # there after; the ones it held when it stopped (at most its 4
+                # slots) wait for their timeout: HAProxy cannot move a request
+                # it sent (docs/guides/haproxy.md). Replaced as fast: reported.
+                assert len(load.bad) <= 4 and all(b.startswith("504") for b in load.bad)
+                return
             # Without passive health: its 4 slots' worth failed with 504 at
             # each 4 s timeout, a fresh 4 each time.
             assert load.bad == []
-            assert answered > 100  # the other replica kept serving all 8 clients
             assert slowest < 4  # moved on before the request timeout
             metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
 

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
 
 
-def test_requests_to_a_proxy_without_routes_yet_wait_for_them(served, fleet, tmp_path) -> None:
-    client, _ = served
+def test_requests_to_a_proxy_without_routes_yet_wait_for_them(served_by, sqlite_fleet, engine,
+                                                              tmp_path) -> None:
+    client, _ = served_by
     client.deploy(d.DeploymentSpec(name="Hello", import_path="echo_app:hello",
                                    route_prefix="/hello",
                                    runtime=d.RuntimeOptions(working_dir=APPS)))
@@ -32,11 +33,12 @@ def test_requests_to_a_proxy_without_routes_yet_wait_for_them(served, fleet, tmp
     wait_for(lambda: all(dep.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY
                          for app in client.status().applications for dep in app.deployments)
              and len(client.list()) == 2, 60, "both deployments healthy")
-    controller = fleet.leader()
+    controller = sqlite_fleet.leader()
     controller.signal(signal.SIGSTOP)  # the proxy below gets no routes for now
     answers: dict[str, object] = {}
     try:
-        proxy = ProxyProcess(fleet.addresses(), log_dir=tmp_path).start()
+        proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                             extra_args=["--engine", engine]).start()
 
         def http() -> None:
             answers["http"] = httpx.get(proxy.url + "/hello", timeout=30)

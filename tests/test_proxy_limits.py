@@ -3,6 +3,7 @@ that streams through without the proxy holding it."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from pathlib import Path
@@ -29,15 +30,20 @@ def deploy_counter(client, max_body: int) -> None:
                                    runtime=d.RuntimeOptions(working_dir=APPS)))
 
 
-def test_large_headers_get_431_and_large_bodies_413(served) -> None:
-    client, start_proxy = served
+def test_large_headers_get_431_and_large_bodies_413(served_by, engine) -> None:
+    client, start_proxy = served_by
     deploy_counter(client, max_body=10_000)
     proxy = start_proxy()
     wait_for(lambda: answers(proxy.url + "/count"), 60, "the counter routed")
     assert httpx.post(proxy.url + "/count", content=b"x" * 10_000).text == "10000"
 
     big_header = httpx.get(proxy.url + "/count", headers={"x-big": "y" * 70_000})
-    assert big_header.status_code == 431 and "limit is 65536" in big_header.text
+    if engine == "haproxy":
+        # HAProxy answers a head larger than its buffer with its own 400
+        # (it has no 431), before any rule of ours can run.
+        assert big_header.status_code in (400, 431)
+    else:
+        assert big_header.status_code == 431 and "limit is 65536" in big_header.text
 
     declared = httpx.post(proxy.url + "/count", content=b"x" * 10_001)
     assert declared.status_code == 413 and "max_request_body_bytes" in declared.text
@@ -51,19 +57,27 @@ def test_large_headers_get_431_and_large_bodies_413(served) -> None:
     assert httpx.post(proxy.url + "/count", content=b"abc").text == "3"
 
 
-def test_a_1_gb_upload_streams_through_the_proxy(served) -> None:
-    client, start_proxy = served
+def test_a_1_gb_upload_streams_through_the_proxy(served_by) -> None:
+    client, start_proxy = served_by
     deploy_counter(client, max_body=2 * GB)
     proxy = start_proxy()
     wait_for(lambda: answers(proxy.url + "/count"), 60, "the counter routed")
     assert proxy.proc is not None
     watched = psutil.Process(proxy.proc.pid)
-    peak = [watched.memory_info().rss]
+
+    def rss() -> int:
+        """The proxy's and its children's (HAProxy's, with --engine haproxy)."""
+        total = 0
+        for process in [watched, *watched.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total
+    peak = [rss()]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.05):
-            peak[0] = max(peak[0], watched.memory_info().rss)
+            peak[0] = max(peak[0], rss())
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -83,4 +97,5 @@ def test_a_1_gb_upload_streams_through_the_proxy(served) -> None:
         done.set()
         sampler.join()
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(str(GB).encode())
+    print(f"the proxy's RSS peaked at {peak[0] >> 20} MB")
     assert peak[0] < 100 * 1024 * 1024, f"the proxy's RSS peaked at {peak[0] >> 20} MB"

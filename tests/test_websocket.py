@@ -41,15 +41,15 @@ def running(client: ControllerClient) -> list[str]:
 
 
 @pytest.fixture
-def ws_fleet(sqlite_fleet, tmp_path):
-    """(client, proxy URL as ws://, marks dir, start_proxy)."""
+def ws_fleet(sqlite_fleet, engine, tmp_path):
+    """(client, marks dir, start_proxy), the proxies of each engine in turn."""
     sqlite_fleet.start(1, runtime="process")
     sqlite_fleet.leader()
     proxies: list[ProxyProcess] = []
 
     def start_proxy(*args: str) -> ProxyProcess:
         proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
-                             extra_args=list(args)).start()
+                             extra_args=["--engine", engine, *args]).start()
         proxies.append(proxy)
         return proxy
 
@@ -171,8 +171,9 @@ def test_websockets_hold_slots_spread_over_replicas_and_queue_past_them(ws_fleet
 
     client, marks, start_proxy = ws_fleet
     client.deploy(ws_spec(marks, replicas=2, max_ongoing_requests=30))
-    proxy = start_proxy()
+    proxy = start_proxy("--drain-timeout-s", "2")
     serving(proxy, 2, client)
+    haproxy = "haproxy" in proxy.extra_args
 
     async def session() -> None:
         opened = [await _hold(proxy, f"s{i}") for i in range(50)]
@@ -184,18 +185,24 @@ def test_websockets_hold_slots_spread_over_replicas_and_queue_past_them(ws_fleet
         await asyncio.sleep(1.0)
         assert not extra.done()  # queued at the proxy: no replica has room
         metrics = (await asyncio.to_thread(httpx.get, proxy.url + "/-/metrics")).text
-        assert re.search(r'^servefleet_proxy_websockets_open\{[^}]*deployment="Ws"\} 60\.0$',
-                         metrics, re.M), metrics[-2000:]
+        if haproxy:  # its own figures: connections in use at each replica
+            assert sum(int(n) for n in re.findall(
+                r'^haproxy_server_used_connections_current\{proxy="d.default.Ws",[^}]*\} (\d+)$',
+                metrics, re.M)) == 60, metrics[-2000:]
+        else:
+            assert re.search(r'^servefleet_proxy_websockets_open\{[^}]*deployment="Ws"\} 60\.0$',
+                             metrics, re.M), metrics[-2000:]
         await opened[0][0].close()
         ws, _ = await asyncio.wait_for(extra, 10)
         opened[0] = (ws, 0)
-        # The proxy drains (SIGTERM): every WebSocket is closed with 1001.
+        # The proxy drains (SIGTERM): every WebSocket is closed with 1001
+        # (HAProxy's tunnels at --drain-timeout-s, with no close frame).
         assert proxy.proc is not None
         proxy.proc.send_signal(signal.SIGTERM)
         for ws, _ in opened:
             with pytest.raises(ConnectionClosed):
                 await asyncio.wait_for(ws.recv(), 10)
-            assert ws.close_code == 1001
+            assert ws.close_code == (1006 if haproxy else 1001)
     asyncio.run(session())
 
 
@@ -227,7 +234,9 @@ def test_a_handshake_a_full_replica_refuses_goes_to_the_other(ws_fleet) -> None:
             await second.close()
     asyncio.run(session())
     metrics = httpx.get(proxy.url + "/-/metrics", timeout=10).text
-    refused = re.search(r'^servefleet_retries_total\{[^}]*deployment="Ws"[^}]*'
+    refused = re.search(r'^haproxy_backend_retry_warnings_total\{proxy="d.default.Ws"\} (\S+)$'
+                        if "haproxy" in proxy.extra_args else
+                        r'^servefleet_retries_total\{[^}]*deployment="Ws"[^}]*'
                         r'reason="overloaded"[^}]*\} (\S+)$', metrics, re.M)
     assert refused is not None and float(refused.group(1)) >= 1, metrics[-3000:]
 

@@ -4,10 +4,13 @@ How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the ta
 
 - a route is `path` equal to its prefix or beginning with prefix + "/"; the
   first rule that matches, longest prefix first, sets `txn.route`;
-- a deployment is a backend: `balance random(2)` is power of two choices,
-  each replica a server whose `maxconn` is max_ongoing_requests; past it
-  requests wait in the backend's queue, and past max_queued_requests they
-  get 503 at once (`queue()` in the frontend);
+- a deployment is a backend, each replica a server whose `maxconn` is
+  max_ongoing_requests; `balance leastconn` sends a request to the server
+  with the fewest in flight among those with room (what power of two
+  choices approximates; HAProxy's `random(2)` may draw a full server and
+  wait for it while another has room); past every maxconn requests wait in
+  the backend's queue, and past max_queued_requests they get 503 at once
+  (`queue()` in the frontend);
 - a replica's own refusal (loading, draining, full with other senders) is
   answered 425 to HAProxy, which retries it on another server
   (`retry-on conn-failure 425`, `option redispatch 1`) and says 503 after
@@ -27,6 +30,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from servefleet._private.dataplane.body import BodyTooLarge
 from servefleet._private.wire import (
     CHECK_HEADER,
     MODEL_ID_HEADER,
@@ -139,7 +143,7 @@ def _global(settings: EngineSettings) -> list[str]:
 
 def _defaults(layout: Layout, settings: EngineSettings) -> list[str]:
     limits = settings.limits
-    tunnel = settings.websocket_idle_timeout_s or 24 * 3600
+    tunnel = 24 * 3600  # WebSockets: an idle limit is the Python path's (_frontend)
     return ["defaults", "    mode http",
             "    timeout connect 2s",
             f"    timeout client {_ms(max(limits.header_timeout_s, 60))}",
@@ -183,15 +187,20 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              "if { ssl_fc } !fwd_trusted || { ssl_fc } !fwd_proto_ok",
              "    http-request set-header x-forwarded-proto http "
              "if !{ ssl_fc } !fwd_trusted || !{ ssl_fc } !fwd_proto_ok",
-             "    http-request return status 414 content-type text/plain string "
-             f"{_quoted(f'request target longer than {limits.max_url_bytes} bytes')} "
-             f"if {{ url,length gt {limits.max_url_bytes} }}",
-             "    http-request return status 413 content-type text/plain string "
-             f"{_quoted(f'request body larger than {layout.max_body_bytes} bytes')} "
-             f"if {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}"]
+             "    http-request return status 414 content-type text/plain lf-string "
+             + _quoted(f"the request target is %[url,length] bytes; the limit is "
+                       f"{limits.max_url_bytes} (--max-url-bytes)")
+             + f" if {{ url,length gt {limits.max_url_bytes} }}"]
     # HAProxy runs every http-request rule before any use_backend: they come last.
+    # The Python path takes multiplexed models, chunked bodies (their size
+    # counted as they stream, for the body limit) and, with an idle timeout,
+    # WebSockets (HAProxy would end an idle one with no close frame).
     choices = [f"    use_backend {PYTHON_BACKEND} if "
-               f"{{ req.hdr({MODEL_ID_HEADER.decode()}) -m found }}"]
+               f"{{ req.hdr({MODEL_ID_HEADER.decode()}) -m found }}",
+               f"    use_backend {PYTHON_BACKEND} if {{ req.hdr(transfer-encoding) -m found }}"]
+    if settings.websocket_idle_timeout_s:
+        choices.append(f"    use_backend {PYTHON_BACKEND} if {{ req.hdr(upgrade) -i websocket }}")
+    too_large = BodyTooLarge(layout.max_body_bytes)
     for i, route in enumerate(layout.routes):
         prefix = route.prefix
         match = "" if prefix == "/" else \
@@ -208,7 +217,10 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
         on = f"route{i}"
         lines += [f"    acl {on} var(txn.route) -m int eq {i}",
                   f"    http-request set-header {ROUTE_PREFIX_HEADER.decode()} "
-                  f"{_quoted(route.prefix)} if {on}"]
+                  f"{_quoted(route.prefix)} if {on}",
+                  "    http-request return status 413 content-type text/plain string "
+                  f"{_quoted(str(too_large))} "
+                  f"if {on} {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}"]
         if len(route.backends) > 1:
             lines.append(f"    http-request set-var(txn.roll) rand(10000) if {on}")
         low = 0
@@ -228,7 +240,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
 
 
 def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[str]:
-    lines = [f"backend {name}", "    balance random(2)", "    option forwardfor",
+    lines = [f"backend {name}", "    balance leastconn", "    option forwardfor",
              "    option httpchk",
              f"    http-check send meth GET uri / hdr {CHECK_HEADER.decode()} 1",
              "    http-check expect status 200",

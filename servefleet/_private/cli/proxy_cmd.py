@@ -51,6 +51,8 @@ def _checked_limits(args: argparse.Namespace) -> EdgeLimits:
                          "(--engine-threads)")
     if not 0 <= args.engine_threads <= 64:
         raise UsageError("--engine-threads: between 0 (one per CPU) and 64")
+    if not 0 < args.drain_timeout_s <= 3600:
+        raise UsageError("--drain-timeout-s: more than 0 and at most 3600 seconds")
     if not 0 <= args.websocket_idle_timeout_s < 1e9:
         raise UsageError("--websocket-idle-timeout-s: 0 (no limit) or more seconds")
     try:
@@ -73,6 +75,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         worker=worker,
         controllers=args.controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER,
         listen=args.listen, request_timeout_s=args.request_timeout_s,
+        drain_timeout_s=args.drain_timeout_s,
         answer_start_timeout_s=args.answer_start_timeout_s,
         credentials=security.proxy_credentials(args), limits=limits,
         admin_paths=args.admin_paths,
@@ -136,6 +139,9 @@ def add_command(commands) -> None:
                        help="without a request timeout, answer 504 (gRPC: "
                             "DEADLINE_EXCEEDED) when a request's answer has not begun within "
                             "this long; an answer that began is not cut (default 60)")
+    proxy.add_argument("--drain-timeout-s", type=float, default=30.0, metavar="S",
+                       help="on SIGTERM, how long requests and WebSockets in flight may take "
+                            "to finish before they are cut (default 30)")
     add_edge_flags(proxy)
     proxy.add_argument("--admin-paths", choices=ADMIN_MODES, default="loopback",
                        help="who may read /-/routes and /-/metrics: loopback clients not "
