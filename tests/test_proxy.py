@@ -87,16 +87,19 @@ def test_overload_is_503_and_timeouts_are_504(served_by) -> None:
     proxy = start_proxy("--request-timeout-s", "3")
     wait_for(lambda: routed(proxy, "/slow?s=0"), 30, "route at the proxy")
 
-    async def burst() -> list[int]:
+    async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=30) as http:
-            replies = await asyncio.gather(*[http.get(proxy.url + "/slow", params={"s": "1"})
-                                             for _ in range(5)])
-        return sorted(r.status_code for r in replies)
+            return await asyncio.gather(*[http.get(proxy.url + "/slow", params={"s": "1"},
+                                                   headers={"x-request-id": f"b{i}"})
+                                          for i in range(5)])
 
-    # One runs, one waits in the queue, three are refused.
-    assert asyncio.run(burst()) == [200, 200, 503, 503, 503]
-    late = httpx.get(proxy.url + "/slow", params={"s": "5"}, timeout=30)
-    assert late.status_code == 504
+    # One runs, one waits in the queue, three are refused; each answer has its id.
+    replies = asyncio.run(burst())
+    assert sorted(r.status_code for r in replies) == [200, 200, 503, 503, 503]
+    assert [r.headers.get("x-request-id") for r in replies] == [f"b{i}" for i in range(5)]
+    late = httpx.get(proxy.url + "/slow", params={"s": "5"}, timeout=30,
+                     headers={"x-request-id": "late-1"})
+    assert late.status_code == 504 and late.headers.get("x-request-id") == "late-1"
 
 
 def test_replica_killed_under_load_and_controller_down(served_by, sqlite_fleet) -> None:

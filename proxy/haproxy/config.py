@@ -94,6 +94,10 @@ core.register_action("servefleet_hop_by_hop", { "http-req" }, function(txn)
   if #kept > 0 then txn.http:req_set_header("connection", table.concat(kept, ", ")) end
 end)
 """
+# The request id on the answers HAProxy makes itself.
+_RID = f" hdr {REQUEST_ID_HEADER.decode()} %[var(txn.rid)]"
+_ERRORS = {502: "a replica's answer could not be read", 503: "no replica could take the request",
+           504: "no answer from the replica in time"}
 # A Connection header with a token other than keep-alive, close and upgrade.
 _NAMES_A_HEADER = r"(^|,)\s*(?!(keep-alive|close|upgrade)\s*(,|$))[^,\s]"
 
@@ -153,7 +157,11 @@ def _defaults(layout: Layout, settings: EngineSettings) -> list[str]:
             f"    timeout queue {_ms(layout.timeout_s)}",
             f"    timeout tunnel {_ms(tunnel)}",
             "    timeout client-fin 1s", "    timeout server-fin 1s",
-            f"    timeout check {_ms(CHECK_INTERVAL_S)}"]
+            f"    timeout check {_ms(CHECK_INTERVAL_S)}",
+            # HAProxy's own answers carry the request id too (the replicas'
+            # echo it): set here, not by a rule run on every response.
+            *(f"    http-error status {status} content-type text/plain string "
+              f"{_quoted(text)}{_RID}" for status, text in _ERRORS.items())]
 
 
 def _trusted_acl(trusted: str) -> str:
@@ -179,8 +187,6 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
              f"    http-request set-header {rid} %[uuid] unless {{ req.hdr({rid}) -m found }}",
              f"    http-request set-var(txn.rid) req.hdr({rid})",
-             f"    http-after-response set-header {rid} %[var(txn.rid)] "
-             "if { var(txn.rid) -m found }",
              _trusted_acl(settings.trusted),
              "    acl fwd_proto_ok req.hdr(x-forwarded-proto) -i http https",
              "    http-request set-header x-forwarded-proto https "
@@ -190,7 +196,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              "    http-request return status 414 content-type text/plain lf-string "
              + _quoted(f"the request target is %[url,length] bytes; the limit is "
                        f"{limits.max_url_bytes} (--max-url-bytes)")
-             + f" if {{ url,length gt {limits.max_url_bytes} }}"]
+             + f"{_RID} if {{ url,length gt {limits.max_url_bytes} }}"]
     # HAProxy runs every http-request rule before any use_backend: they come last.
     # The Python path takes multiplexed models, chunked bodies (their size
     # counted as they stream, for the body limit) and, with an idle timeout,
@@ -219,7 +225,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
                   f"    http-request set-header {ROUTE_PREFIX_HEADER.decode()} "
                   f"{_quoted(route.prefix)} if {on}",
                   "    http-request return status 413 content-type text/plain string "
-                  f"{_quoted(str(too_large))} "
+                  f"{_quoted(str(too_large))}{_RID} "
                   f"if {on} {{ req.hdr_val(content-length) gt {layout.max_body_bytes} }}"]
         if len(route.backends) > 1:
             lines.append(f"    http-request set-var(txn.roll) rand(10000) if {on}")
@@ -231,7 +237,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
             if limit > 0:
                 lines.append(
                     "    http-request return status 503 content-type text/plain string "
-                    f"{_quoted(f'too many requests queued for {backend[2:]}')} "
+                    f"{_quoted(f'too many requests queued for {backend[2:]}')}{_RID} "
                     f"if {on}{roll} {{ queue({backend}) ge {limit} }}")
             choices.append(f"    use_backend {backend} if {on}{roll} "
                            f"{{ nbsrv({backend}) gt 0 }}")
