@@ -180,6 +180,25 @@ def test_rolling_update_under_load_through_the_proxy(served_by) -> None:
     assert load.labels == {"one", "two"}
 
 
+def test_scale_down_under_load_fails_no_request(served_by) -> None:
+    client, start_proxy = served_by
+    client.deploy(echo("v1", "one"))  # 3 replicas
+    wait_for(lambda: all_healthy(client, 1), what="3 replicas healthy")
+    proxy = start_proxy()
+    wait_for(lambda: routed(proxy, "/echo"), 30, "route at the proxy")
+
+    def running() -> int:
+        return len([r for r in client.replicas() if r.state == replica_pb2.REPLICA_STATE_RUNNING])
+    with SteadyLoad(proxy.url + "/echo") as load:
+        wait_for(lambda: load.ok > 50, what="traffic before scaling down")
+        spec = echo("v1", "one")
+        spec.replica_config.num_replicas = 1
+        client.deploy(spec)
+        wait_for(lambda: running() == 1 and len(client.replicas()) == 1, 60, "1 replica left")
+        at_end = load.ok
+        wait_for(lambda: load.ok > at_end + 50, what="traffic after scaling down")
+    assert load.bad == [], load.bad[:5]
+
 def test_proxy_drains_on_sigterm(served_by) -> None:
     client, start_proxy = served_by
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow", 1))
