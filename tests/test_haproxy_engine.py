@@ -137,3 +137,48 @@ def test_a_killed_haproxy_is_started_again_and_none_outlives_its_proxy(sqlite_fl
         finally:
             proxy.stop()
             client.shutdown()
+
+
+def test_a_traffic_split_is_haproxy_s_and_a_shadow_moves_the_route_to_python(
+        sqlite_fleet, tmp_path) -> None:
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_app_serving import APPS, running
+
+    from servefleet.v1 import application_pb2 as apb
+    from servefleet.v1 import deployment_pb2 as dpb
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy"])
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy_applications([apb.ApplicationSpec(
+            name="ab", route_prefix="/ab", import_path="traffic_app:build",
+            args_json=f'{{"marks_dir": "{marks}"}}', runtime=dpb.RuntimeOptions(working_dir=APPS))])
+        wait_for(lambda: running(client, "ab"), 60, "ab RUNNING")
+        proxy.start()
+        try:
+            url = proxy.url + "/ab"
+            client.set_traffic("ab", apb.TrafficPolicy(split=[
+                apb.WeightedDeployment(deployment="Primary", weight=70),
+                apb.WeightedDeployment(deployment="Canary", weight=30)]))
+            wait_for(lambda: any(httpx.get(url).json()["label"] == "canary"
+                                 for _ in range(20)), 30, "the split")
+            with httpx.Client() as http, ThreadPoolExecutor(8) as pool:
+                labels = Counter(pool.map(lambda _: http.get(url).json()["label"], range(1000)))
+            assert set(labels) == {"primary", "canary"}
+            assert abs(labels["canary"] / 1000 - 0.30) <= 0.06, labels
+            metrics = httpx.get(proxy.url + "/-/metrics").text
+            assert 'haproxy_backend_http_requests_total{proxy="d.ab.Canary"}' in metrics
+            client.set_traffic("ab", apb.TrafficPolicy(split=[
+                apb.WeightedDeployment(deployment="Primary", weight=1)],
+                shadow=apb.ShadowTarget(deployment="Shadow", fraction=1.0)))
+            wait_for(lambda: httpx.get(url).status_code == 200 and len(list(marks.iterdir())),
+                     30, "copies to the shadow: the Python path serves the route")
+        finally:
+            proxy.stop()
+            client.shutdown()
