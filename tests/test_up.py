@@ -120,6 +120,24 @@ def test_up_serves_a_config_and_ctrl_c_stops_everything(tmp_path) -> None:
     assert "Traceback" not in output
 
 
+def test_up_with_the_haproxy_engine_serves_and_stops_it(tmp_path) -> None:
+    import psutil
+
+    config = tmp_path / "serve.yaml"
+    config.write_text(CALC)
+    up = Up(config, tmp_path / "state", f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{free_port()}", "--proxy-engine", "haproxy")
+    try:
+        up.wait_ready()
+        assert httpx.get(f"http://{up.http}/calc", params={"x": 2}).json()["call"] == 12
+        haproxies = [p for p in psutil.Process(up.proc.pid).children(recursive=True)
+                     if p.name() == "haproxy"]
+        assert haproxies, "no HAProxy under up's proxy"
+    finally:
+        assert up.stop() == 0, up.output[-3000:]
+    _, alive = psutil.wait_procs(haproxies, timeout=10)
+    assert alive == [], "HAProxy left running"
+
 def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> None:
     """What scripts/demo runs, on other ports: the commands it prints once ready
     are the README's, and each answers with what the README says it shows."""
