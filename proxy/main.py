@@ -41,6 +41,7 @@ from .app import ProxyApp
 from .edge import HeadClock
 from .forwarded import DEFAULT_TRUSTED, Forwarded
 from .grpc_ingress import GrpcProxy, start_grpc_ingress
+from .haproxy import DEFAULT_BUFFER_BYTES
 from .haproxy.front import BehindEngine, HaproxyFront
 from .haproxy.process import HaproxyError
 from .limits import EdgeLimits
@@ -102,8 +103,9 @@ class ProxyOptions:
     # Who serves the HTTP port: "python" (this process), or "haproxy" (a child
     # HAProxy this process drives, with the Python app behind it: haproxy/).
     engine: str = "python"
-    # HAProxy's threads (0: one per CPU); with the haproxy engine only.
+    # HAProxy's threads (0: one per CPU) and buffer; with the haproxy engine only.
     engine_threads: int = 0
+    engine_buffer_bytes: int = DEFAULT_BUFFER_BYTES
 
 
 def front_of(options: ProxyOptions, state: ProxyState, limits: EdgeLimits,
@@ -114,6 +116,7 @@ def front_of(options: ProxyOptions, state: ProxyState, limits: EdgeLimits,
         state.routes.request_timeout_s or options.answer_start_timeout_s,
         trusted=options.forwarded_allow_ips, drain_timeout_s=options.drain_timeout_s,
         tls_cert=options.tls_cert, tls_key=options.tls_key, threads=options.engine_threads,
+        buffer_bytes=options.engine_buffer_bytes,
         websocket_idle_timeout_s=options.websocket_idle_timeout_s,
         errors=app.metrics.errors, access_log=options.access_log)
 

@@ -20,6 +20,7 @@ from servefleet.proxy.haproxy.layout import (
 )
 from servefleet.proxy.haproxy.servers import plan_servers
 from servefleet.proxy.haproxy.stats import parse_stat
+from servefleet.proxy.limits import EdgeLimits
 from servefleet.proxy.routes import RouteTable, Target
 
 
@@ -125,7 +126,14 @@ def test_haproxy_accepts_the_configuration(tmp_path) -> None:
     assert "[WARNING]" not in checked.stdout + checked.stderr  # rules in HAProxy's order
     empty = render(Layout((), (), 60.0, 1 << 20), {}, EngineSettings(
         "[::1]:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua)))
-    assert "bind ipv6@::1:8000" in empty
+    assert "bind ipv6@::1:8000" in empty and "status 431" not in empty  # the buffer's 400
+    small = render(layout, servers(layout, pools), EngineSettings(
+        "127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua),
+        limits=EdgeLimits(max_header_bytes=8192)))
+    assert "req.hdrs,length gt 8192" in small
+    (tmp_path / "small.cfg").write_text(small)
+    assert subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "small.cfg")],
+                          capture_output=True).returncode == 0
 
 
 def test_engine_load_adds_to_the_pools_load_and_traffic_rates() -> None:

@@ -45,6 +45,12 @@ def test_large_headers_get_431_and_large_bodies_413(served_by, engine) -> None:
     else:
         assert big_header.status_code == 431 and "limit is 65536" in big_header.text
 
+    # Within HAProxy's buffer, the limit is the flag's on both engines.
+    small = start_proxy("--max-header-bytes", "8192")
+    wait_for(lambda: answers(small.url + "/count"), 60, "the counter routed")
+    refused = httpx.get(small.url + "/count", headers={"x-big": "y" * 10_000})
+    assert refused.status_code == 431 and "limit is 8192" in refused.text, refused.text
+
     declared = httpx.post(proxy.url + "/count", content=b"x" * 10_001)
     assert declared.status_code == 413 and "max_request_body_bytes" in declared.text
 

@@ -15,3 +15,5 @@ keeps its Watch stream and drives a child HAProxy that serves the HTTP port.
 
 # The proxy's engines (`servefleet proxy --engine`, `servefleet up --proxy-engine`).
 ENGINES = ("python", "haproxy")
+# HAProxy's default buffer (tune.bufsize), the engine's too (--engine-buffer-bytes).
+DEFAULT_BUFFER_BYTES = 16384

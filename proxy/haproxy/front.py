@@ -23,6 +23,7 @@ from servefleet.v1 import watch_pb2
 
 from ..limits import EdgeLimits
 from ..state import ProxyState
+from . import DEFAULT_BUFFER_BYTES
 from .config import CLIENT_HEADER, HOP_BY_HOP_LUA, SCHEME_HEADER, EngineSettings
 from .engine import HaproxyEngine
 from .logs import EngineLog
@@ -73,6 +74,7 @@ class HaproxyFront:
                  timeout_s: Callable[[], float], *, trusted: str, drain_timeout_s: float,
                  tls_cert: str | None = None, tls_key: str | None = None,
                  websocket_idle_timeout_s: float = 0.0, threads: int = 0,
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES,
                  errors: RecentErrors | None = None, access_log: bool = False) -> None:
         self.process = HaproxyProcess()
         self._log_socket = os.path.join(self.process.directory, "log.sock")
@@ -86,7 +88,7 @@ class HaproxyFront:
             listen=listen, python="", stats=f"unix@{self._stats_socket}", limits=limits,
             trusted=trusted, drain_timeout_s=drain_timeout_s, threads=threads,
             websocket_idle_timeout_s=websocket_idle_timeout_s, lua=lua,
-            log=self._log_socket, access_log=access_log,
+            log=self._log_socket, access_log=access_log, buffer_bytes=buffer_bytes,
             tls_pem=self._pem(tls_cert, tls_key) if tls_cert and tls_key else None)
         self._timeout_s = timeout_s
         self.state = state

@@ -11,7 +11,7 @@ from servefleet._private.security.tls import ENV_TOKEN
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP, ENV_CONTROLLER
 from servefleet.proxy.access import ADMIN_MODES
 from servefleet.proxy.forwarded import DEFAULT_TRUSTED, Forwarded
-from servefleet.proxy.haproxy import ENGINES
+from servefleet.proxy.haproxy import DEFAULT_BUFFER_BYTES, ENGINES
 from servefleet.proxy.limits import EdgeLimits, add_edge_flags, edge_limits
 from servefleet.proxy.routes import DEFAULT_ANSWER_START_S
 
@@ -51,6 +51,8 @@ def _checked_limits(args: argparse.Namespace) -> EdgeLimits:
                          "(--engine-threads)")
     if not 0 <= args.engine_threads <= 64:
         raise UsageError("--engine-threads: between 0 (one per CPU) and 64")
+    if not 4096 <= args.engine_buffer_bytes <= 1 << 20:
+        raise UsageError("--engine-buffer-bytes: between 4096 and 1048576")
     if not 0 < args.drain_timeout_s <= 3600:
         raise UsageError("--drain-timeout-s: more than 0 and at most 3600 seconds")
     if not 0 <= args.websocket_idle_timeout_s < 1e9:
@@ -85,7 +87,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         websocket_idle_timeout_s=args.websocket_idle_timeout_s,
         forwarded_allow_ips=args.forwarded_allow_ips,
         router_modules=tuple(args.allow_router_module),
-        engine=args.engine, engine_threads=args.engine_threads)
+        engine=args.engine, engine_threads=args.engine_threads,
+        engine_buffer_bytes=args.engine_buffer_bytes)
     try:
         lifecycle.run(serve(options))
     except TokenFileError as e:
@@ -125,6 +128,11 @@ def add_command(commands) -> None:
                             "docs/guides/haproxy.md) (default python)")
     proxy.add_argument("--engine-threads", type=int, default=0, metavar="N",
                        help="HAProxy's threads with --engine haproxy (default 0: one per CPU)")
+    proxy.add_argument("--engine-buffer-bytes", type=int, default=DEFAULT_BUFFER_BYTES,
+                       metavar="N",
+                       help="HAProxy's buffer with --engine haproxy: a request's head must fit "
+                            "in it, less 1 KiB, or gets 400 (a larger one costs CPU per "
+                            "request; default %(default)s)")
     proxy.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
                        help="also serve gRPC ingress here: users' services, routed by the "
                             "'application' metadata key (default: none)")
