@@ -182,3 +182,40 @@ def test_a_traffic_split_is_haproxy_s_and_a_shadow_moves_the_route_to_python(
         finally:
             proxy.stop()
             client.shutdown()
+
+
+def test_a_websocket_outlives_reloads_for_other_routes(sqlite_fleet, tmp_path) -> None:
+    import asyncio
+
+    from test_websocket import running, ws_spec, ws_url
+    from websockets.asyncio.client import connect
+
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy", "--drain-timeout-s", "1"])
+    (tmp_path / "marks").mkdir()
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(ws_spec(tmp_path / "marks"))
+        wait_for(lambda: len(running(client)) == 1, 60, "Ws RUNNING")
+        proxy.start()
+        try:
+            wait_for(lambda: routed(proxy, "/ws/"), 30, "route at the proxy")
+
+            async def session() -> None:
+                async with connect(ws_url(proxy, "/ws/echo")) as ws:
+                    await ws.send("before")
+                    assert await ws.recv() == "before"
+                    for name in ("A", "B"):  # two reloads; the socket is the old worker's
+                        await asyncio.to_thread(client.deploy, app_spec(
+                            name, "echo_app:hello", f"/{name.lower()}"))
+                        await asyncio.to_thread(wait_for, lambda n=name: routed(
+                            proxy, f"/{n.lower()}"), 60, f"route /{name.lower()}")
+                    await asyncio.sleep(2)  # past the drain timeout: not what bounds it
+                    await ws.send("after")
+                    assert await asyncio.wait_for(ws.recv(), 5) == "after"
+            asyncio.run(session())
+            assert proxy.logs().count("HAProxy reloaded") >= 2
+        finally:
+            proxy.stop()
+            client.shutdown()

@@ -52,6 +52,8 @@ CHECK_INTERVAL_S = 1.0
 # Checks unanswered in a row before a replica is DOWN, and answered to be UP again.
 CHECK_FALL = 2
 CHECK_RISE = 1
+# Reloads an old worker may outlive while it still holds connections.
+OLD_WORKERS = 20
 # The part of HAProxy's buffer kept for the headers it adds.
 REWRITE_BYTES = 1024
 # Tries of a request no replica took (HAProxy's `retries`: after the first).
@@ -68,7 +70,6 @@ class EngineSettings:
     limits: EdgeLimits = field(default_factory=EdgeLimits)
     trusted: str = "127.0.0.1,::1"  # --forwarded-allow-ips
     tls_pem: str | None = None  # certificate chain and key, one PEM file
-    drain_timeout_s: float = 30.0
     threads: int = 0  # 0: HAProxy's default (one per CPU it may run on)
     websocket_idle_timeout_s: float = 0.0
     # HAProxy's buffer (tune.bufsize): a request's head must fit in it, less
@@ -136,7 +137,11 @@ def server_line(name: str, server: Server) -> str:
 
 def _global(settings: EngineSettings) -> list[str]:
     lines = ["global", "    master-worker", f"    lua-load {shlex.quote(settings.lua)}",
-             f"    hard-stop-after {_ms(settings.drain_timeout_s)}",
+             # An old worker (after a reload) serves what it holds to its end:
+             # a stream or WebSocket of another route outlives a reload. After
+             # OLD_WORKERS more reloads it is stopped. (The proxy's own stop
+             # bounds its drain: process.py.)
+             f"    mworker-max-reloads {OLD_WORKERS}",
              # A head (request line and headers) must fit in one buffer, less
              # the room HAProxy keeps for the headers it adds (REWRITE_BYTES).
              # Measured (CPU per request of HAProxy's worker, async no-op):

@@ -86,11 +86,12 @@ class HaproxyFront:
             f.write(HOP_BY_HOP_LUA)
         self._settings = EngineSettings(
             listen=listen, python="", stats=f"unix@{self._stats_socket}", limits=limits,
-            trusted=trusted, drain_timeout_s=drain_timeout_s, threads=threads,
+            trusted=trusted, threads=threads,
             websocket_idle_timeout_s=websocket_idle_timeout_s, lua=lua,
             log=self._log_socket, access_log=access_log, buffer_bytes=buffer_bytes,
             tls_pem=self._pem(tls_cert, tls_key) if tls_cert and tls_key else None)
         self._timeout_s = timeout_s
+        self._drain_timeout_s = drain_timeout_s
         self.state = state
         self.engine: HaproxyEngine | None = None
         self._task: asyncio.Task[None] | None = None
@@ -142,5 +143,5 @@ class HaproxyFront:
         """Stop HAProxy: it stops listening and finishes what it holds."""
         if self._task is not None:
             self._task.cancel()
-        await self.process.stop(self._settings.drain_timeout_s)
+        await self.process.stop(self._drain_timeout_s)
         self.log.close()

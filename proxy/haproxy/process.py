@@ -4,9 +4,10 @@ HAProxy runs in master-worker mode (`-W`) with its master CLI on a Unix
 socket in a directory of its own. A reload (SIGUSR2 to the master) makes the
 master read the configuration file again and start a new worker, which takes
 the listening sockets over from the old one: no connection is refused. The
-old worker finishes the requests it holds (at most `hard-stop-after`) and
-exits. A configuration the master cannot load leaves the old worker serving
-and counts a failed reload (`show proc`), which `reload` reports.
+old worker finishes the requests it holds, streams and WebSockets included
+(after `mworker-max-reloads` more reloads it is stopped), and exits. A
+configuration the master cannot load leaves the old worker serving and
+counts a failed reload (`show proc`), which `reload` reports.
 
 The child dies with the proxy process, even when that is SIGKILLed
 (PR_SET_PDEATHSIG, set by util-linux's setpriv), so no HAProxy outlives it.
