@@ -161,6 +161,10 @@ def _defaults(layout: Layout, settings: EngineSettings) -> list[str]:
     limits = settings.limits
     tunnel = 24 * 3600  # WebSockets: an idle limit is the Python path's (_frontend)
     return ["defaults", "    mode http",
+            # At a reload the old worker keeps its idle client connections and
+            # answers the next request on each with "Connection: close",
+            # instead of closing them under a client that may be sending.
+            "    option idle-close-on-response",
             "    timeout connect 2s",
             f"    timeout client {_ms(max(limits.header_timeout_s, 60))}",
             f"    timeout http-request {_ms(limits.header_timeout_s)}",
