@@ -179,10 +179,12 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
-def served(fleet, tmp_path):
-    """A controller with the process runtime, and a way to start proxies on it;
-    yields (client, start_proxy). Shuts the controller (and replicas) down after."""
-    yield from _served(fleet, tmp_path, [])
+def served(sqlite_fleet, tmp_path):
+    """A controller with the process runtime on the embedded store (what
+    serves requests does not touch the store: the stores' own tests run on
+    both), and a way to start proxies on it; yields (client, start_proxy).
+    Shuts the controller (and replicas) down after."""
+    yield from _served(sqlite_fleet, tmp_path, [])
 
 
 @pytest.fixture(params=["python", "haproxy"])

@@ -117,6 +117,12 @@ def healthy(client: ControllerClient, count: int):
     return check
 
 
+@pytest.fixture
+def fleet(etcd_fleet):
+    """Controllers on etcd, the store compose and Swarm run containers with
+    (the runtime does not touch the store; both stores have their own tests)."""
+    return etcd_fleet
+
 def test_containers_serve_scale_get_replaced_and_are_removed(containers, fleet,
                                                              tmp_path) -> None:
     fleet.start(1, runtime="docker")

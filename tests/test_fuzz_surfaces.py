@@ -126,7 +126,7 @@ def test_the_grpc_ingress_answers_garbage_with_defined_statuses(secured) -> None
     seen: set[grpc.StatusCode] = set()
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
 
-        @settings(FUZZ, max_examples=int(150 * SCALE))
+        @settings(FUZZ, max_examples=int(100 * SCALE))
         @given(grpc_calls())
         def one(case) -> None:
             path, raw, metadata = case

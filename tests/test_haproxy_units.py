@@ -152,7 +152,7 @@ def test_the_request_log_gives_failures_of_haproxy_s_backends_only() -> None:
     errors = RecentErrors()
     log = EngineLog(errors, lambda b: ("a", "A", "/a") if b == "d.a.A" else None)
     for line in ['500 d.a.A 3 GET "/a/x" id with spaces', '200 d.a.A 1 GET "/a" ok-1',
-                 '502 servefleet_python 1 GET "/b" counted-there', '400 servefleet 0 <BADREQ> '
+                 '502 python_path 1 GET "/b" counted-there', '400 servefleet 0 <BADREQ> '
                  '"<BADREQ>" -', "Proxy servefleet stopped (cumulated conns: FE: 1, BE: 0)."]:
         log.line(line)
     (failed,) = errors.take()

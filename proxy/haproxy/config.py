@@ -85,7 +85,7 @@ class EngineSettings:
 # the standard ones. Rare (clients name none), so it runs only when a
 # Connection header names a header.
 HOP_BY_HOP_LUA = """\
-core.register_action("servefleet_hop_by_hop", { "http-req" }, function(txn)
+core.register_action("drop_hop_by_hop", { "http-req" }, function(txn)
   local kept = {}
   for _, value in pairs(txn.http:req_get_headers()["connection"] or {}) do
     for token in string.gmatch(value, "[^,%s]+") do
@@ -199,7 +199,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
         *([] if settings.access_log else ["    option dontlog-normal"])]
     lines = ["frontend servefleet", bind, *logging,
              f"    http-request del-header {OWN_HEADER_PREFIX.decode()} -m beg",
-             "    http-request lua.servefleet_hop_by_hop "
+             "    http-request lua.drop_hop_by_hop "
              f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
              f"    http-request set-header {rid} %[uuid] unless {{ req.hdr({rid}) -m found }}",
              f"    http-request set-var(txn.rid) req.hdr({rid})",

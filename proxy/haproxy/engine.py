@@ -81,7 +81,8 @@ class HaproxyEngine:
                 await self.sync()
             except (CliError, HaproxyError) as e:
                 logger.error("HAProxy not in step with the routes: %s", e)
-                await asyncio.sleep(PASS_S)
+                if self.process.running():
+                    await asyncio.sleep(PASS_S)
 
     async def sync(self) -> None:
         layout, want = await self._wanted()

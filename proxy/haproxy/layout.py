@@ -34,7 +34,7 @@ from servefleet._private.dataplane.router_names import POWER_OF_TWO
 
 from ..routes import RouteTable, Target
 
-PYTHON_BACKEND = "servefleet_python"
+PYTHON_BACKEND = "python_path"
 SPLIT_SCALE = 10000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 

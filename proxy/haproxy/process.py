@@ -17,6 +17,7 @@ One that dies is started again by engine.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -36,6 +37,7 @@ START_TIMEOUT_S = 10.0
 RELOAD_TIMEOUT_S = 10.0
 _MASTER = re.compile(r"^\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]", re.M)
 _PID = re.compile(r"^Pid:\s*(\d+)", re.M)
+_WORKER = re.compile(r"^(\d+)\s+worker\s", re.M)
 # What HAProxy says as a warning on every reload and stop.
 _USUAL = ("stopped (cumulated", "exited with code 0", "Exiting Master", "All workers exited",
           "Stopping ", "Proxy <HTTPCLIENT>")
@@ -100,6 +102,8 @@ class HaproxyProcess:
         deadline = time.monotonic() + RELOAD_TIMEOUT_S
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+            if not self.running():
+                raise HaproxyError("HAProxy exited during a reload")
             try:
                 reloads = await self._reloads()
                 if reloads[1] > before[1]:
@@ -127,12 +131,24 @@ class HaproxyProcess:
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Stop listening, let the requests in flight finish (at most
-        `drain_timeout_s`), then end HAProxy. Idempotent."""
+        `drain_timeout_s`), then end HAProxy, idle client connections with
+        it (a soft stop alone keeps those until their next request: option
+        idle-close-on-response, for reloads). Idempotent."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGUSR1)  # soft stop: workers finish what they hold
             deadline = time.monotonic() + drain_timeout_s
+            # A reload under way (the master executing itself again) would
+            # miss the signal: wait for its CLI first.
             while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    await self._reloads()
+                    break
+                except CliError:
+                    await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGUSR1)  # soft stop: workers finish what they hold
+            while proc.poll() is None and time.monotonic() < deadline:
+                if await self._in_flight() == 0:
+                    break  # what is left is idle connections
                 await asyncio.sleep(0.05)
             if proc.poll() is None:
                 proc.terminate()
@@ -141,6 +157,19 @@ class HaproxyProcess:
                 proc.kill()
             proc.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def _in_flight(self) -> int | None:
+        """Requests (and tunnels) the workers, old ones too, still hold on
+        the HTTP port; None when the master does not answer."""
+        try:
+            workers = _WORKER.findall(await self.cli.master("show proc"))
+        except CliError:
+            return None
+        held = 0
+        for pid in workers:
+            with contextlib.suppress(CliError):  # one that left meanwhile holds nothing
+                held += (await self.cli.master(f"@!{pid} show sess")).count("fe=servefleet ")
+        return held
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
