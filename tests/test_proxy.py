@@ -47,7 +47,8 @@ def test_routing_streaming_and_request_ids(served_by) -> None:
     client.deploy(app_spec("Hello", "echo_app:hello", "/hello"))
     client.deploy(app_spec("Numbers", "echo_app:numbers", "/hello/numbers"))
     client.deploy(app_spec("Slow", "echo_app:Slow", "/slow"))
-    wait_for(lambda: all_healthy(client, 3), what="3 deployments healthy")
+    client.deploy(app_spec("Paced", "echo_app:paced", "/paced"))
+    wait_for(lambda: all_healthy(client, 4), what="4 deployments healthy")
     proxy = start_proxy()
     wait_for(lambda: routed(proxy, "/slow?s=0"), 30, "routes at the proxy")
 
@@ -56,10 +57,11 @@ def test_routing_streaming_and_request_ids(served_by) -> None:
     missing = httpx.get(proxy.url + "/nowhere")
     assert missing.status_code == 404 and "/hello" in missing.text
     assert json.loads(httpx.get(proxy.url + "/-/routes").text) == {
-        "/hello": "default/Hello", "/hello/numbers": "default/Numbers", "/slow": "default/Slow"}
+        "/hello": "default/Hello", "/hello/numbers": "default/Numbers", "/slow": "default/Slow",
+        "/paced": "default/Paced"}
     assert httpx.get(proxy.url + "/-/healthz").text == "ok"
 
-    with httpx.stream("GET", proxy.url + "/hello/numbers") as reply:
+    with httpx.stream("GET", proxy.url + "/paced") as reply:  # each chunk as it comes
         assert [c for c in reply.iter_text() if c] == ["0\n", "1\n", "2\n"]
 
     kept = httpx.get(proxy.url + "/slow", params={"s": "0"}, headers={"x-request-id": "rid-1"})

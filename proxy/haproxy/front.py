@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -70,6 +71,10 @@ class BehindEngine:
 
 
 class HaproxyFront:
+    """HAProxy in front of this process's app: its files (configuration, Lua,
+    sockets, certificate) in one private directory, its engine loop, its
+    request log and exporter."""
+
     def __init__(self, state: ProxyState, listen: str, limits: EdgeLimits,
                  timeout_s: Callable[[], float], *, trusted: str, drain_timeout_s: float,
                  tls_cert: str | None = None, tls_key: str | None = None,
@@ -109,7 +114,7 @@ class HaproxyFront:
     async def start(self, python: str) -> None:
         """Start HAProxy in front of the Python app listening at `python`;
         HaproxyError when it cannot start."""
-        settings = EngineSettings(**{**self._settings.__dict__, "python": python})
+        settings = replace(self._settings, python=python)
         await self.log.listen(self._log_socket)
         self.engine = HaproxyEngine(self.state, settings, self._timeout_s, self.process)
         await self.engine.start()

@@ -45,6 +45,16 @@ def numbers(request):
         yield f"{i}\n"
 
 
+async def paced(request):
+    """An async generator with pauses: each chunk leaves before the next exists."""
+    import asyncio
+
+    for i in range(3):
+        if i:
+            await asyncio.sleep(0.2)
+        yield f"{i}\n"
+
+
 async def ticks(request):
     """An async generator: streamed chunk by chunk."""
     for i in range(3):
