@@ -368,6 +368,7 @@ class StatePublisher:
                     application=record.spec.application, deployment=record.spec.name,
                     services=record.spec.grpc_services,
                     streaming_methods=record.spec.grpc_streaming_methods,
+                    client_streaming_methods=record.spec.grpc_client_streaming_methods,
                     split=owner.traffic.split if owner is not None else (),
                     require_token=owner is not None and owner.require_token)
         self._publisher.publish(ROUTES_KEY, routes=table)

@@ -27,8 +27,10 @@ request message past GRPC_MAX_REQUEST_BYTES (4 MiB, what replicas take;
 gRPC's own refusal, before any of this runs: "Received message larger than
 max (N vs. 4194304)"). The port also serves
 grpc.health.v1 and servefleet.v1.IngressService (ListApplications, Healthz).
-Unary and server-streaming RPCs are forwarded; client and bidirectional
-streaming are not (UNIMPLEMENTED from the replica).
+Every shape is forwarded: unary and server-streaming calls with their one
+request (retried whole), client-streaming and bidirectional ones with their
+messages relayed as they come, none before a replica took the call
+(dataplane/grpc_requests.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -53,6 +55,7 @@ from servefleet._private.dataplane.grpc_forward import (
     GrpcChannels,
     forward_grpc,
 )
+from servefleet._private.dataplane.grpc_requests import forward_grpc_requests
 from servefleet._private.grpc_guard import Guard
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.security.tokens import TokenTable
@@ -69,7 +72,7 @@ from servefleet._private.wire import (
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
 from .metrics import ProxyMetrics
-from .routes import DEFAULT_ANSWER_START_S, NoGrpcRoute, RouteTable
+from .routes import DEFAULT_ANSWER_START_S, GrpcShape, NoGrpcRoute, RouteTable
 from .state import ProxyState
 
 logger = logging.getLogger(__name__)
@@ -130,8 +133,9 @@ class GrpcProxy:
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         """Every method but the port's own: unary-unary for RPCs the route table
-        knows to be unary (the cheaper call), unary-stream for the rest."""
-        handlers: dict[tuple[str, bool], grpc.RpcMethodHandler] = {}
+        knows to be unary (the cheaper call), stream-stream for those whose
+        requests stream, unary-stream for the rest."""
+        handlers: dict[tuple[str, GrpcShape], grpc.RpcMethodHandler] = {}
         proxy = self
 
         class Handler(grpc.GenericRpcHandler):
@@ -139,31 +143,40 @@ class GrpcProxy:
                 method: str = call.method
                 if method.startswith(_OWN_SERVICES):
                     return None
-                unary = proxy._routes().grpc_unary(method)
-                found = handlers.get((method, unary))
+                shape = proxy._routes().grpc_shape(method)
+                found = handlers.get((method, shape))
                 if found is None:
-                    if unary:
+                    if shape is GrpcShape.UNARY:
                         found = grpc.unary_unary_rpc_method_handler(
                             partial(proxy.handle_unary, method))
+                    elif shape is GrpcShape.REQUESTS:
+                        found = grpc.stream_stream_rpc_method_handler(
+                            partial(proxy.handle_requests, method))
                     else:
                         found = grpc.unary_stream_rpc_method_handler(
                             partial(proxy.handle, method))
                     if len(handlers) < _MAX_CACHED_METHODS:  # clients choose the names
-                        handlers[(method, unary)] = found
+                        handlers[(method, shape)] = found
                 return found
 
         return Handler()
 
-    async def handle(self, method: str, request: bytes,
+    async def handle(self, method: str, request: bytes | AsyncIterator[bytes],
                      context: grpc.aio.ServicerContext) -> None:
-        """Forward one call of any shape the proxy forwards (unary or server
-        streaming: on the wire, the same), writing the messages as they come."""
+        """Forward one call of one request (unary or server streaming: on the
+        wire, the same), writing the messages as they come."""
         async def relay(answer: Answer) -> None:
             async for message in answer.messages():
                 await context.write(message)
             await _pass_trailing(answer, context)
 
         await self._call(method, request, context, relay, unary=False)
+
+    async def handle_requests(self, method: str, requests: AsyncIterator[bytes],
+                              context: grpc.aio.ServicerContext) -> None:
+        """Forward one call whose requests stream (client streaming or
+        bidirectional), relaying messages both ways as they come."""
+        await self.handle(method, requests, context)
 
     async def handle_unary(self, method: str, request: bytes,
                            context: grpc.aio.ServicerContext) -> bytes | None:
@@ -177,7 +190,8 @@ class GrpcProxy:
         await self._call(method, request, context, relay, unary=True)
         return answer[0]
 
-    async def _call(self, method: str, request: bytes, context: grpc.aio.ServicerContext,
+    async def _call(self, method: str, request: bytes | AsyncIterator[bytes],
+                    context: grpc.aio.ServicerContext,
                     relay: Callable[[Answer], Awaitable[None]], unary: bool) -> None:
         service = method[1:].rpartition("/")[0]
         metadata = tuple(context.invocation_metadata() or ())
@@ -248,7 +262,8 @@ class GrpcProxy:
                 served.set("rpc.grpc.status_code", code.value[0])
                 served.finish(failed=code != _Code.OK)
 
-    async def _forward(self, pool: ReplicaPool, method: str, request: bytes,
+    async def _forward(self, pool: ReplicaPool, method: str,
+                       request: bytes | AsyncIterator[bytes],
                        metadata: list[tuple[str, Any]], timeout: float | None,
                        relay: Callable[[Answer], Awaitable[None]], request_id: str,
                        unary: bool, routing_key: str = "") -> None:
@@ -261,8 +276,13 @@ class GrpcProxy:
                         bound.reschedule(None)
                     await relay(answer)
 
-                await forward_grpc(pool, self._channels, method, request, metadata,
-                                   timeout, begun, request_id, unary, routing_key)
+                if isinstance(request, bytes):
+                    await forward_grpc(pool, self._channels, method, request, metadata,
+                                       timeout, begun, request_id, unary, routing_key)
+                else:
+                    await forward_grpc_requests(pool, self._channels, method, request,
+                                                metadata, timeout, begun, request_id,
+                                                routing_key)
         except CallFailed as e:
             raise _Abort(e.code, e.details, tuple(
                 (k, v) for k, v in e.trailing if k != REJECTED_METADATA_KEY)) from None

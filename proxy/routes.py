@@ -11,6 +11,7 @@ says, for a fraction of requests, which deployment gets a copy.
 
 from __future__ import annotations
 
+import enum
 import random
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ class GrpcTarget:
     require_token: bool = False
     # Paths of the RPCs of `services` that stream.
     streaming: frozenset[str] = frozenset()
+    # Of those, the RPCs whose requests stream (client streaming, bidirectional).
+    client_streaming: frozenset[str] = frozenset()
     # (deployment, weight) pairs: the application's traffic split.
     split: tuple[tuple[str, float], ...] = ()
     # Why the application cannot serve at all (GrpcRoute.unavailable).
@@ -67,6 +70,15 @@ class GrpcTarget:
             return self.deployment
         names, weights = zip(*self.split, strict=True)
         return (rng or random).choices(names, weights)[0]
+
+
+class GrpcShape(enum.Enum):
+    """How a proxy forwards an RPC (on the wire every shape is a stream of
+    messages each way; these say how many the proxy expects)."""
+
+    UNARY = "unary"  # one message each way: the cheaper call
+    RESPONSES = "responses"  # one request, then responses (server streaming, unknown RPCs)
+    REQUESTS = "requests"  # requests stream (client streaming, bidirectional)
 
 
 class NoGrpcRoute(Exception):
@@ -97,6 +109,7 @@ class RouteTable:
         # Services whose RPC shapes are known, and which of their RPCs stream.
         self._grpc_known = frozenset(s for t in self.grpc for s in t.services)
         self._grpc_streaming = frozenset(m for t in self.grpc for m in t.streaming)
+        self._grpc_requests = frozenset(m for t in self.grpc for m in t.client_streaming)
 
     def deployments(self) -> set[tuple[str, str]]:
         """Every (application, deployment) a route or gRPC route may send to."""
@@ -120,6 +133,7 @@ class RouteTable:
                    table.max_request_body_bytes or DEFAULT_MAX_BODY_BYTES,
                    [GrpcTarget(r.application, r.deployment, frozenset(r.services),
                                r.require_token, frozenset(r.streaming_methods),
+                               frozenset(r.client_streaming_methods),
                                tuple((t.deployment, t.weight) for t in r.split
                                      if t.weight > 0), r.unavailable)
                     for r in table.grpc_routes])
@@ -131,10 +145,15 @@ class RouteTable:
                 return target
         return None
 
-    def grpc_unary(self, method: str) -> bool:
-        """Whether `method` (/package.Service/Method) is known to be unary."""
+    def grpc_shape(self, method: str) -> GrpcShape:
+        """How to forward `method` (/package.Service/Method): unary when known
+        to be, its requests streamed when known to stream, else one request."""
+        if method in self._grpc_requests:
+            return GrpcShape.REQUESTS
         service = method[1:].rpartition("/")[0]
-        return service in self._grpc_known and method not in self._grpc_streaming
+        if service in self._grpc_known and method not in self._grpc_streaming:
+            return GrpcShape.UNARY
+        return GrpcShape.RESPONSES
 
     def grpc_target(self, application: str, service: str) -> GrpcTarget:
         """The deployment that serves `service` for `application` (Ray Serve's

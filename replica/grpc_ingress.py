@@ -8,7 +8,7 @@ request message: it returns the response message (unary) or yields messages
 replica's thread pool, as for HTTP. A method that takes a `grpc_context`
 parameter gets a `GrpcContext` to read the call's metadata and set its own
 status code, details and trailing metadata (Ray Serve's shape). Client and
-bidirectional streaming RPCs answer UNIMPLEMENTED.
+bidirectional streaming RPCs: grpc_streams.py.
 
 Admission is the HTTP side's (one count of requests in flight): a call
 refused before user code (overloaded, loading, draining) gets
@@ -39,6 +39,7 @@ from servefleet._private.grpc_servicers import Rpc, rpcs_of
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
+from .grpc_streams import request_stream_handler
 from .http import Admission
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
@@ -130,10 +131,11 @@ class GrpcIngress:
         every call is refused as "loading" (never processed)."""
         ingress = self
 
-        async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> None:
+        async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> None:
             await ingress._admit_or_abort(context)
 
-        loading: grpc.RpcMethodHandler = grpc.unary_unary_rpc_method_handler(refuse)
+        # Reads no message: a call whose requests stream gets the refusal at once.
+        loading: grpc.RpcMethodHandler = grpc.stream_stream_rpc_method_handler(refuse)
 
         class Handler(grpc.GenericRpcHandler):
             def service(self, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -147,12 +149,7 @@ class GrpcIngress:
         kwargs = {"request_deserializer": rpc.request_deserializer,
                   "response_serializer": rpc.response_serializer}
         if rpc.request_streaming:
-            async def unsupported(request: Any, context: grpc.aio.ServicerContext) -> None:
-                await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                                    f"{rpc.path}: client-streaming RPCs are not supported")
-            if rpc.response_streaming:
-                return grpc.stream_stream_rpc_method_handler(unsupported, **kwargs)
-            return grpc.stream_unary_rpc_method_handler(unsupported, **kwargs)
+            return request_stream_handler(self, rpc)
         if rpc.response_streaming:
             async def stream(request: Any, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[Any]:
@@ -186,7 +183,7 @@ class GrpcIngress:
                                                       is_async_callable(fn))
         return found
 
-    async def _admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
+    async def admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
                      ) -> tuple[_Target, GrpcContext | None, tracing.Served | None]:
         await self._admit_or_abort(context)
         target = self._target(rpc)
@@ -216,7 +213,10 @@ class GrpcIngress:
         if user.code() != grpc.StatusCode.OK:
             await context.abort(user.code(), user.details())
 
-    async def _call(self, target: _Target, request: Any, user: GrpcContext | None) -> Any:
+    async def call_user(self, target: _Target, request: Any, user: GrpcContext | None,
+                        on_cancel: Callable[[], None] | None = None) -> Any:
+        """Run the user's method (sync ones in a user thread, which keeps the
+        call's slot until done; `on_cancel` lets it go of what it waits for)."""
         fn = target.fn
         kwargs = {"grpc_context": user} if user is not None else {}
         if target.is_async:
@@ -228,53 +228,55 @@ class GrpcIngress:
         try:
             result = await asyncio.shield(thread)
         except asyncio.CancelledError:
+            if on_cancel is not None:
+                on_cancel()
             await asyncio.wait({thread})  # the slot is held until the thread is done
             raise
         return (await result) if inspect.isawaitable(result) else result
 
     async def _serve_unary(self, rpc: Rpc, request: Any,
                            context: grpc.aio.ServicerContext) -> Any:
-        target, user, served = await self._admit(rpc, context)
+        target, user, served = await self.admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
         failed: BaseException | None = None
         try:
             try:
-                response = await self._call(target, request, user)
+                response = await self.call_user(target, request, user)
             except asyncio.CancelledError:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
                 failed = e
-                await self._failed(rpc, context, e)
-            await self._succeeded(started, user, context)
+                await self.failed(rpc, context, e)
+            await self.succeeded(started, user, context)
             return response
         finally:
             self.admission.ongoing -= 1
-            _finish_span(served, failed)
+            finish_span(served, failed)
 
     async def _serve_stream(self, rpc: Rpc, request: Any,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        target, user, served = await self._admit(rpc, context)
+        target, user, served = await self.admit(rpc, context)
         self.admission.ongoing += 1
         started = time.perf_counter()
         failed: BaseException | None = None
         try:
             try:
-                async for item in self._items(rpc, await self._call(target, request, user)):
+                async for item in self.items(rpc, await self.call_user(target, request, user)):
                     yield item
             except asyncio.CancelledError:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
             except Exception as e:
                 failed = e
-                await self._failed(rpc, context, e)
-            await self._succeeded(started, user, context)
+                await self.failed(rpc, context, e)
+            await self.succeeded(started, user, context)
         finally:
             self.admission.ongoing -= 1
-            _finish_span(served, failed)
+            finish_span(served, failed)
 
-    async def _items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]:
+    async def items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]:
         """What a server-streaming method yields (sync generators step in the pool)."""
         if inspect.isasyncgen(result):
             async for item in result:
@@ -289,21 +291,21 @@ class GrpcIngress:
             raise TypeError(f"{rpc.method} must yield its responses (server-streaming "
                             f"RPC), returned {type(result).__name__}")
 
-    async def _failed(self, rpc: Rpc, context: grpc.aio.ServicerContext,
+    async def failed(self, rpc: Rpc, context: grpc.aio.ServicerContext,
                       error: Exception) -> None:
         """User code raised: UNKNOWN with the exception (abort raises)."""
         self.metrics.error.inc()
         logger.exception("gRPC call %s failed in user code", rpc.path)
         await context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
 
-    async def _succeeded(self, started: float, user: GrpcContext | None,
+    async def succeeded(self, started: float, user: GrpcContext | None,
                          context: grpc.aio.ServicerContext) -> None:
         self.metrics.ok.inc()
         self.metrics.duration.observe(time.perf_counter() - started)
         await self._finish(user, context)
 
 
-def _finish_span(served: tracing.Served | None, failed: BaseException | None) -> None:
+def finish_span(served: tracing.Served | None, failed: BaseException | None) -> None:
     """End the call's span (user code's exception on it; the status is gRPC's)."""
     if served is not None:
         served.finish(0, failed)

@@ -183,6 +183,12 @@ def test_the_build_names_the_grpc_services_and_refuses_what_is_not_a_servicer() 
     graph = build("grpc_classifier.app:app", examples, {}, [servicer])["graph"]
     assert graph["grpc_services"] == ["classifier.v1.Classifier"]
     assert graph["grpc_streaming_methods"] == ["/classifier.v1.Classifier/PredictStream"]
+    assert graph["grpc_client_streaming_methods"] == []
+    # Every shape: requests streaming (client streaming, bidirectional) or not.
+    streams = build("streams_app:build", APPS, {}, [
+        "grpc_streams.streams_pb2_grpc:add_StreamsServicer_to_server"])["graph"]
+    every = ["/streams.v1.Streams/" + m for m in ("Upload", "Echo", "UploadSync", "EchoSync")]
+    assert streams["grpc_streaming_methods"] == streams["grpc_client_streaming_methods"] == every
     wrong = build("grpc_classifier.app:app", examples, {},
                   ["grpc_classifier.classifier_pb2_grpc:ClassifierStub"])
     assert not wrong["ok"] and "is not a generated add_XServicer_to_server function" in \

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from servefleet._private.testing import ControllerProcess
-from servefleet.controller.goals.spec import IMPORT_PATH_RE, NAME_RE
+from servefleet.controller.goals.grpc_fields import IMPORT_PATH_RE
+from servefleet.controller.goals.spec import NAME_RE
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store.etcd import EtcdStore
 from servefleet.v1 import controller_pb2 as api

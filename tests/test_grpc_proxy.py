@@ -15,12 +15,13 @@ from servefleet._private.dataplane.grpc_forward import GrpcChannels
 from servefleet._private.security.certs import init_certs
 from servefleet._private.testing import free_port
 from servefleet.proxy.grpc_ingress import GrpcProxy, start_grpc_ingress
-from servefleet.proxy.routes import GrpcTarget, NoGrpcRoute, RouteTable
+from servefleet.proxy.routes import GrpcShape, GrpcTarget, NoGrpcRoute, RouteTable
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc, watch_pb2
 
 A = GrpcTarget("a", "Model", frozenset({"pkg.Classifier"}),
-               streaming=frozenset({"/pkg.Classifier/Stream"}))
+               streaming=frozenset({"/pkg.Classifier/Stream", "/pkg.Classifier/Upload"}),
+               client_streaming=frozenset({"/pkg.Classifier/Upload"}))
 B = GrpcTarget("b", "Other", frozenset({"pkg.Other", "pkg.Shared"}))
 C = GrpcTarget("c", "Third", frozenset({"pkg.Shared"}))
 
@@ -43,11 +44,13 @@ def test_routing_by_application_then_by_service() -> None:
         RouteTable().grpc_target("", "pkg.Classifier")
 
 
-def test_which_calls_are_known_to_be_unary() -> None:
+def test_how_each_call_is_forwarded() -> None:
     table = RouteTable(grpc=[A, B])
-    assert table.grpc_unary("/pkg.Classifier/Predict")
-    assert not table.grpc_unary("/pkg.Classifier/Stream")
-    assert not table.grpc_unary("/pkg.Unknown/Predict")  # unknown shape: the stream path
+    assert table.grpc_shape("/pkg.Classifier/Predict") == GrpcShape.UNARY
+    assert table.grpc_shape("/pkg.Classifier/Stream") == GrpcShape.RESPONSES
+    assert table.grpc_shape("/pkg.Classifier/Upload") == GrpcShape.REQUESTS
+    # Unknown shape: one request, any number of answers (unary answers fit).
+    assert table.grpc_shape("/pkg.Unknown/Predict") == GrpcShape.RESPONSES
 
 
 async def test_the_ingress_port_serves_tls_health_and_its_own_services(tmp_path) -> None:

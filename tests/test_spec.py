@@ -174,7 +174,8 @@ def test_grpc_fields_are_checked_and_the_servicers_are_code() -> None:
     servicer = "pkg.svc_pb2_grpc:add_SvcServicer_to_server"
     good = normalize_spec(spec(grpc_servicer_functions=[servicer],
                                grpc_services=["pkg.Svc"],
-                               grpc_streaming_methods=["/pkg.Svc/Stream"]))
+                               grpc_streaming_methods=["/pkg.Svc/Stream", "/pkg.Svc/Up"],
+                               grpc_client_streaming_methods=["/pkg.Svc/Up"]))
     assert list(good.grpc_servicer_functions) == [servicer]
     # New servicers are new code (new replicas); a spec without any keeps its hash.
     assert code_hash(good) != code_hash(spec()) == code_hash(normalize_spec(spec()))
@@ -186,6 +187,11 @@ def test_grpc_fields_are_checked_and_the_servicers_are_code() -> None:
          "spec.grpc_servicer_functions"),
         (spec(grpc_services=["pkg..Svc"]), "spec.grpc_services[0]"),
         (spec(grpc_streaming_methods=["pkg.Svc/Stream"]), "spec.grpc_streaming_methods[0]"),
+        (spec(grpc_streaming_methods=["/pkg.Svc/Up"], grpc_client_streaming_methods=["/p/"]),
+         "spec.grpc_client_streaming_methods[0]"),
+        # A client-streaming RPC streams: one not listed as streaming is refused.
+        (spec(grpc_client_streaming_methods=["/pkg.Svc/Up"]),
+         "spec.grpc_client_streaming_methods[0]"),
     ]
     for bad, field in cases:
         assert refused(bad).field == field

@@ -24,6 +24,10 @@ from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import replica_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import grpc_stream_calls as calls  # noqa: E402
+
 APPS = str(ROOT / "tests" / "apps")
 SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
 pytestmark = pytest.mark.slow
@@ -133,6 +137,29 @@ def test_proxyless_calls_follow_scaling_and_rollouts(xds_cluster) -> None:
         load.stop()
     print(f"proxyless: {load.calls()} calls, failed: {load.last['failed'][:5]}")
     assert load.last["failed"] == []
+
+
+def test_client_and_bidirectional_streams_proxyless(xds_cluster, tmp_path) -> None:
+    """tests/test_grpc_streams.py's calls with no proxy: flow control,
+    order and cancellation both ways are gRPC's and the replica's own."""
+    client, controllers = xds_cluster
+    client.deploy_applications([calls.streams_application(tmp_path)])
+    wait_for(lambda: len(client.replicas("streams", "Streams")) == 1 and all(
+        r.state == replica_pb2.REPLICA_STATE_RUNNING
+        for r in client.replicas("streams", "Streams")), 60, "the replica running")
+    env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), APPS])}
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "xds_streams.py"), "streams"],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["upload"] == [10_000, 163_840_000, True]
+    assert got["waited"] > 1.0 and got["ahead"] < 5000
+    assert got["echoes"] == list(range(1000))
+    assert got["stopped"][:3] == ["ABORTED", "stopped after 5 chunks", 5]
+    assert got["stopped"][3] < 100_000
+    wait_for(lambda: (tmp_path / "proxyless-gone").exists(), 10,
+             "the cancellation reaching the replica")
 
 
 def test_a_weighted_split_shows_in_the_call_counts(xds_cluster) -> None:

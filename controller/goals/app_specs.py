@@ -30,7 +30,8 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
 
 from ..errors import InvalidArgument
-from .spec import IMPORT_PATH_RE, canonical_json, check_grpc, check_name, normalize_spec
+from .grpc_fields import IMPORT_PATH_RE, check_grpc
+from .spec import canonical_json, check_name, normalize_spec
 
 DEFAULT_ROUTE_PREFIX = "/"
 # One application is applied in one transaction: its deployments and its record
@@ -187,6 +188,8 @@ def deployment_specs(spec: apb.ApplicationSpec, graph: dict[str, Any]
             deployment.grpc_servicer_functions.extend(spec.grpc_servicer_functions)
             deployment.grpc_services.extend(graph.get("grpc_services") or [])
             deployment.grpc_streaming_methods.extend(graph.get("grpc_streaming_methods") or [])
+            deployment.grpc_client_streaming_methods.extend(
+                graph.get("grpc_client_streaming_methods") or [])
         try:
             out.append(normalize_spec(deployment))
         except InvalidArgument as e:

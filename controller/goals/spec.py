@@ -30,15 +30,13 @@ from servefleet.v1 import deployment_pb2 as pb
 from servefleet.v1 import records_pb2
 
 from ..errors import InvalidArgument
+from .grpc_fields import IMPORT_PATH_RE, check_grpc
 
 DEFAULT_APPLICATION = "default"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$")
 NAME_RULE = ("must be 1-63 letters, digits, '-' or '_', starting and ending "
              "with a letter or digit")
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-IMPORT_PATH_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
-SERVICE_NAME_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 # Swarm's placement: `node.<attr>[.<more>] ==|!= value`, and attributes to spread over.
 _NODE_ATTR = r"(node|engine)\.[A-Za-z0-9_.-]+"
 PLACEMENT_CONSTRAINT_RE = re.compile(rf"^{_NODE_ATTR}\s*(==|!=)\s*[\x21-\x7e]+$")
@@ -57,7 +55,6 @@ MAX_SECONDS = 86_400.0
 MAX_ENV_VARS = 256
 MAX_EXCLUDES = 256
 MAX_CUSTOM_RESOURCES = 32
-MAX_GRPC_SERVICES = 32
 
 _REPLICA_DEFAULTS: dict[str, float] = {
     "num_replicas": 1,
@@ -307,7 +304,7 @@ def normalize_spec(spec: pb.DeploymentSpec) -> pb.DeploymentSpec:
         del out.grpc_servicer_functions[:]
         out.grpc_servicer_functions.extend(functions)
     check_grpc("spec", out.grpc_servicer_functions, out.grpc_services,
-               out.grpc_streaming_methods)
+               out.grpc_streaming_methods, out.grpc_client_streaming_methods)
     return out
 
 
@@ -324,35 +321,6 @@ def _check_by_value(spec: pb.DeploymentSpec) -> None:
                               "or init_kwargs_json is set: init args are given one way")
     if not by_value.target and not by_value.init_args:
         spec.ClearField("by_value")  # an empty one means none: specs compare equal
-
-
-def check_grpc(field: str, functions: Sequence[str], services: Sequence[str] = (),
-               streaming: Sequence[str] = ()) -> None:
-    """grpc_servicer_functions are import paths, each once; grpc_services are
-    full service names; grpc_streaming_methods are /Service/Method paths."""
-    for i, path in enumerate(streaming):
-        service, _, method = path[1:].rpartition("/")
-        if (not path.startswith("/") or not SERVICE_NAME_RE.fullmatch(service)
-                or not re.fullmatch(_IDENT, method) or len(path) > 512 or i >= 4096):
-            raise InvalidArgument(f"{field}.grpc_streaming_methods[{i}]",
-                                  f"must be a method path (/package.Service/Method), at most "
-                                  f"4096 of them, got {path[:200]!r}")
-    if len(functions) > MAX_GRPC_SERVICES or len(services) > MAX_GRPC_SERVICES:
-        raise InvalidArgument(f"{field}.grpc_servicer_functions",
-                              f"at most {MAX_GRPC_SERVICES} services, got {len(functions)}")
-    for i, path in enumerate(functions):
-        if not IMPORT_PATH_RE.fullmatch(path) or len(path) > 512:
-            raise InvalidArgument(f"{field}.grpc_servicer_functions[{i}]",
-                                  "must look like 'package.module_pb2_grpc:add_XServicer_to_"
-                                  f"server', got {path[:200]!r}")
-        if path in functions[:i]:
-            raise InvalidArgument(f"{field}.grpc_servicer_functions[{i}]",
-                                  f"{path!r} is listed twice")
-    for i, name in enumerate(services):
-        if not SERVICE_NAME_RE.fullmatch(name) or len(name) > 512:
-            raise InvalidArgument(f"{field}.grpc_services[{i}]",
-                                  f"must be a full gRPC service name (package.Service), got "
-                                  f"{name[:200]!r}")
 
 
 def code_hash(spec: pb.DeploymentSpec) -> str:

@@ -64,8 +64,10 @@ def build(import_path: str, working_dir: str, args: dict[str, Any],
                 node["batch_sizes"] = sizes
         if grpc_servicer_functions:
             # The services the ingress will serve, by name, for the proxies' routing.
-            graph["grpc_services"], graph["grpc_streaming_methods"] = services_of(
-                grpc_servicer_functions, working_dir)
+            services = services_of(grpc_servicer_functions, working_dir)
+            graph["grpc_services"] = services.names
+            graph["grpc_streaming_methods"] = services.streaming
+            graph["grpc_client_streaming_methods"] = services.client_streaming
         return {"ok": True, "graph": graph}
     except BaseException as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}",

@@ -89,15 +89,24 @@ def rpcs_of(import_path: str, working_dir: str = "") -> list[Rpc]:
             for method, h in handlers.items()]
 
 
-def services_of(import_paths: list[str], working_dir: str = "") -> tuple[list[str], list[str]]:
-    """The full service names the functions register, in order, each once,
-    and the paths of their RPCs that stream (requests or responses)."""
-    names: list[str] = []
-    streaming: list[str] = []
+@dataclass(frozen=True)
+class Services:
+    """What the build tells the controller about an ingress's gRPC services."""
+
+    names: list[str]  # full service names, in order, each once
+    streaming: list[str]  # paths of the RPCs that stream (requests or responses)
+    client_streaming: list[str]  # of those, the RPCs whose requests stream
+
+
+def services_of(import_paths: list[str], working_dir: str = "") -> Services:
+    """The services the functions register, and which of their RPCs stream."""
+    found = Services([], [], [])
     for path in import_paths:
         for rpc in rpcs_of(path, working_dir):
-            if rpc.service not in names:
-                names.append(rpc.service)
+            if rpc.service not in found.names:
+                found.names.append(rpc.service)
             if rpc.request_streaming or rpc.response_streaming:
-                streaming.append(rpc.path)
-    return names, streaming
+                found.streaming.append(rpc.path)
+            if rpc.request_streaming:
+                found.client_streaming.append(rpc.path)
+    return found

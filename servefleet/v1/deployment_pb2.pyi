@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeploymentSpec(_message.Message):
-    __slots__ = ("name", "application", "import_path", "init_args_json", "init_kwargs_json", "replica_config", "version", "prev_version", "route_prefix", "runtime", "grpc_servicer_functions", "grpc_services", "grpc_streaming_methods", "by_value")
+    __slots__ = ("name", "application", "import_path", "init_args_json", "init_kwargs_json", "replica_config", "version", "prev_version", "route_prefix", "runtime", "grpc_servicer_functions", "grpc_services", "grpc_streaming_methods", "grpc_client_streaming_methods", "by_value")
     NAME_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     IMPORT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class DeploymentSpec(_message.Message):
     GRPC_SERVICER_FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     GRPC_SERVICES_FIELD_NUMBER: _ClassVar[int]
     GRPC_STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CLIENT_STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
     BY_VALUE_FIELD_NUMBER: _ClassVar[int]
     name: str
     application: str
@@ -35,8 +36,9 @@ class DeploymentSpec(_message.Message):
     grpc_servicer_functions: _containers.RepeatedScalarFieldContainer[str]
     grpc_services: _containers.RepeatedScalarFieldContainer[str]
     grpc_streaming_methods: _containers.RepeatedScalarFieldContainer[str]
+    grpc_client_streaming_methods: _containers.RepeatedScalarFieldContainer[str]
     by_value: CodeByValue
-    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., import_path: _Optional[str] = ..., init_args_json: _Optional[str] = ..., init_kwargs_json: _Optional[str] = ..., replica_config: _Optional[_Union[ReplicaConfig, _Mapping]] = ..., version: _Optional[str] = ..., prev_version: _Optional[str] = ..., route_prefix: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeOptions, _Mapping]] = ..., grpc_servicer_functions: _Optional[_Iterable[str]] = ..., grpc_services: _Optional[_Iterable[str]] = ..., grpc_streaming_methods: _Optional[_Iterable[str]] = ..., by_value: _Optional[_Union[CodeByValue, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., import_path: _Optional[str] = ..., init_args_json: _Optional[str] = ..., init_kwargs_json: _Optional[str] = ..., replica_config: _Optional[_Union[ReplicaConfig, _Mapping]] = ..., version: _Optional[str] = ..., prev_version: _Optional[str] = ..., route_prefix: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeOptions, _Mapping]] = ..., grpc_servicer_functions: _Optional[_Iterable[str]] = ..., grpc_services: _Optional[_Iterable[str]] = ..., grpc_streaming_methods: _Optional[_Iterable[str]] = ..., grpc_client_streaming_methods: _Optional[_Iterable[str]] = ..., by_value: _Optional[_Union[CodeByValue, _Mapping]] = ...) -> None: ...
 
 class CodeByValue(_message.Message):
     __slots__ = ("target", "init_args")

@@ -81,7 +81,7 @@ class RouteTable(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., request_timeout_s: _Optional[float] = ..., max_request_body_bytes: _Optional[int] = ..., grpc_routes: _Optional[_Iterable[_Union[GrpcRoute, _Mapping]]] = ...) -> None: ...
 
 class GrpcRoute(_message.Message):
-    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split", "unavailable", "request_router", "request_router_kwargs_json")
+    __slots__ = ("application", "deployment", "services", "require_token", "streaming_methods", "split", "unavailable", "request_router", "request_router_kwargs_json", "client_streaming_methods")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class GrpcRoute(_message.Message):
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STREAMING_METHODS_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     services: _containers.RepeatedScalarFieldContainer[str]
@@ -100,7 +101,8 @@ class GrpcRoute(_message.Message):
     unavailable: str
     request_router: str
     request_router_kwargs_json: str
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
+    client_streaming_methods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., services: _Optional[_Iterable[str]] = ..., require_token: _Optional[bool] = ..., streaming_methods: _Optional[_Iterable[str]] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ..., client_streaming_methods: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Route(_message.Message):
     __slots__ = ("route_prefix", "application", "deployment", "split", "shadow", "require_token", "unavailable", "request_router", "request_router_kwargs_json")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -37,7 +37,7 @@ import grpc
 from servefleet._private import tracing
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
-from .balancer import ReplicaPool
+from .balancer import Replica, ReplicaPool
 from .forward import MAX_ATTEMPTS, NoReplicaTook, set_aside
 from .metrics import retry_reason
 from .routers import RequestInfo
@@ -64,21 +64,25 @@ class GrpcChannels:
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._calls: dict[tuple[str, str, bool], Any] = {}
+        self._calls: dict[tuple[str, str, str], Any] = {}
         self._closing: set[Any] = set()
 
-    def call(self, address: str, method: str, unary: bool = False) -> Any:
+    def call(self, address: str, method: str, unary: bool = False,
+             requests: bool = False) -> Any:
         """A multicallable for raw bytes on `method` at `address`: unary-unary,
-        or unary-stream (which serves unary RPCs too, at some cost)."""
-        found = self._calls.get((address, method, unary))
+        unary-stream (which serves unary RPCs too, at some cost), or with
+        `requests` stream-stream (any shape whose requests stream)."""
+        key = (address, method, "requests" if requests else "unary" if unary else "responses")
+        found = self._calls.get(key)
         if found is None:
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = grpc.aio.insecure_channel(address,
                                                                               options=_OPTIONS)
-            found = channel.unary_unary(method) if unary else channel.unary_stream(method)
+            found = (channel.stream_stream(method) if requests
+                     else channel.unary_unary(method) if unary else channel.unary_stream(method))
             if len(self._calls) < _MAX_CACHED_CALLS:  # clients choose the method names
-                self._calls[(address, method, unary)] = found
+                self._calls[key] = found
         return found
 
     def forget(self, address: str) -> None:
@@ -114,15 +118,15 @@ class CallFailed(Exception):
         self.code, self.details, self.trailing = code, details, trailing
 
 
-def _not_processed(error: grpc.aio.AioRpcError) -> NotProcessed | None:
-    trailing = error.trailing_metadata() or ()
-    reason = next((v for k, v in trailing if k == REJECTED_METADATA_KEY), None)
+def not_processed(code: grpc.StatusCode, details: str | None,
+                  trailing: Iterable[tuple[str, Any]] | None) -> NotProcessed | None:
+    """Why a call ending with this status never reached user code; None if it may have."""
+    reason = next((v for k, v in trailing or () if k == REJECTED_METADATA_KEY), None)
     if reason is not None:
         return NotProcessed(str(reason), refused=False)
-    details = (error.details() or "").lower()
-    if error.code() == grpc.StatusCode.UNAVAILABLE and any(
-            f in details for f in _CONNECT_FAILURES):
-        return NotProcessed(f"unreachable: {error.details()}", refused=True)
+    if code == grpc.StatusCode.UNAVAILABLE and any(
+            f in (details or "").lower() for f in _CONNECT_FAILURES):
+        return NotProcessed(f"unreachable: {details}", refused=True)
     return None
 
 
@@ -155,6 +159,16 @@ class Answer:
     async def trailing_metadata(self) -> Metadata:
         return tuple(await self._call.trailing_metadata() or ())
 
+    def cancel(self) -> None:
+        """End the replica's call unless it ended."""
+        if not self._call.done():
+            self._call.cancel()
+
+
+# Opens a call at a replica with the hop's metadata; returns its answer once
+# its first message or status came (NotProcessed, CallFailed otherwise).
+Opener = Callable[[ReplicaPool, Replica, Metadata], Awaitable[Answer]]
+
 
 async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, request: bytes,
                        metadata: Metadata, timeout: float | None,
@@ -166,51 +180,67 @@ async def forward_grpc(pool: ReplicaPool, channels: GrpcChannels, method: str, r
     Raises `Overloaded` (from the pool), `NoReplicaTook`, `CallFailed` (the
     replica's error status, before any message) and what `relay` raises.
     """
+    async def open_call(pool: ReplicaPool, replica: Replica, hop: Metadata) -> Answer:
+        call = channels.call(replica.grpc_address, method, unary)(
+            request, metadata=hop, timeout=timeout)
+        sent_at = pool.clock()
+        watched = int(unary)  # passive health: unary calls only
+        replica.awaiting += watched
+        try:
+            first = (await call) if unary else (await call.read())
+        except grpc.aio.AioRpcError as e:
+            skipped = not_processed(e.code(), e.details(), e.trailing_metadata())
+            if skipped is not None:
+                raise skipped from None
+            if watched and e.code() not in _NOT_ANSWERS:
+                pool.note_answer(replica, sent_at)  # an error status is an answer
+            raise CallFailed(e.code(), e.details() or "",
+                             tuple(e.trailing_metadata() or ())) from None
+        except BaseException:
+            call.cancel()
+            raise
+        finally:
+            replica.awaiting -= watched
+        if watched:
+            pool.note_answer(replica, sent_at)
+        return Answer(call, first, unary)
+
+    await forward_with_retries(pool, method, metadata, open_call, relay, request_id,
+                               routing_key)
+
+
+async def forward_with_retries(pool: ReplicaPool, method: str, metadata: Metadata,
+                               open_call: Opener, relay: Callable[[Answer], Awaitable[None]],
+                               request_id: str, routing_key: str) -> None:
+    """Open the call at a replica of `pool`, on another one while none
+    processed it, and `relay` the answer of the one that did."""
     tried: set[str] = set()
     routing = None if pool.router is None else RequestInfo("", routing_key, "POST", method)
     attempt = spent = 0
     while spent < MAX_ATTEMPTS:  # tries of leaving replicas are free (forward.py)
         attempt += 1
         replica = await pool.acquire(exclude=tried, routing=routing)
-        call = None
+        answer = None
         span = tracing.child("send to replica", {
             "servefleet.replica": replica.replica_id, "servefleet.attempt": attempt,
             "server.address": replica.grpc_address}, kind="CLIENT")
-        not_processed = ""
+        skipped = ""
         try:
             if not replica.grpc_address:
                 raise NotProcessed("it serves no gRPC (yet)", refused=False)
             hop = [*metadata, *((k.decode(), v.decode("latin-1"))
                                 for k, v in tracing.hop_headers(span))]
-            call = channels.call(replica.grpc_address, method, unary)(
-                request, metadata=hop, timeout=timeout)
-            sent_at = pool.clock()
-            watched = int(unary)  # passive health: unary calls only
-            replica.awaiting += watched
-            try:
-                first = (await call) if unary else (await call.read())
-            except grpc.aio.AioRpcError as e:
-                skipped = _not_processed(e)
-                if skipped is not None:
-                    raise skipped from None
-                if watched and e.code() not in _NOT_ANSWERS:
-                    pool.note_answer(replica, sent_at)  # an error status is an answer
-                raise CallFailed(e.code(), e.details() or "",
-                                 tuple(e.trailing_metadata() or ())) from None
-            finally:
-                replica.awaiting -= watched
-            if watched:
-                pool.note_answer(replica, sent_at)
-            await relay(Answer(call, first, unary))
+            answer = await open_call(pool, replica, hop)
+            await relay(answer)
             return
         except NotProcessed as e:
-            not_processed = str(e)
-            spent += set_aside(pool, replica, tried, retry_reason(e.refused, not_processed))
+            skipped = str(e)
+            spent += set_aside(pool, replica, tried, retry_reason(e.refused, skipped))
             logger.info("gRPC call %s not processed by %s (%s); attempt %d", request_id,
                         replica.replica_id, e, attempt)
         finally:
-            if call is not None and not call.done():
-                call.cancel()  # the caller left, or relay failed: the replica stops too
+            if answer is not None:
+                answer.cancel()  # the caller left, or relay failed: the replica stops too
             pool.release(replica)
-            tracing.end(span, None, {"servefleet.retry.reason": not_processed})
+            tracing.end(span, None, {"servefleet.retry.reason": skipped})
     raise NoReplicaTook(f"no replica took the call after {MAX_ATTEMPTS} attempts")
