@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import httpx
-from data_plane import wrk
 from figures import Figure, emit
+from wrk_run import wrk
 
 from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient

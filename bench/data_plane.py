@@ -1,7 +1,7 @@
 """Data-plane throughput and latency, with wrk, beside the raw app ceiling.
 
     .venv/bin/python bench/data_plane.py [--duration 5] [--rounds 3]
-        [--handler async|sync|both] [--workers N] [--tls] [--metrics]
+        [--handler async|sync|both] [--workers N] [--tls] [--tls-hop] [--metrics]
                                                          (needs Debian's wrk)
 
 Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
@@ -39,6 +39,9 @@ raw, p50 at 1 connection at most 0.1 ms above raw's. (A plain-def replica
 runs its handler in a thread: it, not the proxy, bounds the sync rows,
 which the raw app with a plain def shows beside them.)
 
+With --tls-hop, at --side-connections: a second cluster whose replicas serve
+TLS (--replica-tls on) and its proxy, beside the plain hop (bench/tls_hop.py).
+
 With --metrics, at 16 connections: a proxy started with --no-metrics beside
 the default one, and the default one again while a client scrapes its
 /-/metrics every 100 ms (issue 14: the cost of counting and of scraping).
@@ -50,13 +53,11 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,8 @@ from typing import Any
 import httpx
 import psutil
 from figures import Figure, emit
+from tls_hop import TLS_HOP, tls_hop_proxy
+from wrk_run import scraped, wrk
 
 from servefleet._private.otlp_sink import OtlpSink
 from servefleet._private.security.certs import init_certs
@@ -73,47 +76,10 @@ from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent
 APPS = str(HERE.parent / "tests" / "apps")
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 HAPROXY = "haproxy engine"
 MAIN = ("raw", "proxy", HAPROXY)  # measured at every count; the others at --side-connections
 # After a tracing row: time for the spans its processes still queue to drain.
 SETTLE_S = 3.0
-
-
-def wrk(url: str, connections: int, duration: int) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s",
-                          "--latency", url], capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    found = {}
-    for pct in ("50", "99"):
-        m = re.search(rf"^\s+{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-        found[pct] = float(m.group(1)) * UNITS[m.group(2)]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "seconds": duration, "p50": found["50"], "p99": found["99"],
-            "non2xx": float(errors.group(1)) if errors else 0.0}
-
-
-def scraped(base: str, duration: int, path: str) -> dict[str, float]:
-    """wrk at 16 connections while another thread GETs /-/metrics every 100 ms."""
-    stop = threading.Event()
-    times: list[float] = []
-
-    def scrape() -> None:
-        with httpx.Client(timeout=5) as http:
-            while not stop.wait(0.1):
-                began = time.perf_counter()
-                http.get(base + "/-/metrics").raise_for_status()
-                times.append(time.perf_counter() - began)
-
-    scraper = threading.Thread(target=scrape)
-    scraper.start()
-    try:
-        result = wrk(base + path, 16, duration)
-    finally:
-        stop.set()
-        scraper.join()
-    return {**result, "scrapes": float(len(times)),
-            "scrape_ms": 1e3 * sum(times) / max(1, len(times))}
 
 
 def _with_cpu(pids: list[int], run: Any, *args: Any) -> dict[str, float]:
@@ -190,6 +156,8 @@ def main() -> None:
                         help="also measure tracing on at 100%% and at 1%% sampling")
     parser.add_argument("--haproxy", action="store_true",
                         help="also measure a proxy with --engine haproxy, at every count")
+    parser.add_argument("--tls-hop", action="store_true",
+                        help="also measure a cluster whose proxy -> replica hop is TLS")
     parser.add_argument("--tls", action="store_true",
                         help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
@@ -209,6 +177,7 @@ def main() -> None:
     results: dict[str, dict[str, dict[int, list[dict[str, float]]]]] = {}
     metrics_results: dict[str, dict[str, float]] = {}
     sink = OtlpSink(count_only=True).start() if args.tracing else None
+    hop = contextlib.ExitStack()
     try:
         controller.start()
         for h, port in raw_ports.items():
@@ -246,6 +215,8 @@ def main() -> None:
             https = proxy("--tls-cert", f"{work}/certs/proxy.crt",
                           "--tls-key", f"{work}/certs/proxy.key")
             targets["https"] = f"https://127.0.0.1:{https.port}"
+        if args.tls_hop:
+            targets[TLS_HOP] = hop.enter_context(tls_hop_proxy(work, handlers, APPS)).url
         for h in handlers:
             for url in targets.values():
                 wait_ok(f"{url}/{h}")
@@ -289,6 +260,7 @@ def main() -> None:
                 "off": wrk(f"{bare.url}/{h}", 16, args.duration),
                 "scraped": scraped(targets["proxy"], args.duration, f"/{h}")}
     finally:
+        hop.close()
         for proc in started:
             proc.stop()
         for raw in raws.values():
@@ -376,6 +348,10 @@ def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
                                                              strict=True)],
                         "x off", lower_is_better=False, headline=c == 16,
                         goal=">= 0.95" if kind == "traced 1%" else "")
+                if kind == TLS_HOP:  # beside the plain hop ("proxy"), same run
+                    figures[f"{name}: of the plain hop"] = Figure(
+                        [r["rps"] / p["rps"] for r, p in zip(runs, kinds["proxy"][c], strict=True)],
+                        "x plain", lower_is_better=False, headline=c == 16)
                 if kind == HAPROXY:  # goals for async: its replica is as fast as the raw app
                     figures[f"{name}: p50 above raw"] = Figure(
                         [r["p50"] - w["p50"] for r, w in zip(runs, kinds["raw"][c], strict=True)],

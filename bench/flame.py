@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_plane import APPS, wait_ok, wrk
+from data_plane import APPS, wait_ok
+from wrk_run import wrk
 
 from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient

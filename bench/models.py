@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 import httpx
-from data_plane import UNITS
 from figures import Figure, emit
+from wrk_run import UNITS
 
 from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port
 from servefleet.client import ControllerClient

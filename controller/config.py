@@ -68,6 +68,9 @@ class ControllerConfig:
     # What replicas get for their control servers and their calls to the
     # controllers; needed with `tls`.
     replica_tls: TlsFiles | None = None
+    # TLS on the hop to replicas' HTTP ports (hop_tls.py): "auto" (on unless a
+    # replica listens on loopback only), "on" or "off"; needs `replica_tls`.
+    replica_http_tls: str = "auto"
     # The client certificate for an etcds:// store; default: `tls`.
     etcd_tls: TlsFiles | None = None
     # The bearer-token file (servefleet token create); None: no tokens.

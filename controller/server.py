@@ -146,18 +146,20 @@ class ControllerServer:
             return SwarmRuntime(self.config.cluster, self.config.docker_image,
                                 self.config.docker_network,
                                 mount_working_dir=self.config.docker_code == "mount",
-                                replica_tls=self.config.replica_tls)
+                                replica_tls=self.config.replica_tls,
+                                http_tls=self.config.replica_http_tls)
         if self.config.runtime == "docker":
             from .runtime.docker import DockerRuntime
 
             return DockerRuntime(self.config.cluster, self.config.docker_image,
                                  self.config.docker_network,
                                  mount_working_dir=self.config.docker_code == "mount",
-                                 replica_tls=self.config.replica_tls)
+                                 replica_tls=self.config.replica_tls,
+                                http_tls=self.config.replica_http_tls)
         runtime_dir = os.path.expanduser(self.config.runtime_dir)
         return ProcessRuntime(runtime_dir, self.config.cluster, host=self.config.replica_host,
                               replica_tls=self.config.replica_tls,
-                              sandbox=self._sandbox)
+                              sandbox=self._sandbox, http_tls=self.config.replica_http_tls)
 
     # -- 1. startup -------------------------------------------------------------
 

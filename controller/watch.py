@@ -377,11 +377,12 @@ class StatePublisher:
         app, name = record.spec.application, record.spec.name
         config = record.spec.replica_config
         endpoints = sorted((r.record.replica_id, r.record.http_address, r.record.grpc_address,
-                            r.view.cleared) for r in self._running(app, name))
+                            r.view.cleared, r.record.http_tls) for r in self._running(app, name))
         self._publisher.publish(replicas_key(app, name), replicas=watch_pb2.ReplicaSet(
             application=app, deployment=name,
             endpoints=[watch_pb2.ReplicaEndpoint(replica_id=i, http_address=a, grpc_address=g,
-                                                 cleared=c) for i, a, g, c in endpoints],
+                                                 cleared=c, http_tls=t)
+                       for i, a, g, c, t in endpoints],
             max_ongoing_requests=config.max_ongoing_requests,
             max_queued_requests=config.max_queued_requests,
             retry_methods=config.retry_methods,

@@ -113,7 +113,7 @@ class ProxyApp:
         # Count requests for /-/metrics and the load reports' traffic figures.
         self.metrics_enabled = True
         # Open WebSockets (websocket.py); their idle limit is --websocket-idle-timeout-s.
-        self.websockets = WebSockets()
+        self.websockets = WebSockets(tls_for=upstream.tls_for)
         # x-forwarded-for and -proto for replicas (--forwarded-allow-ips).
         self.forwarded = Forwarded()
         # Who may read /-/routes and /-/metrics (--admin-paths).

@@ -30,6 +30,7 @@ from servefleet._private.lifecycle import (
     raise_open_file_limit,
     start_http_server,
 )
+from servefleet._private.security.hop_tls import client_context
 from servefleet._private.security.tls import Credentials
 from servefleet._private.security.tokens import TokenFile
 from servefleet._private.watch_client import WatchClient
@@ -131,7 +132,9 @@ async def serve(options: ProxyOptions) -> None:
     if limits.max_connections is None:
         limits = replace(limits, max_connections=max(1, (open_files - RESERVED_FILES) // 2))
     heads = HeadClock(limits)
-    upstream = UpstreamPool()
+    # Replicas that serve TLS are reached with this proxy's certificate (hop_tls.py).
+    own = options.credentials.tls if options.credentials is not None else None
+    upstream = UpstreamPool(tls=client_context(own) if own is not None else None)
     state = ProxyState(upstream, options.passive_health,
                        RouterLoader(allow_modules(options.router_modules)))
     front: HaproxyFront | None = None

@@ -32,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -42,6 +44,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, set_aside
+from servefleet._private.dataplane.upstream import NotDelivered
+from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.wire import REJECTED_HEADER
 from servefleet._private.ws import GOING_AWAY, NOT_SENDABLE, deny
 
@@ -153,7 +157,8 @@ class Relay:
 
 
 async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[bytes, bytes]],
-                        target: bytes, timeout_s: float | None, request_id: str
+                        target: bytes, timeout_s: float | None, request_id: str,
+                        tls_for: Callable[[str], ssl.SSLContext | None] = lambda _a: None
                         ) -> tuple[Any, ClientConnection]:
     """(the replica, its WebSocket): the first replica of the pool that accepts
     the handshake, its slot held. Denied when none did, or one refused it."""
@@ -166,8 +171,10 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
         attempt += 1
         replica = await pool.acquire(exclude=tried)
         try:
+            tls = tls_for(replica.address)
             upstream = await connect(
-                f"ws://{replica.address}{target.decode('latin-1')}", origin=origin,
+                f"{'wss' if tls else 'ws'}://{replica.address}{target.decode('latin-1')}",
+                ssl=tls, server_hostname=REPLICA_SERVER_NAME if tls else None, origin=origin,
                 subprotocols=scope.get("subprotocols") or None, additional_headers=up_headers,
                 compression=None, user_agent_header=None, proxy=None, open_timeout=timeout_s,
                 ping_interval=None, max_size=None, close_timeout=2)
@@ -187,7 +194,7 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
                       if k.lower() not in _NOT_SENT_DOWN and k.lower() != "content-type"]
             raise Denied(response.status_code, response.body.decode(errors="replace"),
                          passed) from None
-        except OSError as e:
+        except (OSError, NotDelivered) as e:  # (ssl.SSLError is an OSError)
             pool.release(replica)
             spent += set_aside(pool, replica, tried, "refused")
             logger.info("WebSocket %s: %s unreachable (%s); attempt %d", request_id,
@@ -212,8 +219,12 @@ def accept_message(upstream: ClientConnection, request_id: str) -> dict[str, Any
 class WebSockets:
     """The proxy's WebSockets: each handshake, then its relay while open."""
 
-    def __init__(self, idle_timeout_s: float = 0.0) -> None:
+    def __init__(self, idle_timeout_s: float = 0.0,
+                 tls_for: Callable[[str], ssl.SSLContext | None] = lambda _address: None
+                 ) -> None:
         self.idle_timeout_s = idle_timeout_s
+        # How to reach a replica: TLS or not (UpstreamPool.tls_for).
+        self.tls_for = tls_for
         # Without a request timeout, the bound on the handshake.
         self.answer_start_s = DEFAULT_ANSWER_START_S
         self.open: set[Relay] = set()
@@ -235,7 +246,7 @@ class WebSockets:
         try:
             async with asyncio.timeout(timeout_s):
                 replica, upstream = await open_upstream(pool, scope, headers, target,
-                                                        timeout_s, request_id)
+                                                        timeout_s, request_id, self.tls_for)
         except Denied as e:
             await deny(scope, send, e.status, e.text, e.headers)
             return

@@ -36,6 +36,7 @@ from servefleet._private.exposition import metrics_app
 from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
 from servefleet._private.replica_command import add_arguments
+from servefleet._private.security.hop_tls import server_context
 from servefleet._private.security.roles import REPLICA_CONTROL
 from servefleet._private.security.tls import (
     Credentials,
@@ -75,6 +76,8 @@ def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
     tls = TlsFiles.from_dict(settings.tls)
     if tls is not None:
         tls = tls.loaded()
+    elif settings.http_tls:
+        raise ValueError("--http-tls 1 needs the cluster's certificates (settings' tls)")
     set_process_credentials(Credentials(tls, settings.token or None))
     if settings.run_as:
         uid, _, gid = settings.run_as.partition(":")
@@ -104,7 +107,9 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         return EXIT_BIND_FAILURE
     await control.start()
     try:
-        http = await start_http_server(replica.app, settings.host, settings.http_port)
+        http = await start_http_server(replica.app, settings.host, settings.http_port,
+                                       ssl=server_context(tls) if tls and settings.http_tls
+                                       else None)
     except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
@@ -180,7 +185,8 @@ def parse_args(argv: list[str] | None = None) -> ReplicaSettings:
         cluster=args.cluster, application=args.application, deployment=args.deployment,
         replica_id=args.replica_id, version=args.version, host=args.host,
         control_port=args.control_port, http_port=args.http_port,
-        metrics_port=args.metrics_port, grpc_port=args.grpc_port, **spec)
+        metrics_port=args.metrics_port, grpc_port=args.grpc_port, http_tls=args.http_tls,
+        **spec)
 
 
 def main(argv: list[str] | None = None) -> int:

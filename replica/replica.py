@@ -78,6 +78,9 @@ class ReplicaSettings:
     # Where the user's gRPC services are served (0: not at all), and their
     # generated add_XServicer_to_server functions (import paths).
     grpc_port: int = 0
+    # 1: serve the HTTP port with TLS, the cluster's certificates in `tls`
+    # required of callers (hop_tls.py).
+    http_tls: int = 0
     grpc_servicer_functions: list[str] = field(default_factory=list)
     # Code and init args sent by value (a DeploymentSpec's by_value), base64;
     # "": import `import_path`, parse the JSON init args.

@@ -79,6 +79,7 @@ class Inventory:
                 record.handle = seen.handle
                 record.control_address = seen.control_address
                 record.http_address = seen.http_address
+                record.http_tls = seen.http_tls
                 record.metrics_address = seen.metrics_address
                 record.grpc_address = seen.grpc_address
             adopted.append(record)

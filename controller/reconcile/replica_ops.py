@@ -170,6 +170,7 @@ class ReplicaOps:
         record.handle = launched.handle
         record.control_address = launched.control_address
         record.http_address = launched.http_address
+        record.http_tls = launched.http_tls
         record.metrics_address = launched.metrics_address
         record.grpc_address = launched.grpc_address
         await self._put(record)

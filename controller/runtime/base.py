@@ -57,6 +57,8 @@ class RuntimeReplica:
     metrics_address: str = ""
     # host:port of the user's gRPC services ("" when it serves none).
     grpc_address: str = ""
+    # Its HTTP port serves TLS (servefleet/_private/security/hop_tls.py).
+    http_tls: bool = False
     # Known once it exited, when the runtime can tell.
     exit_code: int | None = None
 

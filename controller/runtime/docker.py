@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 from servefleet._private.logs import ENV_FORMAT
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.hop_tls import replica_serves_tls
 from servefleet._private.security.tls import TlsFiles
 from servefleet._private.tracing_setup import ENV_TRACING
 
@@ -110,9 +111,11 @@ class DockerRuntime:
 
     def __init__(self, cluster: str, image: str = DEFAULT_IMAGE, network: str = "host",
                  client: Any = None, host: str = "127.0.0.1",
-                 mount_working_dir: bool = True, replica_tls: TlsFiles | None = None) -> None:
+                 mount_working_dir: bool = True, replica_tls: TlsFiles | None = None,
+                 http_tls: str = "auto") -> None:
         self._cluster = cluster
         self._replica_tls = replica_tls
+        self._http_tls_policy = http_tls
         # False when user code is baked into the image (the controller itself
         # runs in a container and cannot name host paths): the working dir is
         # then a path inside the image.
@@ -180,7 +183,8 @@ class DockerRuntime:
             control_port=free_port(self._host) if host_network else 7400,
             http_port=free_port(self._host) if host_network else 7401,
             metrics_port=free_port(self._host) if host_network else 7402,
-            grpc_port=(free_port(self._host) if host_network else 7403) if grpc else 0)
+            grpc_port=(free_port(self._host) if host_network else 7403) if grpc else 0,
+            http_tls=int(replica_serves_tls(self._http_tls_policy, self._replica_tls, bind)))
         labels = {LABEL + k: v for k, v in {
             "cluster": launch.cluster, "application": launch.application,
             "deployment": launch.deployment, "replica-id": launch.replica_id,
@@ -232,6 +236,7 @@ class DockerRuntime:
             version=launch.version, handle=container.id,
             control_address=command.address(command.control_port, address),
             http_address=command.address(command.http_port, address),
+            http_tls=bool(command.http_tls),
             metrics_address=command.address(command.metrics_port, address),
             grpc_address=command.address(command.grpc_port, address))
 
@@ -279,6 +284,7 @@ class DockerRuntime:
             version=labels.get(LABEL + "version", ""), handle=container.id,
             control_address=command.address(command.control_port, address) if command else "",
             http_address=command.address(command.http_port, address) if command else "",
+            http_tls=bool(command and command.http_tls),
             metrics_address=command.address(command.metrics_port, address) if command else "",
             grpc_address=command.address(command.grpc_port, address) if command else "",
             alive=bool(running),

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from servefleet._private import state_dir
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.hop_tls import replica_serves_tls
 from servefleet._private.security.tls import TlsFiles
 from servefleet._private.wire import ZYGOTE_PROCS_DIR
 
@@ -131,7 +132,7 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
             application=command.application, deployment=command.deployment,
             version=command.version, handle=f"{pid}:{started}",
             control_address=command.address(command.control_port),
-            http_address=command.address(command.http_port),
+            http_address=command.address(command.http_port), http_tls=bool(command.http_tls),
             metrics_address=command.address(command.metrics_port),
             grpc_address=command.address(command.grpc_port)),
             command.config_file))
@@ -150,10 +151,12 @@ class ProcessRuntime:
     name = "process"
 
     def __init__(self, runtime_dir: str | Path, cluster: str, host: str = "127.0.0.1",
-                 replica_tls: TlsFiles | None = None, sandbox: Sandbox | None = None) -> None:
+                 replica_tls: TlsFiles | None = None, sandbox: Sandbox | None = None,
+                 http_tls: str = "auto") -> None:
         self._dir = Path(runtime_dir).resolve() / cluster
         self._host = host
         self._replica_tls = replica_tls
+        self._http_tls = replica_serves_tls(http_tls, replica_tls, host)
         self._sandbox = sandbox or Sandbox()
         # Children this process started: polling them reaps their exit status.
         self._children: dict[int, subprocess.Popen] = {}
@@ -195,7 +198,7 @@ class ProcessRuntime:
             version=launch.version, host=self._host, control_port=free_port(self._host),
             http_port=free_port(self._host), metrics_port=free_port(self._host),
             grpc_port=free_port(self._host) if launch.serves_grpc else 0,
-            config_file=str(settings_path))
+            http_tls=int(self._http_tls), config_file=str(settings_path))
         argv = [sys.executable, "-m", MODULE, *command.argv()]
         # Numeric libraries' threads, shared by the replicas on this host (threads.py).
         extra_env.update(thread_env(launch.env, float(launch.resources.get("num_cpus", 0)),
@@ -228,7 +231,7 @@ class ProcessRuntime:
             application=launch.application, deployment=launch.deployment,
             version=launch.version, handle=handle,
             control_address=command.address(command.control_port),
-            http_address=command.address(command.http_port),
+            http_address=command.address(command.http_port), http_tls=bool(command.http_tls),
             metrics_address=command.address(command.metrics_port),
             grpc_address=command.address(command.grpc_port))
 

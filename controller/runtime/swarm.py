@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.hop_tls import replica_serves_tls
 
 from .base import ReplicaLaunch, RuntimeReplica
 from .docker import (
@@ -105,7 +106,8 @@ class SwarmRuntime(DockerRuntime):
             deployment=launch.deployment, replica_id=launch.replica_id,
             version=launch.version, host="0.0.0.0", config_file=SETTINGS_PATH,
             control_port=port(7400), http_port=port(7401), metrics_port=port(7402),
-            grpc_port=port(7403) if launch.serves_grpc else 0)
+            grpc_port=port(7403) if launch.serves_grpc else 0,
+            http_tls=int(replica_serves_tls(self._http_tls_policy, self._replica_tls, "0.0.0.0")))
         labels = {LABEL + k: v for k, v in {
             "cluster": launch.cluster, "application": launch.application,
             "deployment": launch.deployment, "replica-id": launch.replica_id,
@@ -163,6 +165,7 @@ class SwarmRuntime(DockerRuntime):
             version=launch.version, handle=service.id,
             control_address=command.address(command.control_port, node),
             http_address=command.address(command.http_port, node),
+            http_tls=bool(command.http_tls),
             metrics_address=command.address(command.metrics_port, node),
             grpc_address=command.address(command.grpc_port, node))
 
@@ -263,6 +266,7 @@ class SwarmRuntime(DockerRuntime):
             version=labels.get(LABEL + "version", ""), handle=service.id,
             control_address=command.address(command.control_port, node) if command else "",
             http_address=command.address(command.http_port, node) if command else "",
+            http_tls=bool(command and command.http_tls),
             metrics_address=command.address(command.metrics_port, node) if command else "",
             grpc_address=command.address(command.grpc_port, node) if command else "",
             alive=running, exit_code=None if running else exit_code)

@@ -9,8 +9,8 @@ the same process (it has every feature). The Python path takes:
   Python proxy's, reread on SIGHUP);
 - a route with shadow traffic (HAProxy cannot copy a request);
 - a route to a deployment with a request router other than power of two
-  choices (a user's class, prefix affinity), or whose replica set has not
-  come yet;
+  choices (a user's class, prefix affinity), whose replicas serve TLS (the
+  cluster's certificates: hop_tls.py), or whose replica set has not come yet;
 - at request time: a request for a multiplexed model (the model-aware
   choice needs the models each replica said it holds), a request to a
   deployment with no replica up (scaled to zero: the Python proxy queues it
@@ -111,6 +111,8 @@ def _python_because(target: Target, pools: Mapping[tuple[str, str], ReplicaPool]
             return f"{name} cannot serve"
         if pool.router_spec[0] not in ("", POWER_OF_TWO):
             return f"{name} routes with {pool.router_spec[0]}"
+        if pool.serves_tls:
+            return f"{name}'s replicas serve TLS"
     return ""
 
 

@@ -51,6 +51,8 @@ from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.responses import _END, HandleError
+from servefleet._private.security.hop_tls import client_context
+from servefleet._private.security.tls import Credentials
 from servefleet._private.watch_client import WatchClient
 from servefleet._private.wire import (
     METHOD_HEADER,
@@ -132,7 +134,9 @@ class HandleRouter:
 
     def __init__(self, application: str, controllers: Sequence[str]) -> None:
         self.application = application
-        self.upstream = UpstreamPool()
+        # Replicas that serve TLS get this process's certificate (hop_tls.py).
+        own = Credentials.from_env(addresses=list(controllers)).tls
+        self.upstream = UpstreamPool(tls=client_context(own) if own is not None else None)
         self.replica_sets = ReplicaSets(self.upstream)
         self._changed = asyncio.Event()
         self._watch = WatchClient(list(controllers), [replicas_key(application)],

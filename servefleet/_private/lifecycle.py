@@ -22,6 +22,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from ssl import SSLContext
 from typing import Any, TypeVar
 
 import uvicorn
@@ -92,10 +93,12 @@ class HttpServer(uvicorn.Server):
 
 
 async def start_http_server(app: Any, host: str, port: int, reuse_port: bool = False,
-                            **options: Any) -> HttpServer:
+                            ssl: SSLContext | None = None, **options: Any) -> HttpServer:
     """A listening uvicorn server; OSError if the address cannot be bound.
     With `reuse_port` other processes may listen on the same address too
-    (SO_REUSEPORT: the kernel spreads new connections over them).
+    (SO_REUSEPORT: the kernel spreads new connections over them); with `ssl`
+    it serves TLS with that context (made by the caller: uvicorn's own takes
+    file names, which a replica can no longer read).
 
     Stop it with `await server.shutdown()`.
     """
@@ -106,6 +109,8 @@ async def start_http_server(app: Any, host: str, port: int, reuse_port: bool = F
                             access_log=False, **options)
     server = HttpServer(config)
     config.load()
+    if ssl is not None:
+        config.ssl = ssl
     server.lifespan = config.lifespan_class(config)
     sockets = [_shared_socket(host, port)] if reuse_port else None
     try:

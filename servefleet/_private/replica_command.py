@@ -2,7 +2,7 @@
 
     python -m servefleet.replica --cluster C --application A --deployment D
         --replica-id R --version V --host H --control-port P --http-port P
-        [--metrics-port P] [--grpc-port P] --config-file F
+        [--metrics-port P] [--grpc-port P] [--http-tls 1] --config-file F
 
 The command line is the replica's identity where a runtime can read it back:
 the process runtime scans /proc for it, the zygote records it per forked
@@ -26,7 +26,7 @@ MODULE = "servefleet.replica"
 # go on using gRPC in the child: the zygote forks before gRPC starts.
 REPLICA_ENV = {"PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "0"}
 # Ports a replica may be started without (0: it serves nothing there).
-_OPTIONAL = ("metrics_port", "grpc_port")
+_OPTIONAL = ("metrics_port", "grpc_port", "http_tls")
 
 
 def _flag(name: str) -> str:
@@ -46,6 +46,8 @@ class ReplicaCommand:
     config_file: str
     metrics_port: int = 0
     grpc_port: int = 0
+    # 1: the HTTP port serves TLS with the cluster's certificates (hop_tls.py).
+    http_tls: int = 0
 
     def argv(self) -> list[str]:
         """The flags after `python -m servefleet.replica`."""

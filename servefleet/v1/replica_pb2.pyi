@@ -36,7 +36,7 @@ REPLICA_PHASE_FAILED: ReplicaPhase
 REPLICA_PHASE_DRAINING: ReplicaPhase
 
 class ReplicaRecord(_message.Message):
-    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address", "grpc_address", "token_sha256")
+    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address", "grpc_address", "token_sha256", "http_tls")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class ReplicaRecord(_message.Message):
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    HTTP_TLS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     application: str
     deployment: str
@@ -67,7 +68,8 @@ class ReplicaRecord(_message.Message):
     metrics_address: str
     grpc_address: str
     token_sha256: str
-    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., token_sha256: _Optional[str] = ...) -> None: ...
+    http_tls: bool
+    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., token_sha256: _Optional[str] = ..., http_tls: _Optional[bool] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("record", "state", "message")

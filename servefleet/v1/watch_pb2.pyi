@@ -149,16 +149,18 @@ class ReplicaSet(_message.Message):
     def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
-    __slots__ = ("replica_id", "http_address", "grpc_address", "cleared")
+    __slots__ = ("replica_id", "http_address", "grpc_address", "cleared", "http_tls")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CLEARED_FIELD_NUMBER: _ClassVar[int]
+    HTTP_TLS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     http_address: str
     grpc_address: str
     cleared: int
-    def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., cleared: _Optional[int] = ...) -> None: ...
+    http_tls: bool
+    def __init__(self, replica_id: _Optional[str] = ..., http_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., cleared: _Optional[int] = ..., http_tls: _Optional[bool] = ...) -> None: ...
 
 class DeploymentConfig(_message.Message):
     __slots__ = ("user_config_json", "max_ongoing_requests", "version", "code_hash")

@@ -75,6 +75,11 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replica-key", metavar="FILE", default=None,
                        help="the private key of --replica-cert (default DIR/replica.key under "
                             "--certs)")
+    group.add_argument("--replica-tls", choices=["auto", "on", "off"], default="auto",
+                       help="with TLS: replicas serve HTTP (requests, WebSockets, handle calls) "
+                            "with TLS and require a cluster certificate of callers: 'on', "
+                            "'off', or 'auto' (default): on unless a replica listens on "
+                            "loopback only")
     for part in ("ca", "cert", "key"):
         group.add_argument(f"--etcd-{part}", metavar="FILE", default=None,
                            help=f"for an etcds:// store: the {part} file (default: "
@@ -151,7 +156,7 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
             "allow_packages_below": tuple(args.allow_packages_below),
             "allow_code_by_value": args.allow_code_by_value,
-            "replica_user": args.replica_user}
+            "replica_user": args.replica_user, "replica_http_tls": args.replica_tls}
 
 
 # -- certs and token commands --------------------------------------------------------

@@ -128,6 +128,9 @@ class ReplicaPool:
     # The controller's word that no replica can come (ReplicaSet.unavailable):
     # requests are refused with it instead of queueing. "" while one can.
     unavailable: str = ""
+    # Some of its replicas serve TLS (ReplicaEndpoint.http_tls; the HAProxy
+    # engine leaves the deployment to its Python path).
+    serves_tls: bool = False
     # A router not power of two's, its (name, kwargs); waiters' routing info.
     router: RequestRouter | None = None
     router_spec: tuple[str, str] = ("", "")

@@ -77,6 +77,9 @@ class ReplicaSets:
             if spec != pool.router_spec:
                 pool.use_router(self.routers.make(*spec, where=f"{app}/{name}"), spec)
             after = {e.http_address for e in replicas.endpoints}
+            for e in replicas.endpoints:
+                self._upstream.serves_tls(e.http_address, e.http_tls)
+            pool.serves_tls = any(e.http_tls for e in replicas.endpoints)
             grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
         for address in before - after:
             self._upstream.forget(address)  # gone: drop its idle connections

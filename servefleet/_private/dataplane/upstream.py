@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
+
+from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 
 from .body import StreamedBody, replayable
 from .connection import Connection, Incomplete, TooLong
@@ -157,9 +160,31 @@ def _parse_head(raw: bytes, address: str) -> tuple[int, list[tuple[bytes, bytes]
 
 
 class UpstreamPool:
-    def __init__(self, max_idle_per_replica: int = 256) -> None:
+    def __init__(self, max_idle_per_replica: int = 256,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._idle: dict[str, list[Connection]] = defaultdict(list)
         self._max_idle = max_idle_per_replica
+        # For replicas that serve TLS (hop_tls.py): this process's client
+        # context (None: it has no cluster certificate) and their addresses.
+        self._tls = tls
+        self._tls_addresses: set[str] = set()
+
+    def serves_tls(self, address: str, tls: bool) -> None:
+        """The replica at `address` serves TLS, or not (its Watch endpoint says)."""
+        if tls:
+            self._tls_addresses.add(address)
+        else:
+            self._tls_addresses.discard(address)
+
+    def tls_for(self, address: str) -> ssl.SSLContext | None:
+        """How to reach `address`: the TLS context, or None for plain text.
+        NotDelivered when it serves TLS and this process has no certificate."""
+        if address not in self._tls_addresses:
+            return None
+        if self._tls is None:
+            raise NotDelivered(f"the replica at {address} serves TLS and this process has "
+                               "no cluster certificate (--certs)", refused=True)
+        return self._tls
 
     def put_back(self, address: str, conn: Connection) -> None:
         idle = self._idle[address]
@@ -172,6 +197,7 @@ class UpstreamPool:
 
     def forget(self, address: str) -> None:
         """Close the idle connections to a replica that is gone."""
+        self._tls_addresses.discard(address)
         for conn in self._idle.pop(address, []):
             conn.close()
 
@@ -186,10 +212,15 @@ class UpstreamPool:
                 return conn
             conn.close()
         host, _, port = address.rpartition(":")
+        tls = self.tls_for(address)
         try:
             _, conn = await asyncio.wait_for(
-                asyncio.get_running_loop().create_connection(Connection, host, int(port)),
+                asyncio.get_running_loop().create_connection(
+                    Connection, host, int(port), ssl=tls,
+                    server_hostname=REPLICA_SERVER_NAME if tls else None),
                 CONNECT_TIMEOUT_S)
+        except ssl.SSLError as e:
+            raise NotDelivered(f"TLS handshake failed: {e}", refused=True) from None
         except (OSError, TimeoutError) as e:
             raise NotDelivered(f"connection refused: {e}", refused=True) from None
         return conn
