@@ -171,17 +171,6 @@ def grpc_cluster(sqlite_fleet, tmp_path):
         client.shutdown()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist (scripts/test: -n 2 --dist loadgroup) the integration
-    tests (marked slow) run one after another in one worker: clusters of real
-    processes, containers and waits that two at a time on two cores would
-    slow and make flaky. The rest (pure logic, ~4 minutes) run beside them."""
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if item.get_closest_marker("slow"):
-                item.add_marker(pytest.mark.xdist_group("integration"))
-
-
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     report = yield

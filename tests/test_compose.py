@@ -25,7 +25,7 @@ from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
 from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
 ETCD_IMAGE = "servefleet-etcd:test"

@@ -26,7 +26,7 @@ from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import replica_pb2, status_pb2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 APPS = str(Path(__file__).parent / "apps")
 IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
 LABEL = "io.servefleet."

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "apps"))
 import graph_app
 import local_app
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _alive(pid: int) -> bool:

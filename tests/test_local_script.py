@@ -20,7 +20,7 @@ from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import deployment_pb2 as dpb
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 MYLIB = '''
 def shout(text):

@@ -25,7 +25,7 @@ from test_swarm_runtime import docker_client, swarm
 from servefleet._private.testing import free_port, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parent.parent
 __all__ = ["docker_client", "swarm"]  # the engine and swarm fixtures, shared
 ETCD_LABELS = [f"servefleet.etcd-{n}" for n in (1, 2, 3)]

@@ -22,7 +22,7 @@ from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_fo
 from servefleet.client import ControllerClient
 from servefleet.v1 import replica_pb2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 __all__ = ["docker_client"]  # the engine fixture, shared
 
 
