@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Any
 
 import grpc
 
@@ -78,8 +79,9 @@ def _call(address: str, messages: int) -> tuple[str, int, bytes]:
     with grpc.insecure_channel(address) as channel:
         answers, last = 0, b""
         try:
-            for last in channel.stream_stream(METHOD)(iter([b"x" * 16] * messages)):
-                answers += 1
+            call: Any = channel.stream_stream(METHOD)
+            for message in call(iter([b"x" * 16] * messages)):
+                answers, last = answers + 1, message
         except grpc.RpcError as e:
             return e.code().name, answers, last
         return "OK", answers, last

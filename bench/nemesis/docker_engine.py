@@ -47,10 +47,16 @@ def _machine_mounts() -> list[str]:
 
 
 class PrivateEngine:
-    def __init__(self, work: Path, image: str = IMAGE) -> None:
+    def __init__(self, work: Path, image: str = IMAGE, netns: str | None = None,
+                 name: str = "engine", containerd: str = "servefleet-chaos") -> None:
         # Unix socket paths are short (108 bytes): containerd's live under exec.
-        self.root = work / "engine"
+        self.root = work / name
         self.image = image
+        self.containerd = containerd  # its containerd's namespaces are named after this
+        # Started in that network namespace (by its /run/netns name), in the
+        # machine's mount namespace: else where this process runs.
+        self.prefix = (["nsenter", f"--net=/run/netns/{netns}", "--"] if netns
+                       else _machine_mounts())
         self.socket = self.root / "docker.sock"
         self.proc: subprocess.Popen | None = None
 
@@ -72,14 +78,26 @@ class PrivateEngine:
             raise DockerUnavailable(f"the machine's Docker engine is not running or has no "
                                     f"{self.image} (scripts/docker-engine start, "
                                     f"scripts/docker-image)")
+        self.relaunch()
+        save = subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE)
+        try:
+            self.docker("load", "-q", stdin=save.stdout, timeout=300)
+        finally:
+            assert save.stdout is not None
+            save.stdout.close()
+            save.wait(60)
+        return self
+
+    def relaunch(self) -> PrivateEngine:
+        """Start its dockerd on the data it has (again, after it was killed)."""
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "dockerd.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [*_machine_mounts(), "dockerd", "--data-root", str(self.root / "data"),
+                [*self.prefix, "dockerd", "--data-root", str(self.root / "data"),
                  "--exec-root", str(self.root / "x"), "-H", self.url,
                  "--pidfile", str(self.root / "dockerd.pid"),
-                 "--containerd-namespace", "servefleet-chaos",
-                 "--containerd-plugins-namespace", "servefleet-chaos-plugins",
+                 "--containerd-namespace", self.containerd,
+                 "--containerd-plugins-namespace", f"{self.containerd}-plugins",
                  "--bridge=none", "--iptables=false"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + START_TIMEOUT_S
@@ -89,13 +107,6 @@ class PrivateEngine:
                 tail = (self.root / "dockerd.log").read_text()[-600:]
                 raise DockerUnavailable(f"dockerd of the run did not start: {tail}")
             time.sleep(0.3)
-        save = subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE)
-        try:
-            self.docker("load", "-q", stdin=save.stdout, timeout=300)
-        finally:
-            assert save.stdout is not None
-            save.stdout.close()
-            save.wait(60)
         return self
 
     def containers(self, label: str) -> list[str]:
