@@ -32,6 +32,6 @@ def test_placement_a_lost_worker_and_its_return_across_two_hosts() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(done.stdout[:done.stdout.rindex("}") + 1])
     assert results["1. pinned to zone b: replica at"] == ["10.232.0.2"]
-    assert results["1. replicas by host"] == ["10.232.0.2", "10.232.0.2"]
+    assert results["1. replicas by host"] == ["10.232.0.1", "10.232.0.2"]
     assert results["2. failed requests (of all)"].startswith("0 of ")
     assert "10.232.0.2" in results["3. replicas by host after a scale-up"]

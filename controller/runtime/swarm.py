@@ -1,9 +1,10 @@
 """The Swarm runtime: each replica is a Docker Swarm service with one task.
 
 Swarm places the task on a node that satisfies the deployment's
-`runtime.placement` constraints (spread over its `spread` attributes) and
-has the resources; servefleet's controller still decides everything else, as with
-the Docker runtime (docker.py, whose engine access, labels and image this
+`runtime.placement` constraints and has the resources (`spread`: the
+runtime adds a constraint for the least-used value, swarm_spread.py);
+servefleet's controller still decides everything else, as with the Docker
+runtime (docker.py, whose engine access, labels and image this
 shares):
 
 - the service is named `servefleet-<cluster>-<replica id>` and carries the
@@ -55,6 +56,7 @@ from .docker import (
     settings_files,
 )
 from .process import free_port
+from .swarm_spread import spread_constraints
 from .threads import thread_env
 
 logger = logging.getLogger(__name__)
@@ -144,8 +146,7 @@ class SwarmRuntime(DockerRuntime):
                     cpu_limit=nano, cpu_reservation=nano, mem_limit=memory,
                     mem_reservation=memory,
                     generic_resources={"gpu": gpus} if gpus else None),
-                "constraints": launch.constraints or None,
-                "preferences": [("spread", attribute) for attribute in launch.spread] or None,
+                "constraints": [*launch.constraints, *self._spread(launch)] or None,
             }
             if launch.working_dir:
                 if self._mount:
@@ -168,6 +169,21 @@ class SwarmRuntime(DockerRuntime):
             http_tls=bool(command.http_tls),
             metrics_address=command.address(command.metrics_port, node),
             grpc_address=command.address(command.grpc_port, node))
+
+    def _spread(self, launch: ReplicaLaunch) -> list[str]:
+        """Constraints that spread the deployment's replicas (swarm_spread.py:
+        Swarm's own spread works within one service, and each replica is one)."""
+        if not launch.spread:
+            return []
+        client = self._docker()
+        mine = [f"{LABEL}{k}={v}" for k, v in (("cluster", launch.cluster),
+                                               ("application", launch.application),
+                                               ("deployment", launch.deployment))]
+        placed = [task["NodeID"] for service in client.services.list(filters={"label": mine})
+                  for task in service.tasks(filters={"desired-state": "running"})
+                  if task.get("NodeID")]
+        return spread_constraints(launch.spread, list(launch.constraints),
+                                  [node.attrs for node in client.nodes.list()], placed)
 
     def _placed(self, service: Any) -> str:
         """The replica's address once Swarm placed its task (see _address);
