@@ -40,6 +40,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -56,10 +57,11 @@ from .docker import (
     settings_files,
 )
 from .process import free_port
-from .swarm_spread import spread_constraints
+from .swarm_spread import placed_values, spread_constraints
 from .threads import thread_env
 
 logger = logging.getLogger(__name__)
+_SPREAD_LOCK = threading.Lock()
 # How long `start` waits for Swarm to place the task before calling it unplaceable.
 PLACE_TIMEOUT_S = 15.0
 _ENDED = ("complete", "failed", "shutdown", "rejected", "orphaned", "remove")
@@ -132,28 +134,30 @@ class SwarmRuntime(DockerRuntime):
             memory = int(resources.get("memory_bytes", 0)) or None
             gpus = int(resources.get("num_gpus", 0))
             env = {**REPLICA_ENV, **_inherited_env(), **launch.env, **self._threads(launch)}
-            options: dict[str, Any] = {
-                "name": name, "labels": labels, "container_labels": labels,
-                "command": ["python3", "-m", MODULE], "args": command.argv(),
-                "env": [f"{k}={v}" for k, v in env.items()],
-                "networks": [self._network], "endpoint_spec": EndpointSpec(mode="dnsrr"),
-                "restart_policy": RestartPolicy(condition="none"),
-                "mode": ServiceMode("replicated", replicas=1),
-                "configs": configs, "secrets": secrets,
-                "stop_grace_period": int(launch.settings.get(
-                    "graceful_shutdown_timeout_s", 20) * 1e9) + 2_000_000_000,
-                "resources": Resources(
-                    cpu_limit=nano, cpu_reservation=nano, mem_limit=memory,
-                    mem_reservation=memory,
-                    generic_resources={"gpu": gpus} if gpus else None),
-                "constraints": [*launch.constraints, *self._spread(launch)] or None,
-            }
-            if launch.working_dir:
-                if self._mount:
-                    options["mounts"] = [Mount(launch.working_dir, launch.working_dir,
-                                               type="bind", read_only=True)]
-                options["workdir"] = launch.working_dir
-            service = client.services.create(launch.image or self._image, **options)
+            # One at a time: a spread choice counts the services made before it.
+            with _SPREAD_LOCK:
+                options: dict[str, Any] = {
+                    "name": name, "labels": labels, "container_labels": labels,
+                    "command": ["python3", "-m", MODULE], "args": command.argv(),
+                    "env": [f"{k}={v}" for k, v in env.items()],
+                    "networks": [self._network], "endpoint_spec": EndpointSpec(mode="dnsrr"),
+                    "restart_policy": RestartPolicy(condition="none"),
+                    "mode": ServiceMode("replicated", replicas=1),
+                    "configs": configs, "secrets": secrets,
+                    "stop_grace_period": int(launch.settings.get(
+                        "graceful_shutdown_timeout_s", 20) * 1e9) + 2_000_000_000,
+                    "resources": Resources(
+                        cpu_limit=nano, cpu_reservation=nano, mem_limit=memory,
+                        mem_reservation=memory,
+                        generic_resources={"gpu": gpus} if gpus else None),
+                    "constraints": [*launch.constraints, *self._spread(launch)] or None,
+                }
+                if launch.working_dir:
+                    if self._mount:
+                        options["mounts"] = [Mount(launch.working_dir, launch.working_dir,
+                                                   type="bind", read_only=True)]
+                    options["workdir"] = launch.working_dir
+                service = client.services.create(launch.image or self._image, **options)
         except docker.errors.APIError as e:
             self._remove_files(launch.replica_id)
             raise RuntimeStartError(f"Swarm refused the service: {e.explanation or e}") from None
@@ -179,11 +183,17 @@ class SwarmRuntime(DockerRuntime):
         mine = [f"{LABEL}{k}={v}" for k, v in (("cluster", launch.cluster),
                                                ("application", launch.application),
                                                ("deployment", launch.deployment))]
-        placed = [task["NodeID"] for service in client.services.list(filters={"label": mine})
-                  for task in service.tasks(filters={"desired-state": "running"})
-                  if task.get("NodeID")]
+        nodes = {node.id: node.attrs for node in client.nodes.list()}
+        placed = []
+        for service in client.services.list(filters={"label": mine}):
+            tasks = service.tasks(filters={"desired-state": "running"})
+            node = nodes.get(tasks[0].get("NodeID", "")) if tasks else None
+            placement = service.attrs.get("Spec", {}).get("TaskTemplate", {}).get(
+                "Placement", {})
+            placed.append(placed_values(placement.get("Constraints") or [], node,
+                                        launch.spread))
         return spread_constraints(launch.spread, list(launch.constraints),
-                                  [node.attrs for node in client.nodes.list()], placed)
+                                  list(nodes.values()), placed)
 
     def _placed(self, service: Any) -> str:
         """The replica's address once Swarm placed its task (see _address);

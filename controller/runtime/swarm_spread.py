@@ -55,14 +55,28 @@ def _eligible(node: Mapping[str, Any]) -> bool:
             and node.get("Spec", {}).get("Availability") == "active")
 
 
+def placed_values(service_constraints: Iterable[str], node: Mapping[str, Any] | None,
+                  spread: Iterable[str]) -> dict[str, str]:
+    """Where one of the deployment's replicas is, per spread attribute: the
+    value its service's own constraint names (the runtime's choice, known at
+    once, before Swarm places the task), else its node's."""
+    named = {}
+    for constraint in service_constraints:
+        found = _CONSTRAINT.match(constraint)
+        if found is not None and found.group(2) == "==":
+            named[found.group(1)] = found.group(3)
+    return {attribute: named.get(attribute) or (node_value(node, attribute) or ""
+                                                if node is not None else "")
+            for attribute in spread}
+
+
 def spread_constraints(spread: Iterable[str], constraints: list[str],
-                       nodes: Sequence[Mapping[str, Any]], placed_on: Iterable[str]
-                       ) -> list[str]:
+                       nodes: Sequence[Mapping[str, Any]],
+                       placed: Iterable[Mapping[str, str]]) -> list[str]:
     """The constraints that put the next replica where its deployment has the
-    fewest, one per spread attribute; `placed_on`: the node ids of the
-    deployment's running replicas."""
-    by_id = {n.get("ID", ""): n for n in nodes}
-    placed = [by_id[i] for i in placed_on if i in by_id]
+    fewest, one per spread attribute; `placed`: where each of the
+    deployment's replicas is (placed_values)."""
+    placed = list(placed)
     candidates = [n for n in nodes if _eligible(n) and meets(n, constraints)]
     added: list[str] = []
     for attribute in spread:
@@ -71,12 +85,12 @@ def spread_constraints(spread: Iterable[str], constraints: list[str],
         values = sorted({node_value(n, attribute) or "" for n in candidates})
         if not values:
             break
-        counts = Counter(node_value(n, attribute) or "" for n in placed)
+        counts = Counter(p.get(attribute, "") for p in placed)
         fewest = min(values, key=lambda v: (counts[v], v))
         if not fewest:  # unlabelled nodes: no constraint names them
             break
         added.append(f"{attribute} == {fewest}")
         # The next attribute spreads within this value (Swarm's nesting).
         candidates = [n for n in candidates if node_value(n, attribute) == fewest]
-        placed = [n for n in placed if node_value(n, attribute) == fewest]
+        placed = [p for p in placed if p.get(attribute, "") == fewest]
     return added
