@@ -78,13 +78,15 @@ def same(answer: dict, expected: dict) -> bool:
             and np.allclose(answer["probabilities"], expected["probabilities"], atol=1e-6))
 
 
-def quick_scaling(folder: Path) -> Path:
-    """The example's config, with the pipeline's classifier scaling at one request
-    held (the tiny model holds few at the load a test makes) after half a second."""
+def quick_scaling(folder: Path, target: int) -> Path:
+    """The example's config, with the pipeline's classifier scaling at `target`
+    requests held after half a second. The fixture deploys a target no test's
+    burst reaches; the scaling test lowers it to one (the tiny model holds few at
+    the load a test makes): autoscaling settings change without a rollout."""
     config = yaml.safe_load((folder / "config.yaml").read_text())
     [pipeline] = [a for a in config["applications"] if a["name"] == "digits-pipeline"]
     pipeline["deployments"] = [{"name": "PipelineClassifier", "autoscaling_config": {
-        "min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
+        "min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": target,
         "metrics_interval_s": 0.5, "look_back_period_s": 1, "upscale_delay_s": 0.5,
         "downscale_delay_s": 600}}]
     path = folder / "test-config.yaml"
@@ -109,7 +111,7 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Digits]:
     proxy = ProxyProcess([controller.address], log_dir=tmp).start()
     client = ControllerClient([controller.address], timeout=30)
     try:
-        client.deploy_applications(load_config(str(quick_scaling(folder))).applications)
+        client.deploy_applications(load_config(str(quick_scaling(folder, 1000))).applications)
         probe = {"image": images[0].tolist()}
         for route, headers in (("/digits", {}), ("/digits-pipeline", {}),
                                ("/digits-tenants", {"serve_multiplexed_model_id": "tenant-a"})):
@@ -258,6 +260,9 @@ def test_the_pipelines_classifier_scales_to_two_replicas_under_load_losing_nothi
             application="digits-pipeline", deployment="PipelineClassifier"))
 
     assert classifiers() == 1
+    digits.client.deploy_applications(
+        load_config(str(quick_scaling(digits.folder, 1))).applications)
+    assert classifiers() == 1  # a new target, not a new version: no rollout
     failures: list[str] = []
     served: list[int] = []
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from servefleet._private.testing import wait_for
+from servefleet._private.wire import ADMITTED_METADATA_KEY
 from servefleet.client import ControllerClient
 from servefleet.v1 import replica_pb2, status_pb2
 
@@ -105,6 +106,9 @@ def test_a_full_replica_refuses_before_any_message_and_the_call_goes_whole_elsew
     release = threading.Event()
     held = pb_grpc.StreamsStub(direct).Upload.future(calls.chunks(1, 16, "", then=release),
                                                     timeout=60)
+    # Admitted (the replica says so in its initial metadata) before the proxy's
+    # calls start: else the first of them could take the slot and be answered there.
+    assert dict(held.initial_metadata()).get(ADMITTED_METADATA_KEY)
     try:
         for _ in range(12):
             summary = stub.Upload(calls.chunks(50, 1000, ""), metadata=APP, timeout=30)
