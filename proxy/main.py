@@ -172,7 +172,7 @@ async def serve(options: ProxyOptions) -> None:
                 raise OSError(str(e)) from None
         grpc_server = checks = None
         if options.grpc_listen:
-            channels = state.replica_sets.channels = GrpcChannels()
+            channels = state.replica_sets.channels = GrpcChannels(own)
             grpc_proxy = GrpcProxy(state.replica_sets.get, lambda: state.routes, channels,
                                    options.request_timeout_s, lambda: tokens.table,
                                    app.metrics if options.metrics else None)

@@ -23,6 +23,7 @@ thread running sync code keeps the call's slot until it is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -234,15 +235,18 @@ class GrpcIngress:
             raise
         return (await result) if inspect.isawaitable(result) else result
 
-    async def _serve_unary(self, rpc: Rpc, request: Any,
-                           context: grpc.aio.ServicerContext) -> Any:
-        target, user, served = await self.admit(rpc, context)
+    @contextlib.asynccontextmanager
+    async def accounted(self, rpc: Rpc, context: grpc.aio.ServicerContext,
+                        user: GrpcContext | None, served: tracing.Served | None
+                        ) -> AsyncIterator[None]:
+        """An admitted call's time in user code: its slot, metrics and span;
+        user code raising ends the call UNKNOWN, a cancellation is passed on."""
         self.admission.ongoing += 1
         started = time.perf_counter()
         failed: BaseException | None = None
         try:
             try:
-                response = await self.call_user(target, request, user)
+                yield
             except asyncio.CancelledError:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
@@ -250,31 +254,23 @@ class GrpcIngress:
                 failed = e
                 await self.failed(rpc, context, e)
             await self.succeeded(started, user, context)
-            return response
         finally:
             self.admission.ongoing -= 1
-            finish_span(served, failed)
+            if served is not None:
+                served.finish(0, failed)  # user code's exception on it; the status is gRPC's
+
+    async def _serve_unary(self, rpc: Rpc, request: Any,
+                           context: grpc.aio.ServicerContext) -> Any:
+        target, user, served = await self.admit(rpc, context)
+        async with self.accounted(rpc, context, user, served):
+            return await self.call_user(target, request, user)
 
     async def _serve_stream(self, rpc: Rpc, request: Any,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         target, user, served = await self.admit(rpc, context)
-        self.admission.ongoing += 1
-        started = time.perf_counter()
-        failed: BaseException | None = None
-        try:
-            try:
-                async for item in self.items(rpc, await self.call_user(target, request, user)):
-                    yield item
-            except asyncio.CancelledError:
-                logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
-                raise
-            except Exception as e:
-                failed = e
-                await self.failed(rpc, context, e)
-            await self.succeeded(started, user, context)
-        finally:
-            self.admission.ongoing -= 1
-            finish_span(served, failed)
+        async with self.accounted(rpc, context, user, served):
+            async for item in self.items(rpc, await self.call_user(target, request, user)):
+                yield item
 
     async def items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]:
         """What a server-streaming method yields (sync generators step in the pool)."""
@@ -303,9 +299,3 @@ class GrpcIngress:
         self.metrics.ok.inc()
         self.metrics.duration.observe(time.perf_counter() - started)
         await self._finish(user, context)
-
-
-def finish_span(served: tracing.Served | None, failed: BaseException | None) -> None:
-    """End the call's span (user code's exception on it; the status is gRPC's)."""
-    if served is not None:
-        served.finish(0, failed)

@@ -25,9 +25,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
-import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +37,6 @@ from servefleet._private.wire import ADMITTED_METADATA_KEY, STREAM_END_GRACE_S
 if TYPE_CHECKING:
     from .grpc_ingress import GrpcContext, GrpcIngress, _Target
 
-logger = logging.getLogger(__name__)
 _END = object()
 _ADMITTED = ((ADMITTED_METADATA_KEY, "1"),)
 
@@ -137,22 +134,9 @@ async def _serving(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterator[Any],
     given: Any = requests
     if not (target.is_async or inspect.isasyncgenfunction(target.fn)):
         given = blocking = BlockingRequests(requests, asyncio.get_running_loop())
-    ingress.admission.ongoing += 1
-    started = time.perf_counter()
-    failed: BaseException | None = None
     try:
-        try:
+        async with ingress.accounted(rpc, context, user, served):
             yield target, user, given, None if blocking is None else blocking.close
-        except asyncio.CancelledError:
-            logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
-            raise
-        except Exception as e:
-            failed = e
-            await ingress.failed(rpc, context, e)
-        await ingress.succeeded(started, user, context)
     finally:
         if blocking is not None:
             blocking.close()
-        ingress.admission.ongoing -= 1
-        if served is not None:
-            served.finish(0, failed)  # user code's exception on it; the status is gRPC's

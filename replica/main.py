@@ -116,11 +116,13 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         return EXIT_BIND_FAILURE
     ingress = None
     if settings.grpc_port:
-        # The user's services: plain gRPC like the HTTP port (the proxy's hop).
+        # The user's services: TLS like the HTTP port when the controller says
+        # so (a client certificate of the cluster's CA required), else plain.
         ingress = grpc.aio.server(handlers=[replica.grpc.generic_handler()],
                                   options=[("grpc.so_reuseport", 0)])
         try:
-            ingress.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+            add_port(ingress, f"{settings.host}:{settings.grpc_port}",
+                     tls if settings.http_tls else None)
         except RuntimeError:
             print(f"replica: cannot bind gRPC port {settings.grpc_port}", file=sys.stderr)
             await http.shutdown()

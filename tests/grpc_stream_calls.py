@@ -77,10 +77,11 @@ def upload_with_back_pressure(stub, metadata: Metadata, n: int = 10_000, size: i
     return summary, pulls
 
 
-def echo(stub, metadata: Metadata, n: int = 1000, method: str = "Echo") -> list[int]:
+def echo(stub, metadata: Metadata, n: int = 1000, method: str = "Echo",
+         timeout: float = 60) -> list[int]:
     """Send n chunks and read the echoes: their seqs, in the order they came."""
     return [c.seq for c in getattr(stub, method)(chunks(n, 16, ""), metadata=metadata,
-                                                 timeout=60)]
+                                                 timeout=timeout)]
 
 
 def cancel_held(stub, metadata: Metadata, request_id: str, method: str = "Upload") -> None:

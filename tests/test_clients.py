@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
+def _show(out: subprocess.CompletedProcess) -> None:
+    """The start of each stream (where a failure is named) and its end."""
+    for text in (out.stdout, out.stderr):
+        print(text if len(text) <= 6000 else f"{text[:3000]}\n[...]\n{text[-3000:]}")
+
+
 @pytest.fixture
 def cluster_env(etcd_fleet, tmp_path):
     etcd_fleet.start(2, runtime="process", lease_ttl=2.0)
@@ -44,7 +50,7 @@ def test_the_node_client(cluster_env, node_grpc) -> None:
     out = subprocess.run(["node", "--test", "test/"], cwd=ROOT / "clients" / "node",
                          env={**cluster_env, "NODE_PATH": node_grpc}, capture_output=True,
                          text=True, timeout=180)
-    print(out.stdout[-3000:], out.stderr[-3000:])
+    _show(out)
     assert out.returncode == 0 and "# pass 1" in out.stdout and "# fail 0" in out.stdout
 
 
@@ -56,7 +62,7 @@ def test_the_go_client(cluster_env, tmp_path) -> None:
                           "github.com/servefleet/servefleet/clients/go/servefleet"],
                          cwd=repository, env={**cluster_env, **go_env}, capture_output=True,
                          text=True, timeout=300)
-    print(out.stdout[-3000:], out.stderr[-3000:])
+    _show(out)
     assert out.returncode == 0 and "--- PASS: TestDeployCallFailOverDelete" in out.stdout
 
 
@@ -65,5 +71,5 @@ def test_the_java_client(cluster_env) -> None:
     assert shutil.which("javac"), "a JDK is missing: run scripts/setup"
     out = subprocess.run([str(ROOT / "clients" / "java" / "build"), "test"], cwd=ROOT,
                          env=cluster_env, capture_output=True, text=True, timeout=600)
-    print(out.stdout[-3000:], out.stderr[-3000:])
+    _show(out)
     assert out.returncode == 0 and "OK (1 test)" in out.stdout

@@ -24,6 +24,12 @@ def test_controllers_become_one_channel_or_servers_in_order() -> None:
     assert tls["xds_servers"][0]["channel_creds"] == [{"type": "tls", "config": {
         "ca_certificate_file": "/c/ca.crt", "certificate_file": "/c/a.crt",
         "private_key_file": "/c/a.key"}}]
+    # The same files are the certificate provider xDS clusters of TLS replicas name.
+    assert tls["certificate_providers"] == {"servefleet": {"plugin_name": "file_watcher",
+        "config": {"certificate_file": "/c/a.crt", "private_key_file": "/c/a.key",
+                   "ca_certificate_file": "/c/ca.crt", "refresh_interval": "600s"}}}
+    assert "certificate_providers" not in one
+    assert "certificate_providers" not in bootstrap(["a:1"], ca="/c/ca.crt")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from envoy.service.status.v3 import csds_pb2
 from google.protobuf import any_pb2, json_format
@@ -23,6 +24,7 @@ from google.rpc import status_pb2
 
 from servefleet._private.testing import free_port
 from servefleet._private.wire import ROUTES_KEY, replicas_key
+from servefleet._private.xds_bootstrap import CERTIFICATE_PROVIDER
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
 from servefleet.controller.xds.build import build
@@ -80,6 +82,23 @@ def test_resources_for_an_application_and_its_split() -> None:
                                                            ("clf/Canary", 2000)]
     assert set(split.by_type[CLUSTER]) == {"clf/Model", "clf/Canary"}
     assert build(None, {}).by_type[LISTENER] == {}
+
+
+def test_a_cluster_of_replicas_serving_tls_asks_for_mutual_tls() -> None:
+    plain = build(_routes(), {("clf", "Model"): _replicas("127.0.0.1:5001")})
+    assert not _unpack(plain.by_type[CLUSTER]["clf/Model"], cluster_pb2.Cluster
+                       ).HasField("transport_socket")
+    replicas = _replicas("127.0.0.1:5001")
+    replicas.endpoints[0].http_tls = True
+    built = build(_routes(), {("clf", "Model"): replicas})
+    socket = _unpack(built.by_type[CLUSTER]["clf/Model"], cluster_pb2.Cluster).transport_socket
+    context = tls_pb2.UpstreamTlsContext()
+    assert socket.name == "envoy.transport_sockets.tls" and socket.typed_config.Unpack(context)
+    common = context.common_tls_context
+    assert common.tls_certificate_provider_instance.instance_name == CERTIFICATE_PROVIDER
+    validation = common.validation_context
+    assert validation.ca_certificate_provider_instance.instance_name == CERTIFICATE_PROVIDER
+    assert [m.exact for m in validation.match_subject_alt_names] == ["replica.servefleet"]
 
 
 @pytest.fixture

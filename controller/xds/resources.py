@@ -11,7 +11,10 @@ gRPC (the route table's `grpc_routes`):
   split's weights; RESOURCE_EXHAUSTED (a replica's "never processed"
   refusal) is retried up to 3 times (gRFC A44);
 - CDS: a Cluster per deployment (`<application>/<deployment>`), EDS, round
-  robin;
+  robin; when its replicas serve TLS (`ReplicaEndpoint.http_tls`), mutual
+  TLS (gRFC A29): the client's certificate and the CA from the bootstrap's
+  certificate provider `servefleet` (xds_bootstrap.py), the replica's
+  certificate naming `replica.servefleet`;
 - EDS: its ClusterLoadAssignment: the gRPC addresses of its RUNNING replicas
   (the replica-set snapshot: a replica leaves it before it drains), HEALTHY,
   in one locality of weight 1 (gRPC ignores localities without a weight).
@@ -37,8 +40,12 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
+from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
+from servefleet._private.xds_bootstrap import CERTIFICATE_PROVIDER
 from servefleet.v1 import watch_pb2
 
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -113,11 +120,28 @@ def _routes(application: str, clusters: list[tuple[str, float]]) -> route_pb2.Ro
     return route_pb2.RouteConfiguration(name=application, virtual_hosts=[host])
 
 
-def _cluster(name: str) -> cluster_pb2.Cluster:
-    return cluster_pb2.Cluster(
+def _replica_tls() -> base_pb2.TransportSocket:
+    """Mutual TLS to replicas, with the client's own files (gRPC's certificate
+    provider of the bootstrap) and the replicas' identity to check."""
+    provider = common_pb2.CertificateProviderPluginInstance(instance_name=CERTIFICATE_PROVIDER)
+    context = tls_pb2.UpstreamTlsContext(common_tls_context=tls_pb2.CommonTlsContext(
+        tls_certificate_provider_instance=provider,
+        validation_context=common_pb2.CertificateValidationContext(
+            ca_certificate_provider_instance=provider,
+            match_subject_alt_names=[string_pb2.StringMatcher(exact=REPLICA_SERVER_NAME)])))
+    packed = any_pb2.Any()
+    packed.Pack(context)
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.tls", typed_config=packed)
+
+
+def _cluster(name: str, tls: bool = False) -> cluster_pb2.Cluster:
+    cluster = cluster_pb2.Cluster(
         name=name, type=cluster_pb2.Cluster.EDS, lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=ADS,
                                                                 service_name=name))
+    if tls:
+        cluster.transport_socket.CopyFrom(_replica_tls())
+    return cluster
 
 
 def endpoints(name: str, addresses: Iterable[str]) -> endpoint_pb2.ClusterLoadAssignment:
@@ -152,8 +176,9 @@ def grpc_resources(out: Resources, routes: watch_pb2.RouteTable,
         out.add(ROUTE, app, _routes(app, [(cluster_name(app, d), w) for d, w in targets]))
         for deployment, _ in targets:
             name = cluster_name(app, deployment)
-            out.add(CLUSTER, name, _cluster(name))
             replicas = replica_sets.get((app, deployment))
+            tls = replicas is not None and any(e.http_tls for e in replicas.endpoints)
+            out.add(CLUSTER, name, _cluster(name, tls))
             out.add(ENDPOINTS, name, endpoints(
                 name, (e.grpc_address for e in replicas.endpoints if e.grpc_address)
                 if replicas is not None else ()))

@@ -16,12 +16,18 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+# The certificate provider instance the xDS clusters of TLS replicas name
+# (controller/xds/resources.py): the client's own certificate, key and CA.
+CERTIFICATE_PROVIDER = "servefleet"
 
 def bootstrap(controllers: Sequence[str], node_id: str = "", ca: str | None = None,
               cert: str | None = None, key: str | None = None) -> dict[str, Any]:
     """The bootstrap JSON (as a dict). With a CA, the channel to the controllers
     is TLS (and mutual TLS with a certificate and key), as gRPC's `tls`
-    channel credentials with file-watcher certificate providers."""
+    channel credentials with file-watcher certificate providers; with all
+    three, the same files are the certificate provider `servefleet` that
+    clusters of replicas serving TLS name (a channel made with
+    `grpc.xds_channel_credentials` uses it; gRFC A29)."""
     if ca:
         config: dict[str, Any] = {"ca_certificate_file": ca}
         if cert and key:
@@ -36,12 +42,18 @@ def bootstrap(controllers: Sequence[str], node_id: str = "", ca: str | None = No
         uris = ["ipv4:" + ",".join(controllers)]
     else:
         uris = list(controllers)  # in order: gRPC falls back to the next (gRFC A71)
-    return {
+    out = {
         "xds_servers": [{"server_uri": uri, "channel_creds": creds,
                          "server_features": ["xds_v3"]} for uri in uris],
         "node": {"id": node_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
                  "cluster": "servefleet-client", "locality": {}},
     }
+    if ca and cert and key:
+        out["certificate_providers"] = {CERTIFICATE_PROVIDER: {
+            "plugin_name": "file_watcher",
+            "config": {"certificate_file": cert, "private_key_file": key,
+                       "ca_certificate_file": ca, "refresh_interval": "600s"}}}
+    return out
 
 
 def render(controllers: Sequence[str], **kwargs: Any) -> str:

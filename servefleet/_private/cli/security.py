@@ -77,7 +77,8 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                             "--certs)")
     group.add_argument("--replica-tls", choices=["auto", "on", "off"], default="auto",
                        help="with TLS: replicas serve HTTP (requests, WebSockets, handle calls) "
-                            "with TLS and require a cluster certificate of callers: 'on', "
+                            "and gRPC with TLS and require a cluster certificate of callers: "
+                            "'on', "
                             "'off', or 'auto' (default): on unless a replica listens on "
                             "loopback only")
     for part in ("ca", "cert", "key"):

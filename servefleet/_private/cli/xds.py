@@ -52,7 +52,9 @@ def add_command(commands) -> None:
     xds.add_argument("--ca", default=None, metavar="FILE",
                      help="the cluster CA: TLS to the controllers (with --cert/--key: mutual)")
     xds.add_argument("--cert", default=None, metavar="FILE",
-                     help="the client's certificate, for mutual TLS (with --ca and --key)")
+                     help="the client's certificate, for mutual TLS (with --ca and --key) "
+                          "to the controllers, and to replicas serving TLS for a channel "
+                          "with xDS credentials (the certificate provider 'servefleet')")
     xds.add_argument("--key", default=None, metavar="FILE",
                      help="the private key of --cert")
     xds.set_defaults(run=cmd_xds_bootstrap)

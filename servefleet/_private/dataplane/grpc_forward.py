@@ -35,6 +35,8 @@ from typing import Any
 import grpc
 
 from servefleet._private import tracing
+from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
+from servefleet._private.security.tls import TlsFiles
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
 from .balancer import Replica, ReplicaPool
@@ -60,12 +62,31 @@ _OPTIONS = [("grpc.max_receive_message_length", GRPC_MAX_ANSWER_BYTES),
 
 
 class GrpcChannels:
-    """One insecure channel per replica gRPC address, made on first use."""
+    """One channel per replica gRPC address, made on first use: mutual TLS
+    with `tls` (this process's certificate; the replica's must name
+    `replica.servefleet`) to the addresses said to serve it, plain to others."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsFiles | None = None) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._calls: dict[tuple[str, str, str], Any] = {}
         self._closing: set[Any] = set()
+        self._credentials = tls.channel_credentials() if tls is not None else None
+        self._tls: set[str] = set()
+
+    def serves_tls(self, address: str, tls: bool) -> None:
+        """Whether the replica at `address` serves TLS (ReplicaEndpoint.http_tls):
+        a change drops the channel made the other way."""
+        if tls != (address in self._tls):
+            self.forget(address)
+            if tls:
+                self._tls.add(address)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address in self._tls and self._credentials is not None:
+            return grpc.aio.secure_channel(
+                address, self._credentials,
+                options=[*_OPTIONS, ("grpc.ssl_target_name_override", REPLICA_SERVER_NAME)])
+        return grpc.aio.insecure_channel(address, options=_OPTIONS)
 
     def call(self, address: str, method: str, unary: bool = False,
              requests: bool = False) -> Any:
@@ -77,8 +98,7 @@ class GrpcChannels:
         if found is None:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.aio.insecure_channel(address,
-                                                                              options=_OPTIONS)
+                channel = self._channels[address] = self._channel(address)
             found = (channel.stream_stream(method) if requests
                      else channel.unary_unary(method) if unary else channel.unary_stream(method))
             if len(self._calls) < _MAX_CACHED_CALLS:  # clients choose the method names
@@ -88,6 +108,7 @@ class GrpcChannels:
     def forget(self, address: str) -> None:
         """The replica left: close its channel (calls still on it finish first)."""
         channel = self._channels.pop(address, None)
+        self._tls.discard(address)
         for key in [k for k in self._calls if k[0] == address]:
             del self._calls[key]
         if channel is not None:

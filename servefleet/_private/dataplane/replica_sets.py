@@ -84,6 +84,9 @@ class ReplicaSets:
         for address in before - after:
             self._upstream.forget(address)  # gone: drop its idle connections
         if self.channels is not None:
+            for e in [] if snapshot.deleted else snapshot.replicas.endpoints:
+                if e.grpc_address:  # the gRPC port serves TLS as the HTTP port does
+                    self.channels.serves_tls(e.grpc_address, e.http_tls)
             for address in grpc_before - grpc_after:
                 self.channels.forget(address)
         if not snapshot.deleted:

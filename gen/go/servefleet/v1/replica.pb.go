@@ -182,9 +182,10 @@ type ReplicaRecord struct {
 	// config). Any leader checks a token against the registry, so it holds
 	// across failovers; empty for replicas started before replicas had one.
 	TokenSha256 string `protobuf:"bytes,15,opt,name=token_sha256,json=tokenSha256,proto3" json:"token_sha256,omitempty"`
-	// Its HTTP port serves TLS with the cluster's certificates (the controller's
-	// --replica-tls): callers connect with TLS, present a certificate of the
-	// cluster's CA and expect the name replica.servefleet.
+	// Its HTTP port, and its gRPC port when it has one, serve TLS with the
+	// cluster's certificates (the controller's --replica-tls): callers connect
+	// with TLS, present a certificate of the cluster's CA and expect the name
+	// replica.servefleet.
 	HttpTls bool `protobuf:"varint,16,opt,name=http_tls,json=httpTls,proto3" json:"http_tls,omitempty"`
 }
 

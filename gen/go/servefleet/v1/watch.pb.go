@@ -873,8 +873,9 @@ type ReplicaEndpoint struct {
 	// a proxy or handle had ejected it (passive health), and found it healthy. A
 	// proxy or handle that ejected it takes it back when this grows.
 	Cleared uint32 `protobuf:"varint,4,opt,name=cleared,proto3" json:"cleared,omitempty"`
-	// The replica's HTTP port serves TLS (ReplicaRecord.http_tls): connect with
-	// TLS, present a certificate of the cluster's CA, expect replica.servefleet.
+	// The replica's HTTP and gRPC ports serve TLS (ReplicaRecord.http_tls):
+	// connect with TLS, present a certificate of the cluster's CA, expect
+	// replica.servefleet.
 	HttpTls bool `protobuf:"varint,5,opt,name=http_tls,json=httpTls,proto3" json:"http_tls,omitempty"`
 }
 
