@@ -1,4 +1,4 @@
-"""Two hosts on this machine: a two-node Docker Swarm under servefleet.
+"""Two hosts on this machine: deploy/stack.yml on a two-node Docker Swarm.
 
     .venv/bin/python bench/two_hosts.py [--keep]
 
@@ -8,18 +8,23 @@ a Docker engine of its own (bench/nemesis/docker_engine.py: own data root,
 exec root and socket, `--bridge=none --iptables=false`, the servefleet image
 loaded from the machine's engine). The manager's engine starts a swarm, the
 worker's joins it over the veth. The script then runs itself on the manager
-host, with a controller there (SQLite store, `--runtime swarm` on the
-manager's engine) and a proxy, and checks, printing each result:
+host and deploys the stack there with `docker stack deploy`: etcd and the
+controller on the manager (the etcd label, manager-only), a proxy on each
+node (global), the deploy service applying a config of this run's, and the
+code bind-mounted from the node (deploy/stack.code-mount.yml: the two hosts
+share this machine's files, as hosts sharing a file system would). Checks,
+printing each result:
 
-1. placement: a deployment constrained to `node.labels.zone == b` (the
-   worker; the manager is "a") runs there and answers through the proxy on
-   the manager, across the veth; then 2 replicas spread over the zones run
-   one on each host, both answering;
-2. the worker lost: under steady load, every process of the worker host
-   (its engine, containerd, the replica) is killed; the controller replaces
-   the replica on the manager and the load goes on (failures counted);
-3. the worker back: its engine restarts with its data and rejoins; a
-   scale-up to 3 may place a replica there again.
+1. the stack across both nodes: a proxy answers on each host; the deployed
+   application, constrained to `node.labels.zone == b`, runs on the worker
+   and answers through both proxies (the manager's across the veth); then 2
+   replicas spread over the zones run one on each host, both answering;
+2. the worker lost: under steady load through the manager's proxy, every
+   process of the worker host (its engine, containerd, its proxy and
+   replica) is killed; the controller replaces the replica on the manager
+   and the load goes on (failures counted);
+3. the worker back: its engine restarts with its data and rejoins; Swarm
+   runs its proxy again, and a scale-up to 3 may place a replica there.
 
 Replicas use host networking on their node (the Swarm runtime's default);
 the overlay network is not used. Exit status 0 when every step held.
@@ -45,11 +50,24 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from nemesis.docker_engine import PrivateEngine  # noqa: E402
+from nemesis.docker_engine import IMAGE, PrivateEngine, binary_image  # noqa: E402
 
 NET = "10.232.0"
 MANAGER, WORKER = f"{NET}.1", f"{NET}.2"
-APPS = str(HERE.parent / "tests" / "apps")
+ROOT = HERE.parent
+APPS = str(ROOT / "tests" / "apps")
+ETCD_IMAGE = "servefleet-etcd:test"  # Debian's etcd in the servefleet image (no registry)
+CONTROLLER, PORT = f"{MANAGER}:7373", 8000  # the stack's defaults: each host is fresh
+STACK = "twohosts"
+PINNED = f"""\
+applications:
+  - name: pinned
+    route_prefix: /pinned
+    import_path: routed_app:Routed
+    runtime:
+      working_dir: {APPS}
+      placement: {{constraints: ["node.labels.zone == b"]}}
+"""
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -145,8 +163,42 @@ def _answered(url: str) -> bool:
         return False
 
 
+def swarm_of_two(mgr: PrivateEngine, wrk: PrivateEngine) -> str:
+    """The manager's engine starts a swarm, the worker's joins; labels: zone a
+    and etcd-1's on the manager, zone b on the worker. The worker's node id."""
+    mgr.docker("swarm", "init", "--advertise-addr", MANAGER, "--listen-addr", f"{MANAGER}:2377")
+    token = mgr.docker("swarm", "join-token", "-q", "worker").stdout.strip()
+    wrk.docker("swarm", "join", "--token", token, "--advertise-addr", WORKER,
+               "--listen-addr", f"{WORKER}:2377", f"{MANAGER}:2377")
+    # (Both nodes carry this machine's hostname: known by their ids.)
+    worker_id = ""
+    for node_id in mgr.docker("node", "ls", "--format", "{{.ID}}").stdout.split():
+        address = mgr.docker("node", "inspect", "-f", "{{.Status.Addr}}", node_id).stdout.strip()
+        labels = ["zone=b"] if address == WORKER else ["zone=a", "servefleet.etcd-1=true"]
+        for label in labels:
+            mgr.docker("node", "update", "--label-add", label, node_id)
+        worker_id = node_id if address == WORKER else worker_id
+    return worker_id
+
+
+def deploy_stack(mgr: PrivateEngine, work: Path) -> None:
+    """deploy/stack.yml on the swarm, as its header says, with this run's settings."""
+    apps = work / "apps.yaml"
+    apps.write_text(PINNED)
+    env = {"PATH": os.environ["PATH"], "DOCKER_HOST": mgr.url,
+           "SF_ETCD1_ADDR": f"{MANAGER}:2379", "SF_ETCD1_PEER": f"{MANAGER}:2380",
+           "SF_ETCD_CLUSTER": f"etcd-1=http://{MANAGER}:2380",
+           "SF_STORE": f"etcd://{MANAGER}:2379", "SF_CONTROLLERS": CONTROLLER,
+           "SF_CLUSTER": STACK, "SERVEFLEET_IMAGE": IMAGE, "ETCD_IMAGE": ETCD_IMAGE,
+           "SF_APPS": str(apps), "SF_DOCKER_SOCKET": str(mgr.socket),
+           "SF_DOCKER_CODE": "mount", "SF_CODE_DIR": APPS}
+    mgr.docker("stack", "deploy", "--resolve-image", "never",
+               "-c", str(ROOT / "deploy" / "stack.yml"),
+               "-c", str(ROOT / "deploy" / "stack.code-mount.yml"), STACK, env=env, timeout=300)
+
+
 def inside(tag: str, keep: bool) -> int:
-    from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+    from servefleet._private.testing import wait_for
     from servefleet.client import ControllerClient
     from servefleet.v1 import deployment_pb2 as d
     from servefleet.v1 import replica_pb2
@@ -155,43 +207,27 @@ def inside(tag: str, keep: bool) -> int:
     engines = {"manager": PrivateEngine(work, name="manager", containerd="sf2h-manager"),
                "worker": PrivateEngine(work, netns=_ns(tag, "worker"), name="worker",
                                        containerd="sf2h-worker")}
+    proxies = {host: f"http://{host}:{PORT}" for host in (MANAGER, WORKER)}
     results: dict[str, object] = {}
-    started: list = []
     ok = True
     try:
         began = time.monotonic()
+        binary_image(ETCD_IMAGE, "etcd", "etcd-server", work)
         for engine in engines.values():
             engine.start()
-        results["engines up with the image (s)"] = round(time.monotonic() - began, 1)
         mgr, wrk = engines["manager"], engines["worker"]
-        mgr.docker("swarm", "init", "--advertise-addr", MANAGER,
-                   "--listen-addr", f"{MANAGER}:2377")
-        token = mgr.docker("swarm", "join-token", "-q", "worker").stdout.strip()
-        wrk.docker("swarm", "join", "--token", token, "--advertise-addr", WORKER,
-                   "--listen-addr", f"{WORKER}:2377", f"{MANAGER}:2377")
-        # (Both nodes carry this machine's hostname: known by their ids.)
-        addresses = {}
-        for node_id in mgr.docker("node", "ls", "--format", "{{.ID}}").stdout.split():
-            addresses[node_id] = mgr.docker("node", "inspect", "-f", "{{.Status.Addr}}",
-                                            node_id).stdout.strip()
-            zone = "a" if addresses[node_id] == MANAGER else "b"
-            mgr.docker("node", "update", "--label-add", f"zone={zone}", node_id)
-        results["swarm nodes (address)"] = sorted(addresses.values())
-        worker_id = next(n for n, a in addresses.items() if a == WORKER)
+        mgr.load(ETCD_IMAGE)
+        results["engines up with the images (s)"] = round(time.monotonic() - began, 1)
+        worker_id = swarm_of_two(mgr, wrk)
 
         def worker_state() -> str:
             return mgr.docker("node", "inspect", "-f", "{{.Status.State}}", worker_id,
                               check=False).stdout.strip()
 
-        controller = ControllerProcess(f"sqlite://{work}/state.db", cluster="twohosts",
-                                       runtime="swarm", host=MANAGER, log_dir=work,
-                                       env={"DOCKER_HOST": mgr.url},
-                                       extra_args=["--allow-working-dir", APPS]).start()
-        started.append(controller)
-        wait_for(controller.is_leader, 30, "the controller leading")
-        proxy = ProxyProcess([controller.address], host=MANAGER, log_dir=work).start()
-        started.append(proxy)
-        client = ControllerClient([controller.address], timeout=60)
+        wait_for(lambda: worker_state() == "ready", 60, "the worker ready")
+        began = time.monotonic()
+        deploy_stack(mgr, work)
+        client = ControllerClient([CONTROLLER], timeout=60)
 
         def spec(replicas: int, name: str = "Where", **placement) -> d.DeploymentSpec:
             return d.DeploymentSpec(
@@ -204,28 +240,33 @@ def inside(tag: str, keep: bool) -> int:
                                                health_check_period_s=1,
                                                health_check_timeout_s=2))
 
-        def running(name: str = "Where") -> dict[str, str]:
+        def running(application: str = "default", name: str = "Where") -> dict[str, str]:
+            try:
+                found = client.replicas(application, name)
+            except Exception:  # the stack's controller not up yet
+                return {}
             return {r.record.replica_id: r.record.http_address.rpartition(":")[0]
-                    for r in client.replicas("default", name)
-                    if r.state == replica_pb2.REPLICA_STATE_RUNNING}
+                    for r in found if r.state == replica_pb2.REPLICA_STATE_RUNNING}
 
-        # 1. Placement: a constraint puts a replica on the worker, reached
-        # through the manager's proxy across the veth.
-        wait_for(lambda: worker_state() == "ready", 60, "the worker ready")
-        client.deploy(spec(1, "Pinned", constraints=["node.labels.zone == b"]))
-        wait_for(lambda: len(running("Pinned")) == 1, 180, "the pinned replica running")
-        results["1. pinned to zone b: replica at"] = list(running("Pinned").values())
-        ok &= list(running("Pinned").values()) == [WORKER]
-        wait_for(lambda: _answered(f"{proxy.url}/pinned"), 30, "the pinned replica answering")
-        client.delete(["Pinned"])
-        wait_for(lambda: not mgr.docker("service", "ls", "-q").stdout.split(), 60,
-                 "the pinned replica's service gone")
+        # 1. The stack across both nodes: its deploy service's application
+        # runs on the worker and answers through the proxies of both hosts.
+        wait_for(lambda: len(running("pinned", "Routed")) == 1, 300,
+                 "the stack's application running")
+        wait_for(lambda: all(_answered(f"{url}/pinned") for url in proxies.values()), 60,
+                 "the application answering through both proxies")
+        results["1. stack up, application answering on both hosts (s)"] = round(
+            time.monotonic() - began, 1)
+        results["1. tasks by node"] = tasks_by_node(mgr)
+        results["1. pinned to zone b: replica at"] = list(running("pinned", "Routed").values())
+        ok &= list(running("pinned", "Routed").values()) == [WORKER]
+        client.delete_applications(["pinned"])
+        wait_for(lambda: not replica_services(mgr), 60, "the pinned replica's service gone")
         # Two replicas spread over the zones: one on each host.
         client.deploy(spec(2, spread=["node.labels.zone"]))
         wait_for(lambda: len(running()) == 2, 180, "2 replicas running")
         placed = running()
         results["1. replicas by host"] = sorted(placed.values())
-        load = Load(f"{proxy.url}/where")
+        load = Load(f"{proxies[MANAGER]}/where")
         load.start()
         wait_for(lambda: set(load.by_replica) == set(placed), 30,
                  "answers from both replicas")
@@ -247,12 +288,16 @@ def inside(tag: str, keep: bool) -> int:
         results["2. failures, first"] = load.failed[:3]
         ok &= bool(on_worker) and WORKER not in running().values()
 
-        # 3. The worker back: the next scale-up may use it. (Swarm first
-        # notices it gone: until then its node still reads ready.)
+        # 3. The worker back: Swarm runs its proxy again, and the next
+        # scale-up may use it. (Swarm first notices it gone: until then its
+        # node still reads ready.)
         wait_for(lambda: worker_state() == "down", 120, "the manager seeing the worker down")
         results["3. worker node down after (s)"] = round(time.monotonic() - killed_at, 1)
         wrk.relaunch()
         wait_for(lambda: worker_state() == "ready", 120, "the worker ready again")
+        wait_for(lambda: _answered(f"{proxies[WORKER]}/where"), 120,
+                 "the worker's proxy answering again")
+        results["3. the worker's proxy answers again"] = True
         client.deploy(spec(3, spread=["node.labels.zone"]))
         wait_for(lambda: len(running()) == 3, 180, "3 replicas running")
         results["3. replicas by host after a scale-up"] = sorted(running().values())
@@ -265,15 +310,37 @@ def inside(tag: str, keep: bool) -> int:
     except Exception as e:  # any step that did not hold ends the story here
         ok = False
         results["stopped"] = f"{type(e).__name__}: {e}"
+        mgr = engines["manager"]
+        results["stack services"] = mgr.docker("service", "ls", check=False).stdout.splitlines()
+        for service in ("deploy", "controller"):
+            logs = mgr.docker("service", "logs", "--tail", "15", f"{STACK}_{service}",
+                              check=False)
+            results[f"{service} log"] = (logs.stdout + logs.stderr).splitlines()
     finally:
         print(json.dumps(results, indent=2))
         print(f"two hosts: {'every step held' if ok else 'FAILED'} (work dir {work})")
         if not keep:
-            for proc in reversed(started):
-                proc.stop()
             for engine in engines.values():
                 engine.stop()
     return 0 if ok else 1
+
+
+def replica_services(mgr: PrivateEngine) -> list[str]:
+    """The replicas' services (the controller's, labelled with the cluster)."""
+    return mgr.docker("service", "ls", "-q", "--filter",
+                      f"label=io.servefleet.cluster={STACK}", check=False).stdout.split()
+
+
+def tasks_by_node(mgr: PrivateEngine) -> dict[str, list[str]]:
+    """The running tasks (the stack's services' and the replicas'), by node address."""
+    placed = {}
+    for node in mgr.docker("node", "ls", "--format", "{{.ID}}").stdout.split():
+        address = mgr.docker("node", "inspect", "-f", "{{.Status.Addr}}", node).stdout.strip()
+        tasks = mgr.docker("node", "ps", node, "--filter", "desired-state=running",
+                           "--format", "{{.Name}} {{.CurrentState}}").stdout.splitlines()
+        placed[address] = sorted(task.split(".")[0].removeprefix(f"{STACK}_")
+                                 for task in tasks if " Running " in f"{task} ")
+    return placed
 
 
 def main() -> None:

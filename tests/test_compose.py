@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +28,10 @@ from servefleet.client import ControllerClient, ControllerUnreachable
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from nemesis.docker_engine import DockerUnavailable, binary_image  # noqa: E402
+
 IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
 ETCD_IMAGE = "servefleet-etcd:test"
 PROMETHEUS_IMAGE = "servefleet-prometheus:test"
@@ -130,19 +135,10 @@ def _answers(url: str) -> bool:
 def _binary_image(tmp_path: Path, tag: str, binary: str, package: str,
                   tail: str = "ENTRYPOINT []") -> None:
     """A Debian binary in the servefleet image (no registry here), built once."""
-    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
-        return
-    found = shutil.which(binary)
-    if found is None:
-        _unavailable(f"Debian's {package} is not installed")
-        return
-    context = tmp_path / f"{binary}-image"
-    context.mkdir()
-    shutil.copy(found, context / binary)
-    (context / "Dockerfile").write_text(
-        f"FROM {IMAGE}\nCOPY {binary} /usr/local/bin/{binary}\n{tail}\n")
-    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
-                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        binary_image(tag, binary, package, tmp_path, base=IMAGE, tail=tail)
+    except DockerUnavailable as e:
+        _unavailable(str(e))
 
 
 def _etcd_image(tmp_path: Path) -> None:

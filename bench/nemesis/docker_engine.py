@@ -79,14 +79,18 @@ class PrivateEngine:
                                     f"{self.image} (scripts/docker-engine start, "
                                     f"scripts/docker-image)")
         self.relaunch()
-        save = subprocess.Popen(["docker", "save", self.image], stdout=subprocess.PIPE)
+        self.load(self.image)
+        return self
+
+    def load(self, image: str) -> None:
+        """Copy `image` in from the machine's engine (docker save | docker load)."""
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
         try:
             self.docker("load", "-q", stdin=save.stdout, timeout=300)
         finally:
             assert save.stdout is not None
             save.stdout.close()
             save.wait(60)
-        return self
 
     def relaunch(self) -> PrivateEngine:
         """Start its dockerd on the data it has (again, after it was killed)."""
@@ -142,3 +146,23 @@ class PrivateEngine:
             if any(f" {self.root}/" in line for line in mounts):
                 return
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def binary_image(tag: str, binary: str, package: str, work: Path, base: str = IMAGE,
+                 tail: str = "ENTRYPOINT []") -> None:
+    """An image `tag` in the machine's engine: `base` with this machine's
+    `binary` (from Debian's `package`) added, built once (no registry here:
+    etcd and Prometheus images for compose and stack runs are made so)."""
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
+                      timeout=30).returncode == 0:
+        return
+    found = shutil.which(binary)
+    if found is None:
+        raise DockerUnavailable(f"Debian's {package} is not installed")
+    context = work / f"{binary}-image"
+    context.mkdir(parents=True, exist_ok=True)
+    shutil.copy(found, context / binary)
+    (context / "Dockerfile").write_text(
+        f"FROM {base}\nCOPY {binary} /usr/local/bin/{binary}\n{tail}\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True,
+                   capture_output=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
