@@ -156,6 +156,8 @@ def main() -> None:
                         help="also measure tracing on at 100%% and at 1%% sampling")
     parser.add_argument("--haproxy", action="store_true",
                         help="also measure a proxy with --engine haproxy, at every count")
+    parser.add_argument("--engine-threads", type=int, default=0, metavar="N",
+                        help="HAProxy's threads for --haproxy (default 0: one per CPU)")
     parser.add_argument("--tls-hop", action="store_true",
                         help="also measure a cluster whose proxy -> replica hop is TLS")
     parser.add_argument("--tls", action="store_true",
@@ -205,7 +207,8 @@ def main() -> None:
             return started[-1]
         targets = {"proxy": proxy().url}
         if args.haproxy:
-            targets[HAPROXY] = proxy("--engine", "haproxy").url
+            targets[HAPROXY] = proxy("--engine", "haproxy", "--engine-threads",
+                                     str(args.engine_threads)).url
         for kind, env in traced.items():
             targets[kind] = proxy(env=env).url + _prefix(kind)
         if args.workers > 1:
