@@ -310,12 +310,16 @@ def inside(tag: str, keep: bool) -> int:
     except Exception as e:  # any step that did not hold ends the story here
         ok = False
         results["stopped"] = f"{type(e).__name__}: {e}"
-        mgr = engines["manager"]
-        results["stack services"] = mgr.docker("service", "ls", check=False).stdout.splitlines()
-        for service in ("deploy", "controller"):
-            logs = mgr.docker("service", "logs", "--tail", "15", f"{STACK}_{service}",
-                              check=False)
-            results[f"{service} log"] = (logs.stdout + logs.stderr).splitlines()
+        try:  # what the stack says, when its engine still answers
+            mgr = engines["manager"]
+            results["stack services"] = mgr.docker("service", "ls",
+                                                   check=False).stdout.splitlines()
+            for service in ("deploy", "controller"):
+                logs = mgr.docker("service", "logs", "--tail", "15", f"{STACK}_{service}",
+                                  check=False)
+                results[f"{service} log"] = (logs.stdout + logs.stderr).splitlines()
+        except Exception as more:
+            results["stack services"] = f"unknown: {type(more).__name__}: {more}"
     finally:
         print(json.dumps(results, indent=2))
         print(f"two hosts: {'every step held' if ok else 'FAILED'} (work dir {work})")

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,10 +260,16 @@ def test_the_pipelines_classifier_scales_to_two_replicas_under_load_losing_nothi
         return sum(r.state == RUNNING for r in digits.client.replicas(
             application="digits-pipeline", deployment="PipelineClassifier"))
 
+    def ids() -> set[str]:
+        return {r.record.replica_id for r in digits.client.replicas(
+            application="digits-pipeline", deployment="PipelineClassifier")}
+
     assert classifiers() == 1
+    before = ids()
     digits.client.deploy_applications(
         load_config(str(quick_scaling(digits.folder, 1))).applications)
-    assert classifiers() == 1  # a new target, not a new version: no rollout
+    time.sleep(2)  # a rollout would have started a replica by now
+    assert ids() == before  # a new target, not a new version: no rollout
     failures: list[str] = []
     served: list[int] = []
 

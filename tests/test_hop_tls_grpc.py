@@ -90,20 +90,21 @@ def test_the_proxy_reaches_tls_replicas_and_they_refuse_callers_without_a_certif
     assert len(replicas) == 2 and all(r.record.http_tls for r in replicas)
     with grpc.insecure_channel(hop["target"]) as channel:  # the proxy: TLS behind it
         wait_for(lambda: _echo(channel) == list(range(50)), 30, "echoes through the proxy")
-        for _ in range(4):  # both replicas
+        for _ in range(4):
             assert _echo(channel) == list(range(50))
 
-    address = replicas[0].record.grpc_address
-    with grpc.insecure_channel(address) as plain:
-        assert _echo(plain, ()) == "UNAVAILABLE"
     other = tmp_path / "other"
     init_certs(other)
     name = (("grpc.ssl_target_name_override", REPLICA_SERVER_NAME),)
-    for directory, role, expected in ((other, "admin", "UNAVAILABLE"),
-                                      (hop["certs"], "admin", list(range(50)))):
-        credentials = TlsFiles.from_dir(directory, role).channel_credentials()
-        with grpc.secure_channel(address, credentials, options=name) as channel:
-            assert _echo(channel, ()) == expected, directory
+    for replica in replicas:
+        address = replica.record.grpc_address
+        with grpc.insecure_channel(address) as plain:
+            assert _echo(plain, ()) == "UNAVAILABLE"
+        for directory, role, expected in ((other, "admin", "UNAVAILABLE"),
+                                          (hop["certs"], "admin", list(range(50)))):
+            credentials = TlsFiles.from_dir(directory, role).channel_credentials()
+            with grpc.secure_channel(address, credentials, options=name) as channel:
+                assert _echo(channel, ()) == expected, (address, directory)
 
 
 def test_proxyless_clients_reach_tls_replicas_with_xds_credentials(hop: dict) -> None:

@@ -80,6 +80,10 @@ class GrpcChannels:
             self.forget(address)
             if tls:
                 self._tls.add(address)
+                if self._credentials is None:
+                    logger.warning("the replica at %s serves gRPC with TLS, but this proxy "
+                                   "has no cluster certificate (--certs): calls to it fail",
+                                   address)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address in self._tls and self._credentials is not None:

@@ -38,6 +38,17 @@ class ReplicaSets:
         self.channels: GrpcChannels | None = None
         POOLS.add(self)  # their queued and in-flight counts on /metrics
 
+    def _addresses_held(self) -> tuple[set[str], set[str]]:
+        """The HTTP and gRPC addresses of every pool's replicas now."""
+        http: set[str] = set()
+        grpc: set[str] = set()
+        for pool in self.pools.values():
+            for replica in pool.replicas.values():
+                http.add(replica.address)
+                if replica.grpc_address:
+                    grpc.add(replica.grpc_address)
+        return http, grpc
+
     def get(self, application: str, deployment: str) -> ReplicaPool | None:
         """The deployment's pool; None while no snapshot has named it."""
         return self.pools.get((application, deployment))
@@ -81,13 +92,16 @@ class ReplicaSets:
                 self._upstream.serves_tls(e.http_address, e.http_tls)
             pool.serves_tls = any(e.http_tls for e in replicas.endpoints)
             grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
-        for address in before - after:
+        # Gone from this deployment and from every other (a resync may move an
+        # address between deployments): drop its connections and TLS note.
+        held = self._addresses_held()
+        for address in before - after - held[0]:
             self._upstream.forget(address)  # gone: drop its idle connections
         if self.channels is not None:
             for e in [] if snapshot.deleted else snapshot.replicas.endpoints:
                 if e.grpc_address:  # the gRPC port serves TLS as the HTTP port does
                     self.channels.serves_tls(e.grpc_address, e.http_tls)
-            for address in grpc_before - grpc_after:
+            for address in grpc_before - grpc_after - held[1]:
                 self.channels.forget(address)
         if not snapshot.deleted:
             logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))
