@@ -140,10 +140,13 @@ class Admission:
         self.max_ongoing = max_ongoing
         self.ongoing = 0
         self.ready = False
+        # Told to drain: still serving requests for one wait loop (replica.py),
+        # but no new WebSocket, which would outlive it.
+        self.leaving = False
         self.draining = False
 
-    def refusal(self) -> str | None:
-        if self.draining:
+    def refusal(self, websocket: bool = False) -> str | None:
+        if self.draining or (websocket and self.leaving):
             return "draining"
         if not self.ready:
             return "loading"

@@ -13,8 +13,9 @@ change them:
   for this replica's version and code, from the Watch stream or the
   Reconfigure RPC; applying is idempotent, so whichever comes second does
   nothing;
-- drain: refuse new requests, wait for in-flight ones, checking every
-  graceful_shutdown_wait_loop_s, for at most graceful_shutdown_timeout_s.
+- drain: serve for one graceful_shutdown_wait_loop_s (callers that have
+  not yet heard of the stop), then refuse new requests and wait for those
+  in flight, checking every wait loop, for at most graceful_shutdown_timeout_s.
 
 The process around it (ports, signals, the Watch stream, exit codes) is
 main.py's; its gRPC face is control.py's.
@@ -265,18 +266,22 @@ class Replica:
         await self._drain.wait()
         if self.phase != PHASE.REPLICA_PHASE_FAILED:
             self.phase = PHASE.REPLICA_PHASE_DRAINING
-        self.admission.draining = True
+        self.admission.leaving = True
         await self.app.websockets.close_all()  # 1001 at once: their clients reconnect elsewhere
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
         logger.info("draining: %d requests in flight", self.admission.ongoing)
-        # As Ray Serve's replicas do, wait one loop before the first check:
-        # callers that have not yet learned of the stop get a clean refusal
-        # (503, Connection: close) instead of a connection closed under them.
-        while loop.time() < deadline:
+        # As Ray Serve's replicas do, serve one wait loop before the first
+        # check: the controller left this replica out of the replica set
+        # before asking it to drain, and a caller that has not applied that
+        # set yet (an HAProxy engine whose runtime-API update lags, with no
+        # other replica to retry on) is served rather than refused. Then new
+        # requests get a clean refusal (503 with x-servefleet-rejected,
+        # retried elsewhere) while those in flight finish.
+        await asyncio.sleep(min(self._wait_loop_s, max(0.0, deadline - loop.time())))
+        self.admission.draining = True
+        while self.admission.ongoing and loop.time() < deadline:
             await asyncio.sleep(min(self._wait_loop_s, max(0.0, deadline - loop.time())))
-            if self.admission.ongoing == 0:
-                break
         if self.admission.ongoing:
             logger.warning("graceful shutdown timed out with %d requests in flight",
                            self.admission.ongoing)

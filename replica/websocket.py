@@ -88,7 +88,7 @@ class OpenSockets:
 
 async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send: Send) -> None:
     """One WebSocket, start to end; `scope` with the route prefix as root_path."""
-    reason = app.admission.refusal()
+    reason = app.admission.refusal(websocket=True)
     if reason is not None:
         app.metrics.rejected[reason].inc()
         await deny(scope, send, refusal_status(scope), f"replica {app.replica_id} is {reason}",

@@ -163,7 +163,8 @@ def echo(version: str, label: str) -> d.DeploymentSpec:
 # Serial (alone on the machine): with a second test worker's load, the HAProxy
 # engine's runtime-API update lagged a draining replica's refusals past its
 # retries once (issue 40's known gap: HAProxy cannot wait for the next
-# replica set as the Python path does).
+# replica set as the Python path does). Replicas now serve their first drain
+# wait loop, which covers a lag shorter than it (this test's loop is short).
 @pytest.mark.serial
 def test_rolling_update_under_load_through_the_proxy(served_by) -> None:
     client, start_proxy = served_by

@@ -126,6 +126,9 @@ async def test_admission_refuses_when_loading_full_or_draining() -> None:
         assert draining.headers["connection"] == "close"
         admission.draining, admission.ready = False, False
         assert (await c.get("/")).headers["x-servefleet-rejected"] == "loading"
+    # Told to drain, in its first wait loop: requests still, WebSockets no more.
+    admission.ready, admission.leaving = True, True
+    assert admission.refusal() is None and admission.refusal(websocket=True) == "draining"
 
 
 

@@ -79,6 +79,31 @@ def test_sigterm_waits_for_in_flight_requests(replicas) -> None:
     assert replica.proc.wait(15) == 0
 
 
+def test_a_draining_replica_serves_one_wait_loop_then_refuses(replicas) -> None:
+    """Ray Serve's order: a caller that has not yet applied the replica set
+    without this replica (an HAProxy engine whose update lags, with no other
+    replica to retry on) is served during the first wait loop; after it, new
+    requests get the clean refusal while those in flight finish."""
+    replica = replicas("echo_app:slow", graceful_shutdown_wait_loop_s=1.5,
+                       graceful_shutdown_timeout_s=20)
+    replica.wait_phase(PHASE.REPLICA_PHASE_READY)
+    url = f"http://127.0.0.1:{replica.http}/"
+    held: dict[str, int] = {}
+    holder = threading.Thread(target=lambda: held.update(status=httpx.get(
+        url, params={"s": "4"}, timeout=20).status_code), daemon=True)
+    holder.start()
+    time.sleep(0.3)
+    replica.stub.Drain(replica_pb2.DrainRequest(wait_loop_s=1.5, timeout_s=20))
+    early = httpx.get(url, params={"s": "0"}, timeout=10)
+    assert (early.status_code, early.text) == (200, "slept")
+    time.sleep(2.0)  # past the first wait loop; the held request is in flight still
+    late = httpx.get(url, params={"s": "0"}, timeout=10)
+    assert late.status_code == 503 and late.headers["x-servefleet-rejected"] == "draining"
+    holder.join(20)
+    assert held == {"status": 200}
+    assert replica.proc.wait(15) == 0
+
+
 def test_drain_is_forced_after_the_timeout(replicas) -> None:
     replica = replicas("echo_app:slow", graceful_shutdown_wait_loop_s=0.1,
                        graceful_shutdown_timeout_s=30)
