@@ -179,8 +179,9 @@ DEPLOYMENT_OPTIONS = Section("deployment_options", "A deployment's options.", (
           "long failed. Default 30."),
     Field("graceful_shutdown_timeout_s", "number", "A draining replica is killed after "
           "this long. Default 20."),
-    Field("graceful_shutdown_wait_loop_s", "number", "How often a draining replica checks "
-          "for requests in flight. Default 2."),
+    Field("graceful_shutdown_wait_loop_s", "number", "A draining replica serves this long "
+          "(callers that have not yet heard of the stop), then refuses new requests and "
+          "checks this often for requests in flight. Default 2."),
     Field("startup_timeout_s", "number", "A constructor not done after this long is a "
           "failed start. Default 300."),
     Field("user_config", "json", "Passed to reconfigure(); a change is applied without a "
