@@ -182,7 +182,11 @@ class ControllerProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:
-            self.wait_serving_health(timeout=30)
+            try:
+                self.wait_serving_health(timeout=30)
+            except BaseException:
+                self.stop()  # not left running for a later test to trip over
+                raise
         return self
 
     def wait_serving_health(self, timeout: float) -> None:
@@ -193,12 +197,16 @@ class ControllerProcess:
         with self.credentials.channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
+                if self.proc.poll() is not None:  # another process had the port, say
+                    raise RuntimeError(f"controller {self.address} exited with "
+                                       f"{self.proc.returncode}:\n{self.logs()[-2000:]}")
                 with contextlib.suppress(grpc.RpcError):
                     stub.Check(health_pb2.HealthCheckRequest(),  # type: ignore[attr-defined]
                                timeout=1)
                     return
                 time.sleep(0.05)
-        raise TimeoutError(f"controller {self.address} not healthy within {timeout}s")
+        raise TimeoutError(f"controller {self.address} not healthy within {timeout}s:\n"
+                           f"{self.logs()[-2000:]}")
 
     def is_leader(self) -> bool:
         """True when this controller reports itself the serving leader."""
