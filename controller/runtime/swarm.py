@@ -38,6 +38,7 @@ Swarm's reason, which the deployment's status shows, and the service goes.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import os
 import threading
@@ -134,8 +135,8 @@ class SwarmRuntime(DockerRuntime):
             memory = int(resources.get("memory_bytes", 0)) or None
             gpus = int(resources.get("num_gpus", 0))
             env = {**REPLICA_ENV, **_inherited_env(), **launch.env, **self._threads(launch)}
-            # One at a time: a spread choice counts the services made before it.
-            with _SPREAD_LOCK:
+            # Spread choices one at a time: each counts the services made before it.
+            with _SPREAD_LOCK if launch.spread else contextlib.nullcontext():
                 options: dict[str, Any] = {
                     "name": name, "labels": labels, "container_labels": labels,
                     "command": ["python3", "-m", MODULE], "args": command.argv(),

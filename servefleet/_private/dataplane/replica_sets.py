@@ -94,14 +94,15 @@ class ReplicaSets:
             grpc_after = {e.grpc_address for e in replicas.endpoints if e.grpc_address}
         # Gone from this deployment and from every other (a resync may move an
         # address between deployments): drop its connections and TLS note.
-        held = self._addresses_held()
-        for address in before - after - held[0]:
+        left, grpc_left = before - after, grpc_before - grpc_after
+        held = self._addresses_held() if left or grpc_left else (set(), set())
+        for address in left - held[0]:
             self._upstream.forget(address)  # gone: drop its idle connections
         if self.channels is not None:
             for e in [] if snapshot.deleted else snapshot.replicas.endpoints:
                 if e.grpc_address:  # the gRPC port serves TLS as the HTTP port does
                     self.channels.serves_tls(e.grpc_address, e.http_tls)
-            for address in grpc_before - grpc_after - held[1]:
+            for address in grpc_left - held[1]:
                 self.channels.forget(address)
         if not snapshot.deleted:
             logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))
