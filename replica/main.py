@@ -49,6 +49,7 @@ from servefleet._private.watch_client import WatchClient
 from servefleet._private.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
 
+from .client_address import ClientAddress
 from .control import ReplicaControl
 from .replica import PHASE, Replica, ReplicaSettings
 
@@ -107,7 +108,10 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         return EXIT_BIND_FAILURE
     await control.start()
     try:
-        http = await start_http_server(replica.app, settings.host, settings.http_port,
+        # The client as the proxy names it (client_address.py: uvicorn's
+        # proxy_headers, with the answers remembered).
+        http = await start_http_server(ClientAddress(replica.app), settings.host,
+                                       settings.http_port, proxy_headers=False,
                                        ssl=server_context(tls) if tls and settings.http_tls
                                        else None)
     except OSError:

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge
 
 from servefleet._private.exposition import LATENCY_BUCKETS
+from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
 
 LABELS = ("application", "deployment", "replica")
-REQUESTS = Counter("servefleet_replica_requests", "requests that reached user code",
-                   [*LABELS, "outcome"])
-DURATION = Histogram("servefleet_replica_request_duration_seconds",
-                     "time in user code and the response", LABELS, buckets=LATENCY_BUCKETS)
+# Changed on every request, only from the event loop (HTTP, gRPC and
+# WebSockets are all served there): no lock (unlocked_metrics.py).
+REQUESTS = UnlockedCounter("servefleet_replica_requests", "requests that reached user code",
+                           [*LABELS, "outcome"])
+DURATION = UnlockedHistogram("servefleet_replica_request_duration_seconds",
+                             "time in user code and the response", LABELS,
+                             buckets=LATENCY_BUCKETS)
 ONGOING = Gauge("servefleet_replica_ongoing_requests", "requests in flight", LABELS)
-REJECTIONS = Counter("servefleet_replica_rejections", "requests refused before user code",
-                     [*LABELS, "reason"])
+REJECTIONS = UnlockedCounter("servefleet_replica_rejections",
+                             "requests refused before user code", [*LABELS, "reason"])
 RECONFIGURES = Counter("servefleet_replica_reconfigures", "user_config applications",
                        [*LABELS, "result"])
 HEALTH_CHECKS = Counter("servefleet_replica_health_checks", "check_health runs",
