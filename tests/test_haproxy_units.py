@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -127,10 +128,20 @@ def test_haproxy_accepts_the_configuration(tmp_path) -> None:
     empty = render(Layout((), (), 60.0, 1 << 20), {}, EngineSettings(
         "[::1]:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua)))
     assert "bind ipv6@::1:8000" in empty and "status 431" not in empty  # the buffer's 400
+    assert "status 414" not in empty  # 64 KiB: past the buffer, HAProxy's 400 too
+    # Each configuration makes request ids of its own prefix (a reload restarts
+    # the worker's counter); the listener's scheme is the one forwarded.
+    made = r"add-header x-request-id ([0-9a-f]{16})%\{\+X\}rt unless"
+    prefixes = {m[1] for t in (text, empty) if (m := re.search(made, t))}
+    assert len(prefixes) == 2
+    assert "set-header x-forwarded-proto http if !fwd_trusted || !fwd_proto_ok" in empty
+    tls = render(layout, {}, EngineSettings("127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9",
+                                             tls_pem="/x.pem"))
+    assert "set-header x-forwarded-proto https if !fwd_trusted || !fwd_proto_ok" in tls
     small = render(layout, servers(layout, pools), EngineSettings(
         "127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9", lua=str(lua),
-        limits=EdgeLimits(max_header_bytes=8192)))
-    assert "req.hdrs,length gt 8192" in small
+        limits=EdgeLimits(max_header_bytes=8192, max_url_bytes=4096)))
+    assert "req.hdrs,length gt 8192" in small and "url,length gt 4096" in small
     (tmp_path / "small.cfg").write_text(small)
     assert subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "small.cfg")],
                           capture_output=True).returncode == 0

@@ -102,6 +102,9 @@ def test_overload_is_503_and_timeouts_are_504(served_by) -> None:
     late = httpx.get(proxy.url + "/slow", params={"s": "5"}, timeout=30,
                      headers={"x-request-id": "late-1"})
     assert late.status_code == 504 and late.headers.get("x-request-id") == "late-1"
+    # The proxy's own answer to a request that came without an id makes one.
+    made = httpx.get(proxy.url + "/slow", params={"s": "5"}, timeout=30)
+    assert made.status_code == 504 and len(made.headers.get("x-request-id", "")) >= 16
 
 
 def test_replica_killed_under_load_and_controller_down(served_by, sqlite_fleet) -> None:

@@ -19,13 +19,15 @@ How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the ta
   itself (x-servefleet-check); a replica that holds its checks unanswered
   (SIGSTOP) is DOWN after `fall` of them, and a refused connection marks
   it down at once (`observe layer4`);
-- the request id is kept or made (`uuid`) and returned, x-forwarded-for
-  and -proto are set as the Python proxy sets them, and no client's
-  x-servefleet-* header passes.
+- the request id is kept or made (a random prefix per configuration and the
+  worker's request counter) and returned, x-forwarded-for and -proto are
+  set as the Python proxy sets them, and no client's x-servefleet-* header
+  passes.
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -120,6 +122,13 @@ def address(host_port: str) -> str:
     return f"{host or '0.0.0.0'}:{port}"
 
 
+def request_id_prefix() -> str:
+    """16 random hex digits, new for every configuration: the request ids
+    HAProxy makes are this and its worker's request counter, which starts
+    again at 0 in the worker a reload starts."""
+    return secrets.token_hex(8)
+
+
 def _ms(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
@@ -201,19 +210,24 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              f"    http-request del-header {OWN_HEADER_PREFIX.decode()} -m beg",
              "    http-request lua.drop_hop_by_hop "
              f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
-             f"    http-request set-header {rid} %[uuid] unless {{ req.hdr({rid}) -m found }}",
+             # A new id: this configuration's random prefix and the worker's
+             # request counter (HAProxy's `uuid` cost about 1.5 us more per request).
+             f"    http-request add-header {rid} {request_id_prefix()}%{{+X}}rt "
+             f"unless {{ req.hdr({rid}) -m found }}",
              f"    http-request set-var(txn.rid) req.hdr({rid})",
              _trusted_acl(settings.trusted),
              "    acl fwd_proto_ok req.hdr(x-forwarded-proto) -i http https",
-             "    http-request set-header x-forwarded-proto https "
-             "if { ssl_fc } !fwd_trusted || { ssl_fc } !fwd_proto_ok",
-             "    http-request set-header x-forwarded-proto http "
-             "if !{ ssl_fc } !fwd_trusted || !{ ssl_fc } !fwd_proto_ok",
-             "    http-request return status 414 content-type text/plain lf-string "
-             + _quoted(f"the request target is %[url,length] bytes; the limit is "
-                       f"{limits.max_url_bytes} (--max-url-bytes)")
-             + f"{_RID} if {{ url,length gt {limits.max_url_bytes} }}"]
-    if limits.max_header_bytes < settings.buffer_bytes - REWRITE_BYTES:  # else: the buffer's 400
+             # The listener is TLS or not: its scheme, unless a trusted balancer said one.
+             "    http-request set-header x-forwarded-proto "
+             f"{'https' if settings.tls_pem else 'http'} if !fwd_trusted || !fwd_proto_ok"]
+    # Past the buffer no head is read at all (HAProxy's 400): a longer limit needs no rule.
+    head_room = settings.buffer_bytes - REWRITE_BYTES
+    if limits.max_url_bytes < head_room:
+        lines.append("    http-request return status 414 content-type text/plain lf-string "
+                     + _quoted(f"the request target is %[url,length] bytes; the limit is "
+                               f"{limits.max_url_bytes} (--max-url-bytes)")
+                     + f"{_RID} if {{ url,length gt {limits.max_url_bytes} }}")
+    if limits.max_header_bytes < head_room:  # else: the buffer's 400
         lines.append("    http-request return status 431 content-type text/plain lf-string "
                      + _quoted(f"the request's headers are %[req.hdrs,length] bytes; the limit "
                                f"is {limits.max_header_bytes} (--max-header-bytes)")
@@ -243,7 +257,7 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
             continue  # the Python path (default_backend)
         on = f"route{i}"
         lines += [f"    acl {on} var(txn.route) -m int eq {i}",
-                  f"    http-request set-header {ROUTE_PREFIX_HEADER.decode()} "
+                  f"    http-request add-header {ROUTE_PREFIX_HEADER.decode()} "
                   f"{_quoted(route.prefix)} if {on}",
                   "    http-request return status 413 content-type text/plain string "
                   f"{_quoted(str(too_large))}{_RID} "
@@ -273,7 +287,7 @@ def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[
              "    http-check expect status 200",
              f"    retries {RETRIES}", "    option redispatch 1",
              "    retry-on conn-failure 425",
-             f"    http-request set-header {REFUSAL_STATUS_HEADER.decode()} 425",
+             f"    http-request add-header {REFUSAL_STATUS_HEADER.decode()} 425",
              "    http-response set-status 503 if { status 425 }"]
     if max_queued == 0:  # no queue: a request no replica can take now is refused
         lines.append("    timeout queue 1ms")
