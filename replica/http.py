@@ -50,20 +50,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.types import Message, Receive, Scope, Send
 
 import servefleet._private.values as values
-from servefleet._private import envelope, tracing
+from servefleet._private import tracing
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.ingress import is_ingress
 from servefleet._private.logs import REQUEST_ID
 from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 from servefleet._private.wire import (
-    CHECK_HEADER,
-    METHOD_HEADER,
-    MODEL_ID_HEADER,
     MODELS_HEADER,
     REJECTED_HEADER,
     REQUEST_ID_HEADER,
     ROUTE_PREFIX_HEADER,
-    STREAM_HEADER,
 )
 
 from .answers import (
@@ -76,6 +72,7 @@ from .answers import (
     takes_request,
     to_response,
 )
+from .head import Head
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_calls import in_thread, is_async_callable, traced
@@ -85,16 +82,6 @@ from .websocket import OpenSockets, serve_websocket
 logger = logging.getLogger(__name__)
 # starlette takes response headers as str.
 _REJECTED = REJECTED_HEADER.decode()
-
-
-def _has_body(scope: Scope) -> bool:
-    """Whether the request says a body follows (a length above 0, or chunked)."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return value.strip() not in (b"0", b"")
-        if name == b"transfer-encoding":
-            return True
-    return False
 
 
 _DISCONNECTED = object()
@@ -113,12 +100,14 @@ def _method_of(deployment: UserDeployment, method: str) -> Any:
     return found if callable(found) and not inspect.isclass(deployment.instance) else None
 
 
-def _under_route_prefix(scope: Scope) -> Scope:
-    """Serve an ASGI app under the route prefix the proxy matched: as its
-    root_path, the way ASGI servers mount an app (Starlette and FastAPI then
-    route on the rest of the path and build URLs with the prefix)."""
-    prefix = next((v.decode("latin-1") for k, v in scope["headers"]
-                   if k == ROUTE_PREFIX_HEADER), "")
+def _under_route_prefix(scope: Scope, prefix: str | None = None) -> Scope:
+    """Serve an ASGI app under the route prefix the proxy matched (`prefix`,
+    else read from the headers): as its root_path, the way ASGI servers
+    mount an app (Starlette and FastAPI then route on the rest of the path
+    and build URLs with the prefix)."""
+    if prefix is None:
+        prefix = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k == ROUTE_PREFIX_HEADER), "")
     if not prefix or prefix == "/":
         return scope
     scope = {**scope, "root_path": scope.get("root_path", "") + prefix}
@@ -183,7 +172,8 @@ class ReplicaApp:
                 await self._lifespan(receive, send)
             return
         reason = self.admission.refusal()
-        if any(k == CHECK_HEADER for k, _ in scope["headers"]):
+        head = Head(scope["headers"])
+        if head.check:
             # An engine's health check: up while it takes requests, full or not.
             down = reason if reason != "overloaded" else None
             await PlainTextResponse(down or "ok", 503 if down else 200)(scope, receive, send)
@@ -197,39 +187,37 @@ class ReplicaApp:
                                     status_code=refusal_status(scope),
                                     headers=headers)(scope, receive, send)
             return
-        request_id, trace_headers = envelope.of_scope(scope)
+        request_id = head.made_id(scope)
         REQUEST_ID.set(request_id)  # this request's task only: its log lines carry it
-        model_id = next((v for k, v in scope["headers"] if k == MODEL_ID_HEADER), None)
-        if model_id is not None:
-            MODEL_ID.set(model_id.decode("latin-1"))
+        if head.model_id is not None:
+            MODEL_ID.set(head.model_id)
         # Only proxies and handles come here, and they decided (tracing.py).
-        served = None if not tracing.decide(trace_headers, roots=False) else \
-            tracing.serve_decided(self._span_name(scope), trace_headers, {
+        served = None if not tracing.decide(head.trace, roots=False) else \
+            tracing.serve_decided(self._span_name(scope, head), head.trace, {
                 **self.span_attributes, "servefleet.request_id": request_id,
-                "servefleet.model_id": model_id and model_id.decode("latin-1")})
+                "servefleet.model_id": head.model_id})
         self.admission.ongoing += 1
         started = time.perf_counter()
         try:
             if served is None:
-                ok = await self._serve(scope, receive, send, request_id)
+                ok = await self._serve(scope, receive, send, head)
             else:
-                ok = await self._serve_traced(scope, receive, send, request_id, served)
+                ok = await self._serve_traced(scope, receive, send, head, served)
             (self.metrics.ok if ok else self.metrics.error).inc()
             self.metrics.duration.observe(time.perf_counter() - started)
         finally:
             self.admission.ongoing -= 1
 
-    def _span_name(self, scope: Scope) -> str:
+    def _span_name(self, scope: Scope, head: Head) -> str:
         """The replica's span: `Deployment.method` for a handle call, else
         `Deployment` and the HTTP method."""
-        method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)
         deployment = self.span_attributes.get("servefleet.deployment") or "replica"
-        if method is not None:
-            return f"{deployment}.{method.decode('latin-1')}"
+        if head.method is not None:
+            return f"{deployment}.{head.method}"
         return f"{deployment} {scope['method']}"
 
     async def _serve_traced(self, scope: Scope, receive: Receive, send: Send,
-                            request_id: str, served: tracing.Served) -> bool:
+                            head: Head, served: tracing.Served) -> bool:
         code = [0]
 
         async def noting(message: Message) -> None:
@@ -238,15 +226,16 @@ class ReplicaApp:
             await send(message)
 
         try:
-            ok = await self._serve(scope, receive, noting, request_id)
+            ok = await self._serve(scope, receive, noting, head)
         except BaseException as e:
             served.finish(code[0], e if isinstance(e, Exception) else None)
             raise
         served.finish(code[0] or (200 if ok else 500))
         return ok
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> bool:
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, head: Head) -> bool:
         """Answer the request; False when user code raised."""
+        request_id = head.request_id
         deployment = self.deployment
         assert deployment is not None, "admission lets requests in only once loaded"
 
@@ -260,29 +249,29 @@ class ReplicaApp:
                 message = {**message, "headers": headers}
             await send(message)
 
-        method = next((v for k, v in scope["headers"] if k == METHOD_HEADER), None)
-        if method is not None:
-            answer = await self._handle_call(deployment, method.decode("latin-1"), scope,
-                                             receive, request_id)
+        if head.method is not None:
+            answer = await self._handle_call(deployment, head.method, scope, receive, head)
             if answer is not None:
                 await answer(scope, receive, send_with_id)
             return answer is None or answer.status_code < 500
         try:
             if deployment.is_asgi:
-                await traced(deployment.target(_under_route_prefix(scope), receive,
-                                               send_with_id))
+                await traced(deployment.target(_under_route_prefix(scope, head.route_prefix),
+                                               receive, send_with_id))
                 return True
             if deployment.target is None:
                 response: Response = PlainTextResponse(
                     "this deployment has no __call__: reach it through a handle", 404)
             else:
-                request = Request(scope, receive)
-                if _has_body(scope):
-                    await request.body()  # cached for the user; receive() now only
-                else:  # signals a disconnect
-                    request._body = b""  # Starlette's cache of the body: none to wait for
                 # Ray calls a __call__ or function that takes no request without one.
-                args = (request,) if takes_request(deployment.target) else ()
+                args: tuple[Request, ...] = ()
+                if head.has_body or takes_request(deployment.target):
+                    request = Request(scope, receive)
+                    if head.has_body:
+                        await request.body()  # cached for the user; receive() now only
+                    else:  # signals a disconnect
+                        request._body = b""  # Starlette's cache of the body: none to wait for
+                    args = (request,) if takes_request(deployment.target) else ()
                 result = await self._call_until_disconnect(deployment.target, args, {},
                                                            scope, receive, request_id)
                 if result is _DISCONNECTED:
@@ -307,9 +296,10 @@ class ReplicaApp:
         return True
 
     async def _handle_call(self, deployment: UserDeployment, method: str, scope: Scope,
-                           receive: Receive, request_id: str) -> Any:
+                           receive: Receive, head: Head) -> Any:
         """Run a handle call; the answer to send (a FrameAnswer or a
         Response), or None when the caller left before it."""
+        request_id, stream = head.request_id, head.stream
         fn = _method_of(deployment, method)
         if fn is None:
             return _refusal(f"the deployment has no method {method!r} to call", 404)
@@ -320,7 +310,6 @@ class ReplicaApp:
             logger.warning("request %s: a handle call body that cannot be unpickled: %r",
                            request_id, e)
             return _refusal(f"bad handle call body: {type(e).__name__}: {e}", 400)
-        stream = any(k == STREAM_HEADER for k, _ in scope["headers"])
         try:
             result = await self._call_until_disconnect(fn, args, kwargs, scope, receive,
                                                        request_id)
