@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -176,3 +177,18 @@ def test_a_chunked_exporter_answer_is_read_whole() -> None:
 
     assert dechunked(b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n") == b"hello world"
     assert dechunked(b"") == b""
+
+
+def test_directories_of_killed_proxies_are_swept(tmp_path) -> None:
+    from servefleet.proxy.haproxy.process import OWNER, PREFIX, sweep_stale
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid is free now
+    dirs = {name: tmp_path / f"{PREFIX}{name}" for name in ("killed", "alive", "unowned")}
+    for path in dirs.values():
+        path.mkdir()
+        (path / "haproxy.cfg").write_text("")
+    (dirs["killed"] / OWNER).write_text(str(gone.pid))
+    (dirs["alive"] / OWNER).write_text(str(os.getpid()))
+    assert sweep_stale(str(tmp_path)) == [str(dirs["killed"])]
+    assert not dirs["killed"].exists() and dirs["alive"].exists() and dirs["unowned"].exists()

@@ -11,13 +11,16 @@ counts a failed reload (`show proc`), which `reload` reports.
 
 The child dies with the proxy process, even when that is SIGKILLed
 (PR_SET_PDEATHSIG, set by util-linux's setpriv), so no HAProxy outlives it.
-One that dies is started again by engine.py.
+One that dies is started again by engine.py. Its directory is removed when
+the proxy stops, and, when the proxy was killed, by the next proxy process
+that starts HAProxy on the host (`sweep_stale`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import logging
 import os
 import re
@@ -56,9 +59,38 @@ def binary() -> str:
     return found
 
 
+PREFIX = "servefleet-haproxy-"
+OWNER = "owner"  # in each directory: the pid of the proxy process it is for
+
+
+def sweep_stale(parent: str) -> list[str]:
+    """Remove the directories (configuration, sockets, certificate copy) that
+    killed proxy processes left in `parent`: a SIGKILL runs no cleanup. Those
+    without an owner are left alone (one being made, or from an older build).
+    The directories removed."""
+    removed = []
+    for path in glob.glob(os.path.join(parent, PREFIX + "*")):
+        try:
+            with open(os.path.join(path, OWNER)) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except PermissionError:  # another user's process: alive
+            pass
+    return removed
+
+
 class HaproxyProcess:
     def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="servefleet-haproxy-")
+        sweep_stale(tempfile.gettempdir())
+        self.directory = tempfile.mkdtemp(prefix=PREFIX)
+        with open(os.path.join(self.directory, OWNER), "w") as f:
+            f.write(str(os.getpid()))
         self.config_path = os.path.join(self.directory, "haproxy.cfg")
         self.cli = MasterCli(os.path.join(self.directory, "master.sock"))
         self._proc: subprocess.Popen[bytes] | None = None
