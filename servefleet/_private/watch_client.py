@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 RECONNECTS = Counter("servefleet_watch_reconnects", "Watch streams opened again after one "
                      "ended or went silent", ["kind"])
 
+# How long close() waits for the stream's task to end.
+CLOSE_TIMEOUT_S = 2.0
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -59,6 +61,7 @@ class WatchClient:
         self._heartbeat_s = heartbeat_s
         self._current = 0
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def leader_address(self) -> str:
         """The controller the stream is (or was last) connected to."""
@@ -69,10 +72,21 @@ class WatchClient:
             self._task = asyncio.create_task(self._run(), name="watch-client")
 
     async def close(self) -> None:
+        """Stop watching. Bounded: a cancel can be lost (asyncio.wait_for
+        returns the stream's own error when the stream fails at the moment of
+        the cancel, gRPC may answer a cancel with a CANCELLED error), so the
+        loop also stops at its next turn, and this waits CLOSE_TIMEOUT_S at
+        most: a replica told to stop while its controller stopped too once
+        stayed up, reconnecting forever."""
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            done, _ = await asyncio.wait({self._task}, timeout=CLOSE_TIMEOUT_S)
+            if done:
+                with contextlib.suppress(asyncio.CancelledError):
+                    self._task.result()
+            else:
+                logger.warning("the watch stream did not stop within %s s", CLOSE_TIMEOUT_S)
             self._task = None
 
     def _request(self) -> watch_pb2.WatchRequest:
@@ -84,7 +98,7 @@ class WatchClient:
 
     async def _run(self) -> None:
         failures = 0
-        while True:
+        while not self._closing:
             address = self.addresses[self._current]
             hint = None
             try:
@@ -118,6 +132,8 @@ class WatchClient:
             except Exception:
                 logger.exception("watch stream to %s failed; reconnecting", address)
             self.connected.clear()
+            if self._closing:  # closed while the stream failed: the cancel was lost
+                return
             self.reconnects += 1
             RECONNECTS.labels(watch_pb2.WatcherKind.Name(self._kind)
                               .removeprefix("WATCHER_KIND_").lower()).inc()
