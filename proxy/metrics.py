@@ -29,6 +29,7 @@ or user values.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -38,12 +39,20 @@ from servefleet._private.dataplane.recent_errors import RecentErrors
 from servefleet._private.dataplane.traffic import TrafficWindow
 from servefleet._private.exposition import LATENCY_BUCKETS
 from servefleet._private.logs import REQUEST_ID
+from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
 
-REQUESTS = Counter("servefleet_proxy_requests", "requests answered by the proxy",
-                   ["application", "deployment", "route", "code"])
-DURATION = Histogram("servefleet_proxy_request_duration_seconds",
-                     "from routing to the end of the answer", ["application", "deployment"],
-                     buckets=LATENCY_BUCKETS)
+_REQUESTS = ("servefleet_proxy_requests", "requests answered by the proxy")
+_DURATION = ("servefleet_proxy_request_duration_seconds", "from routing to the end of the answer")
+_REQUEST_LABELS, _DURATION_LABELS = ["application", "deployment", "route", "code"], \
+    ["application", "deployment"]
+REQUESTS: Any
+DURATION: Any
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a worker: summed through prometheus's files
+    REQUESTS = Counter(*_REQUESTS, _REQUEST_LABELS)
+    DURATION = Histogram(*_DURATION, _DURATION_LABELS, buckets=LATENCY_BUCKETS)
+else:  # changed on every request, only on the event loop: no lock (unlocked_metrics.py)
+    REQUESTS = UnlockedCounter(*_REQUESTS, _REQUEST_LABELS)
+    DURATION = UnlockedHistogram(*_DURATION, _DURATION_LABELS, LATENCY_BUCKETS)
 GRPC_CALLS = Counter("servefleet_proxy_grpc_calls", "gRPC calls answered by the proxy",
                      ["application", "deployment", "service", "code"])
 SHADOWS = Counter("servefleet_proxy_shadow_copies", "copies for shadow deployments",
