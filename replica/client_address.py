@@ -31,6 +31,8 @@ DEFAULT_TRUSTED = "127.0.0.1,::1"
 SCHEMES = {"http", "https", "ws", "wss"}
 # Distinct x-forwarded-for values remembered (then forgotten all at once).
 REMEMBERED = 4096
+# ... of at most this many bytes each (a longer one is read every time).
+REMEMBERED_BYTES = 256
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -42,7 +44,7 @@ class Trusted:
 
     def __init__(self, spec: str) -> None:
         entries = [e.strip() for e in spec.split(",")]
-        self.any = "*" in entries
+        self.any = spec == "*"  # as uvicorn: "*" alone; in a list it is a name
         self._addresses: set[Address] = set()
         self._networks: list[Network] = []
         self._names: set[str] = set()
@@ -95,7 +97,10 @@ def host_and_port(entry: str) -> tuple[str, int]:
 
 
 def _port(text: str) -> int | None:
-    return int(text) if text.isdigit() and text.isascii() else None
+    try:
+        return int(text)  # as uvicorn: int()'s rules, "+80" and " 80" too
+    except ValueError:  # not a number, or past int()'s 4,300 digits
+        return None
 
 
 class ClientAddress:
@@ -132,9 +137,10 @@ class ClientAddress:
             client = self._clients.get(joined, False)
             if client is False:
                 client = self._client(joined.decode("latin-1"))
-                if len(self._clients) >= REMEMBERED:
-                    self._clients.clear()
-                self._clients[joined] = client
+                if len(joined) <= REMEMBERED_BYTES:  # a client writes the left of it
+                    if len(self._clients) >= REMEMBERED:
+                        self._clients.clear()
+                    self._clients[joined] = client
             if client is not None:
                 scope["client"] = client
 

@@ -17,9 +17,11 @@ the process); the rest of the labels are bounded enums:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from typing import Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from servefleet._private.exposition import LATENCY_BUCKETS
 from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
@@ -27,14 +29,18 @@ from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistog
 LABELS = ("application", "deployment", "replica")
 # Changed on every request, only from the event loop (HTTP, gRPC and
 # WebSockets are all served there): no lock (unlocked_metrics.py).
-REQUESTS = UnlockedCounter("servefleet_replica_requests", "requests that reached user code",
-                           [*LABELS, "outcome"])
-DURATION = UnlockedHistogram("servefleet_replica_request_duration_seconds",
-                             "time in user code and the response", LABELS,
-                             buckets=LATENCY_BUCKETS)
+# (prometheus_client's own where its multiprocess files are read instead:
+# PROMETHEUS_MULTIPROC_DIR in a replica's environment.)
+_MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+_Counter: Any = Counter if _MULTIPROCESS else UnlockedCounter
+REQUESTS = _Counter("servefleet_replica_requests", "requests that reached user code",
+                    [*LABELS, "outcome"])
+DURATION: Any = (Histogram if _MULTIPROCESS else UnlockedHistogram)(
+    "servefleet_replica_request_duration_seconds", "time in user code and the response",
+    LABELS, buckets=LATENCY_BUCKETS)
 ONGOING = Gauge("servefleet_replica_ongoing_requests", "requests in flight", LABELS)
-REJECTIONS = UnlockedCounter("servefleet_replica_rejections",
-                             "requests refused before user code", [*LABELS, "reason"])
+REJECTIONS = _Counter("servefleet_replica_rejections", "requests refused before user code",
+                      [*LABELS, "reason"])
 RECONFIGURES = Counter("servefleet_replica_reconfigures", "user_config applications",
                        [*LABELS, "result"])
 HEALTH_CHECKS = Counter("servefleet_replica_health_checks", "check_health runs",

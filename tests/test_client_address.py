@@ -11,14 +11,16 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from servefleet.replica.client_address import ClientAddress
 
-TRUSTED = ["127.0.0.1,::1", "*", "10.0.0.0/8, 192.168.1.1", "127.0.0.1,", "unix-peer", ""]
+TRUSTED = ["127.0.0.1,::1", "*", "10.0.0.0/8, 192.168.1.1", "127.0.0.1,", "unix-peer", "",
+           "10.0.0.0/8,*", " *"]
 PEERS = [("127.0.0.1", 5000), ("::1", 5000), ("10.1.2.3", 1), ("8.8.8.8", 1), None,
          ("unix-peer", 0)]
 FORWARDED_FOR = [None, b"1.2.3.4", b"1.2.3.4, 127.0.0.1", b"127.0.0.1", b"5.6.7.8, 1.2.3.4",
                  b"1.2.3.4:8080", b"[2001:db8::1]:443", b"[2001:db8::1]", b"2001:db8::2",
                  b"1.2.3.4, ", b"", b" , 10.9.9.9", b"[::1", b"1.2.3.4:http", b"[::2]:x",
                  b"garbage, 192.168.1.1", b"nonsense", b"::1, 127.0.0.1",
-                 b"10.1.1.1, 10.2.2.2"]
+                 b"10.1.1.1, 10.2.2.2", b"1.2.3.4:+80", b"1.2.3.4: 80", b"1.2.3.4:8_0",
+                 b"127.0.0.1:-1", b"[::1]:-1", b"1.2.3.4:" + b"9" * 5000]
 PROTO = [None, b"https", b"http", b" wss ", b"ftp", b"HTTPS"]
 
 
@@ -79,3 +81,15 @@ async def test_an_untrusted_peer_changes_nothing(trusted: str) -> None:
              "headers": [(b"x-forwarded-for", b"1.2.3.4"), (b"x-forwarded-proto", b"https")]}
     got = await _seen(lambda app: ClientAddress(app, trusted), scope)
     assert got == ((("8.8.8.8", 1), "http") if trusted != "*" else (("1.2.3.4", 0), "https"))
+
+
+async def test_a_long_header_is_read_but_not_remembered() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    middleware = ClientAddress(app, "127.0.0.1")
+    nothing: Any = None
+    long = b"203.0.113." + b"9" * 300 + b", 198.51.100.7"
+    await middleware({"type": "http", "client": ("127.0.0.1", 1), "scheme": "http",
+                      "headers": [(b"x-forwarded-for", long)]}, nothing, nothing)
+    assert middleware._clients == {}  # a client writes the left of it: no pinned memory

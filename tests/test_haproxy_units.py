@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -132,7 +131,7 @@ def test_haproxy_accepts_the_configuration(tmp_path) -> None:
     assert "status 414" not in empty  # 64 KiB: past the buffer, HAProxy's 400 too
     # Each configuration makes request ids of its own prefix (a reload restarts
     # the worker's counter); the listener's scheme is the one forwarded.
-    made = r"add-header x-request-id ([0-9a-f]{16})%\{\+X\}rt unless"
+    made = r"add-header x-request-id ([0-9a-f]{16})%\{\+X\}Ts%\{\+X\}rt unless"
     prefixes = {m[1] for t in (text, empty) if (m := re.search(made, t))}
     assert len(prefixes) == 2
     assert "set-header x-forwarded-proto http if !fwd_trusted || !fwd_proto_ok" in empty
@@ -180,15 +179,16 @@ def test_a_chunked_exporter_answer_is_read_whole() -> None:
 
 
 def test_directories_of_killed_proxies_are_swept(tmp_path) -> None:
+    import fcntl
+
     from servefleet.proxy.haproxy.process import OWNER, PREFIX, sweep_stale
 
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # its pid is free now
     dirs = {name: tmp_path / f"{PREFIX}{name}" for name in ("killed", "alive", "unowned")}
     for path in dirs.values():
         path.mkdir()
         (path / "haproxy.cfg").write_text("")
-    (dirs["killed"] / OWNER).write_text(str(gone.pid))
-    (dirs["alive"] / OWNER).write_text(str(os.getpid()))
-    assert sweep_stale(str(tmp_path)) == [str(dirs["killed"])]
+    (dirs["killed"] / OWNER).write_text("7")  # its process, whoever it was, holds no lock
+    with open(dirs["alive"] / OWNER, "w") as held:  # a live proxy, in any pid namespace
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert sweep_stale(str(tmp_path)) == [str(dirs["killed"])]
     assert not dirs["killed"].exists() and dirs["alive"].exists() and dirs["unowned"].exists()

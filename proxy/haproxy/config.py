@@ -19,8 +19,8 @@ How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the ta
   itself (x-servefleet-check); a replica that holds its checks unanswered
   (SIGSTOP) is DOWN after `fall` of them, and a refused connection marks
   it down at once (`observe layer4`);
-- the request id is kept or made (a random prefix per configuration and the
-  worker's request counter) and returned, x-forwarded-for and -proto are
+- the request id is kept or made (a random prefix per configuration, the
+  time and the worker's request counter) and returned, x-forwarded-for and -proto are
   set as the Python proxy sets them, and no client's x-servefleet-* header
   passes.
 """
@@ -210,9 +210,10 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
              f"    http-request del-header {OWN_HEADER_PREFIX.decode()} -m beg",
              "    http-request lua.drop_hop_by_hop "
              f"if {{ req.fhdr(connection) -m reg -i {_NAMES_A_HEADER} }}",
-             # A new id: this configuration's random prefix and the worker's
-             # request counter (HAProxy's `uuid` cost about 1.5 us more per request).
-             f"    http-request add-header {rid} {request_id_prefix()}%{{+X}}rt "
+             # A new id: this configuration's random prefix, the second and the
+             # worker's request counter, which wraps at 2^32 (HAProxy's `uuid`
+             # cost about 1.5 us more per request).
+             f"    http-request add-header {rid} {request_id_prefix()}%{{+X}}Ts%{{+X}}rt "
              f"unless {{ req.hdr({rid}) -m found }}",
              f"    http-request set-var(txn.rid) req.hdr({rid})",
              _trusted_acl(settings.trusted),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import glob
 import logging
 import os
@@ -60,28 +61,32 @@ def binary() -> str:
 
 
 PREFIX = "servefleet-haproxy-"
-OWNER = "owner"  # in each directory: the pid of the proxy process it is for
+# In each directory: the pid of the proxy process it is for, a file that
+# process holds locked (flock) for as long as it lives.
+OWNER = "owner"
 
 
 def sweep_stale(parent: str) -> list[str]:
     """Remove the directories (configuration, sockets, certificate copy) that
-    killed proxy processes left in `parent`: a SIGKILL runs no cleanup. Those
-    without an owner are left alone (one being made, or from an older build).
-    The directories removed."""
+    killed proxy processes left in `parent`: a SIGKILL runs no cleanup. A
+    directory goes only when its owner file can be locked, i.e. no process
+    holds it (whatever pid namespace it runs in); those without an owner
+    file are left alone (one being made, or from an older build). The
+    directories removed."""
     removed = []
     for path in glob.glob(os.path.join(parent, PREFIX + "*")):
         try:
-            with open(os.path.join(path, OWNER)) as f:
-                pid = int(f.read())
-        except (OSError, ValueError):
+            fd = os.open(os.path.join(path, OWNER), os.O_RDONLY)
+        except OSError:
             continue
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        except PermissionError:  # another user's process: alive
-            pass
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its proxy lives
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
 
 
@@ -89,8 +94,11 @@ class HaproxyProcess:
     def __init__(self) -> None:
         sweep_stale(tempfile.gettempdir())
         self.directory = tempfile.mkdtemp(prefix=PREFIX)
-        with open(os.path.join(self.directory, OWNER), "w") as f:
-            f.write(str(os.getpid()))
+        # Held open (and locked) until the directory goes: closing it frees the lock.
+        self._owner = open(os.path.join(self.directory, OWNER), "w")
+        fcntl.flock(self._owner, fcntl.LOCK_EX)
+        self._owner.write(str(os.getpid()))
+        self._owner.flush()
         self.config_path = os.path.join(self.directory, "haproxy.cfg")
         self.cli = MasterCli(os.path.join(self.directory, "master.sock"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -189,6 +197,7 @@ class HaproxyProcess:
                 proc.kill()
             proc.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._owner.close()
 
     async def _in_flight(self) -> int | None:
         """Requests (and tunnels) the workers, old ones too, still hold on
@@ -208,6 +217,7 @@ class HaproxyProcess:
             self._proc.kill()
             self._proc.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._owner.close()
 
     def _write(self, config: str) -> None:
         temporary = self.config_path + ".new"

@@ -39,6 +39,12 @@ CHANNEL_OPTIONS = [
 ]
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A task left running at close: its end is read, so nothing is logged as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
 class WatchClient:
     def __init__(self, addresses: str | Sequence[str] | None, keys: Sequence[str], *,
                  on_snapshot: Callable[[watch_pb2.Snapshot], None] | None = None,
@@ -87,6 +93,7 @@ class WatchClient:
                     self._task.result()
             else:
                 logger.warning("the watch stream did not stop within %s s", CLOSE_TIMEOUT_S)
+                self._task.add_done_callback(_retrieved)
             self._task = None
 
     def _request(self) -> watch_pb2.WatchRequest:
@@ -114,6 +121,8 @@ class WatchClient:
                         if not self.connected.is_set():
                             self.connected.set()
                             failures = 0
+                        if self._closing:  # the cancel came with a response: lost
+                            return
                         if response.HasField("snapshot"):
                             self._apply(response.snapshot)
             except grpc.aio.AioRpcError as e:
