@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from servefleet._private.logs import new_request_id
+from servefleet._private import envelope
 from servefleet._private.wire import (
     CHECK_HEADER,
     METHOD_HEADER,
@@ -76,7 +76,5 @@ class Head:
     def made_id(self, scope: MutableMapping[str, Any]) -> str:
         """The request id; one made up for a request without one is also
         added to the scope's headers (user code sees the id it is logged with)."""
-        if not self.request_id:
-            self.request_id = new_request_id()
-            scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, self.request_id.encode())]
+        self.request_id = envelope.with_id(scope, self.request_id)
         return self.request_id

@@ -44,10 +44,15 @@ def of_scope(scope: MutableMapping[str, Any]) -> tuple[str, tuple[tuple[bytes, b
     """As `read` for an ASGI scope; an id made up for a request without one
     is also added to the scope's headers (user code sees the id it is logged with)."""
     request_id, trace = read(scope["headers"])
+    return with_id(scope, request_id), trace
+
+
+def with_id(scope: MutableMapping[str, Any], request_id: str) -> str:
+    """`request_id`, or for "" one made up and added to the scope's headers."""
     if not request_id:
         request_id = new_request_id()
         scope["headers"] = [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]
-    return request_id, trace
+    return request_id
 
 
 def read_or_new(headers: Headers) -> tuple[str, tuple[tuple[bytes, bytes], ...]]:
