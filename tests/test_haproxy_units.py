@@ -183,12 +183,15 @@ def test_directories_of_killed_proxies_are_swept(tmp_path) -> None:
 
     from servefleet.proxy.haproxy.process import OWNER, PREFIX, sweep_stale
 
-    dirs = {name: tmp_path / f"{PREFIX}{name}" for name in ("killed", "alive", "unowned")}
+    dirs = {name: tmp_path / f"{PREFIX}{name}" for name in ("killed", "alive", "unowned", "new")}
     for path in dirs.values():
         path.mkdir()
         (path / "haproxy.cfg").write_text("")
     (dirs["killed"] / OWNER).write_text("7")  # its process, whoever it was, holds no lock
+    # A proxy starting: its owner file made, not locked yet (it writes its pid once locked).
+    (dirs["new"] / OWNER).write_text("")
     with open(dirs["alive"] / OWNER, "w") as held:  # a live proxy, in any pid namespace
         fcntl.flock(held, fcntl.LOCK_EX)
         assert sweep_stale(str(tmp_path)) == [str(dirs["killed"])]
-    assert not dirs["killed"].exists() and dirs["alive"].exists() and dirs["unowned"].exists()
+    assert not dirs["killed"].exists()
+    assert dirs["alive"].exists() and dirs["unowned"].exists() and dirs["new"].exists()

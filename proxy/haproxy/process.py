@@ -70,8 +70,10 @@ def sweep_stale(parent: str) -> list[str]:
     """Remove the directories (configuration, sockets, certificate copy) that
     killed proxy processes left in `parent`: a SIGKILL runs no cleanup. A
     directory goes only when its owner file can be locked, i.e. no process
-    holds it (whatever pid namespace it runs in); those without an owner
-    file are left alone (one being made, or from an older build). The
+    holds it (whatever pid namespace it runs in) and it names its proxy: a
+    proxy writes its pid only once it holds the lock, so an empty owner file
+    is one being made (made, not locked yet). Those without an owner file
+    are left alone too (one being made, or from an older build). The
     directories removed."""
     removed = []
     for path in glob.glob(os.path.join(parent, PREFIX + "*")):
@@ -81,6 +83,8 @@ def sweep_stale(parent: str) -> list[str]:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.read(fd, 32):
+                continue  # being made: its proxy locks it next
         except OSError:
             continue  # its proxy lives
         finally:

@@ -262,14 +262,27 @@ class ProxyProcess:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ProxyProcess:
-        cmd = [*self.wrap, sys.executable, "-m", "servefleet", "proxy", "--controller",
-               ",".join(self.controllers), "--listen", f"{self.host}:{self.port}",
-               *self.extra_args]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
-        return self
+        """Start it and wait until it listens. A first start whose free port
+        another process took meanwhile goes again on another port; any other
+        early exit raises with the end of its log."""
+        first = self.proc is None
+        for _ in range(3):
+            cmd = [*self.wrap, sys.executable, "-m", "servefleet", "proxy", "--controller",
+                   ",".join(self.controllers), "--listen", f"{self.host}:{self.port}",
+                   *self.extra_args]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            try:
+                _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
+                return self
+            except RuntimeError as e:
+                said = self.log_path.read_text(errors="replace")[logged:]
+                if not (first and "already in use" in said):
+                    raise RuntimeError(f"{e}; its log ends:\n{said[-3000:]}") from None
+            self.port = free_port()
+        raise RuntimeError("proxy: three free ports were taken before it bound them")
 
     def stop(self, timeout: float = 15) -> int | None:
         return _terminate(self.proc, timeout)
