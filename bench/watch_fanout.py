@@ -41,7 +41,8 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
-from servefleet._private.testing import ControllerProcess, free_port, go_workspace
+from servefleet._private.gopath import go_workspace
+from servefleet._private.testing import ControllerProcess, free_port
 from servefleet._private.wire import ROUTES_KEY
 from servefleet.client import ControllerClient
 from servefleet.controller.server import MAX_PENDING_CALLS

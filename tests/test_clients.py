@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from servefleet._private.testing import ProxyProcess, go_workspace
+from servefleet._private.gopath import go_workspace
+from servefleet._private.testing import ProxyProcess
 from servefleet.client import ControllerClient
 
 ROOT = Path(__file__).resolve().parent.parent

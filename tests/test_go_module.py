@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from servefleet._private.testing import go_workspace
+from servefleet._private.gopath import go_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,21 +27,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from servefleet._private.replica_command import REPLICA_ENV
 
 
-def go_workspace(gopath: Path) -> tuple[Path, dict[str, str]]:
-    """A GOPATH under `gopath` holding this repository at the import path
-    go_package names, with Debian's Go packages beside it (GOPATH mode: no
-    module proxy is reachable). Returns the repository's directory in it and
-    the variables to add to the environment of `go build` / `go test` there."""
-    root = Path(__file__).resolve().parents[2]  # servefleet/_private/testing.py
-    link = gopath / "src" / "github.com" / "servefleet" / "servefleet"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not link.exists():
-        link.symlink_to(root)
-    return link, {"GO111MODULE": "off", "GOFLAGS": "",
-                  "GOPATH": f"{gopath}:/usr/share/gocode",
-                  "GOCACHE": str(root / ".build" / "go-cache")}
-
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
@@ -262,26 +247,23 @@ class ProxyProcess:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ProxyProcess:
-        """Start it and wait until it listens. A first start whose free port
-        another process took meanwhile goes again on another port; any other
-        early exit raises with the end of its log."""
-        first = self.proc is None
+        """Start it and wait until it listens; a first start whose free port was
+        taken meanwhile goes again on another, other early exits say its log."""
         for _ in range(3):
-            cmd = [*self.wrap, sys.executable, "-m", "servefleet", "proxy", "--controller",
-                   ",".join(self.controllers), "--listen", f"{self.host}:{self.port}",
-                   *self.extra_args]
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            first, logged = self.proc is None, len(self.logs())
             with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+                self.proc = subprocess.Popen(
+                    [*self.wrap, sys.executable, "-m", "servefleet", "proxy", "--controller",
+                     ",".join(self.controllers), "--listen", f"{self.host}:{self.port}",
+                     *self.extra_args], stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
                 _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
                 return self
             except RuntimeError as e:
-                said = self.log_path.read_text(errors="replace")[logged:]
-                if not (first and "already in use" in said):
-                    raise RuntimeError(f"{e}; its log ends:\n{said[-3000:]}") from None
-            self.port = free_port()
+                if not (first and "already in use" in self.logs()[logged:]):
+                    raise RuntimeError(f"{e}; it wrote: {self.logs()[logged:][-3000:]}") from None
+                self.proc, self.port = None, free_port()
         raise RuntimeError("proxy: three free ports were taken before it bound them")
 
     def stop(self, timeout: float = 15) -> int | None:
