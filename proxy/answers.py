@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
 from starlette.types import Scope, Send
 
 from servefleet._private.dataplane.upstream import Response, UpstreamError
+from servefleet._private.deadlines import Bound
 from servefleet._private.http_protocol import RAW_KEY, RawResponse
 from servefleet._private.wire import MODELS_HEADER, REQUEST_ID_HEADER
 
@@ -67,7 +67,7 @@ class Started:
     deployment = ""
     # The default bound on the wait for an answer (routes.DEFAULT_ANSWER_START_S),
     # lifted once the answer begins; None when a request timeout bounds the whole.
-    until_start: asyncio.Timeout | None = None
+    until_start: Bound | None = None
 
 
 async def stream_back(scope: Scope, send: Send, request_id: str, started: Started,
@@ -77,7 +77,7 @@ async def stream_back(scope: Scope, send: Send, request_id: str, started: Starte
     the replica's bytes (RawResponse, when the server is servefleet's own)."""
     started.value = True
     if started.until_start is not None:
-        started.until_start.reschedule(None)
+        started.until_start.lift()
     body = response.buffered_body()
     if body is not None:
         raw: RawResponse | None = scope.get(RAW_KEY)

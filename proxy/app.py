@@ -47,6 +47,7 @@ from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unse
 from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
+from servefleet._private.deadlines import Deadlines
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.exposition import send_metrics
 from servefleet._private.logs import REQUEST_ID
@@ -100,6 +101,7 @@ class ProxyApp:
         self._timeout = request_timeout_s
         # Without a request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
+        self._deadlines = Deadlines()  # the bounds on forwarded requests, one timer
         self.draining = False
         # The Watch state (main.py): until its first routes and replica sets
         # came, a request waits for them (not a 404 for a route that exists).
@@ -271,8 +273,8 @@ class ProxyApp:
         # bound the whole exchange; without either, the wait for the answer's start.
         timeout = self._timeout or self._routes().request_timeout_s or None
         try:
-            # In this task (wait_for would make one more per request on Python 3.11).
-            async with asyncio.timeout(timeout or self.answer_start_s) as bound:
+            # In this task, on the proxy's one timer (servefleet/_private/deadlines.py).
+            async with self._deadlines.bound(timeout or self.answer_start_s) as bound:
                 if timeout is None:
                     started.until_start = bound
                 await self._forward_until_disconnect(scope, receive, send, pool, headers,

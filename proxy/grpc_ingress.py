@@ -56,6 +56,7 @@ from servefleet._private.dataplane.grpc_forward import (
     forward_grpc,
 )
 from servefleet._private.dataplane.grpc_requests import forward_grpc_requests
+from servefleet._private.deadlines import Deadlines
 from servefleet._private.grpc_guard import Guard
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.security.tokens import TokenTable
@@ -130,6 +131,7 @@ class GrpcProxy:
         self.first_sync: ProxyState | None = None
         # Without a deadline or request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
+        self._deadlines = Deadlines()  # the bounds on forwarded requests, one timer
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         """Every method but the port's own: unary-unary for RPCs the route table
@@ -270,10 +272,10 @@ class GrpcProxy:
         try:
             # Without a deadline or request timeout, the wait for the answer's
             # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began is not.
-            async with asyncio.timeout(timeout or self.answer_start_s) as bound:
+            async with self._deadlines.bound(timeout or self.answer_start_s) as bound:
                 async def begun(answer: Answer) -> None:
                     if timeout is None:
-                        bound.reschedule(None)
+                        bound.lift()
                     await relay(answer)
 
                 if isinstance(request, bytes):
