@@ -106,3 +106,14 @@ async def test_a_timeout_swallowed_inside_the_block_is_no_error() -> None:
             await asyncio.sleep(1)
     assert bound.expired
     assert asyncio.current_task().cancelling() == 0  # the cancellation was taken back
+
+
+async def test_a_limit_already_past_runs_out_at_the_next_tick() -> None:
+    deadlines = Deadlines(TICK)
+    async with deadlines.bound(5):  # the timer runs, and has swept
+        await asyncio.sleep(3 * TICK)
+        for limit in (0, -1):
+            with pytest.raises(TimeoutError):
+                async with deadlines.bound(limit):
+                    await asyncio.sleep(1)
+    assert len(deadlines) == 0

@@ -43,15 +43,17 @@ class Deadlines:
         return sum(len(bucket) for bucket in self._buckets.values())
 
     def _add(self, bound: Bound, when: float, loop: asyncio.AbstractEventLoop) -> None:
-        key = -int(-when // self.tick_s)  # the first tick at or after `when`
+        if self._timer is None:
+            self._swept = int(loop.time() // self.tick_s)
+            self._timer = loop.call_later(self.tick_s, self._sweep, loop)
+        # The first tick at or after `when`, and one not swept yet (a limit
+        # already past, of 0 s or less, runs out at the next).
+        key = max(-int(-when // self.tick_s), self._swept + 1)
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = {}
         bucket[bound] = None
         bound._key = key
-        if self._timer is None:
-            self._swept = int(loop.time() // self.tick_s)
-            self._timer = loop.call_later(self.tick_s, self._sweep, loop)
 
     def _remove(self, bound: Bound) -> None:
         key, bound._key = bound._key, None
