@@ -271,11 +271,14 @@ class GrpcProxy:
                        unary: bool, routing_key: str = "") -> None:
         try:
             # Without a deadline or request timeout, the wait for the answer's
-            # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began is not.
-            async with self._deadlines.bound(timeout or self.answer_start_s) as bound:
+            # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began
+            # is not. That bound is on one timer (_private/deadlines.py: at most
+            # 50 ms late); a deadline, met a little early on purpose, is exact.
+            default = self._deadlines.bound(self.answer_start_s) if timeout is None else None
+            async with default or asyncio.timeout(timeout):
                 async def begun(answer: Answer) -> None:
-                    if timeout is None:
-                        bound.lift()
+                    if default is not None:
+                        default.lift()
                     await relay(answer)
 
                 if isinstance(request, bytes):
