@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from random import Random
+from typing import Any
 
 import pytest
 
@@ -117,3 +120,70 @@ async def test_a_limit_already_past_runs_out_at_the_next_tick() -> None:
                 async with deadlines.bound(limit):
                     await asyncio.sleep(1)
     assert len(deadlines) == 0
+
+
+class FakeLoop:
+    """time() and call_at() of an event loop whose clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.timers: list[tuple[float, Callable[..., Any], tuple]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any) -> object:
+        self.timers.append((when, callback, args))
+        return object()
+
+    def run_until(self, until: float) -> None:
+        while due := sorted((t for t in self.timers if t[0] <= until), key=lambda t: t[0]):
+            self.timers.remove(due[0])
+            self.now = max(self.now, due[0][0])
+            due[0][1](*due[0][2])
+        self.now = until
+
+
+class FakeTask:
+    def __init__(self, loop: FakeLoop) -> None:
+        self.loop = loop
+        self.cancelled_at: float | None = None
+
+    def cancel(self) -> None:
+        self.cancelled_at = self.loop.now
+
+
+def test_limits_run_out_at_the_first_tick_at_or_after_them() -> None:
+    loop, random, tick = FakeLoop(), Random(7), 0.05
+    deadlines = Deadlines(tick)
+    limits = []
+    for _ in range(500):
+        loop.run_until(loop.now + random.uniform(0, 0.03))
+        bound = deadlines.bound(0)
+        bound._task = FakeTask(loop)  # type: ignore[assignment]
+        when = loop.now + random.choice((0.0, random.uniform(0, 0.4)))
+        deadlines._add(bound, when, loop)  # type: ignore[arg-type]
+        limits.append((when, bound))
+    loop.run_until(loop.now + 1)
+    late = [bound._task.cancelled_at - when for when, bound in limits]  # type: ignore[union-attr]
+    assert all(0 <= t < tick for t in late), (min(late), max(late))
+    assert len(deadlines) == 0 and not loop.timers  # nothing armed once all ran out
+
+
+def test_a_deadlines_outliving_its_event_loop_works_on_the_next() -> None:
+    deadlines = Deadlines(TICK)
+
+    async def quick() -> None:
+        async with deadlines.bound(5):
+            pass
+
+    async def slow() -> bool:
+        try:
+            async with deadlines.bound(0.05):
+                await asyncio.sleep(1)
+        except TimeoutError:
+            return True
+        return False
+
+    asyncio.run(quick())  # its loop closes with the sweep timer set
+    assert asyncio.run(slow())

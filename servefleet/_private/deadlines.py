@@ -12,13 +12,15 @@ early so that its status arrives first) stays an exact `asyncio.timeout`.
 `Deadlines` files each bounded task in a bucket of TICK_S by when its limit
 falls (a dict entry, removed when the task leaves the bound) and one timer
 per Deadlines sweeps the buckets that came due, every TICK_S while any task
-is bounded. A limit runs out at most TICK_S late, never early.
+is bounded. A limit runs out at the first tick at or after it: less than
+TICK_S late (plus the event loop's own delays), never early.
 
 `Deadlines.bound(seconds)` is used as `asyncio.timeout(seconds)` is: the task
 is cancelled when the time runs out, and the bound turns that cancellation
 into TimeoutError as the block ends (unless the task was also cancelled from
 elsewhere: that CancelledError goes on). `lift()` takes the limit away (an
-answer that began is not cut short by the wait for its start).
+answer that began is not cut short by the wait for its start); after the
+limit ran out it does nothing (asyncio's reschedule raises there).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Deadlines:
         self._buckets: dict[int, dict[Bound, None]] = {}
         self._swept = 0  # the last bucket swept
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def bound(self, seconds: float) -> Bound:
         """A limit of `seconds` on the block it is entered for (`async with`)."""
@@ -46,9 +49,10 @@ class Deadlines:
         return sum(len(bucket) for bucket in self._buckets.values())
 
     def _add(self, bound: Bound, when: float, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is None:
-            self._swept = int(loop.time() // self.tick_s)
-            self._timer = loop.call_later(self.tick_s, self._sweep, loop)
+        # Armed again on another loop: one that closed with the timer set never runs it.
+        if self._timer is None or loop is not self._loop:
+            self._loop, self._swept = loop, int(loop.time() // self.tick_s)
+            self._arm(loop)
         # The first tick at or after `when`, and one not swept yet (a limit
         # already past, of 0 s or less, runs out at the next).
         key = max(-int(-when // self.tick_s), self._swept + 1)
@@ -66,15 +70,27 @@ class Deadlines:
             if not bucket:
                 del self._buckets[key]
 
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = int(loop.time() // self.tick_s)
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        # At the next tick's own time (not a tick after this sweep, which
+        # drifts): a bucket is swept as its time comes.
+        key = self._swept + 1
+        self._timer = loop.call_at(key * self.tick_s, self._sweep, loop, key)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop, key: int) -> None:
+        # The timer's own key counts as come (the clock, read in floats, can
+        # say a hair before it: as early as asyncio.timeout's timers can be).
+        now = max(key, int(loop.time() // self.tick_s))
         # Bucket by bucket: a loop held up for long has few keys to go through.
-        for key in range(self._swept + 1, now + 1):
-            for bound in self._buckets.pop(key, ()):
+        due = [self._buckets.pop(k) for k in range(self._swept + 1, now + 1)
+               if k in self._buckets]
+        self._swept = now
+        self._timer = None
+        if self._buckets:
+            self._arm(loop)  # first: the next sweep is set whatever expiring does
+        for bucket in due:
+            for bound in bucket:
                 bound._key = None
                 bound._expire()
-        self._swept = now
-        self._timer = loop.call_later(self.tick_s, self._sweep, loop) if self._buckets else None
 
 
 class Bound:

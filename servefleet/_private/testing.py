@@ -260,11 +260,12 @@ class ProxyProcess:
             try:
                 _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
                 return self
-            except RuntimeError as e:
+            except (RuntimeError, TimeoutError) as e:
+                self.stop(1)
                 if not (first and "already in use" in self.logs()[logged:]):
                     raise RuntimeError(f"{e}; it wrote: {self.logs()[logged:][-3000:]}") from None
                 self.proc, self.port = None, free_port()
-        raise RuntimeError("proxy: three free ports were taken before it bound them")
+        raise RuntimeError(f"proxy: no free port it could bind; {self.logs()[-3000:]}")
 
     def stop(self, timeout: float = 15) -> int | None:
         return _terminate(self.proc, timeout)
