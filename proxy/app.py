@@ -101,7 +101,7 @@ class ProxyApp:
         self._timeout = request_timeout_s
         # Without a request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
-        self._deadlines = Deadlines()  # the bounds on forwarded requests, one timer
+        self._deadlines = Deadlines()  # the default answer-start bounds, on one timer
         self.draining = False
         # The Watch state (main.py): until its first routes and replica sets
         # came, a request waits for them (not a 404 for a route that exists).

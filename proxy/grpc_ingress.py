@@ -131,7 +131,7 @@ class GrpcProxy:
         self.first_sync: ProxyState | None = None
         # Without a deadline or request timeout, the bound on the wait for an answer's start.
         self.answer_start_s = DEFAULT_ANSWER_START_S
-        self._deadlines = Deadlines()  # the bounds on forwarded requests, one timer
+        self._deadlines = Deadlines()  # the default answer-start bounds, on one timer
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         """Every method but the port's own: unary-unary for RPCs the route table

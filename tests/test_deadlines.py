@@ -23,7 +23,9 @@ async def test_a_block_past_its_limit_times_out_late_by_at_most_a_tick() -> None
             await asyncio.sleep(5)
     took = loop.time() - began
     assert bound.expired
-    assert 0.1 <= took < 0.1 + TICK + 0.05  # scheduling slack on a loaded machine
+    # Never early; how late is the fake-clock test's (a loaded machine's
+    # scheduling adds its own delay here), but well before the 5 s sleep.
+    assert 0.1 <= took < 1
     assert len(deadlines) == 0
 
 

@@ -32,7 +32,7 @@ TICK_S = 0.05
 
 
 class Deadlines:
-    """The bounds of one event loop's tasks (make it inside the loop)."""
+    """The bounds of tasks on one event loop at a time."""
 
     def __init__(self, tick_s: float = TICK_S) -> None:
         self.tick_s = tick_s
