@@ -195,3 +195,32 @@ def test_directories_of_killed_proxies_are_swept(tmp_path) -> None:
         assert sweep_stale(str(tmp_path)) == [str(dirs["killed"])]
     assert not dirs["killed"].exists()
     assert dirs["alive"].exists() and dirs["unowned"].exists() and dirs["new"].exists()
+
+
+def test_a_cli_connection_closed_at_once_is_a_cli_error(tmp_path, monkeypatch) -> None:
+    """HAProxy's master can close a CLI connection as it is made (at its start,
+    say); uvloop then raises RuntimeError on the write, which must be a
+    CliError the start's retry loop takes (CI saw it end a proxy)."""
+    import asyncio
+
+    import uvloop
+
+    from servefleet.proxy.haproxy import cli as cli_module
+
+    path = str(tmp_path / "master.sock")
+    opened = asyncio.open_unix_connection
+
+    async def closed_at_once(socket_path: str):
+        reader, writer = await opened(socket_path)
+        writer.transport.close()
+        await asyncio.sleep(0)  # the transport's handle is closed by now
+        return reader, writer
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(lambda r, w: w.close(), path)
+        async with server:
+            monkeypatch.setattr(cli_module.asyncio, "open_unix_connection", closed_at_once)
+            with pytest.raises(cli_module.CliError, match="show info"):
+                await cli_module.MasterCli(path).worker("show info")
+
+    uvloop.run(main())

@@ -44,7 +44,9 @@ class MasterCli:
             if writer.can_write_eof():
                 writer.write_eof()
             answer = await asyncio.wait_for(reader.read(), COMMAND_TIMEOUT_S)
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, RuntimeError) as e:
+            # uvloop raises RuntimeError writing to a connection the other end
+            # closed as it was made (HAProxy's master can, while it starts).
             raise CliError(f"HAProxy did not answer {command!r}: {e}") from None
         finally:
             writer.close()

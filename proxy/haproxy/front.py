@@ -131,7 +131,8 @@ class HaproxyFront:
 
     async def metrics(self) -> bytes:
         """HAProxy's own Prometheus metrics (its exporter), or nothing."""
-        with contextlib.suppress(OSError, TimeoutError):
+        # RuntimeError: uvloop's, writing to a connection HAProxy closed at once.
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
             reader, writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(self._stats_socket), 2)
             try:
