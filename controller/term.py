@@ -35,12 +35,14 @@ from functools import partial
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet._private.wire import replicas_key
 from servefleet.v1 import application_pb2, records_pb2, replica_pb2, status_pb2, watch_pb2
 from servefleet.v1 import controller_pb2 as api
 
 from .api.redact import env_values, scrub
 from .api.status import Observed, cluster_status
 from .clock import Clock
+from .drain_fence import DrainFence
 from .election import FencedStore, LeaderElection
 from .errors import NotLeader, Unavailable
 from .goals.applications import ApplicationTable
@@ -104,6 +106,9 @@ class LeaderTerm:
                              journal_key=parts.keys.last_write)
         self.publisher = Publisher()
         self._state: StatePublisher | None = None
+        # Holds a replica's drain until reporters route by a set without it.
+        self.fence = DrainFence(parts.clock, lambda: (
+            w.watcher_id for w in self.publisher.watchers.values()))
         self.loop = ReconcileLoop(parts.clock, leading=fenced.still_valid)
         self.deployments = DeploymentTable(parts.keys, fenced, parts.store, parts.clock,
                                            self._deployment_changed, parts.max_history)
@@ -115,7 +120,7 @@ class LeaderTerm:
         if parts.runtime is not None:
             ops = ReplicaOps(parts.cluster, parts.keys, fenced, parts.runtime,
                              parts.replica_client, parts.controllers,
-                             self.publisher.watching)
+                             self.publisher.watching, self.fence)
             self.replicas = ReplicaReconciler(
                 parts.keys, ops, self.loop, lambda: self.deployments.list(include_deleted=True),
                 parts.clock, on_change=self._deployment_changed,
@@ -226,9 +231,28 @@ class LeaderTerm:
         return [(record.spec, why) for record in self.applications.live()
                 if (why := application_unavailable(record))]
 
+    def record_load(self, report: api.ReportLoadRequest) -> None:
+        """Store one load report; InvalidArgument (nothing stored) on a bad one."""
+        applied = (self.fence.check(report.applied.snapshot_ids)
+                   if report.HasField("applied") else None)
+        self.load_reports.record(report.reporter_id, report.queued, report.ongoing,
+                                 report.traffic, report.ejected, report.suspected,
+                                 report.recent_errors)
+        self.fence.reported(report.reporter_id, applied)
+
     def _deployment_changed(self, application: str, name: str) -> None:
         if self._state is not None:
             self._state.refresh(application, name)
+            self._note_replica_set(application, name)
+
+    def _note_replica_set(self, application: str, name: str) -> None:
+        """Tell the drain fence which replicas the deployment's published set holds."""
+        snapshot = self.publisher.snapshot(replicas_key(application, name))
+        if snapshot is None:
+            self.fence.removed((application, name))
+        else:
+            self.fence.published((application, name), snapshot.snapshot_id,
+                                 (e.replica_id for e in snapshot.replicas.endpoints))
 
     def _routes_changed(self, application: str) -> None:
         if self._state is not None:
@@ -252,6 +276,8 @@ class LeaderTerm:
                                      lambda: self.applications.http_options,
                                      self._unavailable, self._unbuilt)
         self._state.refresh_all()
+        for record in self.deployments.live():
+            self._note_replica_set(record.spec.application, record.spec.name)
         return True
 
     async def _retry_while_leading(self, step: Callable[[Store], Awaitable[None]], store: Store,

@@ -195,9 +195,15 @@ async def serve(options: ProxyOptions) -> None:
                               address=address, watcher_id=f"proxy-{uuid.uuid4().hex[:8]}" + (
                                   f"-w{options.worker}" if options.worker is not None else ""),
                               credentials=options.credentials)
+        engine = front.engine if front else None
         reporter = LoadReporter(watcher, traffic=app.traffic, errors=app.metrics.errors.take,
-                                engine=front.engine.load if front and front.engine else None)
+                                engine=engine.load if engine else None,
+                                applied=(lambda: engine.applied) if engine else None)
         state.replica_sets.on_starved = reporter.wake
+        if engine is not None:
+            engine.on_applied = reporter.wake
+        else:
+            state.replica_sets.on_applied = reporter.wake
         watcher.start()
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
         publishing = asyncio.create_task(publish_pools()) if options.worker is not None \

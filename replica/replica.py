@@ -272,10 +272,11 @@ class Replica:
         deadline = loop.time() + self._timeout_s
         logger.info("draining: %d requests in flight", self.admission.ongoing)
         # As Ray Serve's replicas do, serve one wait loop before the first
-        # check: the controller left this replica out of the replica set
-        # before asking it to drain, and a caller that has not applied that
-        # set yet (an HAProxy engine whose runtime-API update lags, with no
-        # other replica to retry on) is served rather than refused. Then new
+        # check: the controller left this replica out of the replica set,
+        # and waited for the callers that report what they applied
+        # (controller/drain_fence.py), before asking it to drain; a caller
+        # that has not applied that set yet (one that does not report it, or
+        # past the controller's bound) is served rather than refused. Then new
         # requests get a clean refusal (503 with x-servefleet-rejected,
         # retried elsewhere) while those in flight finish.
         await asyncio.sleep(min(self._wait_loop_s, max(0.0, deadline - loop.time())))

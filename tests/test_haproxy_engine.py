@@ -4,7 +4,10 @@ the `served_by` fixture.)"""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 import httpx
 import psutil
@@ -14,6 +17,7 @@ from test_proxy import all_healthy, app_spec, routed
 
 from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.client import ControllerClient
+from servefleet.v1 import deployment_pb2, replica_pb2
 
 pytestmark = pytest.mark.slow
 
@@ -215,3 +219,53 @@ def test_a_websocket_outlives_reloads_for_other_routes(sqlite_fleet, tmp_path) -
         finally:
             proxy.stop()
             client.shutdown()
+
+
+def test_a_lone_replica_drains_only_once_a_lagging_engine_let_it_go(sqlite_fleet,
+                                                                     tmp_path) -> None:
+    """The proxy process is stopped (SIGSTOP) through a rollout of a lone
+    replica: HAProxy, its child, serves on with the old replica alone. The
+    controller holds the old replica's drain until the proxy has taken the
+    new set into HAProxy and said so in a load report, so no request is
+    refused (before: the drain began at once, the replica refused after its
+    wait loop, and HAProxy had no other server to retry on)."""
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy"])
+
+    def lone(version: str) -> deployment_pb2.DeploymentSpec:
+        spec = app_spec("Echo", "echo_app:Echo", "/echo", 1)
+        spec.version = version
+        spec.replica_config.graceful_shutdown_wait_loop_s = 0.3
+        return spec
+
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(lone("v1"))
+        wait_for(lambda: all_healthy(client, 1), what="v1 healthy")
+        proxy.start()
+        wait_for(lambda: routed(proxy, "/echo"), 30, "route at the proxy")
+        try:
+            with SteadyLoad(proxy.url + "/echo", concurrency=2) as load:
+                wait_for(lambda: load.ok > 50, what="traffic before the rollout")
+                assert proxy.proc is not None
+                os.kill(proxy.proc.pid, signal.SIGSTOP)
+                try:
+                    client.deploy(lone("v2"))
+                    wait_for(lambda: any(r.state == replica_pb2.REPLICA_STATE_STOPPING
+                                         for r in client.replicas()), 60, "v1 stopping")
+                    time.sleep(2.0)  # the old replica's wait loop, many times over
+                    served = load.ok
+                finally:
+                    os.kill(proxy.proc.pid, signal.SIGCONT)
+                wait_for(lambda: len(client.replicas()) == 1 and all(
+                    r.state == replica_pb2.REPLICA_STATE_RUNNING for r in client.replicas()),
+                    60, "v1 gone, v2 running")
+                after = load.ok
+                wait_for(lambda: load.ok > after + 50, what="traffic after the rollout")
+        finally:
+            proxy.stop()
+            client.shutdown()
+    print(f"lone-replica rollout under a stopped proxy: {load.ok} ok "
+          f"({served} before SIGCONT), {len(load.bad)} failed")
+    assert load.bad == [], load.bad[:5]

@@ -163,12 +163,11 @@ def echo(version: str, label: str) -> d.DeploymentSpec:
     return spec
 
 
-# Serial (alone on the machine): with a second test worker's load, the HAProxy
-# engine's runtime-API update lagged a draining replica's refusals past its
-# retries once (issue 40's known gap: HAProxy cannot wait for the next
-# replica set as the Python path does). Replicas now serve their first drain
-# wait loop, which covers a lag shorter than it (this test's loop is short).
-@pytest.mark.serial
+# With a second test worker's load, the HAProxy engine's runtime-API update
+# once lagged a draining replica's refusals past its retries (HAProxy cannot
+# wait for the next replica set as the Python path does). The controller now
+# drains a replica only once the proxies say they let go of it (drain_fence.py;
+# test_haproxy_engine stops the proxy through a rollout).
 def test_rolling_update_under_load_through_the_proxy(served_by) -> None:
     client, start_proxy = served_by
     client.deploy(echo("v1", "one"))

@@ -133,9 +133,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     @api_method
     async def ReportLoad(self, request: api.ReportLoadRequest,
                          context: Any) -> api.ReportLoadResponse:
-        self._term().load_reports.record(request.reporter_id, request.queued, request.ongoing,
-                                         request.traffic, request.ejected, request.suspected,
-                                         request.recent_errors)
+        self._term().record_load(request)
         return api.ReportLoadResponse()
 
     @api_method
@@ -155,9 +153,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                     # One stream holds one report: it cannot fill the table alone.
                     raise InvalidArgument("report.reporter_id", "a stream carries the "
                                           f"reports of one reporter, {one_line(reporter)}")
-                term.load_reports.record(report.reporter_id, report.queued, report.ongoing,
-                                         report.traffic, report.ejected, report.suspected,
-                                         report.recent_errors)
+                term.record_load(report)
         finally:
             await close_requests(requests)
         return api.StreamLoadResponse()

@@ -34,6 +34,7 @@ from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
 from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
 
+from ..drain_fence import DrainFence
 from ..election import FencedStore
 from ..errors import NotLeader, StoreDiskFull, Unavailable
 from ..keys import ClusterKeys
@@ -65,7 +66,8 @@ class ReplicaOps:
     def __init__(self, cluster: str, keys: ClusterKeys, fenced: FencedStore, runtime: Runtime,
                  client: ReplicaClient,
                  controllers: Callable[[], list[str]] | None = None,
-                 watching: Callable[[str], bool] | None = None) -> None:
+                 watching: Callable[[str], bool] | None = None,
+                 fence: DrainFence | None = None) -> None:
         self.cluster = cluster
         self._keys = keys
         self._fenced = fenced
@@ -75,6 +77,8 @@ class ReplicaOps:
         self.controllers = controllers or (lambda: [])
         # Whether a replica (by id) has a Watch stream open to this leader.
         self.watching = watching or (lambda replica_id: False)
+        # Holds a drain until the proxies and handles let go of the replica.
+        self.fence = fence or DrainFence()
         # Replicas (by id) whose first registry write was refused for want of
         # disk space: neither stored nor started.
         self._never_registered: set[str] = set()
@@ -176,13 +180,14 @@ class ReplicaOps:
         await self._put(record)
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
-                   timeout_s: float) -> Stopped:
-        """Drain and stop a replica, then drop it from the registry."""
+                   timeout_s: float, fence_s: float = 0.0) -> Stopped:
+        """Drain and stop a replica, then drop it from the registry; the drain
+        waits up to `fence_s` for the reporters routing to it to let go."""
         with tracing.action("stop replica", _attributes(record)):
-            return await self._stop(record, wait_loop_s, timeout_s)
+            return await self._stop(record, wait_loop_s, timeout_s, fence_s)
 
     async def _stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
-                    timeout_s: float) -> Stopped:
+                    timeout_s: float, fence_s: float) -> Stopped:
         if record.replica_id in self._never_registered:
             self._never_registered.discard(record.replica_id)
             return Stopped()
@@ -192,6 +197,10 @@ class ReplicaOps:
             marked.stopping = True
             await self._put(marked)
         self.check_leading()
+        if record.control_address and fence_s > 0:
+            await self.fence.wait((record.application, record.deployment),
+                                  record.replica_id, fence_s)
+            self.check_leading()
         if record.control_address:
             try:
                 await self.client.drain(record.control_address, wait_loop_s, timeout_s,

@@ -330,9 +330,12 @@ class ReplicaReconciler:
             return  # runtime could run a replica that its record never names
         wait_loop, timeout = stop_timings(
             goal.spec.replica_config if goal is not None else None, view)
+        # A replica that served is drained once the proxies and handles let go
+        # of it (drain_fence.py); a failed one has nothing worth the wait.
+        fence = 0.0 if view.failure else timeout
         # A probe or health check under way is cancelled: its answer no longer matters.
         self._run(replica_id, lambda: self._ops.stop(self._records[replica_id], wait_loop,
-                                                     timeout), replace_work=True)
+                                                     timeout, fence), replace_work=True)
 
     # -- 3. publishing --------------------------------------------------------------------
 

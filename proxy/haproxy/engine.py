@@ -55,6 +55,11 @@ class HaproxyEngine:
         # (requests, errors, when) per backend at the last sample: traffic is the difference.
         self._last: dict[str, tuple[int, int, float]] = {}
         self.reloads = self.restarts = 0
+        # The replica sets HAProxy's servers follow (ReplicaSets.applied's ids as
+        # they were when the last sync began), for the load reports; on_applied
+        # is called when they change (the load reporter's wake).
+        self.applied: dict[str, str] = {}
+        self.on_applied: Callable[[], None] | None = None
 
     def changed(self) -> None:
         """A snapshot came: sync soon."""
@@ -62,9 +67,11 @@ class HaproxyEngine:
 
     async def start(self) -> None:
         """Start HAProxy on what is known now; HaproxyError if it cannot."""
+        applying = dict(self.state.replica_sets.applied)
         layout, want = await self._wanted()
         await self.process.start(render(layout, want, self.settings))
         self._layout, self._have = layout, want
+        self._applied(applying)
 
     async def run(self) -> None:
         while True:
@@ -85,6 +92,7 @@ class HaproxyEngine:
                     await asyncio.sleep(PASS_S)
 
     async def sync(self) -> None:
+        applying = dict(self.state.replica_sets.applied)  # read before the pools are
         layout, want = await self._wanted()
         if layout != self._layout:
             await self.process.reload(render(layout, want, self.settings))
@@ -93,11 +101,19 @@ class HaproxyEngine:
             self._last.clear()
             logger.info("HAProxy reloaded: %d routes, %d backends", len(layout.routes),
                         len(layout.backends))
+            self._applied(applying)
             return
         for kind, backend, name, command in plan_servers(
                 self._have, self._leaving, want).steps():
             answer = (await self.process.cli.worker(command)).strip()
             self._note(kind, backend, name, answer, want)
+        self._applied(applying)
+
+    def _applied(self, sets: dict[str, str]) -> None:
+        if sets != self.applied:
+            self.applied = sets
+            if self.on_applied is not None:
+                self.on_applied()
 
     def _note(self, kind: str, backend: str, name: str, answer: str,
               want: dict[str, dict[str, Server]]) -> None:

@@ -146,7 +146,7 @@ class HandleRouter:
         # Calls queued and awaited here count toward the autoscaler's load, as a
         # proxy's do (and a call waiting for a scaled-to-zero deployment wakes it).
         reporter = LoadReporter(self._watch)
-        self.replica_sets.on_starved = reporter.wake
+        self.replica_sets.on_starved = self.replica_sets.on_applied = reporter.wake
         self._watch.start()
         self._reporting = asyncio.get_running_loop().create_task(
             reporter.run(self.replica_sets), name=f"load reports of {application}")

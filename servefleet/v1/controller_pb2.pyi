@@ -101,7 +101,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, applications: _Optional[_Iterable[_Union[_status_pb2.ApplicationStatusInfo, _Mapping]]] = ..., proxies: _Optional[_Iterable[_Union[_status_pb2.ProxyStatus, _Mapping]]] = ..., cluster: _Optional[str] = ..., leader: _Optional[str] = ..., controllers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportLoadRequest(_message.Message):
-    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected", "suspected", "recent_errors")
+    __slots__ = ("reporter_id", "queued", "ongoing", "traffic", "ejected", "suspected", "recent_errors", "applied")
     class QueuedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,7 @@ class ReportLoadRequest(_message.Message):
     EJECTED_FIELD_NUMBER: _ClassVar[int]
     SUSPECTED_FIELD_NUMBER: _ClassVar[int]
     RECENT_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
     reporter_id: str
     queued: _containers.ScalarMap[str, int]
     ongoing: _containers.ScalarMap[str, int]
@@ -137,7 +138,21 @@ class ReportLoadRequest(_message.Message):
     ejected: _containers.RepeatedScalarFieldContainer[str]
     suspected: _containers.RepeatedScalarFieldContainer[str]
     recent_errors: _containers.RepeatedCompositeFieldContainer[RecentError]
-    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ..., recent_errors: _Optional[_Iterable[_Union[RecentError, _Mapping]]] = ...) -> None: ...
+    applied: AppliedReplicaSets
+    def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ..., recent_errors: _Optional[_Iterable[_Union[RecentError, _Mapping]]] = ..., applied: _Optional[_Union[AppliedReplicaSets, _Mapping]] = ...) -> None: ...
+
+class AppliedReplicaSets(_message.Message):
+    __slots__ = ("snapshot_ids",)
+    class SnapshotIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SNAPSHOT_IDS_FIELD_NUMBER: _ClassVar[int]
+    snapshot_ids: _containers.ScalarMap[str, str]
+    def __init__(self, snapshot_ids: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DeploymentTraffic(_message.Message):
     __slots__ = ("requests", "window_s", "p50_ms", "p99_ms", "errors")

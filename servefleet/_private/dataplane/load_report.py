@@ -83,8 +83,12 @@ class LoadReporter:
     def __init__(self, watcher: WatchClient, period_s: float = REPORT_PERIOD_S,
                  traffic: Callable[[], dict[str, Traffic]] | None = None,
                  errors: Callable[[], list[controller_pb2.RecentError]] | None = None,
-                 engine: Callable[[], Awaitable[EngineLoad]] | None = None) -> None:
+                 engine: Callable[[], Awaitable[EngineLoad]] | None = None,
+                 applied: Callable[[], dict[str, str]] | None = None) -> None:
         self._watcher = watcher
+        # The replica sets requests go by, when not the pools' (an HAProxy
+        # engine's servers: HaproxyEngine.applied), as ReplicaSets.applied names them.
+        self._applied = applied
         # An HAProxy engine's load (proxy/haproxy/engine.py), added to the pools'.
         self._engine = engine
         # A proxy's recent requests per deployment (traffic.py), sent along.
@@ -100,6 +104,8 @@ class LoadReporter:
         self._outbox: asyncio.Queue[controller_pb2.StreamLoadRequest | None] = asyncio.Queue()
         self._stream: asyncio.Task[None] | None = None
         self._last: dict[str, tuple[int, int]] = {}
+        # The replica sets named in the last report sent (None: name them next).
+        self._applied_sent: dict[str, str] | None = None
 
     def wake(self) -> None:
         """Report now rather than at the end of the period."""
@@ -135,8 +141,12 @@ class LoadReporter:
                 if not self._watcher.connected.is_set():
                     continue  # failures held meanwhile: the latest go with the next report
                 errors = self._errors() if self._errors is not None else []
-                if report or traffic or self._ejected or had or errors:
-                    await self._send(report, traffic, ejected, suspected, errors)
+                applied: dict[str, str] | None = dict(
+                    self._applied() if self._applied is not None else sets.applied)
+                if applied == self._applied_sent:
+                    applied = None
+                if report or traffic or self._ejected or had or errors or applied is not None:
+                    await self._send(report, traffic, ejected, suspected, errors, applied)
         finally:
             await self._close()
 
@@ -153,9 +163,14 @@ class LoadReporter:
                     traffic: dict[str, Traffic] | None = None,
                     ejected: list[str] | None = None,
                     suspected: list[str] | None = None,
-                    errors: list[controller_pb2.RecentError] | None = None) -> None:
+                    errors: list[controller_pb2.RecentError] | None = None,
+                    applied: dict[str, str] | None = None) -> None:
         leader = self._watcher.leader_address()
         if self._stream is None or self._stream.done() or leader != self._channel_to:
+            # A new leader (or stream) hears what this process routes by at once.
+            if applied is None and self._applied_sent is not None:
+                applied = self._applied_sent
+            self._applied_sent = None
             await self._close()
             self._channel = self._watcher.credentials.aio_channel(leader)
             self._channel_to = leader
@@ -171,7 +186,11 @@ class LoadReporter:
                     requests=n, window_s=w, p50_ms=p50, p99_ms=p99, errors=failed)
                     for k, (n, w, p50, p99, failed) in (traffic or {}).items()},
                 ejected=ejected or [], suspected=suspected or [],
-                recent_errors=errors or [])))
+                recent_errors=errors or [],
+                applied=None if applied is None else controller_pb2.AppliedReplicaSets(
+                    snapshot_ids=applied))))
+        if applied is not None:
+            self._applied_sent = applied
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[

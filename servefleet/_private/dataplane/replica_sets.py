@@ -36,6 +36,11 @@ class ReplicaSets:
         # The gRPC channels to replicas (a proxy with gRPC ingress), whose
         # connections to replicas that left are closed too.
         self.channels: GrpcChannels | None = None
+        # The snapshot id of the set applied, by "application/deployment": what
+        # load reports name, so the leader drains a replica once no caller routes to it.
+        self.applied: dict[str, str] = {}
+        # Called after a set is applied (the load reporter's wake).
+        self.on_applied: Callable[[], None] | None = None
         POOLS.add(self)  # their queued and in-flight counts on /metrics
 
     def _addresses_held(self) -> tuple[set[str], set[str]]:
@@ -104,5 +109,10 @@ class ReplicaSets:
                     self.channels.serves_tls(e.grpc_address, e.http_tls)
             for address in grpc_left - held[1]:
                 self.channels.forget(address)
-        if not snapshot.deleted:
+        if snapshot.deleted:
+            self.applied.pop(f"{app}/{name}", None)
+        else:
+            self.applied[f"{app}/{name}"] = snapshot.snapshot_id
             logger.info("%s/%s: %d replicas", app, name, len(snapshot.replicas.endpoints))
+        if self.on_applied is not None:
+            self.on_applied()
