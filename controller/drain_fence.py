@@ -6,27 +6,35 @@ refuses new requests. A reporter whose update lags longer (a proxy driving
 HAProxy over its runtime API while starved of CPU, say) would send to a
 replica that refuses, and with no other replica to retry on, fail the
 request. So reporters name, in their load reports, the replica-set
-snapshot they have applied per deployment (`AppliedReplicaSets`); this
-module keeps the latest of each, and the ids of the replicas in each
-replica-set snapshot the leader published lately, and `wait` holds a drain
-until no reporter routes by a set that holds the replica, or a bound runs
-out.
+snapshot they route by per deployment (`AppliedReplicaSets`: all of them
+in a stream's first report, then what changed); this module keeps the
+latest, indexed by deployment, and the replica ids of the replica-set
+snapshots the leader published lately, and `wait` holds a drain until no
+reporter routes by a set that holds the replica, or a bound runs out.
 
 A reporter counts while it has a Watch stream open to this leader: one
 without hears of no change, so waiting for it is no use (and a killed
-proxy would hold every drain). What it last named is kept for STALE_S
-after its last report, for a stream that comes back. A snapshot id this
-leader has not published lately (a set from the last term, say) may hold
-the replica: the drain waits, up to its bound, for a newer one. A reporter
-that never names what it applied (a client in another language, say) is
-not waited for; the replica's own wait loop is what covers it.
+proxy would hold every drain). What it named is kept for STALE_S after
+its last report, for a stream that comes back. A snapshot id this leader
+has not published lately (a set from the last term, say) may hold the
+replica: the drain waits, up to its bound, for a newer one. A reporter
+that never names what it routes by (a client in another language, say)
+is not waited for; the replica's own wait loop is what covers it.
+
+Cost: a report touches the deployments it names and the drains waiting
+on that reporter; a waiting drain looks at its own holders only, and at
+the open Watch streams every PRUNE_S.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from servefleet.v1 import controller_pb2 as api
 
 from .clock import Clock
 from .errors import InvalidArgument
@@ -37,6 +45,8 @@ STALE_S = 10.0
 # A drain waits at most this long (or the deployment's graceful timeout, if shorter).
 MAX_WAIT_S = 10.0
 POLL_S = 0.02
+# How often a waiting drain drops the holders whose Watch stream closed.
+PRUNE_S = 0.25
 # Replica-set snapshots remembered per deployment: reporters apply each
 # within moments, so only the latest few matter.
 HISTORY = 32
@@ -45,83 +55,106 @@ MAX_SNAPSHOT_ID = 64
 Key = tuple[str, str]
 
 
+@dataclass(eq=False)
+class _Waiter:
+    key: Key
+    replica_id: str
+    holders: set[str] = field(default_factory=set)
+
+
 class DrainFence:
     def __init__(self, clock: Clock | None = None,
                  watchers: Callable[[], Iterable[str]] | None = None) -> None:
         self._clock = clock or Clock()
         # The watcher ids with a Watch stream open to this leader.
         self._watchers = watchers or (lambda: ())
-        # reporter -> (when it last reported, {deployment: snapshot id applied})
-        self._applied: dict[str, tuple[float, dict[Key, str]]] = {}
+        # deployment -> {reporter: the snapshot id it routes by}
+        self._routes: dict[Key, dict[str, str]] = {}
+        # reporter -> when it last reported (only those that named a set)
+        self._seen: dict[str, float] = {}
         # deployment -> {snapshot id: its replica ids}, oldest first
         self._sets: dict[Key, OrderedDict[str, frozenset[str]]] = {}
+        self._keys: dict[str, Key] = {}  # report keys already checked
+        self._waiters: set[_Waiter] = set()
+        self._swept_at = self._clock.monotonic()
+
+    # -- what the leader published ---------------------------------------------------
 
     def published(self, key: Key, snapshot_id: str, replica_ids: Iterable[str]) -> None:
         """The leader published this replica set for `key`."""
         sets = self._sets.setdefault(key, OrderedDict())
-        sets[snapshot_id] = frozenset(replica_ids)
+        if snapshot_id not in sets:
+            sets[snapshot_id] = frozenset(replica_ids)
+            while len(sets) > HISTORY:
+                sets.popitem(last=False)
         sets.move_to_end(snapshot_id)
-        while len(sets) > HISTORY:
-            sets.popitem(last=False)
+        self._recheck(key)
 
     def removed(self, key: Key) -> None:
         """The deployment is gone: reporters drop its set."""
         self._sets.pop(key, None)
 
-    def check(self, applied: Mapping[str, str]) -> dict[Key, str]:
-        """A report's `applied.snapshot_ids`, parsed; InvalidArgument naming
-        the entry when bad."""
-        if len(applied) > MAX_KEYS:
+    # -- what reporters route by ------------------------------------------------------
+
+    def check(self, applied: api.AppliedReplicaSets) -> dict[Key, str]:
+        """A report's `applied.snapshot_ids`, parsed (an empty id: no longer
+        routed); InvalidArgument naming the entry when bad."""
+        if len(applied.snapshot_ids) > MAX_KEYS:
             raise InvalidArgument("applied.snapshot_ids", f"at most {MAX_KEYS} deployments")
         out = {}
-        for text, snapshot_id in applied.items():
-            field = f"applied.snapshot_ids[{text!r}]"
-            app, sep, name = text.partition("/")
-            if not sep:
-                raise InvalidArgument(field, "keys are 'application/deployment'")
-            check_name(field, app)
-            check_name(field, name)
-            if not 0 < len(snapshot_id) <= MAX_SNAPSHOT_ID:
-                raise InvalidArgument(field, f"a snapshot id of 1-{MAX_SNAPSHOT_ID} characters")
-            out[(app, name)] = snapshot_id
+        for text, snapshot_id in applied.snapshot_ids.items():
+            field_name = f"applied.snapshot_ids[{text!r}]"
+            key = self._keys.get(text) or self._parse(field_name, text)
+            if len(snapshot_id) > MAX_SNAPSHOT_ID:
+                raise InvalidArgument(field_name, f"a snapshot id of at most {MAX_SNAPSHOT_ID} "
+                                      "characters")
+            out[key] = snapshot_id
         return out
 
-    def reported(self, reporter_id: str, applied: dict[Key, str] | None) -> None:
-        """A report came from `reporter_id`; `applied`: what it names (checked),
-        None when the report left it out (unchanged)."""
-        now = self._clock.monotonic()
-        if applied is not None:
-            self._applied[reporter_id] = (now, applied)
-        elif reporter_id in self._applied:
-            self._applied[reporter_id] = (now, self._applied[reporter_id][1])
+    def reported(self, reporter_id: str, applied: dict[Key, str] | None,
+                 replace: bool = False) -> None:
+        """A report came from `reporter_id`; `applied`: the sets it names
+        (checked), None when it named none; `replace`: they are all its sets."""
+        self._sweep()
+        if applied is None and reporter_id not in self._seen:
+            return  # it never names what it routes by: not waited for
+        self._seen[reporter_id] = self._clock.monotonic()
+        if replace:
+            self._drop(reporter_id)
+        for key, snapshot_id in (applied or {}).items():
+            if snapshot_id:
+                # Interned: one string per id, not one more per reporter.
+                self._routes.setdefault(key, {})[reporter_id] = sys.intern(snapshot_id)
+            elif key in self._routes:
+                self._routes[key].pop(reporter_id, None)
+        for waiter in [w for w in self._waiters if reporter_id in w.holders]:
+            if not self._holds(reporter_id, waiter.key, waiter.replica_id):
+                waiter.holders.discard(reporter_id)
 
     def holding(self, key: Key, replica_id: str) -> list[str]:
-        """The reporters that may route to `replica_id` of `key` now."""
-        now = self._clock.monotonic()
+        """The reporters with a Watch stream open that may route to
+        `replica_id` of `key` now."""
         watching = set(self._watchers())
-        sets: Mapping[str, frozenset[str]] = self._sets.get(key, {})
-        holders = []
-        for reporter_id, (at, applied) in list(self._applied.items()):
-            if reporter_id not in watching:
-                if now - at >= STALE_S:
-                    del self._applied[reporter_id]  # gone: forgotten
-                continue
-            snapshot_id = applied.get(key)
-            if snapshot_id is None:
-                continue  # it routes nowhere in this deployment
-            replicas = sets.get(snapshot_id)
-            if replicas is None or replica_id in replicas:
-                holders.append(reporter_id)
-        return sorted(holders)
+        return sorted(r for r in self._routes.get(key, {})
+                      if r in watching and self._holds(r, key, replica_id))
 
     async def wait(self, key: Key, replica_id: str, limit_s: float) -> list[str]:
         """Wait until no reporter may route to the replica, at most `limit_s`;
         the reporters that still may (empty when none)."""
-        deadline = self._clock.monotonic() + min(limit_s, MAX_WAIT_S)
         started = self._clock.monotonic()
-        while (holders := self.holding(key, replica_id)) and self._clock.monotonic() < deadline:
-            await self._clock.sleep(POLL_S)
-        waited = self._clock.monotonic() - started
+        deadline = started + min(limit_s, MAX_WAIT_S)
+        waiter = _Waiter(key, replica_id, set(self.holding(key, replica_id)))
+        self._waiters.add(waiter)
+        pruned = started
+        try:
+            while waiter.holders and (now := self._clock.monotonic()) < deadline:
+                await self._clock.sleep(POLL_S)
+                if now - pruned >= PRUNE_S:
+                    pruned = now
+                    waiter.holders &= set(self._watchers())
+        finally:
+            self._waiters.discard(waiter)
+        holders, waited = sorted(waiter.holders), self._clock.monotonic() - started
         if holders:
             logger.warning("replica %s of %s/%s drains though %d reporters may still route "
                            "to it after %.1f s (%s)", replica_id, *key, len(holders), waited,
@@ -130,3 +163,51 @@ class DrainFence:
             logger.info("replica %s of %s/%s: reporters let go of it after %.1f s",
                         replica_id, *key, waited)
         return holders
+
+    # -- inside --------------------------------------------------------------------------
+
+    def _holds(self, reporter_id: str, key: Key, replica_id: str) -> bool:
+        snapshot_id = self._routes.get(key, {}).get(reporter_id)
+        if snapshot_id is None:
+            return False  # it routes nowhere in this deployment
+        sets = self._sets.get(key)
+        replicas = sets.get(snapshot_id) if sets is not None else None
+        return replicas is None or replica_id in replicas
+
+    def _recheck(self, key: Key) -> None:
+        """A set was published: an id that was unknown may be known now."""
+        for waiter in self._waiters:
+            if waiter.key == key:
+                waiter.holders = {r for r in waiter.holders
+                                  if self._holds(r, key, waiter.replica_id)}
+
+    def _parse(self, field_name: str, text: str) -> Key:
+        app, sep, name = text.partition("/")
+        if not sep:
+            raise InvalidArgument(field_name, "keys are 'application/deployment'")
+        check_name(field_name, app)
+        check_name(field_name, name)
+        if len(self._keys) >= 10 * MAX_KEYS:
+            self._keys.clear()
+        self._keys[text] = (app, name)
+        return (app, name)
+
+    def _drop(self, reporter_id: str) -> None:
+        for key in [k for k, routes in self._routes.items() if routes.pop(reporter_id, None)
+                    is not None and not routes]:
+            del self._routes[key]
+
+    def _sweep(self) -> None:
+        """Forget reporters with no Watch stream and no report for STALE_S
+        (at most once a second)."""
+        now = self._clock.monotonic()
+        if now - self._swept_at < 1.0:
+            return
+        self._swept_at = now
+        stale = [r for r, at in self._seen.items() if now - at >= STALE_S]
+        if stale:
+            watching = set(self._watchers())
+            for reporter_id in stale:
+                if reporter_id not in watching:
+                    del self._seen[reporter_id]
+                    self._drop(reporter_id)

@@ -233,12 +233,11 @@ class LeaderTerm:
 
     def record_load(self, report: api.ReportLoadRequest) -> None:
         """Store one load report; InvalidArgument (nothing stored) on a bad one."""
-        applied = (self.fence.check(report.applied.snapshot_ids)
-                   if report.HasField("applied") else None)
+        applied = self.fence.check(report.applied) if report.HasField("applied") else None
         self.load_reports.record(report.reporter_id, report.queued, report.ongoing,
                                  report.traffic, report.ejected, report.suspected,
                                  report.recent_errors)
-        self.fence.reported(report.reporter_id, applied)
+        self.fence.reported(report.reporter_id, applied, report.applied.replace)
 
     def _deployment_changed(self, application: str, name: str) -> None:
         if self._state is not None:

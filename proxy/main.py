@@ -221,6 +221,7 @@ async def serve(options: ProxyOptions) -> None:
         await stop.wait()
         logger.info("draining")
         app.draining = True
+        reporter.leave()  # no drain of a replica waits for this proxy now
         await app.websockets.close_all()  # 1001 now, not uvicorn's 1012 at its shutdown
         if front is not None:  # HAProxy first: what it holds may be on the Python path
             await front.stop()

@@ -224,3 +224,66 @@ def test_a_cli_connection_closed_at_once_is_a_cli_error(tmp_path, monkeypatch) -
                 await cli_module.MasterCli(path).worker("show info")
 
     uvloop.run(main())
+
+
+def test_the_engine_names_a_replica_set_only_once_haproxy_took_it() -> None:
+    """What the proxy's load reports say HAProxy routes by (engine.applied)
+    changes only after the runtime API answered every command of the sync."""
+    import asyncio
+
+    from servefleet._private.dataplane.upstream import UpstreamPool
+    from servefleet.proxy.haproxy.engine import HaproxyEngine
+    from servefleet.proxy.state import ProxyState
+    from servefleet.v1 import watch_pb2
+
+    class SlowHaproxy:  # HAProxy's process, its runtime API held until `answer` is set
+        def __init__(self) -> None:
+            self.answer = asyncio.Event()
+            self.cli = self
+            self.commands: list[str] = []
+
+        async def start(self, config: str) -> None:
+            pass
+
+        def running(self) -> bool:
+            return True
+
+        async def worker(self, command: str) -> str:
+            self.commands.append(command)
+            await self.answer.wait()
+            return "New server registered." if command.startswith("add") else ""
+
+    def replicas(snapshot_id: str, *ids: str) -> watch_pb2.Snapshot:
+        return watch_pb2.Snapshot(key="replicas/a/A", snapshot_id=snapshot_id,
+                                  replicas=watch_pb2.ReplicaSet(
+                                      application="a", deployment="A", max_ongoing_requests=4,
+                                      endpoints=[watch_pb2.ReplicaEndpoint(
+                                          replica_id=i, http_address=f"127.0.0.1:{9000 + n}")
+                                          for n, i in enumerate(ids)]))
+
+    async def main() -> None:
+        state = ProxyState(UpstreamPool())
+        state.apply(watch_pb2.Snapshot(key="routes", snapshot_id="r", routes=watch_pb2.RouteTable(
+            routes=[watch_pb2.Route(route_prefix="/a", application="a",
+                                    deployment="A")])))
+        state.apply(replicas("s1", "r1"))
+        process = SlowHaproxy()
+        engine = HaproxyEngine(state, EngineSettings("127.0.0.1:8000", "127.0.0.1:1",
+                                                     "127.0.0.1:9"),
+                               lambda: 60.0, process=process)  # type: ignore[arg-type]
+        told: list[dict[str, str]] = []
+        engine.on_applied = lambda: told.append(dict(engine.applied))
+        await engine.start()
+        assert engine.applied == {"a/A": "s1"} and told == [{"a/A": "s1"}]
+        state.apply(replicas("s2", "r2"))  # r1 leaves, r2 comes
+        syncing = asyncio.create_task(engine.sync())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert process.commands and not syncing.done()
+        assert engine.applied == {"a/A": "s1"}  # HAProxy has not answered yet
+        process.answer.set()
+        await syncing
+        assert engine.applied == {"a/A": "s2"} and told[-1] == {"a/A": "s2"}
+        assert any(c.startswith("add server") for c in process.commands)
+
+    asyncio.run(main())

@@ -142,7 +142,7 @@ class ReportLoadRequest(_message.Message):
     def __init__(self, reporter_id: _Optional[str] = ..., queued: _Optional[_Mapping[str, int]] = ..., ongoing: _Optional[_Mapping[str, int]] = ..., traffic: _Optional[_Mapping[str, DeploymentTraffic]] = ..., ejected: _Optional[_Iterable[str]] = ..., suspected: _Optional[_Iterable[str]] = ..., recent_errors: _Optional[_Iterable[_Union[RecentError, _Mapping]]] = ..., applied: _Optional[_Union[AppliedReplicaSets, _Mapping]] = ...) -> None: ...
 
 class AppliedReplicaSets(_message.Message):
-    __slots__ = ("snapshot_ids",)
+    __slots__ = ("snapshot_ids", "replace")
     class SnapshotIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,8 +151,10 @@ class AppliedReplicaSets(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SNAPSHOT_IDS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
     snapshot_ids: _containers.ScalarMap[str, str]
-    def __init__(self, snapshot_ids: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replace: bool
+    def __init__(self, snapshot_ids: _Optional[_Mapping[str, str]] = ..., replace: _Optional[bool] = ...) -> None: ...
 
 class DeploymentTraffic(_message.Message):
     __slots__ = ("requests", "window_s", "p50_ms", "p99_ms", "errors")

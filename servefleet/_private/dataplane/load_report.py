@@ -104,12 +104,26 @@ class LoadReporter:
         self._outbox: asyncio.Queue[controller_pb2.StreamLoadRequest | None] = asyncio.Queue()
         self._stream: asyncio.Task[None] | None = None
         self._last: dict[str, tuple[int, int]] = {}
-        # The replica sets named in the last report sent (None: name them next).
+        # The replica sets this stream was told of (None: all of them go in
+        # the next report, which opens a stream).
         self._applied_sent: dict[str, str] | None = None
+        self._leaving = False
 
     def wake(self) -> None:
         """Report now rather than at the end of the period."""
         self._wake.set()
+
+    def leave(self) -> None:
+        """This process takes no new request (a draining proxy): say at once
+        that it routes by no replica set, so no drain waits for it."""
+        self._leaving = True
+        self.wake()
+
+    def routed_by(self, sets: ReplicaSets) -> dict[str, str]:
+        """The replica sets requests go by, as ReplicaSets.applied names them."""
+        if self._leaving:
+            return {}
+        return dict(self._applied() if self._applied is not None else sets.applied)
 
     def counts(self, sets: ReplicaSets, engine: EngineLoad | None = None
                ) -> dict[str, tuple[int, int]]:
@@ -141,11 +155,11 @@ class LoadReporter:
                 if not self._watcher.connected.is_set():
                     continue  # failures held meanwhile: the latest go with the next report
                 errors = self._errors() if self._errors is not None else []
-                applied: dict[str, str] | None = dict(
-                    self._applied() if self._applied is not None else sets.applied)
-                if applied == self._applied_sent:
-                    applied = None
-                if report or traffic or self._ejected or had or errors or applied is not None:
+                applied = self.routed_by(sets)
+                if self._applied_sent is not None and self._stream_lost():
+                    self._applied_sent = None  # a new stream (a new leader) hears them all
+                if report or traffic or self._ejected or had or errors or \
+                        applied != self._applied_sent:
                     await self._send(report, traffic, ejected, suspected, errors, applied)
         finally:
             await self._close()
@@ -166,11 +180,8 @@ class LoadReporter:
                     errors: list[controller_pb2.RecentError] | None = None,
                     applied: dict[str, str] | None = None) -> None:
         leader = self._watcher.leader_address()
-        if self._stream is None or self._stream.done() or leader != self._channel_to:
-            # A new leader (or stream) hears what this process routes by at once.
-            if applied is None and self._applied_sent is not None:
-                applied = self._applied_sent
-            self._applied_sent = None
+        if self._stream is None or self._stream_lost():
+            self._applied_sent = None  # a new stream starts from nothing
             await self._close()
             self._channel = self._watcher.credentials.aio_channel(leader)
             self._channel_to = leader
@@ -187,10 +198,22 @@ class LoadReporter:
                     for k, (n, w, p50, p99, failed) in (traffic or {}).items()},
                 ejected=ejected or [], suspected=suspected or [],
                 recent_errors=errors or [],
-                applied=None if applied is None else controller_pb2.AppliedReplicaSets(
-                    snapshot_ids=applied))))
-        if applied is not None:
-            self._applied_sent = applied
+                applied=None if applied is None else self._applied_message(applied))))
+
+    def _stream_lost(self) -> bool:
+        """The report stream ended, or the leader it goes to is no longer the leader."""
+        return self._stream is not None and (
+            self._stream.done() or self._watcher.leader_address() != self._channel_to)
+
+    def _applied_message(self, applied: dict[str, str]
+                         ) -> controller_pb2.AppliedReplicaSets | None:
+        """What `applied` changes in what the stream was told (None: nothing)."""
+        sent, self._applied_sent = self._applied_sent, applied
+        if sent is None:
+            return controller_pb2.AppliedReplicaSets(snapshot_ids=applied, replace=True)
+        changed = {k: v for k, v in applied.items() if sent.get(k) != v}
+        changed.update({k: "" for k in sent if k not in applied})
+        return controller_pb2.AppliedReplicaSets(snapshot_ids=changed) if changed else None
 
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
