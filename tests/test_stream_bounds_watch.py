@@ -18,7 +18,9 @@ from fakes import FakeClock
 from test_stream_bounds import SMALL_WINDOW, ended, eventually, refuse_not_leading, serving
 
 from servefleet.controller.api.servicer import ControllerServicer
+from servefleet.controller.drain_fence import DrainFence
 from servefleet.controller.load_reports import STALE_S, LoadReports
+from servefleet.controller.term import LeaderTerm
 from servefleet.controller.watch import Publisher
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
@@ -27,9 +29,12 @@ from servefleet.v1 import controller_pb2_grpc, watch_pb2
 class Term:
     """What Watch and StreamLoad use of a leader term."""
 
+    record_load = LeaderTerm.record_load
+
     def __init__(self) -> None:
         self.publisher = Publisher()
         self.load_reports = LoadReports()
+        self.fence = DrainFence()
 
 
 class Leading:
