@@ -259,7 +259,7 @@ def test_load_reports_by_call_and_by_stream(client: ControllerClient, fleet) -> 
         with pytest.raises(grpc.RpcError) as err:  # a bad applied set: nothing of it stored
             stub.ReportLoad(api.ReportLoadRequest(
                 reporter_id="p1", queued={"default/Model": 7},
-                applied=api.AppliedReplicaSets(snapshot_ids={"default/Model": ""})))
+                applied=api.AppliedReplicaSets(snapshot_ids={"default/Model": "x" * 65})))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "applied.snapshot_ids['default/Model']" in (err.value.details() or "")
     assert client.status().applications[0].deployments[0].queued_requests == 5
