@@ -97,9 +97,16 @@ def test_haproxy_counters_and_failures_reach_the_controller(tmp_path, cluster) -
         (error,) = seen["recent_errors"]
         assert (error["request_id"], error["http_status"], error["deployment"],
                 error["route"]) == ("broken-1", 500, "Hello", "/hello")
-        traffic = wait_for(lambda: status()["applications"][0]["deployments"][0].get(
-            "traffic"), 10, "HAProxy's counters as the deployment's traffic")
-        assert traffic["requests_per_s"] > 0 and traffic["errors_per_s"] > 0
+
+        # A report's counters can be sampled just before the failure its recent
+        # errors carry, and a window shows only until the next report: a
+        # failure goes with every look, so each window has one (CI saw 0 errors/s).
+        def traffic_with_errors() -> dict | None:
+            httpx.get(proxy.url + "/hello", params={"fail": "1"})
+            traffic = status()["applications"][0]["deployments"][0].get("traffic")
+            return traffic if traffic and traffic["requests_per_s"] > 0 \
+                and traffic["errors_per_s"] > 0 else None
+        wait_for(traffic_with_errors, 10, "HAProxy's counters as the deployment's traffic")
     finally:
         proxy.stop()
         client.shutdown()
