@@ -16,7 +16,10 @@ controller health-checks at once. A proxy's reports also carry its recent
 traffic per deployment (traffic.py) and the answers that failed since its
 previous report (recent_errors.py), for GetStatus and the dashboard. A
 proxy that drives HAProxy (proxy/haproxy/) adds what HAProxy holds and did
-(`engine`), summed with its own pools'.
+(`engine`), summed with its own pools'. Reports also name the replica sets
+requests go by (all of them on a new stream, then what changed; none once
+the process drains), so the leader drains a replica only once no caller
+routes to it (controller/drain_fence.py).
 """
 
 from __future__ import annotations
