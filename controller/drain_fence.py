@@ -38,7 +38,7 @@ from servefleet.v1 import controller_pb2 as api
 
 from .clock import Clock
 from .errors import InvalidArgument
-from .goals.spec import check_name
+from .load_reports import ReportKeys
 
 logger = logging.getLogger(__name__)
 STALE_S = 10.0
@@ -74,7 +74,7 @@ class DrainFence:
         self._seen: dict[str, float] = {}
         # deployment -> {snapshot id: its replica ids}, oldest first
         self._sets: dict[Key, OrderedDict[str, frozenset[str]]] = {}
-        self._keys: dict[str, Key] = {}  # report keys already checked
+        self._key = ReportKeys()
         self._waiters: set[_Waiter] = set()
         self._swept_at = self._clock.monotonic()
 
@@ -103,11 +103,10 @@ class DrainFence:
             raise InvalidArgument("applied.snapshot_ids", f"at most {MAX_KEYS} deployments")
         out = {}
         for text, snapshot_id in applied.snapshot_ids.items():
-            field_name = f"applied.snapshot_ids[{text!r}]"
-            key = self._keys.get(text) or self._parse(field_name, text)
+            key = self._key("applied.snapshot_ids", text)
             if len(snapshot_id) > MAX_SNAPSHOT_ID:
-                raise InvalidArgument(field_name, f"a snapshot id of at most {MAX_SNAPSHOT_ID} "
-                                      "characters")
+                raise InvalidArgument(f"applied.snapshot_ids[{text!r}]", "a snapshot id of at "
+                                      f"most {MAX_SNAPSHOT_ID} characters")
             out[key] = snapshot_id
         return out
 
@@ -180,17 +179,6 @@ class DrainFence:
             if waiter.key == key:
                 waiter.holders = {r for r in waiter.holders
                                   if self._holds(r, key, waiter.replica_id)}
-
-    def _parse(self, field_name: str, text: str) -> Key:
-        app, sep, name = text.partition("/")
-        if not sep:
-            raise InvalidArgument(field_name, "keys are 'application/deployment'")
-        check_name(field_name, app)
-        check_name(field_name, name)
-        if len(self._keys) >= 10 * MAX_KEYS:
-            self._keys.clear()
-        self._keys[text] = (app, name)
-        return (app, name)
 
     def _drop(self, reporter_id: str) -> None:
         for key in [k for k, routes in self._routes.items() if routes.pop(reporter_id, None)

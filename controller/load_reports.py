@@ -88,6 +88,30 @@ def check_recent_errors(errors: Sequence[api.RecentError]) -> None:
             raise InvalidArgument(f"{field}.trace_id", "32 lowercase hex digits, or empty")
 
 
+class ReportKeys:
+    """'application/deployment' keys of a report's maps, checked once (then
+    remembered: reporters send the same keys every second); InvalidArgument
+    naming the map's entry."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, Key] = {}
+
+    def __call__(self, field: str, text: str) -> Key:
+        known = self._known.get(text)
+        if known is not None:
+            return known
+        named = f"{field}[{text!r}]"
+        app, sep, name = text.partition("/")
+        if not sep:
+            raise InvalidArgument(named, "keys are 'application/deployment'")
+        check_name(named, app)
+        check_name(named, name)
+        if len(self._known) >= 10 * MAX_KEYS:
+            self._known.clear()
+        self._known[text] = (app, name)
+        return (app, name)
+
+
 class LoadReports:
     def __init__(self, clock: Clock | None = None,
                  on_errors: Callable[[Sequence[api.RecentError]], None] | None = None) -> None:
@@ -99,7 +123,7 @@ class LoadReports:
         # The sums over the reports held, kept as reports come and go, so
         # that reading one deployment's load does not visit every reporter.
         self._totals: dict[Key, tuple[int, int]] = {}
-        self._keys: dict[str, Key] = {}  # report keys already checked
+        self._key = ReportKeys()
         # reporter -> (when, the replica ids it has ejected)
         self._ejected: dict[str, tuple[float, frozenset[str]]] = {}
         # reporter -> (when, {deployment: _Figures})
@@ -127,7 +151,7 @@ class LoadReports:
             if len(counts) > MAX_KEYS:
                 raise InvalidArgument(field, f"at most {MAX_KEYS} deployments")
             for text, count in counts.items():
-                key = self._keys.get(text) or self._parse(field, text)
+                key = self._key(field, text)
                 if count > MAX_QUEUED:
                     raise InvalidArgument(f"{field}[{text!r}]", f"at most {MAX_QUEUED}")
                 before = parsed.get(key, (0, 0))
@@ -158,7 +182,7 @@ class LoadReports:
             raise InvalidArgument("traffic", f"at most {MAX_KEYS} deployments")
         out = {}
         for text, t in traffic.items():
-            key = self._keys.get(text) or self._parse("traffic", text)
+            key = self._key("traffic", text)
             figures = (t.window_s, t.p50_ms, t.p99_ms)
             if not (0 < t.window_s <= 3600 and all(math.isfinite(f) and f >= 0 for f in figures)
                     and t.errors <= t.requests <= MAX_QUEUED * 100):
@@ -181,19 +205,6 @@ class LoadReports:
             return None
         return Traffic(sum(f[0] for f in found), sum(f[4] for f in found),
                        sum(f[1] * f[2] for f in found) / requests, max(f[3] for f in found))
-
-    def _parse(self, field: str, text: str) -> Key:
-        """'application/deployment' checked once (then remembered: reporters
-        send the same keys every second); InvalidArgument naming the field."""
-        app, sep, name = text.partition("/")
-        if not sep:
-            raise InvalidArgument(f"{field}[{text!r}]", "keys are 'application/deployment'")
-        check_name(f"{field}[{text!r}]", app)
-        check_name(f"{field}[{text!r}]", name)
-        if len(self._keys) >= 10 * MAX_KEYS:
-            self._keys.clear()
-        self._keys[text] = (app, name)
-        return (app, name)
 
     def _add(self, counts: dict[Key, tuple[int, int]], sign: int) -> None:
         for key, (queued, ongoing) in counts.items():
