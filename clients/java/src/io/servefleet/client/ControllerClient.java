@@ -31,9 +31,10 @@ import java.util.function.Function;
  * A client of the servefleet controller API that always talks to the leader.
  *
  * <p>Like the Python SDK: a standby answers UNAVAILABLE with the leader's address in the
- * trailing metadata key {@code servefleet-leader}, and the client goes there. UNAVAILABLE and
- * DEADLINE_EXCEEDED are retried on the next controller with backoff until the timeout has
- * passed (Deploy is idempotent, so a retry after an unknown outcome changes nothing).
+ * trailing metadata key {@code servefleet-leader}, and the client goes there. UNAVAILABLE,
+ * DEADLINE_EXCEEDED and a connection closed under the call are retried on the next controller
+ * with backoff until the timeout has passed (Deploy is idempotent, so a retry after an unknown
+ * outcome changes nothing).
  *
  * <pre>{@code
  * try (ControllerClient client = new ControllerClient("127.0.0.1:7373,127.0.0.1:7374")) {
@@ -100,8 +101,7 @@ public final class ControllerClient implements AutoCloseable {
       try {
         return rpc.apply(stub(address).withDeadlineAfter(budget, TimeUnit.MILLISECONDS));
       } catch (StatusRuntimeException e) {
-        Status.Code code = e.getStatus().getCode();
-        if (code != Status.Code.UNAVAILABLE && code != Status.Code.DEADLINE_EXCEEDED) {
+        if (!retryable(e)) {
           throw e;
         }
         lastError = address + ": " + e.getStatus().getDescription();
@@ -123,6 +123,30 @@ public final class ControllerClient implements AutoCloseable {
         throw Status.CANCELLED.withDescription("interrupted").asRuntimeException();
       }
     }
+  }
+
+  /**
+   * Whether a failed call may go to the next controller: UNAVAILABLE, DEADLINE_EXCEEDED, or a
+   * connection that closed under the call. grpc-java's Netty transport reports the last as
+   * UNKNOWN "channel closed" with a {@link java.nio.channels.ClosedChannelException} (or another
+   * {@link java.io.IOException}) as its cause (grpc/grpc-java issue 10120), as when the
+   * controller it was connected to has just been killed. An UNKNOWN from the server itself has
+   * no such cause and is not retried.
+   */
+  static boolean retryable(StatusRuntimeException e) {
+    Status.Code code = e.getStatus().getCode();
+    if (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED) {
+      return true;
+    }
+    if (code != Status.Code.UNKNOWN) {
+      return false;
+    }
+    for (Throwable cause = e.getStatus().getCause(); cause != null; cause = cause.getCause()) {
+      if (cause instanceof java.io.IOException) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private synchronized void follow(String address, String hint) {
