@@ -15,7 +15,9 @@ reporter routes by a set that holds the replica, or a bound runs out.
 A reporter counts while it has a Watch stream open to this leader: one
 without hears of no change, so waiting for it is no use (and a killed
 proxy would hold every drain). What it named is kept for STALE_S after
-its last report, for a stream that comes back. A snapshot id this leader
+its last report, for a stream that comes back. An xDS client
+(xds/applied.py) counts while its xDS stream is open, and names the sets
+of the EDS responses it acknowledged. A snapshot id this leader
 has not published lately (a set from the last term, say) may hold the
 replica: the drain waits, up to its bound, for a newer one. A reporter
 that never names what it routes by (a client in another language, say)
@@ -75,6 +77,8 @@ class DrainFence:
         # deployment -> {snapshot id: its replica ids}, oldest first
         self._sets: dict[Key, OrderedDict[str, frozenset[str]]] = {}
         self._key = ReportKeys()
+        # Reporters whose own stream is their presence (xDS clients: xds/applied.py).
+        self._streams: set[str] = set()
         self._waiters: set[_Waiter] = set()
         self._swept_at = self._clock.monotonic()
 
@@ -130,10 +134,22 @@ class DrainFence:
             if not self._holds(reporter_id, waiter.key, waiter.replica_id):
                 waiter.holders.discard(reporter_id)
 
+    def stream_opened(self, reporter_id: str) -> None:
+        """A reporter that is present while its stream is open (an xDS client)."""
+        self._streams.add(reporter_id)
+
+    def stream_closed(self, reporter_id: str) -> None:
+        """Its stream ended: it routes by nothing this leader publishes now."""
+        self._streams.discard(reporter_id)
+        self._seen.pop(reporter_id, None)
+        self._drop(reporter_id)
+        for waiter in self._waiters:
+            waiter.holders.discard(reporter_id)
+
     def holding(self, key: Key, replica_id: str) -> list[str]:
         """The reporters with a Watch stream open that may route to
         `replica_id` of `key` now."""
-        watching = set(self._watchers())
+        watching = self._watching()
         return sorted(r for r in self._routes.get(key, {})
                       if r in watching and self._holds(r, key, replica_id))
 
@@ -150,7 +166,7 @@ class DrainFence:
                 await self._clock.sleep(POLL_S)
                 if now - pruned >= PRUNE_S:
                     pruned = now
-                    waiter.holders &= set(self._watchers())
+                    waiter.holders &= self._watching()
         finally:
             self._waiters.discard(waiter)
         holders, waited = sorted(waiter.holders), self._clock.monotonic() - started
@@ -164,6 +180,9 @@ class DrainFence:
         return holders
 
     # -- inside --------------------------------------------------------------------------
+
+    def _watching(self) -> set[str]:
+        return set(self._watchers()) | self._streams
 
     def _holds(self, reporter_id: str, key: Key, replica_id: str) -> bool:
         snapshot_id = self._routes.get(key, {}).get(reporter_id)
@@ -194,7 +213,7 @@ class DrainFence:
         self._swept_at = now
         stale = [r for r, at in self._seen.items() if now - at >= STALE_S]
         if stale:
-            watching = set(self._watchers())
+            watching = self._watching()
             for reporter_id in stale:
                 if reporter_id not in watching:
                     del self._seen[reporter_id]

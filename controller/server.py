@@ -192,7 +192,8 @@ class ControllerServer:
         self.xds = AggregatedDiscovery(lambda: self.term.publisher if self.term else None,
                                        self._leadership.can_serve,
                                        self._leadership.abort_not_leader, self._check_xds,
-                                       self._leadership.hint, self._peer_channel)
+                                       self._leadership.hint, self._peer_channel,
+                                       lambda: self.term.fence if self.term else None)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.xds, server)
         csds_pb2_grpc.add_ClientStatusDiscoveryServiceServicer_to_server(
             ClientStatus(self.xds, self._check_xds), server)

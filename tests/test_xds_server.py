@@ -5,6 +5,7 @@ server and client in this process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import grpc
 import pytest
@@ -111,15 +112,24 @@ async def ads():
         await context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
 
     service = AggregatedDiscovery(lambda: publisher, lambda: True, refuse)
+    async with served_ads(service) as stub:
+        yield publisher, stub, service
+
+
+@contextlib.asynccontextmanager
+async def served_ads(service: AggregatedDiscovery):
+    """`service` on a real grpc.aio server on loopback; a stub of it."""
     server = grpc.aio.server()
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(service, server)
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    yield publisher, ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel), service
-    await channel.close()
-    await server.stop(0)
+    try:
+        yield ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+    finally:
+        await channel.close()
+        await server.stop(0)
 
 
 class Stream:

@@ -51,12 +51,14 @@ from google.protobuf.message import DecodeError
 
 from servefleet._private.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
+from ..drain_fence import DrainFence
 from ..errors import InvalidArgument, cap, one_line
 from ..stream_end import close_requests, cut_off
 from ..watch import Publisher
+from .applied import AppliedEndpoints, Held, held
 from .build import build
 from .requests import MAX_NACK_CHARS, MAX_QUEUED_NAMES, MAX_QUEUED_REQUESTS, Inbox, check_request
-from .resources import CLUSTER, LISTENER, Resources
+from .resources import CLUSTER, ENDPOINTS, LISTENER, Resources
 
 logger = logging.getLogger(__name__)
 # Types whose responses carry the whole subscribed set (state of the world).
@@ -81,11 +83,13 @@ class ResourceCache:
         key = (id(publisher), publisher.generation)
         if key != self._key:
             routes = publisher.snapshot(ROUTES_KEY)
-            sets = {}
+            sets, ids = {}, {}
             for snapshot in publisher.snapshots(REPLICAS_KIND + "/"):
                 parsed = parse_watch_key(snapshot.key)
                 sets[(parsed.application, parsed.deployment)] = snapshot.replicas
+                ids[(parsed.application, parsed.deployment)] = snapshot.snapshot_id
             self._resources = build(routes.routes if routes is not None else None, sets)
+            self._resources.snapshot_ids = ids
             self._key = key
         return self._resources
 
@@ -102,6 +106,8 @@ class _Subscription:
     dirty: bool = True
     # What the last response carried, by name (for CSDS).
     sent: dict[str, Any] = field(default_factory=dict)
+    # EDS: what the last response's resources were built from (for the drain fence).
+    sent_held: dict[str, Held] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,6 +117,8 @@ class XdsClient:
     node_id: str
     peer: str
     subscriptions: dict[str, _Subscription] = field(default_factory=dict)
+    # The replica sets it routes by, named to the leader's drain fence.
+    applied: AppliedEndpoints | None = None
 
 
 class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
@@ -119,7 +127,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                  abort_not_leader: Callable[[grpc.aio.ServicerContext], Any],
                  check: Callable[[grpc.aio.ServicerContext], Any] | None = None,
                  leader: Callable[[], Awaitable[str | None]] | None = None,
-                 connect: Callable[[str], grpc.aio.Channel] | None = None) -> None:
+                 connect: Callable[[str], grpc.aio.Channel] | None = None,
+                 fence: Callable[[], DrainFence | None] | None = None) -> None:
         self._publisher = publisher
         self._can_serve = can_serve
         self._abort_not_leader = abort_not_leader
@@ -127,6 +136,9 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         # On a standby: where the leader is, and a channel to it (the relay).
         self._leader = leader
         self._connect = connect
+        # The leader term's drain fence, told which replica sets clients route by.
+        self._fence = fence or (lambda: None)
+        self._streams = itertools.count(1)
         self._cache = ResourceCache()
         self._nonces = itertools.count(1)
         self.clients: dict[int, XdsClient] = {}
@@ -207,6 +219,9 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                      context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
         client = XdsClient(node_id="", peer=context.peer())
+        applied = client.applied = AppliedEndpoints(
+            self._fence(), f"xds#{next(self._streams)}@{client.peer}")
+        applied.open()
         self.clients[id(client)] = client
         inbox = Inbox()
         handler = asyncio.current_task()
@@ -236,6 +251,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
             self.clients.pop(id(client), None)
+            applied.close()
 
     async def _read(self, request_iterator: Any, inbox: Inbox, client: XdsClient,
                     context: grpc.aio.ServicerContext, handler: asyncio.Task[Any]) -> None:
@@ -299,6 +315,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                                       f"{sub.nonce}; got {one_line(request.version_info)}")
             else:
                 sub.acked_version, sub.nack = request.version_info, ""
+                if request.type_url == ENDPOINTS and client.applied is not None:
+                    client.applied.acked = sub.sent_held
         names = set(request.resource_names)
         wildcard = not names and request.type_url in _WHOLE_SET
         if names != sub.names or wildcard != sub.wildcard or not request.response_nonce:
@@ -326,9 +344,13 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 continue  # asked again for what it has and acknowledged
             sub.sent_version, sub.nonce = version, str(next(self._nonces))
             sub.sent = {n: available[n].packed for n in chosen}
+            if type_url == ENDPOINTS:
+                sub.sent_held = held(resources, chosen)
             out.append(discovery_pb2.DiscoveryResponse(
                 version_info=version, type_url=type_url, nonce=sub.nonce,
                 resources=[available[n].packed for n in chosen]))
+        if client.applied is not None:
+            client.applied.report(resources)
         return out
 
 

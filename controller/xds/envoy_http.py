@@ -117,4 +117,5 @@ def http_resources(out: Resources, routes: watch_pb2.RouteTable,
         out.wildcard[CLUSTER].add(name)
         replicas = replica_sets.get(key)
         out.add(ENDPOINTS, name, endpoints(
-            name, (e.http_address for e in replicas.endpoints) if replicas is not None else ()))
+            name, (e.http_address for e in replicas.endpoints) if replicas is not None else ()),
+            source=key)

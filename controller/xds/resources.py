@@ -73,12 +73,24 @@ class Resources:
     by_type: dict[str, dict[str, Resource]] = field(
         default_factory=lambda: {t: {} for t in TYPES})
     wildcard: dict[str, set[str]] = field(default_factory=lambda: {t: set() for t in TYPES})
+    # An EDS resource's deployment (application, deployment): whose replica set it holds.
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Each deployment's replica-set snapshot id these were built from (set by the caller).
+    snapshot_ids: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def add(self, type_url: str, name: str, message: object) -> None:
+    def add(self, type_url: str, name: str, message: object,
+            source: tuple[str, str] | None = None) -> None:
         packed = any_pb2.Any()
         packed.Pack(message)  # type: ignore[arg-type]
         version = hashlib.sha256(packed.value).hexdigest()[:16]
         self.by_type[type_url][name] = Resource(name, packed, version)
+        if source is not None:
+            self.sources[name] = source
+
+    def endpoints_version(self, name: str) -> str | None:
+        """The version of the EDS resource `name`, None when there is none."""
+        resource = self.by_type[ENDPOINTS].get(name)
+        return resource.version if resource is not None else None
 
 
 def cluster_name(application: str, deployment: str) -> str:
@@ -181,4 +193,4 @@ def grpc_resources(out: Resources, routes: watch_pb2.RouteTable,
             out.add(CLUSTER, name, _cluster(name, tls))
             out.add(ENDPOINTS, name, endpoints(
                 name, (e.grpc_address for e in replicas.endpoints if e.grpc_address)
-                if replicas is not None else ()))
+                if replicas is not None else ()), source=(app, deployment))
