@@ -25,7 +25,9 @@ is not waited for; the replica's own wait loop is what covers it.
 
 Cost: a report touches the deployments it names and the drains waiting
 on that reporter; a waiting drain looks at its own holders only, and at
-the open Watch streams every PRUNE_S.
+the open Watch streams every PRUNE_S. An xDS stream reports only when
+what its client may route by changes (each publish of a deployment it
+holds renames that deployment's current set, so about once per publish).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from servefleet.v1 import controller_pb2 as api
@@ -55,6 +57,9 @@ HISTORY = 32
 MAX_KEYS = 10_000
 MAX_SNAPSHOT_ID = 64
 Key = tuple[str, str]
+# What a reporter routes by in one deployment: a snapshot id, or several it
+# may be using at once (an xDS client between responses); "" or () for none.
+Routed = str | tuple[str, ...]
 
 
 @dataclass(eq=False)
@@ -70,8 +75,8 @@ class DrainFence:
         self._clock = clock or Clock()
         # The watcher ids with a Watch stream open to this leader.
         self._watchers = watchers or (lambda: ())
-        # deployment -> {reporter: the snapshot id it routes by}
-        self._routes: dict[Key, dict[str, str]] = {}
+        # deployment -> {reporter: the snapshot id(s) it routes by}
+        self._routes: dict[Key, dict[str, Routed]] = {}
         # reporter -> when it last reported (only those that named a set)
         self._seen: dict[str, float] = {}
         # deployment -> {snapshot id: its replica ids}, oldest first
@@ -114,7 +119,7 @@ class DrainFence:
             out[key] = snapshot_id
         return out
 
-    def reported(self, reporter_id: str, applied: dict[Key, str] | None,
+    def reported(self, reporter_id: str, applied: Mapping[Key, Routed] | None,
                  replace: bool = False) -> None:
         """A report came from `reporter_id`; `applied`: the sets it names
         (checked), None when it named none; `replace`: they are all its sets."""
@@ -127,7 +132,9 @@ class DrainFence:
         for key, snapshot_id in (applied or {}).items():
             if snapshot_id:
                 # Interned: one string per id, not one more per reporter.
-                self._routes.setdefault(key, {})[reporter_id] = sys.intern(snapshot_id)
+                self._routes.setdefault(key, {})[reporter_id] = (
+                    sys.intern(snapshot_id) if isinstance(snapshot_id, str)
+                    else tuple(sys.intern(s) for s in snapshot_id))
             elif key in self._routes:
                 self._routes[key].pop(reporter_id, None)
         for waiter in [w for w in self._waiters if reporter_id in w.holders]:
@@ -147,11 +154,11 @@ class DrainFence:
             waiter.holders.discard(reporter_id)
 
     def holding(self, key: Key, replica_id: str) -> list[str]:
-        """The reporters with a Watch stream open that may route to
+        """The reporters with a Watch (or xDS) stream open that may route to
         `replica_id` of `key` now."""
-        watching = self._watching()
+        present = self._present()
         return sorted(r for r in self._routes.get(key, {})
-                      if r in watching and self._holds(r, key, replica_id))
+                      if present(r) and self._holds(r, key, replica_id))
 
     async def wait(self, key: Key, replica_id: str, limit_s: float) -> list[str]:
         """Wait until no reporter may route to the replica, at most `limit_s`;
@@ -166,7 +173,8 @@ class DrainFence:
                 await self._clock.sleep(POLL_S)
                 if now - pruned >= PRUNE_S:
                     pruned = now
-                    waiter.holders &= self._watching()
+                    present = self._present()
+                    waiter.holders = {r for r in waiter.holders if present(r)}
         finally:
             self._waiters.discard(waiter)
         holders, waited = sorted(waiter.holders), self._clock.monotonic() - started
@@ -181,16 +189,21 @@ class DrainFence:
 
     # -- inside --------------------------------------------------------------------------
 
-    def _watching(self) -> set[str]:
-        return set(self._watchers()) | self._streams
+    def _present(self) -> Callable[[str], bool]:
+        """Whether a reporter has its stream open now."""
+        watchers = set(self._watchers())
+        return lambda r: r in self._streams or r in watchers
 
     def _holds(self, reporter_id: str, key: Key, replica_id: str) -> bool:
-        snapshot_id = self._routes.get(key, {}).get(reporter_id)
-        if snapshot_id is None:
+        routed = self._routes.get(key, {}).get(reporter_id)
+        if routed is None:
             return False  # it routes nowhere in this deployment
         sets = self._sets.get(key)
-        replicas = sets.get(snapshot_id) if sets is not None else None
-        return replicas is None or replica_id in replicas
+        for snapshot_id in (routed,) if isinstance(routed, str) else routed:
+            replicas = sets.get(snapshot_id) if sets is not None else None
+            if replicas is None or replica_id in replicas:
+                return True
+        return False
 
     def _recheck(self, key: Key) -> None:
         """A set was published: an id that was unknown may be known now."""
@@ -213,8 +226,8 @@ class DrainFence:
         self._swept_at = now
         stale = [r for r, at in self._seen.items() if now - at >= STALE_S]
         if stale:
-            watching = self._watching()
+            present = self._present()
             for reporter_id in stale:
-                if reporter_id not in watching:
+                if not present(reporter_id):
                     del self._seen[reporter_id]
                     self._drop(reporter_id)

@@ -149,3 +149,18 @@ def test_wait_ends_as_holders_let_go_or_at_its_bound() -> None:
         assert await short == ["p1"] and clock.monotonic() - started <= 1.5
 
     asyncio.run(main())
+
+
+def test_a_reporter_on_several_sets_holds_what_any_of_them_holds() -> None:
+    """An xDS client between responses, present while its own stream is open."""
+    f = fence(FakeClock(), set())
+    f.stream_opened("xds#1")
+    f.reported("xds#1", {KEY: ("s1", "s2")}, replace=True)
+    assert f.holding(KEY, "r1") == ["xds#1"]  # s1 holds it
+    f.reported("xds#1", {KEY: ("s2",)})
+    assert f.holding(KEY, "r1") == [] and f.holding(KEY, "r2") == ["xds#1"]
+    f.reported("xds#1", {KEY: ()})  # none: no longer routed
+    assert f.holding(KEY, "r2") == []
+    f.reported("xds#1", {KEY: "s2"})
+    f.stream_closed("xds#1")
+    assert f.holding(KEY, "r2") == [] and f._routes == {} and f._seen == {}

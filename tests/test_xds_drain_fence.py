@@ -1,6 +1,7 @@
-"""xDS clients hold a replica's drain until they ACK endpoints without it:
-the ADS stream against a real grpc.aio server and client in this process,
-the leader's DrainFence told what each client acknowledged."""
+"""xDS clients hold a replica's drain while they may route to it: the ADS
+stream against a real grpc.aio server and client in this process, the
+leader's DrainFence told what each client may be using (the EDS response it
+last ACKed and those sent since)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,21 @@ from servefleet._private.wire import ROUTES_KEY, replicas_key
 from servefleet.controller.drain_fence import DrainFence
 from servefleet.controller.watch import Publisher
 from servefleet.controller.xds.ads import AggregatedDiscovery
-from servefleet.controller.xds.applied import AppliedEndpoints, Held, routed_by
+from servefleet.controller.xds.applied import (
+    MAX_IN_FLIGHT,
+    UNKNOWN,
+    AppliedEndpoints,
+    Held,
+    held,
+    routed_by,
+)
 from servefleet.controller.xds.build import build
+from servefleet.controller.xds.envoy_http import http_cluster
 from servefleet.controller.xds.resources import ENDPOINTS
 from servefleet.v1 import watch_pb2
 
 KEY = ("clf", "Model")
+NAMES = ["clf/Model"]
 
 
 def _set(**grpc_by_replica: str) -> watch_pb2.ReplicaSet:
@@ -62,10 +72,23 @@ async def served():
         yield leader, stub
 
 
+def _ask(version: str = "") -> discovery_pb2.DiscoveryRequest:
+    return discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=NAMES,
+                                          version_info=version)
+
+
 def _ack(response: discovery_pb2.DiscoveryResponse) -> discovery_pb2.DiscoveryRequest:
-    return discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=["clf/Model"],
+    return discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=NAMES,
                                           version_info=response.version_info,
                                           response_nonce=response.nonce)
+
+
+def _nack(response: discovery_pb2.DiscoveryResponse,
+          version: str = "") -> discovery_pb2.DiscoveryRequest:
+    return discovery_pb2.DiscoveryRequest(
+        type_url=ENDPOINTS, resource_names=NAMES, version_info=version,
+        response_nonce=response.nonce,
+        error_detail=status_pb2.Status(code=3, message="not now"))
 
 
 async def _until(check, seconds: float = 3.0) -> None:
@@ -75,52 +98,83 @@ async def _until(check, seconds: float = 3.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_a_drain_waits_for_the_xds_clients_ack(served) -> None:
+async def _held_back(drain: asyncio.Future) -> None:
+    await asyncio.sleep(0.3)
+    assert not drain.done()
+
+
+async def test_a_drain_waits_until_the_client_acks_endpoints_without_the_replica(served):
     leader, stub = served
     fence = leader.fence
     call = Stream(stub)
-    await call.write(discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS,
-                                                    resource_names=["clf/Model"]))
+    await call.write(_ask())
     first = await call.next()
-    # Sent but not acknowledged: the client routes by nothing yet.
-    await asyncio.sleep(0.2)
-    assert fence.holding(KEY, "r1") == []
-    await call.write(_ack(first))
+    # Sent, not yet ACKed: the client may be using it already.
     await _until(lambda: fence.holding(KEY, "r1") != [])
     (reporter,) = fence.holding(KEY, "r1")
     assert reporter.startswith("xds#")
+    await call.write(_ack(first))
 
-    # r1 leaves the set; the client is sent the new endpoints but has not ACKed.
+    # r1 leaves the set; the client is sent the new endpoints.
     leader.publish(_set(r0="127.0.0.1:5001"))
     second = await call.next()
     assert second.version_info != first.version_info
     drain = asyncio.ensure_future(fence.wait(KEY, "r1", 10.0))
-    await asyncio.sleep(0.3)
-    assert not drain.done() and fence.holding(KEY, "r1") == [reporter]
-    # A NACK keeps the old endpoints in use.
+    await _held_back(drain)
+    # A NACK keeps what it ACKed before in use.
+    await call.write(_nack(second, version=first.version_info))
+    await _held_back(drain)
+    # After a NACK a client asks on with the version it holds: not an error.
     await call.write(discovery_pb2.DiscoveryRequest(
-        type_url=ENDPOINTS, resource_names=["clf/Model"], response_nonce=second.nonce,
-        error_detail=status_pb2.Status(code=3, message="not now")))
-    await asyncio.sleep(0.3)
-    assert not drain.done()
+        type_url=ENDPOINTS, resource_names=NAMES, version_info=first.version_info,
+        response_nonce=second.nonce))
+    await _held_back(drain)
     # The ACK lets the drain go.
     await call.write(_ack(second))
     assert await asyncio.wait_for(drain, 3.0) == []
     assert fence.holding(KEY, "r0") == [reporter]
     call.close()
-    # A closed stream holds nothing.
+    # A closed stream holds nothing, and leaves nothing behind.
     await _until(lambda: fence.holding(KEY, "r0") == [])
+    assert fence._routes == {} and fence._seen == {} and fence._streams == set()
 
 
-async def test_a_set_change_the_endpoints_do_not_show_moves_the_client_along(served) -> None:
+async def test_responses_the_client_has_not_answered_yet_hold_their_replicas(served):
+    """A change lands before the client's ACK of the response before it (a
+    new stream, a slow client): it ACKs the older one, and still holds it."""
+    leader, stub = served
+    fence = leader.fence
+    call = Stream(stub)
+    await call.write(_ask())
+    first = await call.next()
+    leader.publish(_set(r0="127.0.0.1:5001"))
+    second = await call.next()
+    drain = asyncio.ensure_future(fence.wait(KEY, "r1", 10.0))
+    await call.write(_ack(first))  # stale by now, and what it routes by
+    await _held_back(drain)
+    # r2 comes and goes before the client answers either response.
+    leader.publish(_set(r0="127.0.0.1:5001", r2="127.0.0.1:5003"))
+    third = await call.next()
+    leader.publish(_set(r0="127.0.0.1:5001"))
+    fourth = await call.next()
+    assert len({first.nonce, second.nonce, third.nonce, fourth.nonce}) == 4
+    quick = asyncio.ensure_future(fence.wait(KEY, "r2", 10.0))
+    await _held_back(quick)
+    # Its ACK of the last one says it is past all of them.
+    await call.write(_ack(fourth))
+    assert await asyncio.wait_for(drain, 3.0) == []
+    assert await asyncio.wait_for(quick, 3.0) == []
+    call.close()
+
+
+async def test_a_set_change_the_endpoints_do_not_show_moves_the_client_along(served):
     """r2 has no gRPC port, so its coming and going leaves the EDS resource (and
     its version) as it was, and nothing is sent: the client still holds the
     current set, not the one it ACKed."""
     leader, stub = served
     fence = leader.fence
     call = Stream(stub)
-    await call.write(discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS,
-                                                    resource_names=["clf/Model"]))
+    await call.write(_ask())
     await call.write(_ack(await call.next()))
     leader.publish(_set(r0="127.0.0.1:5001", r1="127.0.0.1:5002", r2=""))
     await _until(lambda: fence.holding(KEY, "r2") != [])
@@ -130,21 +184,48 @@ async def test_a_set_change_the_endpoints_do_not_show_moves_the_client_along(ser
     call.close()
 
 
-def test_two_resources_of_one_deployment_that_disagree_hold_the_older_set() -> None:
-    """An Envoy's HTTP endpoints and a gRPC client's of one deployment, one of
-    them ACKed before the last change: the older set is named."""
-    before = build(_routes(), {KEY: _set(r0="127.0.0.1:5001", r1="127.0.0.1:5002")})
+async def test_a_client_that_resumes_holds_what_it_had(served):
+    """A new stream's first request names the version the client holds: the
+    current one holds the current set; one this leader cannot tell holds
+    every replica until the client ACKs."""
+    leader, stub = served
+    fence = leader.fence
+    call = Stream(stub)
+    await call.write(_ask())
+    current = await call.next()
+    call.close()
+    await _until(lambda: not fence._streams)
+    again = Stream(stub)
+    await again.write(_ask(current.version_info))
+    await _until(lambda: fence.holding(KEY, "r1") != [])
+    again.close()
+    await _until(lambda: not fence._streams)
+    lost = Stream(stub)
+    await lost.write(_ask("a-version-of-another-time"))
+    resent = await lost.next()
+    await _until(lambda: fence.holding(KEY, "gone") != [])  # any replica: UNKNOWN
+    await lost.write(_ack(resent))
+    await _until(lambda: fence.holding(KEY, "gone") == [])
+    assert fence.holding(KEY, "r1") != []
+    lost.close()
+
+
+def test_the_sets_a_client_may_route_by_are_named_together() -> None:
+    """An Envoy's HTTP endpoints and a gRPC client's of one deployment, one
+    ACKed before the last change: both sets are named."""
+    table = _routes()
+    table.routes.add(route_prefix="/clf", application="clf", deployment="Model")
+    before = build(table, {KEY: _set(r0="127.0.0.1:5001", r1="127.0.0.1:5002")})
     before.snapshot_ids = {KEY: "old"}
-    now = build(_routes(), {KEY: _set(r0="127.0.0.1:5001")})
+    now = build(table, {KEY: _set(r0="127.0.0.1:5001")})
     now.snapshot_ids = {KEY: "new"}
-    current = Held(KEY, now.endpoints_version("clf/Model") or "", "new")
-    stale = Held(KEY, before.endpoints_version("clf/Model") or "", "old")
-    assert routed_by({"clf/Model": current}, now) == {KEY: "new"}
-    assert routed_by({"clf/Model": stale}, now) == {KEY: "old"}
-    assert routed_by({"a": current, "b": stale}, now) == {KEY: "old"}
-    assert routed_by({"a": stale, "b": current}, now) == {KEY: "old"}
+    http = http_cluster(*KEY)
+    assert routed_by([held(now, ["clf/Model", http])], now) == {KEY: "new"}
+    assert routed_by([held(before, ["clf/Model", http])], now) == {KEY: "old"}
+    assert routed_by([held(before, ["clf/Model"]), held(now, [http])], now) == \
+        {KEY: ("new", "old")}
     # A resource that is gone keeps naming what it was built from.
-    assert routed_by({"clf/Model": current}, build(None, {})) == {KEY: "new"}
+    assert routed_by([held(now, ["clf/Model"])], build(None, {})) == {KEY: "new"}
 
 
 def test_the_fence_hears_the_whole_set_first_then_what_changed() -> None:
@@ -157,14 +238,27 @@ def test_the_fence_hears_the_whole_set_first_then_what_changed() -> None:
 
     other = ("clf", "Canary")
     resources = build(None, {})
-    resources.snapshot_ids = {}
     fence = Recorder()
     applied = AppliedEndpoints(fence, "xds#1")  # type: ignore[arg-type]
     applied.report(resources)
-    applied.acked = {"a": Held(KEY, "v1", "s1"), "b": Held(other, "v1", "t1")}
+    applied.sent("1", "v1", {"a": Held(KEY, "v1", "s1"), "b": Held(other, "v1", "t1")})
     applied.report(resources)
     applied.report(resources)  # nothing changed: nothing said
-    applied.acked = {"a": Held(KEY, "v2", "s2")}
+    applied.sent("2", "v2", {"a": Held(KEY, "v2", "s2")})
+    applied.answered("2", "v2", accepted=True)
     applied.report(resources)
     assert fence.calls == [({}, True), ({KEY: "s1", other: "t1"}, False),
                            ({KEY: "s2", other: ""}, False)]
+    # An ACK of a version the response did not carry changes nothing.
+    applied.sent("3", "v3", {"a": Held(KEY, "v3", "s3")})
+    applied.answered("3", "v2", accepted=True)
+    assert [s.nonce for s in applied.in_flight] == ["3"]
+
+
+def test_a_client_far_behind_holds_every_replica_of_what_it_was_sent() -> None:
+    applied = AppliedEndpoints(None, "xds#1")
+    for n in range(MAX_IN_FLIGHT + 1):
+        applied.sent(str(n), f"v{n}", {"a": Held(KEY, f"v{n}", f"s{n}")})
+    assert len(applied.in_flight) == MAX_IN_FLIGHT
+    assert applied.accepted == {"a": Held(KEY, "", UNKNOWN)}
+    assert routed_by([applied.accepted], build(None, {})) == {KEY: UNKNOWN}

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -55,10 +54,10 @@ from ..drain_fence import DrainFence
 from ..errors import InvalidArgument, cap, one_line
 from ..stream_end import close_requests, cut_off
 from ..watch import Publisher
-from .applied import AppliedEndpoints, Held, held
+from .applied import AppliedEndpoints, held
 from .build import build
 from .requests import MAX_NACK_CHARS, MAX_QUEUED_NAMES, MAX_QUEUED_REQUESTS, Inbox, check_request
-from .resources import CLUSTER, ENDPOINTS, LISTENER, Resources
+from .resources import CLUSTER, ENDPOINTS, LISTENER, Resources, response_version
 
 logger = logging.getLogger(__name__)
 # Types whose responses carry the whole subscribed set (state of the world).
@@ -106,8 +105,6 @@ class _Subscription:
     dirty: bool = True
     # What the last response carried, by name (for CSDS).
     sent: dict[str, Any] = field(default_factory=dict)
-    # EDS: what the last response's resources were built from (for the drain fence).
-    sent_held: dict[str, Held] = field(default_factory=dict)
 
 
 @dataclass
@@ -239,7 +236,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     return
                 try:
                     if request is not None:
-                        self._take(client, request)
+                        self._take(client, request, self._cache.get(publisher))
                 except InvalidArgument as e:
                     logger.info("refused a request of xDS client %s from %s: %s",
                                 one_line(client.node_id), client.peer, e.message)
@@ -247,11 +244,11 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     context.set_details(e.message)
                     return
         finally:
+            applied.close()
+            self.clients.pop(id(client), None)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-            self.clients.pop(id(client), None)
-            applied.close()
 
     async def _read(self, request_iterator: Any, inbox: Inbox, client: XdsClient,
                     context: grpc.aio.ServicerContext, handler: asyncio.Task[Any]) -> None:
@@ -294,29 +291,39 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             await getting
         return None
 
-    def _take(self, client: XdsClient, request: discovery_pb2.DiscoveryRequest) -> None:
+    def _take(self, client: XdsClient, request: discovery_pb2.DiscoveryRequest,
+              resources: Resources) -> None:
         """Apply a checked request; InvalidArgument for an ACK of another version."""
         if request.node.id and not client.node_id:
             client.node_id = request.node.id
             logger.info("xDS client %s connected from %s", one_line(client.node_id),
                         client.peer)
         sub = client.subscriptions.setdefault(request.type_url, _Subscription())
+        nacked = request.HasField("error_detail")
         if request.response_nonce and request.response_nonce != sub.nonce:
             pass  # stale: the client has not seen our latest response yet
         elif request.response_nonce:
-            if request.HasField("error_detail"):
+            if nacked:
                 sub.nack = cap(request.error_detail.message, MAX_NACK_CHARS)
                 logger.warning("xDS client %s refused %s version %s: %s",
                                one_line(client.node_id), request.type_url.rpartition("/")[2],
                                sub.sent_version, one_line(sub.nack, _LOGGED_NACK_CHARS))
-            elif request.version_info != sub.sent_version:
+            elif request.version_info == sub.sent_version:
+                sub.acked_version, sub.nack = request.version_info, ""
+            elif not (sub.nack and request.version_info == sub.acked_version):
+                # (After a NACK a client asks on with the version it still holds.)
                 raise InvalidArgument("version_info", f"an ACK carries the version it "
                                       f"acknowledges, {sub.sent_version} for nonce "
                                       f"{sub.nonce}; got {one_line(request.version_info)}")
+        if request.type_url == ENDPOINTS and client.applied is not None:
+            if request.response_nonce:
+                client.applied.answered(request.response_nonce, request.version_info,
+                                        accepted=not nacked)
             else:
-                sub.acked_version, sub.nack = request.version_info, ""
-                if request.type_url == ENDPOINTS and client.applied is not None:
-                    client.applied.acked = sub.sent_held
+                known = sorted(n for n in request.resource_names
+                               if n in resources.by_type[ENDPOINTS])
+                client.applied.resumed(resources, known, request.version_info,
+                                       response_version(resources, ENDPOINTS, known))
         names = set(request.resource_names)
         wildcard = not names and request.type_url in _WHOLE_SET
         if names != sub.names or wildcard != sub.wildcard or not request.response_nonce:
@@ -332,10 +339,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 n for n in sub.names if n in available)
             if not chosen and type_url not in _WHOLE_SET and not sub.dirty:
                 continue
-            digest = hashlib.sha256()
-            for name in chosen:
-                digest.update(f"{name}={available[name].version};".encode())
-            version = digest.hexdigest()[:16]
+            version = response_version(resources, type_url, chosen)
             if version == sub.sent_version and not sub.dirty:
                 continue
             sub.dirty = False
@@ -344,8 +348,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 continue  # asked again for what it has and acknowledged
             sub.sent_version, sub.nonce = version, str(next(self._nonces))
             sub.sent = {n: available[n].packed for n in chosen}
-            if type_url == ENDPOINTS:
-                sub.sent_held = held(resources, chosen)
+            if type_url == ENDPOINTS and client.applied is not None:
+                client.applied.sent(sub.nonce, version, held(resources, chosen))
             out.append(discovery_pb2.DiscoveryResponse(
                 version_info=version, type_url=type_url, nonce=sub.nonce,
                 resources=[available[n].packed for n in chosen]))

@@ -93,6 +93,15 @@ class Resources:
         return resource.version if resource is not None else None
 
 
+def response_version(resources: Resources, type_url: str, names: list[str]) -> str:
+    """The version of a response carrying `names` (sorted) of `type_url`: a
+    digest of their versions, the same on every leader for the same state."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(f"{name}={resources.by_type[type_url][name].version};".encode())
+    return digest.hexdigest()[:16]
+
+
 def cluster_name(application: str, deployment: str) -> str:
     return f"{application}/{deployment}"
 
