@@ -69,7 +69,7 @@ async def served():
     service = AggregatedDiscovery(lambda: leader.publisher, lambda: True, refuse,
                                   fence=lambda: leader.fence)
     async with served_ads(service) as stub:
-        yield leader, stub
+        yield leader, stub, service
 
 
 def _ask(version: str = "") -> discovery_pb2.DiscoveryRequest:
@@ -104,7 +104,7 @@ async def _held_back(drain: asyncio.Future) -> None:
 
 
 async def test_a_drain_waits_until_the_client_acks_endpoints_without_the_replica(served):
-    leader, stub = served
+    leader, stub, service = served
     fence = leader.fence
     call = Stream(stub)
     await call.write(_ask())
@@ -114,6 +114,8 @@ async def test_a_drain_waits_until_the_client_acks_endpoints_without_the_replica
     (reporter,) = fence.holding(KEY, "r1")
     assert reporter.startswith("xds#")
     await call.write(_ack(first))
+    (client,) = service.clients.values()
+    await _until(lambda: client.subscriptions[ENDPOINTS].acked_version == first.version_info)
 
     # r1 leaves the set; the client is sent the new endpoints.
     leader.publish(_set(r0="127.0.0.1:5001"))
@@ -142,7 +144,7 @@ async def test_a_drain_waits_until_the_client_acks_endpoints_without_the_replica
 async def test_responses_the_client_has_not_answered_yet_hold_their_replicas(served):
     """A change lands before the client's ACK of the response before it (a
     new stream, a slow client): it ACKs the older one, and still holds it."""
-    leader, stub = served
+    leader, stub, _ = served
     fence = leader.fence
     call = Stream(stub)
     await call.write(_ask())
@@ -171,7 +173,7 @@ async def test_a_set_change_the_endpoints_do_not_show_moves_the_client_along(ser
     """r2 has no gRPC port, so its coming and going leaves the EDS resource (and
     its version) as it was, and nothing is sent: the client still holds the
     current set, not the one it ACKed."""
-    leader, stub = served
+    leader, stub, _ = served
     fence = leader.fence
     call = Stream(stub)
     await call.write(_ask())
@@ -188,7 +190,7 @@ async def test_a_client_that_resumes_holds_what_it_had(served):
     """A new stream's first request names the version the client holds: the
     current one holds the current set; one this leader cannot tell holds
     every replica until the client ACKs."""
-    leader, stub = served
+    leader, stub, _ = served
     fence = leader.fence
     call = Stream(stub)
     await call.write(_ask())
@@ -262,3 +264,23 @@ def test_a_client_far_behind_holds_every_replica_of_what_it_was_sent() -> None:
     assert len(applied.in_flight) == MAX_IN_FLIGHT
     assert applied.accepted == {"a": Held(KEY, "", UNKNOWN)}
     assert routed_by([applied.accepted], build(None, {})) == {KEY: UNKNOWN}
+
+
+async def test_after_a_nack_a_request_with_the_version_held_is_no_error(served) -> None:
+    """grpc-go and Envoy send the version they hold and the latest nonce after
+    a NACK; the ACK it holds may have come after the NACKed response was sent."""
+    leader, stub, _ = served
+    call = Stream(stub)
+    await call.write(_ask())
+    first = await call.next()
+    leader.publish(_set(r0="127.0.0.1:5001"))
+    second = await call.next()
+    await call.write(_ack(first))  # stale: the second was sent before it
+    await call.write(_nack(second, version=first.version_info))
+    await call.write(discovery_pb2.DiscoveryRequest(
+        type_url=ENDPOINTS, resource_names=NAMES, version_info=first.version_info,
+        response_nonce=second.nonce))
+    await call.quiet(0.3)
+    leader.publish(_set(r0="127.0.0.1:5001", r1="127.0.0.1:5002"))
+    assert (await call.next()).version_info == first.version_info  # the stream lives on
+    call.close()

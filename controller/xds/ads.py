@@ -310,8 +310,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                                sub.sent_version, one_line(sub.nack, _LOGGED_NACK_CHARS))
             elif request.version_info == sub.sent_version:
                 sub.acked_version, sub.nack = request.version_info, ""
-            elif not (sub.nack and request.version_info == sub.acked_version):
-                # (After a NACK a client asks on with the version it still holds.)
+            elif not sub.nack:
+                # (After a NACK, a client asks on with the version it still holds.)
                 raise InvalidArgument("version_info", f"an ACK carries the version it "
                                       f"acknowledges, {sub.sent_version} for nonce "
                                       f"{sub.nonce}; got {one_line(request.version_info)}")
