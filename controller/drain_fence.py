@@ -120,12 +120,16 @@ class DrainFence:
         return out
 
     def reported(self, reporter_id: str, applied: Mapping[Key, Routed] | None,
-                 replace: bool = False) -> None:
+                 replace: bool = False, stream: bool = False) -> None:
         """A report came from `reporter_id`; `applied`: the sets it names
-        (checked), None when it named none; `replace`: they are all its sets."""
+        (checked), None when it named none; `replace`: they are all its sets;
+        `stream`: from the reporter's own stream (stream_opened), which a load
+        report naming the same id does not overwrite."""
         self._sweep()
         if applied is None and reporter_id not in self._seen:
             return  # it never names what it routes by: not waited for
+        if reporter_id in self._streams and not stream:
+            return
         self._seen[reporter_id] = self._clock.monotonic()
         if replace:
             self._drop(reporter_id)

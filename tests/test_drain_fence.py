@@ -155,12 +155,15 @@ def test_a_reporter_on_several_sets_holds_what_any_of_them_holds() -> None:
     """An xDS client between responses, present while its own stream is open."""
     f = fence(FakeClock(), set())
     f.stream_opened("xds#1")
-    f.reported("xds#1", {KEY: ("s1", "s2")}, replace=True)
+    f.reported("xds#1", {KEY: ("s1", "s2")}, replace=True, stream=True)
     assert f.holding(KEY, "r1") == ["xds#1"]  # s1 holds it
-    f.reported("xds#1", {KEY: ("s2",)})
+    f.reported("xds#1", {KEY: ("s2",)}, stream=True)
     assert f.holding(KEY, "r1") == [] and f.holding(KEY, "r2") == ["xds#1"]
-    f.reported("xds#1", {KEY: ()})  # none: no longer routed
+    f.reported("xds#1", {KEY: ()}, stream=True)  # none: no longer routed
     assert f.holding(KEY, "r2") == []
-    f.reported("xds#1", {KEY: "s2"})
+    f.reported("xds#1", {KEY: "s2"}, stream=True)
+    # A load report that names the stream's id (a client's choice) changes nothing.
+    name(f, "xds#1", {"app/Model": ""}, replace=True)
+    assert f.holding(KEY, "r2") == ["xds#1"]
     f.stream_closed("xds#1")
     assert f.holding(KEY, "r2") == [] and f._routes == {} and f._seen == {}

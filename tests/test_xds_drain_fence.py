@@ -235,7 +235,7 @@ def test_the_fence_hears_the_whole_set_first_then_what_changed() -> None:
         def __init__(self) -> None:
             self.calls: list[tuple[dict, bool]] = []
 
-        def reported(self, reporter_id, applied, replace=False) -> None:
+        def reported(self, reporter_id, applied, replace=False, stream=False) -> None:
             self.calls.append((dict(applied), replace))
 
     other = ("clf", "Canary")

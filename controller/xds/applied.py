@@ -141,5 +141,6 @@ class AppliedEndpoints:
         changes: dict[Key, Routed] = {key: ids for key, ids in now.items()
                                       if before.get(key) != ids}
         changes.update({key: "" for key in before if key not in now})
-        self.fence.reported(self.reporter_id, changes, replace=self._reported is None)
+        self.fence.reported(self.reporter_id, changes, replace=self._reported is None,
+                            stream=True)
         self._reported = now
