@@ -26,8 +26,14 @@ class Recorder(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(self) -> None:
         self.applied: list[tuple[bool, dict[str, str]]] = []
         self.end_after = False
+        # Set: the stream is refused, as for a token without the reporter role.
+        self.refuse = False
+        self.streams = 0
 
     async def StreamLoad(self, requests: Any, context: Any) -> api.StreamLoadResponse:
+        self.streams += 1
+        if self.refuse:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not a reporter")
         async for message in requests:
             report = message.report
             if report.HasField("applied"):
@@ -63,14 +69,20 @@ async def next_applied(recorder: Recorder, seen: int) -> tuple[bool, dict[str, s
     raise AssertionError(f"no report naming sets after {recorder.applied}")
 
 
+def watching(address: str) -> Any:
+    """The WatchClient a reporter asks: connected, its leader at `address`."""
+    watcher = SimpleNamespace(watcher_id="proxy-t", connected=asyncio.Event(),
+                              credentials=Credentials(), address=address)
+    watcher.leader_address = lambda: watcher.address
+    watcher.connected.set()
+    return watcher
+
+
 def test_sets_go_whole_on_each_new_stream_then_as_changes() -> None:
     async def main() -> None:
         first, first_address, one = await leader()
         second, second_address, two = await leader()
-        watcher = SimpleNamespace(watcher_id="proxy-t", connected=asyncio.Event(),
-                                  credentials=Credentials(), address=first_address)
-        watcher.leader_address = lambda: watcher.address
-        watcher.connected.set()
+        watcher = watching(first_address)
         sets = ReplicaSets(UpstreamPool())
         sets.apply(snapshot("A", "a1"))
         reporter = LoadReporter(watcher, period_s=0.05)  # type: ignore[arg-type]
@@ -92,6 +104,34 @@ def test_sets_go_whole_on_each_new_stream_then_as_changes() -> None:
             assert await next_applied(two, 1) == (False, {"app/B": ""})
             await asyncio.sleep(0.2)
             assert len(one.applied) == 4 and len(two.applied) == 2  # nothing more to say
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await first.stop(None)
+            await second.stop(None)
+
+    asyncio.run(main())
+
+
+def test_a_refused_stream_is_tried_again_after_a_backoff_and_at_once_on_a_new_leader() -> None:
+    """A leader that refuses the reports (a token without the reporter role) is
+    not asked again every period, only after REFUSED_BACKOFF_S (1 s first)."""
+    async def main() -> None:
+        first, first_address, one = await leader()
+        second, second_address, two = await leader()
+        one.refuse = True
+        watcher = watching(first_address)
+        sets = ReplicaSets(UpstreamPool())
+        sets.apply(snapshot("A", "a1"))
+        reporter = LoadReporter(watcher, period_s=0.02)  # type: ignore[arg-type]
+        running = asyncio.create_task(reporter.run(sets))
+        try:
+            await asyncio.sleep(0.8)  # 40 periods
+            assert one.streams == 1 and one.applied == []
+            await asyncio.sleep(1.0)  # past the first backoff: one more try
+            assert one.streams == 2
+            watcher.address = second_address  # a new leader is asked at once
+            assert await next_applied(two, 0) == (True, {"app/A": "a1"})
         finally:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)

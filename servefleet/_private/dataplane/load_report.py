@@ -39,6 +39,9 @@ from .replica_sets import ReplicaSets
 
 logger = logging.getLogger(__name__)
 REPORT_PERIOD_S = 0.5
+# After the leader refuses the report stream (a token without the role to
+# report), the next stream waits this long, doubling up to the second figure.
+REFUSED_BACKOFF_S = (1.0, 30.0)
 # (requests, window seconds, p50 ms, p99 ms, failed requests): TrafficWindow.summary's.
 Traffic = tuple[int, float, float, float, int]
 
@@ -105,12 +108,15 @@ class LoadReporter:
         self._channel: grpc.aio.Channel | None = None
         self._channel_to = ""
         self._outbox: asyncio.Queue[controller_pb2.StreamLoadRequest | None] = asyncio.Queue()
-        self._stream: asyncio.Task[None] | None = None
+        self._stream: asyncio.Task[bool] | None = None
         self._last: dict[str, tuple[int, int]] = {}
         # The replica sets this stream was told of (None: all of them go in
         # the next report, which opens a stream).
         self._applied_sent: dict[str, str] | None = None
         self._leaving = False
+        # After a refused stream: when the next may open, and the wait before it.
+        self._retry_at: float | None = None
+        self._backoff_s = 0.0
 
     def wake(self) -> None:
         """Report now rather than at the end of the period."""
@@ -183,6 +189,8 @@ class LoadReporter:
                     errors: list[controller_pb2.RecentError] | None = None,
                     applied: dict[str, str] | None = None) -> None:
         leader = self._watcher.leader_address()
+        if self._held_off(leader):
+            return  # the leader refuses our reports: they would go nowhere
         if self._stream is None or self._stream_lost():
             self._applied_sent = None  # a new stream starts from nothing
             await self._close()
@@ -203,6 +211,29 @@ class LoadReporter:
                 recent_errors=errors or [],
                 applied=None if applied is None else self._applied_message(applied))))
 
+    def _held_off(self, leader: str) -> bool:
+        """Whether the leader refused the last stream and the next must wait:
+        REFUSED_BACKOFF_S, doubling while refusals go on. A new leader, or a
+        stream that ended otherwise, starts over."""
+        stream = self._stream
+        if stream is None or not stream.done():
+            return False
+        refused = not stream.cancelled() and stream.exception() is None and stream.result()
+        if not refused or leader != self._channel_to:
+            self._retry_at, self._backoff_s = None, 0.0
+            return False
+        now = asyncio.get_running_loop().time()
+        if self._retry_at is None:
+            first, most = REFUSED_BACKOFF_S
+            self._backoff_s = min(max(first, self._backoff_s * 2), most)
+            self._retry_at = now + self._backoff_s
+            logger.warning("the leader %s refused this process's load reports; trying again "
+                           "in %.0f s", leader, self._backoff_s)
+        if now < self._retry_at:
+            return True
+        self._retry_at = None
+        return False
+
     def _stream_lost(self) -> bool:
         """The report stream ended, or the leader it goes to is no longer the leader."""
         return self._stream is not None and (
@@ -221,7 +252,8 @@ class LoadReporter:
     @staticmethod
     async def _run_stream(channel: grpc.aio.Channel, outbox: asyncio.Queue[
             controller_pb2.StreamLoadRequest | None],
-            metadata: tuple[tuple[str, str], ...]) -> None:
+            metadata: tuple[tuple[str, str], ...]) -> bool:
+        """Run one report stream; whether the leader refused it."""
         async def messages() -> AsyncIterator[controller_pb2.StreamLoadRequest]:
             while (message := await outbox.get()) is not None:
                 yield message
@@ -234,6 +266,8 @@ class LoadReporter:
                                    grpc.StatusCode.PERMISSION_DENIED)
             logger.log(logging.WARNING if refused else logging.DEBUG,
                        "load report stream ended: %s", e.details())
+            return refused
+        return False
 
     async def _close(self) -> None:
         if self._stream is not None and not self._stream.done():
