@@ -14,7 +14,10 @@ asked for and what it was last sent:
   reconnects to a new leader with the same state is sent the same version;
 - a request carrying the last nonce is an ACK, or with `error_detail` a
   NACK: logged, kept for status, and never answered by sending the same
-  resources again (only a later change is sent);
+  resources again (only a later change is sent); after a NACK, one with the
+  last nonce and the version the client still holds is a plain request;
+- what each client may route by (the EDS response it last ACKed and those
+  sent since: applied.py) goes to the leader term's drain fence;
 - a request with an old nonce is stale (the client had not seen the latest
   response yet) and only updates the subscription.
 
