@@ -17,7 +17,9 @@ without hears of no change, so waiting for it is no use (and a killed
 proxy would hold every drain). What it named is kept for STALE_S after
 its last report, for a stream that comes back. An xDS client
 (xds/applied.py) counts while its xDS stream is open, and names the sets
-of the EDS responses it acknowledged. A snapshot id this leader
+of the EDS response it last acknowledged and of those sent since. A
+reporter that comes to name a set holding a replica whose drain already
+waits (a stream resumed meanwhile) holds that drain too. A snapshot id this leader
 has not published lately (a set from the last term, say) may hold the
 replica: the drain waits, up to its bound, for a newer one. A reporter
 that never names what it routes by (a client in another language, say)
@@ -141,9 +143,16 @@ class DrainFence:
                     else tuple(sys.intern(s) for s in snapshot_id))
             elif key in self._routes:
                 self._routes[key].pop(reporter_id, None)
-        for waiter in [w for w in self._waiters if reporter_id in w.holders]:
-            if not self._holds(reporter_id, waiter.key, waiter.replica_id):
-                waiter.holders.discard(reporter_id)
+        named = applied or {}
+        for waiter in self._waiters:
+            if reporter_id in waiter.holders:
+                if not self._holds(reporter_id, waiter.key, waiter.replica_id):
+                    waiter.holders.discard(reporter_id)
+            elif waiter.key in named and self._holds(reporter_id, waiter.key,
+                                                     waiter.replica_id):
+                # It holds the replica now (a stream that came back); a waiting
+                # drain's prune drops it if it has no stream open.
+                waiter.holders.add(reporter_id)
 
     def stream_opened(self, reporter_id: str) -> None:
         """A reporter that is present while its stream is open (an xDS client)."""

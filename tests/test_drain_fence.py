@@ -167,3 +167,27 @@ def test_a_reporter_on_several_sets_holds_what_any_of_them_holds() -> None:
     assert f.holding(KEY, "r2") == ["xds#1"]
     f.stream_closed("xds#1")
     assert f.holding(KEY, "r2") == [] and f._routes == {} and f._seen == {}
+
+
+def test_a_reporter_that_comes_to_hold_the_replica_holds_a_waiting_drain() -> None:
+    """A client that resumes (a new stream) while a drain waits for others."""
+    async def main() -> None:
+        clock = FakeClock()
+        f = fence(clock, {"p1"})
+        name(f, "p1", {"app/Model": "s1"}, replace=True)
+        waiting = asyncio.create_task(f.wait(KEY, "r1", 30.0))
+        await asyncio.sleep(0)
+        f.stream_opened("xds#1")
+        f.reported("xds#1", {KEY: "s1"}, replace=True, stream=True)
+        name(f, "p1", {"app/Model": "s2"})  # p1 let go; xds#1 still holds r1
+        for _ in range(5):
+            await asyncio.sleep(0)
+            clock.advance(0.1)
+        assert not waiting.done()
+        f.reported("xds#1", {KEY: "s2"}, stream=True)
+        for _ in range(5):
+            await asyncio.sleep(0)
+            clock.advance(0.1)
+        assert waiting.done() and await waiting == []
+
+    asyncio.run(main())

@@ -28,10 +28,11 @@ class Recorder(controller_pb2_grpc.ControllerServiceServicer):
         self.end_after = False
         # Set: the stream is refused, as for a token without the reporter role.
         self.refuse = False
-        self.streams = 0
+        # When each stream came (the loop's clock).
+        self.streams: list[float] = []
 
     async def StreamLoad(self, requests: Any, context: Any) -> api.StreamLoadResponse:
-        self.streams += 1
+        self.streams.append(asyncio.get_running_loop().time())
         if self.refuse:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not a reporter")
         async for message in requests:
@@ -115,7 +116,8 @@ def test_sets_go_whole_on_each_new_stream_then_as_changes() -> None:
 
 def test_a_refused_stream_is_tried_again_after_a_backoff_and_at_once_on_a_new_leader() -> None:
     """A leader that refuses the reports (a token without the reporter role) is
-    not asked again every period, only after REFUSED_BACKOFF_S (1 s first)."""
+    not asked again every period, only after REFUSED_BACKOFF_S (1 s, then 2 s);
+    a new leader is asked at once."""
     async def main() -> None:
         first, first_address, one = await leader()
         second, second_address, two = await leader()
@@ -125,13 +127,24 @@ def test_a_refused_stream_is_tried_again_after_a_backoff_and_at_once_on_a_new_le
         sets.apply(snapshot("A", "a1"))
         reporter = LoadReporter(watcher, period_s=0.02)  # type: ignore[arg-type]
         running = asyncio.create_task(reporter.run(sets))
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.sleep(0.8)  # 40 periods
-            assert one.streams == 1 and one.applied == []
-            await asyncio.sleep(1.0)  # past the first backoff: one more try
-            assert one.streams == 2
-            watcher.address = second_address  # a new leader is asked at once
-            assert await next_applied(two, 0) == (True, {"app/A": "a1"})
+            deadline = loop.time() + 10
+            while len(one.streams) < 2:
+                assert loop.time() < deadline, "no second try"
+                await asyncio.sleep(0.02)
+            # 1 s between the tries, not one 20 ms period (50 tries a second before).
+            assert one.streams[1] - one.streams[0] >= 0.9
+            assert one.applied == []
+            # The next wait is 2 s; a new leader is asked within a few periods.
+            switched = loop.time()
+            watcher.address = second_address
+            deadline = switched + 1.5
+            while not two.applied:
+                assert loop.time() < deadline, "the new leader was not asked at once"
+                await asyncio.sleep(0.01)
+            assert two.applied[0] == (True, {"app/A": "a1"})
+            assert len(one.streams) == 2
         finally:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)

@@ -190,7 +190,7 @@ async def test_a_client_that_resumes_holds_what_it_had(served):
     """A new stream's first request names the version the client holds: the
     current one holds the current set; one this leader cannot tell holds
     every replica until the client ACKs."""
-    leader, stub, _ = served
+    leader, stub, service = served
     fence = leader.fence
     call = Stream(stub)
     await call.write(_ask())
@@ -199,13 +199,18 @@ async def test_a_client_that_resumes_holds_what_it_had(served):
     await _until(lambda: not fence._streams)
     again = Stream(stub)
     await again.write(_ask(current.version_info))
-    await _until(lambda: fence.holding(KEY, "r1") != [])
+    await again.next()
+    (client,) = service.clients.values()
+    snapshot = leader.publisher.snapshot(replicas_key(*KEY))
+    assert {h.snapshot_id for h in client.applied.accepted.values()} == {snapshot.snapshot_id}
     again.close()
     await _until(lambda: not fence._streams)
     lost = Stream(stub)
     await lost.write(_ask("a-version-of-another-time"))
     resent = await lost.next()
-    await _until(lambda: fence.holding(KEY, "gone") != [])  # any replica: UNKNOWN
+    (client,) = service.clients.values()
+    assert {h.snapshot_id for h in client.applied.accepted.values()} == {UNKNOWN}
+    await _until(lambda: fence.holding(KEY, "gone") != [])  # any replica
     await lost.write(_ack(resent))
     await _until(lambda: fence.holding(KEY, "gone") == [])
     assert fence.holding(KEY, "r1") != []
@@ -284,3 +289,39 @@ async def test_after_a_nack_a_request_with_the_version_held_is_no_error(served) 
     leader.publish(_set(r0="127.0.0.1:5001", r1="127.0.0.1:5002"))
     assert (await call.next()).version_info == first.version_info  # the stream lives on
     call.close()
+
+
+def test_nacked_responses_stay_in_use_until_an_ack_puts_them_behind() -> None:
+    """gRPC applies the valid part of a response it NACKs: a NACK of a later
+    response does not put an earlier NACKed one behind the client."""
+    applied = AppliedEndpoints(None, "xds#1")
+    applied.sent("1", "v1", {"a": Held(KEY, "v1", "s1")})
+    applied.answered("1", "v1", accepted=True)
+    applied.sent("2", "v2", {"a": Held(KEY, "v2", "s2")})
+    applied.answered("2", "", accepted=False)
+    applied.sent("3", "v3", {"a": Held(KEY, "v3", "s3")})
+    applied.answered("3", "v1", accepted=False)
+    assert routed_by([applied.accepted, *(s.held for s in applied.in_flight)],
+                     build(None, {})) == {KEY: ("s1", "s2", "s3")}
+    applied.sent("4", "v4", {"a": Held(KEY, "v4", "s4")})
+    applied.answered("4", "v4", accepted=True)
+    assert applied.in_flight == [] and applied.accepted == {"a": Held(KEY, "v4", "s4")}
+
+
+async def test_after_a_nack_an_ack_of_a_later_response_still_carries_its_version(served):
+    leader, stub, service = served
+    call = Stream(stub)
+    await call.write(_ask())
+    first = await call.next()
+    await call.write(_nack(first))
+    (client,) = service.clients.values()
+    await _until(lambda: client.subscriptions[ENDPOINTS].nack != "")
+    leader.publish(_set(r0="127.0.0.1:5001"))
+    second = await call.next()
+    await call.write(discovery_pb2.DiscoveryRequest(
+        type_url=ENDPOINTS, resource_names=NAMES, version_info="not-what-it-was-sent",
+        response_nonce=second.nonce))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await asyncio.wait_for(call._reader, 3.0)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "version_info" in (refused.value.details() or "")

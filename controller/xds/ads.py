@@ -15,7 +15,8 @@ asked for and what it was last sent:
 - a request carrying the last nonce is an ACK, or with `error_detail` a
   NACK: logged, kept for status, and never answered by sending the same
   resources again (only a later change is sent); after a NACK, one with the
-  last nonce and the version the client still holds is a plain request;
+  NACKed nonce and without `error_detail` is a plain request, whatever
+  version it names (the one the client holds);
 - what each client may route by (the EDS response it last ACKed and those
   sent since: applied.py) goes to the leader term's drain fence;
 - a request with an old nonce is stale (the client had not seen the latest
@@ -104,6 +105,8 @@ class _Subscription:
     nonce: str = ""
     acked_version: str = ""
     nack: str = ""
+    # The nonce of the response NACKed last: requests carrying it are plain requests.
+    nacked_nonce: str = ""
     # Set when the client asked for something new: answer even if unchanged.
     dirty: bool = True
     # What the last response carried, by name (for CSDS).
@@ -308,13 +311,14 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         elif request.response_nonce:
             if nacked:
                 sub.nack = cap(request.error_detail.message, MAX_NACK_CHARS)
+                sub.nacked_nonce = sub.nonce
                 logger.warning("xDS client %s refused %s version %s: %s",
                                one_line(client.node_id), request.type_url.rpartition("/")[2],
                                sub.sent_version, one_line(sub.nack, _LOGGED_NACK_CHARS))
             elif request.version_info == sub.sent_version:
                 sub.acked_version, sub.nack = request.version_info, ""
-            elif not sub.nack:
-                # (After a NACK, a client asks on with the version it still holds.)
+            elif request.response_nonce != sub.nacked_nonce:
+                # (After a NACK, a client asks on with that nonce and the version it holds.)
                 raise InvalidArgument("version_info", f"an ACK carries the version it "
                                       f"acknowledges, {sub.sent_version} for nonce "
                                       f"{sub.nonce}; got {one_line(request.version_info)}")

@@ -117,15 +117,15 @@ class AppliedEndpoints:
                 name: Held(was.key, "", UNKNOWN) for name, was in oldest.held.items()}}
 
     def answered(self, nonce: str, version: str, accepted: bool) -> None:
-        """The client ACKed (`accepted`) or NACKed the response `nonce`; every
-        one sent before it is behind it. An ACK whose version is not what that
-        response carried changes nothing."""
-        at = next((i for i, sent in enumerate(self.in_flight) if sent.nonce == nonce), None)
-        if at is None:
-            return
+        """The client ACKed (`accepted`) or NACKed the response `nonce`. An ACK
+        puts every response sent before it behind the client; an ACK whose
+        version is not what that response carried changes nothing. A NACK
+        changes nothing either: the valid part of that response, and of any
+        NACKed before it, may be in use with the rest of what it held."""
         if not accepted:
-            del self.in_flight[:at]  # its valid resources may be in use, the rest as before
-        elif self.in_flight[at].version == version:
+            return
+        at = next((i for i, sent in enumerate(self.in_flight) if sent.nonce == nonce), None)
+        if at is not None and self.in_flight[at].version == version:
             self.accepted = self.in_flight[at].held
             del self.in_flight[:at + 1]
 

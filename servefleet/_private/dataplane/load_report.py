@@ -117,6 +117,7 @@ class LoadReporter:
         # After a refused stream: when the next may open, and the wait before it.
         self._retry_at: float | None = None
         self._backoff_s = 0.0
+        self._opened_at = 0.0
 
     def wake(self) -> None:
         """Report now rather than at the end of the period."""
@@ -197,6 +198,7 @@ class LoadReporter:
             self._channel = self._watcher.credentials.aio_channel(leader)
             self._channel_to = leader
             self._outbox = asyncio.Queue()
+            self._opened_at = asyncio.get_running_loop().time()
             self._stream = asyncio.create_task(self._run_stream(
                 self._channel, self._outbox, self._watcher.credentials.metadata))
         self._outbox.put_nowait(controller_pb2.StreamLoadRequest(
@@ -213,10 +215,14 @@ class LoadReporter:
 
     def _held_off(self, leader: str) -> bool:
         """Whether the leader refused the last stream and the next must wait:
-        REFUSED_BACKOFF_S, doubling while refusals go on. A new leader, or a
-        stream that ended otherwise, starts over."""
+        REFUSED_BACKOFF_S, doubling while refusals go on. A new leader, a
+        stream that ended otherwise, or one taken for longer than the longest
+        wait starts over."""
         stream = self._stream
         if stream is None or not stream.done():
+            if stream is not None and \
+                    asyncio.get_running_loop().time() - self._opened_at > REFUSED_BACKOFF_S[1]:
+                self._backoff_s = 0.0  # taken for a while: a later refusal starts over
             return False
         refused = not stream.cancelled() and stream.exception() is None and stream.result()
         if not refused or leader != self._channel_to:
