@@ -5,6 +5,8 @@ process names none. Real grpc.aio servers in this process record the reports."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,17 +81,33 @@ def watching(address: str) -> Any:
     return watcher
 
 
+@contextlib.asynccontextmanager
+async def reporting(period_s: float, refused: bool = False) -> AsyncIterator[SimpleNamespace]:
+    """Two leaders (the first refusing reports when `refused`) and a reporter
+    running over a replica set of A at a1, watching the first leader."""
+    first, first_address, one = await leader()
+    second, second_address, two = await leader()
+    one.refuse = refused
+    watcher = watching(first_address)
+    sets = ReplicaSets(UpstreamPool())
+    sets.apply(snapshot("A", "a1"))
+    reporter = LoadReporter(watcher, period_s=period_s)  # type: ignore[arg-type]
+    sets.on_applied = reporter.wake
+    running = asyncio.create_task(reporter.run(sets))
+    try:
+        yield SimpleNamespace(one=one, two=two, second_address=second_address,
+                              watcher=watcher, sets=sets, reporter=reporter)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await first.stop(None)
+        await second.stop(None)
+
+
 def test_sets_go_whole_on_each_new_stream_then_as_changes() -> None:
     async def main() -> None:
-        first, first_address, one = await leader()
-        second, second_address, two = await leader()
-        watcher = watching(first_address)
-        sets = ReplicaSets(UpstreamPool())
-        sets.apply(snapshot("A", "a1"))
-        reporter = LoadReporter(watcher, period_s=0.05)  # type: ignore[arg-type]
-        sets.on_applied = reporter.wake
-        running = asyncio.create_task(reporter.run(sets))
-        try:
+        async with reporting(0.05) as r:
+            one, two, sets = r.one, r.two, r.sets
             assert await next_applied(one, 0) == (True, {"app/A": "a1"})
             sets.apply(snapshot("A", "a2"))
             assert await next_applied(one, 1) == (False, {"app/A": "a2"})
@@ -99,17 +117,12 @@ def test_sets_go_whole_on_each_new_stream_then_as_changes() -> None:
             sets.apply(snapshot("A", "", deleted=True))
             # A new stream: every set again, the deleted one left out.
             assert await next_applied(one, 3) == (True, {"app/B": "b1"})
-            watcher.address = second_address  # a new leader hears them all
+            r.watcher.address = r.second_address  # a new leader hears them all
             assert await next_applied(two, 0) == (True, {"app/B": "b1"})
-            reporter.leave()  # draining: it routes by no set
+            r.reporter.leave()  # draining: it routes by no set
             assert await next_applied(two, 1) == (False, {"app/B": ""})
             await asyncio.sleep(0.2)
             assert len(one.applied) == 4 and len(two.applied) == 2  # nothing more to say
-        finally:
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
-            await first.stop(None)
-            await second.stop(None)
 
     asyncio.run(main())
 
@@ -119,16 +132,9 @@ def test_a_refused_stream_is_tried_again_after_a_backoff_and_at_once_on_a_new_le
     not asked again every period, only after REFUSED_BACKOFF_S (1 s, then 2 s);
     a new leader is asked at once."""
     async def main() -> None:
-        first, first_address, one = await leader()
-        second, second_address, two = await leader()
-        one.refuse = True
-        watcher = watching(first_address)
-        sets = ReplicaSets(UpstreamPool())
-        sets.apply(snapshot("A", "a1"))
-        reporter = LoadReporter(watcher, period_s=0.02)  # type: ignore[arg-type]
-        running = asyncio.create_task(reporter.run(sets))
         loop = asyncio.get_running_loop()
-        try:
+        async with reporting(0.02, refused=True) as r:
+            one, two = r.one, r.two
             deadline = loop.time() + 10
             while len(one.streams) < 2:
                 assert loop.time() < deadline, "no second try"
@@ -138,17 +144,12 @@ def test_a_refused_stream_is_tried_again_after_a_backoff_and_at_once_on_a_new_le
             assert one.applied == []
             # The next wait is 2 s; a new leader is asked within a few periods.
             switched = loop.time()
-            watcher.address = second_address
+            r.watcher.address = r.second_address
             deadline = switched + 1.5
             while not two.applied:
                 assert loop.time() < deadline, "the new leader was not asked at once"
                 await asyncio.sleep(0.01)
             assert two.applied[0] == (True, {"app/A": "a1"})
             assert len(one.streams) == 2
-        finally:
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
-            await first.stop(None)
-            await second.stop(None)
 
     asyncio.run(main())
