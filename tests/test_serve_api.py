@@ -4,6 +4,8 @@ with Ray's config objects."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -169,6 +171,21 @@ def test_public_modules_say_what_they_export(monkeypatch: pytest.MonkeyPatch) ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert serve.status() == schema.ServeStatus()  # nothing runs: Ray's empty status
+
+
+def test_a_bare_import_starlette_reaches_requests_as_after_rays_import() -> None:
+    """Ray's documentation annotates `starlette.requests.Request` after only
+    `import starlette`: Ray's import loads that submodule, and so does ours
+    (a fresh interpreter: pytest itself has imported starlette's modules)."""
+    program = ("import starlette\n"
+               "from servefleet import serve\n"
+               "async def handler(request: starlette.requests.Request)"
+               " -> starlette.responses.Response: ...\n"
+               "print(handler.__annotations__['request'].__module__)")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "starlette.requests"
 
 
 def test_config_file_schema_classes_build_and_check_a_config() -> None:

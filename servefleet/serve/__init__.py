@@ -14,6 +14,13 @@ name says so. Everything else under servefleet.serve is internal.
 
 from typing import Any
 
+# Ray Serve's import loads starlette's requests and responses, so its users'
+# code annotates `starlette.requests.Request` after a bare `import starlette`
+# (the names Ray's documentation writes); importing them here keeps that
+# code working, in the driver and in a replica alike.
+import starlette.requests
+import starlette.responses  # noqa: F401
+
 from servefleet._private.api import Application, Deployment
 from servefleet._private.batching import batch
 from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
