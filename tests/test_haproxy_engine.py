@@ -114,6 +114,57 @@ def test_haproxy_counters_and_failures_reach_the_controller(tmp_path, cluster) -
         controller.stop()
 
 
+def test_connections_to_a_replica_added_at_run_time_are_kept_and_reused(sqlite_fleet,
+                                                                        tmp_path) -> None:
+    """A replica that comes after HAProxy started (a scale-up here; a rollout
+    or `servefleet up`, whose proxy starts before its replicas, alike) is a
+    server added over the runtime API. Its connections are kept and reused
+    as a server's of the configuration file are: each replica counts the
+    connections its requests came over (before: one per request, 30 for 30,
+    to the added replica; the first replica's 1 or 2)."""
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy"])
+
+    def peers(replicas: int) -> deployment_pb2.DeploymentSpec:
+        spec = app_spec("Peer", "peer_port_app:peer", "/peer", replicas)
+        # No proxy trusted: the replica's `request.client` is the TCP peer.
+        spec.runtime.env["FORWARDED_ALLOW_IPS"] = ""
+        return spec
+
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client, \
+            httpx.Client(base_url=proxy.url, timeout=10) as http:
+        client.deploy(peers(1))
+        wait_for(lambda: all_healthy(client, 1), what="healthy")
+        proxy.start()  # the first replica is a server of its configuration file
+        try:
+            wait_for(lambda: routed(proxy, "/peer"), 30, "route at the proxy")
+            # HAProxy starts before the first routes come, then takes them by a reload.
+            reloads = wait_for(lambda: proxy.logs().count("HAProxy reloaded"), 30,
+                               "HAProxy routing /peer")
+            client.deploy(peers(2))
+            wait_for(lambda: len({http.get("/peer").json()["pid"] for _ in range(4)}) == 2,
+                     60, "the second replica served")
+            # The second replica's server came without a reload: by `add server`.
+            assert proxy.logs().count("HAProxy reloaded") == reloads
+            ports: dict[int, set[int]] = {}
+            served: dict[int, int] = {}
+            for _ in range(60):  # one client connection, kept alive
+                answer = http.get("/peer").json()
+                ports.setdefault(answer["pid"], set()).add(answer["port"])
+                served[answer["pid"]] = served.get(answer["pid"], 0) + 1
+        finally:
+            proxy.stop()
+            client.shutdown()
+    print(f"requests per replica: {served}; connections: "
+          f"{ {pid: len(p) for pid, p in ports.items()} }")
+    assert len(served) == 2 and min(served.values()) >= 10, served  # leastconn takes turns
+    # At most one idle connection per HAProxy thread (2 here), and one more
+    # if a check or the purge took one: far fewer than the requests.
+    assert all(len(p) <= 4 for p in ports.values()), (served, ports)
+
+
 def test_a_killed_haproxy_is_started_again_and_none_outlives_its_proxy(sqlite_fleet,
                                                                       tmp_path) -> None:
     sqlite_fleet.start(1, runtime="process")
