@@ -63,6 +63,18 @@ async def test_each_caller_streams_its_own_items_and_ends_on_its_sentinel() -> N
     assert await collect_all(short(1), short(2)) == [[], []]
 
 
+async def test_a_step_may_be_any_sequence_of_the_batchs_length() -> None:
+    """A step as a numpy array or a tuple is split per caller, as a result is."""
+    import numpy as np
+
+    @batch(max_batch_size=3, batch_wait_timeout_s=0.05)
+    async def scaled(xs: list[int]) -> AsyncIterator[np.ndarray]:
+        yield np.array(xs) * 10
+        yield tuple(xs)
+
+    assert await collect_all(scaled(1), scaled(2), scaled(3)) == [[10, 1], [20, 2], [30, 3]]
+
+
 async def test_an_error_reaches_every_open_stream_after_its_items() -> None:
     model = Generator()
     first = await collect_all(model.breaks(0), model.breaks(1))

@@ -58,6 +58,47 @@ async def test_errors_and_wrong_lengths_fail_the_whole_batch() -> None:
                in str(e) for e in short)
 
 
+async def test_any_sequence_of_the_batchs_length_is_split_per_caller() -> None:
+    """Ray's documentation returns `np.array(batch) * 2`: any sequence of the
+    batch's length goes, one element per caller; what is not one (a scalar,
+    a string, a mapping, a 0-d array) or is one of the wrong length fails
+    every call with a ValueError naming it."""
+    import numpy as np
+
+    @batch(max_batch_size=4, batch_wait_timeout_s=0.05)
+    async def doubled(xs: list[int]) -> np.ndarray:
+        return np.array(xs) * 2
+
+    assert await asyncio.gather(*[doubled(i) for i in range(4)]) == [0, 2, 4, 6]
+
+    @batch(max_batch_size=3, batch_wait_timeout_s=0.05)
+    async def rows(xs: list[int]) -> np.ndarray:
+        return np.stack([np.full(2, x) for x in xs])  # one row per caller
+
+    got = await asyncio.gather(*[rows(i) for i in range(3)])
+    assert [r.tolist() for r in got] == [[0, 0], [1, 1], [2, 2]]
+
+    @batch(max_batch_size=2, batch_wait_timeout_s=0.05)
+    async def paired(xs: list[int]) -> tuple[int, ...]:
+        return tuple(x + 1 for x in xs)
+
+    assert await asyncio.gather(paired(1), paired(2)) == [2, 3]
+
+    for wrong, said in [(np.array([1, 2, 3]), "returned 3 outputs for a batch of 2"),
+                        (np.int64(4), "returned a int64 for a batch of 2"),
+                        (np.array(5), "returned a ndarray for a batch of 2"),
+                        ("ab", "returned a str for a batch of 2"),
+                        ({0: "a", 1: "b"}, "returned a dict for a batch of 2"),
+                        ((x for x in "ab"), "returned a generator for a batch of 2")]:
+        @batch(max_batch_size=2, batch_wait_timeout_s=0.05)
+        async def bad(xs: list[int], wrong=wrong) -> object:
+            return wrong
+
+        failed = await asyncio.gather(bad(1), bad(2), return_exceptions=True)
+        assert all(isinstance(e, ValueError) and said in str(e)
+                   and "it must return a sequence" in str(e) for e in failed), (said, failed)
+
+
 async def test_a_cancelled_caller_does_not_break_the_others() -> None:
     model = Model()
     waiting = [asyncio.ensure_future(model.double(i)) for i in range(3)]

@@ -30,7 +30,8 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,10 @@ from .multiplex import MODEL_ID
 # What a streaming batch method yields in a call's place to end that call's stream
 # (the class or an instance; compared by identity: an input may be an array).
 _STOP = (StopIteration, StopAsyncIteration)
+# Sized and iterable, yet not one output per element: text and bytes iterate
+# by character, mappings and tables (a DataFrame: `columns`) by key or
+# column, sets in no order.
+_NOT_OUTPUTS = (str, bytes, bytearray, memoryview, Mapping, AbstractSet)
 
 
 @dataclass
@@ -204,8 +209,8 @@ class BatchQueue:
             if self.streaming:
                 await self._stream(target(*args, **kwargs), batch)
                 return
-            results = await target(*args, **kwargs)
-            _check_step(self.fn, results, len(batch), "returned", "return")
+            results = _outputs(self.fn, await target(*args, **kwargs), len(batch),
+                               "returned", "return")
         except Exception as e:
             for call in batch:
                 call.fail(e)
@@ -220,8 +225,8 @@ class BatchQueue:
         is closed: nobody is left to read what it would make."""
         try:
             async for step in steps:
-                _check_step(self.fn, step, len(batch), "yielded", "yield")
-                for call, item in zip(batch, step, strict=True):
+                items = _outputs(self.fn, step, len(batch), "yielded", "yield")
+                for call, item in zip(batch, items, strict=True):
                     if call.finished or call.stream is None:
                         continue
                     if item is StopIteration or item is StopAsyncIteration or isinstance(
@@ -262,10 +267,22 @@ def _columns(batch: list[Call]) -> tuple[list[list[Any]], dict[str, list[Any]]]:
             {k: [c.kwargs[k] for c in batch] for k in first.kwargs})
 
 
-def _check_step(fn: Any, results: Any, size: int, did: str, must: str) -> None:
-    if isinstance(results, list | tuple) and len(results) == size:
-        return
-    got = (f"{len(results)} outputs" if isinstance(results, list | tuple)
-           else f"a {type(results).__name__}, not a list")
+def _outputs(fn: Any, results: Any, size: int, did: str, must: str) -> list[Any]:
+    """A result (or a stream's step) as one output per call, in order. As in
+    Ray, any sequence of the batch's length will do: a list, a tuple, a numpy
+    array (split along its first axis), ... ValueError for anything else,
+    naming what came instead."""
+    got = f"a {type(results).__name__}"
+    if not isinstance(results, _NOT_OUTPUTS) and not hasattr(results, "columns"):
+        try:
+            count = len(results)
+            outputs = list(results) if count == size else []
+        except TypeError:  # no length (a generator, a scalar, a 0-d array), or not iterable
+            pass
+        else:
+            if len(outputs) == size:
+                return outputs
+            got = f"{count} outputs"
     raise ValueError(f"the batch method {fn.__qualname__} {did} {got} for a batch of {size} "
-                     f"inputs; it must {must} a list with one output per input")
+                     f"inputs; it must {must} a sequence (a list, a tuple, a numpy array, ...) "
+                     "with one output per input")

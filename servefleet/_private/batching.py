@@ -15,8 +15,9 @@ queue (one per instance); a batch goes to the method when it holds
 `batch_wait_timeout_s`. The method gets a list per argument (a call's
 positional arguments line up by position, keyword arguments by name; every
 call of a batch must pass the same ones) and returns a list of the same
-length; caller i gets element i. How batches form and run is
-batch_queue.py's.
+length, or any other sequence of it, as Ray takes (a tuple, a numpy array
+split along its first axis); caller i gets element i. How batches form and
+run is batch_queue.py's.
 
 - `max_concurrent_batches` (default 1): how many batches of one instance
   may run at once; the next batch forms while a slot is busy.
@@ -38,7 +39,8 @@ batch_queue.py's.
   (from `reconfigure`, typically); the next batch uses them.
 - A batch method that raises fails every call of the batch with that
   exception (a stream: after the items it got); a result or step of the
-  wrong length (or not a list) fails them with a ValueError saying so.
+  wrong length (or not a sequence: a scalar, a string, a mapping) fails
+  them with a ValueError saying so.
 - A caller cancelled while it waits leaves the queue; one cancelled while
   its batch runs does not disturb the others.
 - With model multiplexing, the calls of a batch are split by model id:
