@@ -80,7 +80,7 @@ def test_server_plans_add_drain_delete_revive_and_resize() -> None:
     assert commands == [
         "set server be/b state maint",
         "add server be/d 127.0.0.1:4 maxconn 4 check inter 1000ms fall 2 rise 1 "
-        "observe layer4 error-limit 1 on-error mark-down",
+        "observe layer4 error-limit 1 on-error mark-down pool-max-conn -1 pool-purge-delay 5s",
         "enable health be/d", "enable server be/d",
         "set server be/c state ready",
         "set maxconn server be/a 8",
@@ -89,6 +89,19 @@ def test_server_plans_add_drain_delete_revive_and_resize() -> None:
     assert plan_servers({"be": s}, {}, {"be": s}).steps() == []
     assert [x[3] for x in plan_servers({}, {"be": {"z": s["a"]}}, {"be": {}}).steps()] == [
         "del server be/z"]
+
+
+def test_a_server_added_at_run_time_has_the_arguments_of_one_in_the_file() -> None:
+    # `add server` inherits nothing (HAProxy 2.6 gives it not even the idle
+    # pool a server of the file has by default): each is written out in both.
+    pools = {("a", "A"): pool("r1")}
+    layout = decide(RouteTable([Target("/", "a", "A")]), pools, 5.0)
+    want = servers(layout, pools)
+    text = render(layout, want, EngineSettings("127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9"))
+    (add, *_) = [step[3] for step in plan_servers({}, {}, want).steps()]
+    backend, _, arguments = add.removeprefix("add server ").partition("/")
+    assert f"backend {backend}\n" in text and f"\n    server {arguments}\n" in text
+    assert "pool-max-conn -1 pool-purge-delay 5s" in arguments
 
 
 STAT = """# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,req_tot,hrsp_5xx,ttime
