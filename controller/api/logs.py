@@ -5,14 +5,14 @@ leader observes, sends the last lines of each, and with `follow` polls the
 runtime every POLL_S for more (replicas that appear later are picked up,
 ones that go away are dropped). Runtime reads block (files, the Docker API),
 so they run in a thread. With `request_id`, only that request's lines are
-sent: looked for among each replica's last MAX_TAIL lines (`servefleet logs
---request-id`: one request through every deployment it crossed).
+sent, a text record's traceback included (request_lines.py): looked for
+among each replica's last MAX_TAIL lines (`servefleet logs --request-id`:
+one request through every deployment it crossed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import replica_pb2
 
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from .request_lines import RequestLines
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -49,25 +50,6 @@ def _application_of(term: LeaderTerm, application: str, deployment: str) -> str:
     return apps[0]
 
 
-def _lines_of(request_id: str) -> Callable[[str], bool]:
-    """Whether a log line is one request's: a JSON line whose request_id is
-    it; a text line (a replica's own or the user's print) naming it."""
-    quoted = json.dumps(request_id)
-
-    def match(line: str) -> bool:
-        if line.startswith("{"):
-            if quoted not in line:  # most lines: no parse
-                return False
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                return request_id in line
-            return isinstance(entry, dict) and entry.get("request_id") == request_id
-        return request_id in line
-
-    return match
-
-
 class LogStream:
     def __init__(self, term: LeaderTerm, runtime: Runtime | None,
                  request: api.GetLogsRequest) -> None:
@@ -86,7 +68,6 @@ class LogStream:
         self._tail = request.tail_lines or DEFAULT_TAIL
         if len(request.request_id) > MAX_REQUEST_ID:
             raise InvalidArgument("request_id", f"at most {MAX_REQUEST_ID} characters")
-        self._match = _lines_of(request.request_id) if request.request_id else None
 
     def _matching(self) -> list[replica_pb2.ReplicaRecord]:
         request = self._request
@@ -102,17 +83,21 @@ class LogStream:
 
     async def run(self, serving: Callable[[], bool]) -> AsyncIterator[api.GetLogsResponse]:
         cursors: dict[str, str] = {}
+        # With a request id: each replica's output read so far, as request_lines.py reads it.
+        requests: dict[str, RequestLines] = {}
+        request_id = self._request.request_id
         while True:
             records = self._matching()
             for record in records:
                 cursor = cursors.get(record.replica_id, "")
                 # One request's lines are looked for among the most a read gives.
-                read = MAX_TAIL if self._match is not None else self._tail
+                read = MAX_TAIL if request_id else self._tail
                 text, cursors[record.replica_id] = await asyncio.to_thread(
                     self._runtime.read_logs, record.replica_id, cursor, read)
                 lines = text.splitlines()
-                if self._match is not None:
-                    lines = [line for line in lines if self._match(line)][-self._tail:]
+                if request_id:
+                    lines = requests.setdefault(record.replica_id, RequestLines(request_id)
+                                                ).take(lines)[-self._tail:]
                 if lines:
                     yield api.GetLogsResponse(replica_id=record.replica_id,
                                               application=record.application,
@@ -120,6 +105,7 @@ class LogStream:
             live = {r.replica_id for r in records}
             for gone in set(cursors) - live:
                 del cursors[gone]
+                requests.pop(gone, None)
             if not self._request.follow or not serving():
                 return
             await asyncio.sleep(POLL_S)

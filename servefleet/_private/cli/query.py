@@ -30,12 +30,27 @@ def cmd_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
+def deployment_named(name: str | None, app: str | None) -> tuple[str, str]:
+    """(application, deployment) from DEPLOYMENT and --app: DEPLOYMENT is a
+    name, or APP/NAME as `servefleet replicas` and `list` print it."""
+    if not name or "/" not in name:
+        return app or "", name or ""
+    application, _, deployment = name.partition("/")
+    if not application or not deployment or "/" in deployment:
+        raise UsageError(f"DEPLOYMENT {name!r}: a name, or APPLICATION/NAME")
+    if app and app != application:
+        raise UsageError(f"DEPLOYMENT {name!r} is in application {application!r}, "
+                         f"but --app says {app!r}")
+    return application, deployment
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     if not 1 <= args.tail <= 10_000:
         raise UsageError("--tail: between 1 and 10000 lines")
+    application, deployment = deployment_named(args.name, args.app)
     with connect.client(args) as client:
         try:
-            for chunk in client.logs(args.app or "", args.name or "", args.replica or "",
+            for chunk in client.logs(application, deployment, args.replica or "",
                                      args.tail, args.follow, args.request_id or ""):
                 for line in chunk.lines:
                     print(f"{chunk.replica_id} | {line}", flush=args.follow)
@@ -83,13 +98,15 @@ def add_commands(commands) -> None:
         description="Replicas' output from any runtime, each line after its replica's id "
                     "(REPLICA | LINE).",
         example=["servefleet logs SentimentModel --app sentiment --tail 20 -f",
+                 "servefleet logs sentiment/SentimentModel   # as `servefleet replicas` prints it",
                  "",
                  "# one request's lines, from every replica it passed through",
                  "curl -H 'x-request-id: demo-1' 'http://127.0.0.1:8000/compose?text=the+cat'",
                  "servefleet logs --request-id demo-1"])
     connect.add_controller_flag(logs_cmd)
     logs_cmd.add_argument("name", nargs="?", metavar="DEPLOYMENT",
-                          help="only this deployment's replicas (default: all)")
+                          help="only this deployment's replicas: NAME, or APPLICATION/NAME "
+                               "(default: all)")
     logs_cmd.add_argument("--app", default=None, help="only this application")
     logs_cmd.add_argument("--replica", default=None, metavar="ID", help="only this replica")
     logs_cmd.add_argument("--tail", type=int, default=100, metavar="N",
@@ -98,5 +115,5 @@ def add_commands(commands) -> None:
                           help="keep printing new lines until Ctrl-C")
     logs_cmd.add_argument("--request-id", default=None, metavar="ID",
                           help="only this request's lines (its x-request-id), from every "
-                               "replica it passed through")
+                               "replica it passed through, tracebacks included")
     logs_cmd.set_defaults(run=cmd_logs)
