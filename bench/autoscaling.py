@@ -296,7 +296,8 @@ def main() -> None:
     args = parser.parse_args()
     print("servefleet autoscaling bench")
     etcd = EtcdServer().start()
-    controller = ControllerProcess(etcd.url, cluster="bench").start()
+    controller = ControllerProcess(etcd.url, cluster="bench",
+                                   extra_args=["--allow-working-dir", APPS]).start()
     proxy = ProxyProcess([controller.address]).start()
     try:
         with ControllerClient(controller.address, timeout=30) as client:

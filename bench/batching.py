@@ -37,7 +37,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="servefleet-batching-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
+                                   extra_args=["--allow-working-dir", str(HERE)])
     proxy = None
     results = {}
     try:

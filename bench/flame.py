@@ -41,7 +41,8 @@ def main() -> None:
     if not shutil.which("wrk") or not Path(spy).exists():
         sys.exit("needs wrk (apt-get install wrk) and py-spy (pip install py-spy)")
     work = tempfile.mkdtemp(prefix="servefleet-flame-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
+                                   extra_args=["--allow-working-dir", APPS]).start()
     proxy = None
     try:
         while not controller.is_leader():

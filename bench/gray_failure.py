@@ -45,7 +45,8 @@ def run(passive: bool, timeout_s: float, window_s: float) -> dict[str, float]:
     from servefleet.v1 import replica_pb2
 
     work = tempfile.mkdtemp(prefix="servefleet-gray-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
+                                   extra_args=["--allow-working-dir", APPS]).start()
     proxy = None
     stopped = 0
     try:

@@ -110,7 +110,8 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="servefleet-grpcplane-")
     raw_port, grpc_port = free_port(), free_port()
     raw = subprocess.Popen([sys.executable, str(HERE / "grpc_noop.py"), str(raw_port)])
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work, extra_args=[
+        "--allow-working-dir", str(HERE.parent / "examples")])
     proxy = None
     metadata = (("application", "bench"),)
     results = {}

@@ -92,29 +92,41 @@ def baseline(duration: int) -> dict[int, dict[str, float]]:
         proc.wait(10)
 
 
-def servefleet(duration: int) -> dict[str, dict[int, dict[str, float]]]:
-    work = tempfile.mkdtemp(prefix="servefleet-models-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
-    proxy = None
+def start_controller(work: str) -> ControllerProcess:
+    """A controller that runs the bench's own code (models_app.py, here)
+    from whatever directory the bench is run in."""
+    return ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
+                             extra_args=["--allow-working-dir", str(HERE)]).start()
+
+
+def deployments() -> list[d.DeploymentSpec]:
+    """The model without and with @batch, the two steps in one process, and
+    the pipeline (Ingress calls Classifier through a handle)."""
     runtime = d.RuntimeOptions(working_dir=str(HERE))
     one = d.ReplicaConfig(num_replicas=1, max_ongoing_requests=64)
+    specs = [d.DeploymentSpec(name=name, import_path=f"models_app:{name}",
+                              route_prefix=f"/{name}", runtime=runtime, replica_config=one)
+             for name in ("Unbatched", "Batched", "OneProcess")]
+    return [*specs,
+            d.DeploymentSpec(name="Classifier", import_path="models_app:Classifier",
+                             runtime=runtime, replica_config=one),
+            d.DeploymentSpec(name="Ingress", import_path="models_app:Ingress",
+                             route_prefix="/Ingress", runtime=runtime, replica_config=one,
+                             init_args_json=json.dumps([{"__servefleet_handle__": {
+                                 "deployment": "Classifier"}}]))]
+
+
+def servefleet(duration: int) -> dict[str, dict[int, dict[str, float]]]:
+    work = tempfile.mkdtemp(prefix="servefleet-models-")
+    controller = start_controller(work)
+    proxy = None
     results: dict[str, dict[int, dict[str, float]]] = {}
     try:
         while not controller.is_leader():
             time.sleep(0.05)
         with ControllerClient(controller.address) as client:
-            for name in ("Unbatched", "Batched", "OneProcess"):
-                client.deploy(d.DeploymentSpec(name=name, import_path=f"models_app:{name}",
-                                               route_prefix=f"/{name}", runtime=runtime,
-                                               replica_config=one))
-            client.deploy(d.DeploymentSpec(name="Classifier",
-                                           import_path="models_app:Classifier",
-                                           runtime=runtime, replica_config=one))
-            client.deploy(d.DeploymentSpec(
-                name="Ingress", import_path="models_app:Ingress", route_prefix="/Ingress",
-                runtime=runtime, replica_config=one,
-                init_args_json=json.dumps([{"__servefleet_handle__": {
-                    "deployment": "Classifier"}}])))
+            for spec in deployments():
+                client.deploy(spec)
         proxy = ProxyProcess([controller.address], log_dir=work).start()
         for name in ("Unbatched", "Batched", "OneProcess", "Ingress"):
             ready(f"{proxy.url}/{name}")

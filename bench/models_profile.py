@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from models import ready, wrk_post
+from models import ready, start_controller, wrk_post
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess
+from servefleet._private.testing import ProxyProcess
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 
@@ -56,7 +56,7 @@ def main() -> None:
     if not shutil.which("wrk") or not Path(spy).exists():
         sys.exit("needs wrk (apt-get install wrk) and py-spy (pip install py-spy)")
     work = tempfile.mkdtemp(prefix="servefleet-models-profile-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    controller = start_controller(work)
     proxy = None
     raw = Path(work) / "replica.txt"
     try:

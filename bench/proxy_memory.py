@@ -43,7 +43,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1_000_000)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="servefleet-memory-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work).start()
+    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
+                                   extra_args=["--allow-working-dir", APPS]).start()
     proxy = None
     try:
         while not controller.is_leader():

@@ -101,7 +101,8 @@ def bare_replica_start() -> float:
 
 def bench_deploy_to_running(runs: int, counts: list[int]) -> dict[str, Figure]:
     etcd = EtcdServer().start()
-    controller = ControllerProcess(etcd.url, cluster="bench").start()
+    controller = ControllerProcess(etcd.url, cluster="bench",
+                                   extra_args=["--allow-working-dir", APPS]).start()
     results: dict[int, list[float]] = {count: [] for count in counts}
     try:
         with ControllerClient(controller.address) as client:

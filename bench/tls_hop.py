@@ -29,7 +29,8 @@ def tls_hop_proxy(work: str, handlers: list[str], apps: str) -> Iterator[ProxyPr
     # replicas of its cluster name it did not start.
     controller = ControllerProcess(f"sqlite://{work}/hop.db", log_dir=work, certs=certs,
                                    cluster="tlshop",
-                                   extra_args=["--replica-tls", "on"]).start()
+                                   extra_args=["--replica-tls", "on",
+                                               "--allow-working-dir", apps]).start()
     proxy = None
     try:
         while not controller.is_leader():

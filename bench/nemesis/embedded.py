@@ -14,7 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from nemesis.cluster import shut_down
+from nemesis.cluster import CHAOS_APPS, shut_down
 from nemesis.disk_full import DiskFiller, small_tmpfs
 from nemesis.history import FAILED, OK, Op
 from nemesis.operations import Operations, final_state
@@ -31,8 +31,10 @@ class EmbeddedSide:
         self.disk = self._mounts.enter_context(small_tmpfs(work / "embedded-disk", "4m"))
         self.filler = DiskFiller(self.disk)
         (work / "embedded").mkdir(exist_ok=True)
+        # Its code is the bench's own, wherever the run was started from.
         self.controller = ControllerProcess(f"sqlite://{self.disk}/state.db",
-                                            cluster="chaos-embedded", log_dir=work / "embedded")
+                                            cluster="chaos-embedded", log_dir=work / "embedded",
+                                            extra_args=["--allow-working-dir", CHAOS_APPS])
         self.proxy: ProxyProcess | None = None
         self.client: ControllerClient | None = None
         self.ops: Operations | None = None
