@@ -37,7 +37,14 @@ With --haproxy, at every count: a proxy with `--engine haproxy` in front of
 the same replica. Goals (issue 40), async: at 16 connections >= 0.85 of
 raw, p50 at 1 connection at most 0.1 ms above raw's. (A plain-def replica
 runs its handler in a thread: it, not the proxy, bounds the sync rows,
-which the raw app with a plain def shows beside them.)
+which the raw app with a plain def shows beside them.) That engine starts
+once every replica runs, so its replicas are servers of its configuration
+file; at --side-connections it also serves two deployments changed after it
+started (bench/haproxy_changes.py): one rolled out to a new version
+("haproxy, rolled out": its replica added over HAProxy's runtime API), one
+scaled from 1 to 2 replicas ("haproxy, scaled up"); the rolled-out row has
+the engine's goal too (issue 51, 13). For each of the three rows it prints
+the connections HAProxy opened to replicas per 1,000 requests.
 
 With --tls-hop, at --side-connections: a second cluster whose replicas serve
 TLS (--replica-tls on) and its proxy, beside the plain hop (bench/tls_hop.py).
@@ -51,10 +58,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,7 +69,15 @@ from typing import Any
 
 import httpx
 import psutil
-from figures import Figure, emit
+from data_plane_report import report
+from haproxy_changes import (
+    CHANGED,
+    HAPROXY,
+    change_replicas,
+    connection_counters,
+    opened_per_1000,
+    wait_running,
+)
 from tls_hop import TLS_HOP, tls_hop_proxy
 from wrk_run import scraped, wrk
 
@@ -76,7 +89,6 @@ from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent
 APPS = str(HERE.parent / "tests" / "apps")
-HAPROXY = "haproxy engine"
 MAIN = ("raw", "proxy", HAPROXY)  # measured at every count; the others at --side-connections
 # After a tracing row: time for the spans its processes still queue to drain.
 SETTLE_S = 3.0
@@ -99,6 +111,11 @@ def tracing_env(sink: OtlpSink, ratio: str) -> dict[str, str]:
     """The variables that turn tracing on, exporting to `sink`, sampling `ratio`."""
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
             "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": ratio}
+
+
+def noop_name(h: str, prefix: str) -> str:
+    """The no-op deployment of handler `h` under route `prefix` + "/" + h."""
+    return f"Noop{h}{prefix.replace('/', '')}"
 
 
 def _prefix(kind: str) -> str:
@@ -133,12 +150,6 @@ def wait_ok(url: str, timeout: float = 60) -> None:
     raise TimeoutError(url)
 
 
-def spread(values: list[float], digits: int = 0) -> str:
-    """median [min-max]"""
-    return (f"{statistics.median(values):,.{digits}f} "
-            f"[{min(values):,.{digits}f}-{max(values):,.{digits}f}]")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
@@ -147,7 +158,8 @@ def main() -> None:
     parser.add_argument("--connections", default="1,16,64")
     parser.add_argument("--side-connections", default="16",
                         help="connection counts for what is measured beside raw and proxy "
-                             "(--workers, --tls, the raw app with a plain def)")
+                             "(--workers, --tls, the raw app with a plain def, the HAProxy "
+                             "engine after a rollout and a scale-up)")
     parser.add_argument("--workers", type=int, default=1,
                         help="also measure a proxy with this many --workers")
     parser.add_argument("--metrics", action="store_true",
@@ -177,6 +189,8 @@ def main() -> None:
     controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work)
     # results[handler][kind][connections] = one wrk result per round
     results: dict[str, dict[str, dict[int, list[dict[str, float]]]]] = {}
+    # opened[handler][kind]: connections the HAProxy engine opened per 1,000 requests
+    opened: dict[str, dict[str, float]] = {}
     metrics_results: dict[str, dict[str, float]] = {}
     sink = OtlpSink(count_only=True).start() if args.tracing else None
     hop = contextlib.ExitStack()
@@ -190,15 +204,19 @@ def main() -> None:
         # row shares the machine with its processes' span exports still draining.
         traced = {f"traced {share}": tracing_env(sink, ratio)
                   for share, ratio in (("1%", "0.01"), ("100%", "1"))} if sink else {}
+        # Deployments the HAProxy engine serves after a rollout or a scale-up.
+        changed: dict[str, dict[str, str]] = \
+            {prefix: {} for prefix in CHANGED.values()} if args.haproxy else {}
+        specs = {noop_name(h, prefix): d.DeploymentSpec(
+            name=noop_name(h, prefix), route_prefix=f"{prefix}/{h}",
+            import_path="echo_app:async_noop" if h == "async" else "echo_app:noop",
+            runtime=d.RuntimeOptions(working_dir=APPS, env=env),
+            replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100))
+            for h in handlers for prefix, env in {
+                "": {}, **{_prefix(k): v for k, v in traced.items()}, **changed}.items()}
         with ControllerClient(controller.address) as client:
-            for h in handlers:
-                for prefix, env in {"": {}, **{_prefix(k): v for k, v in traced.items()}}.items():
-                    client.deploy(d.DeploymentSpec(
-                        name=f"Noop{h}{prefix.replace('/', '')}", route_prefix=f"{prefix}/{h}",
-                        import_path="echo_app:async_noop" if h == "async" else "echo_app:noop",
-                        runtime=d.RuntimeOptions(working_dir=APPS, env=env),
-                        replica_config=d.ReplicaConfig(num_replicas=1,
-                                                       max_ongoing_requests=100)))
+            for spec in specs.values():
+                client.deploy(spec)
 
         def proxy(*extra: str, env: dict[str, str] | None = None) -> ProxyProcess:
             with _environment(env or {}):
@@ -206,11 +224,17 @@ def main() -> None:
                                             extra_args=list(extra)).start())
             return started[-1]
         targets = {"proxy": proxy().url}
+        processes = {"proxy": started[-1]}  # the proxy process of each row that has its own
+        engine = None
         if args.haproxy:
-            targets[HAPROXY] = proxy("--engine", "haproxy", "--engine-threads",
-                                     str(args.engine_threads)).url
+            with ControllerClient(controller.address) as client:
+                wait_running(client)  # the engine starts with their servers in its file
+            engine = proxy("--engine", "haproxy", "--engine-threads", str(args.engine_threads))
+            targets[HAPROXY] = engine.url
+            targets.update({kind: engine.url + prefix for kind, prefix in CHANGED.items()})
         for kind, env in traced.items():
-            targets[kind] = proxy(env=env).url + _prefix(kind)
+            processes[kind] = proxy(env=env)
+            targets[kind] = processes[kind].url + _prefix(kind)
         if args.workers > 1:
             targets[f"{args.workers} workers"] = proxy("--workers", str(args.workers)).url
         if args.tls:
@@ -223,15 +247,20 @@ def main() -> None:
         for h in handlers:
             for url in targets.values():
                 wait_ok(f"{url}/{h}")
+        if engine is not None:  # its servers from now on: added at run time
+            with ControllerClient(controller.address) as client:
+                change_replicas(client, engine.url, {
+                    noop_name(h, prefix): specs[noop_name(h, prefix)]
+                    for h in handlers for prefix in CHANGED.values()})
+            counted = connection_counters(engine.url)
         # The processes a tracing row's requests cross, for its CPU per request.
         pids = {}
         if traced:
             with ControllerClient(controller.address) as client:
                 for h in handlers:
                     for kind, prefix in (("proxy", ""), *((k, _prefix(k)) for k in traced)):
-                        (replica,) = client.replicas(
-                            deployment=f"Noop{h}{prefix.replace('/', '')}")
-                        pids[(h, kind)] = [started[list(targets).index(kind)].proc.pid,
+                        (replica,) = client.replicas(deployment=noop_name(h, prefix))
+                        pids[(h, kind)] = [processes[kind].proc.pid,
                                            int(replica.record.handle.split(":")[0])]
         for h in handlers:
             raws_here = {"raw": raw_ports["async"]}
@@ -254,6 +283,11 @@ def main() -> None:
                                 # The spans still queued drain (and the
                                 # receiver here decodes them) before the next row.
                                 time.sleep(SETTLE_S)
+        if engine is not None:
+            after = connection_counters(engine.url)
+            opened = {h: {kind: opened_per_1000(counted, after, noop_name(h, prefix))
+                          for kind, prefix in {HAPROXY: "", **CHANGED}.items()}
+                      for h in handlers}
         if args.metrics:
             bare = proxy("--no-metrics")
             h = handlers[0]
@@ -276,98 +310,7 @@ def main() -> None:
         if sink is not None:
             print(f"spans the OTLP receiver got: {sink.received}")
             sink.stop()
-    report(results, metrics_results, args)
-
-
-def report(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]],
-           metrics_results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
-    print(f"servefleet data plane: wrk, 1 thread, {args.duration} s per run, raw and proxy "
-          f"alternately, {args.rounds} rounds; median [min-max]. Goals at 16 connections: "
-          "async >= 0.45 of raw, sync >= 0.35; p50 at 1 connection <= 0.4 ms")
-    for h, kinds in results.items():
-        print(f"  {h} no-op (share: of the raw app with an async def handler):")
-        print(f"    {'':<22}{'connections':>11}{'rps':>24}{'p50 ms':>22}{'p99 ms':>22}"
-              f"{'share of raw':>22}")
-        for kind, by_count in kinds.items():
-            for c, runs in by_count.items():
-                raw_runs = kinds["raw"][c]
-                share = "" if kind == "raw" else spread(
-                    [r["rps"] / w["rps"] for r, w in zip(runs, raw_runs, strict=True)], 2)
-                if kind.startswith("traced"):
-                    share += " (" + spread([r["rps"] / o["rps"] for r, o in zip(
-                        runs, by_kind_off(kinds, c), strict=True)], 2) + " of off)"
-                errors = sum(r["non2xx"] for r in runs)
-                print(f"    {kind:<22}{c:>11}{spread([r['rps'] for r in runs]):>24}"
-                      f"{spread([r['p50'] for r in runs], 2):>22}"
-                      f"{spread([r['p99'] for r in runs], 2):>22}{share:>22}"
-                      + (f"  {errors:.0f} non-2xx" if errors else ""))
-    for h, kinds in results.items():
-        cpu = {kind: [r["cpu_us"] for r in by_count.get(16, []) if "cpu_us" in r]
-               for kind, by_count in kinds.items()}
-        if any(cpu.get(k) for k in kinds if k.startswith("traced")):
-            print(f"  CPU per request at 16 connections, proxy + replica ({h}): " + "; ".join(
-                f"{kind} {spread(v, 1)} us" for kind, v in cpu.items() if v))
-    if metrics_results:
-        on, off, scraped_r = (metrics_results[k] for k in ("on", "off", "scraped"))
-        print("  Metrics at 16 connections (same replica, same run):")
-        print(f"    --no-metrics {off['rps']:.0f} rps; metrics on {on['rps']:.0f} rps "
-              f"({on['rps'] / off['rps']:.2f} of off); on and scraped every 100 ms "
-              f"{scraped_r['rps']:.0f} rps ({scraped_r['rps'] / on['rps']:.2f} of on, "
-              f"{scraped_r['scrapes']:.0f} scrapes, {scraped_r['scrape_ms']:.1f} ms each)")
-    print(json.dumps(results))
-    emit(figures_of(results))
-
-
-def by_kind_off(kinds: dict[str, dict[int, list[dict[str, float]]]], c: int
-                ) -> list[dict[str, float]]:
-    """The rounds of the proxy with tracing off at `c` connections."""
-    return kinds["proxy"][c]
-
-
-def figures_of(results: dict[str, dict[str, dict[int, list[dict[str, float]]]]]
-               ) -> dict[str, Figure]:
-    """Every series as figures (bench/figures.py); the headline ones are the
-    issue's goals and what they are measured against."""
-    figures = {}
-    for h, kinds in results.items():
-        for kind, by_count in kinds.items():
-            for c, runs in by_count.items():
-                name = f"{h} no-op, {kind}, {c} connections"
-                workers = kind.endswith(" workers")  # --workers N, beside one worker
-                top = c == 16 and (h == "async" or kind == "proxy" or workers)
-                figures[f"{name}: requests/s"] = Figure([r["rps"] for r in runs], "rps",
-                                                        lower_is_better=False, headline=top)
-                figures[f"{name}: p50"] = Figure(
-                    [r["p50"] for r in runs], "ms", headline=c == 1 and kind == "proxy",
-                    goal="<= 0.4" if (h, kind, c) == ("async", "proxy", 1) else "")
-                figures[f"{name}: p99"] = Figure([r["p99"] for r in runs], "ms",
-                                                 headline=False)
-                if all("cpu_us" in r for r in runs):  # the rows --tracing measures
-                    figures[f"{name}: CPU per request, proxy + replica"] = Figure(
-                        [r["cpu_us"] for r in runs], "us", headline=c == 16)
-                if kind.startswith("traced"):  # beside the proxy with tracing off
-                    figures[f"{name}: of tracing off"] = Figure(
-                        [r["rps"] / o["rps"] for r, o in zip(runs, by_kind_off(kinds, c),
-                                                             strict=True)],
-                        "x off", lower_is_better=False, headline=c == 16,
-                        goal=">= 0.95" if kind == "traced 1%" else "")
-                if kind == TLS_HOP:  # beside the plain hop ("proxy"), same run
-                    figures[f"{name}: of the plain hop"] = Figure(
-                        [r["rps"] / p["rps"] for r, p in zip(runs, kinds["proxy"][c], strict=True)],
-                        "x plain", lower_is_better=False, headline=c == 16)
-                if kind == HAPROXY:  # goals for async: its replica is as fast as the raw app
-                    figures[f"{name}: p50 above raw"] = Figure(
-                        [r["p50"] - w["p50"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
-                        "ms", headline=c == 1, goal="<= 0.1" if (h, c) == ("async", 1) else "")
-                if kind != "raw":
-                    figures[f"{name}: share of raw"] = Figure(
-                        [r["rps"] / w["rps"] for r, w in zip(runs, kinds["raw"][c], strict=True)],
-                        "x raw", lower_is_better=False,
-                        headline=c == 16 and (kind in ("proxy", HAPROXY) or workers),
-                        goal=(">= 0.45" if h == "async" else ">= 0.35")
-                        if (kind, c) == ("proxy", 16) else ">= 0.85"
-                        if (h, kind, c) == ("async", HAPROXY, 16) else "")
-    return figures
+    report(results, metrics_results, opened, args)
 
 
 if __name__ == "__main__":
