@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -40,7 +41,7 @@ applications:
 class Up:
     """One `servefleet up` child process and the lines it printed."""
 
-    def __init__(self, config: Path | None, state: Path, http: str, listen: str,
+    def __init__(self, config: Path | str | None, state: Path, http: str, listen: str,
                  *extra: str) -> None:
         self.http, self.listen, self.state = http, listen, state
         if "--dashboard" not in extra:
@@ -185,6 +186,45 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
         assert json.loads(tokens[0])["object"] == "chat.completion.chunk"
     finally:
         assert up.stop() == 0, up.output[-3000:]
+
+
+def test_up_runs_an_import_path_as_rays_serve_run_does(tmp_path) -> None:
+    """`servefleet up module:app` (`serve run module:app`) with a module
+    written as Ray's documentation writes one: a bare `import starlette`
+    annotating `starlette.requests.Request`, and a @serve.batch method
+    returning a numpy array, both run for real in replicas."""
+    up = Up("ray_doc_app:app", tmp_path / "state", f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{free_port()}", "--working-dir", APPS)
+    try:
+        up.wait_ready()
+        wait_for(lambda: "Ctrl-C stops everything" in up.output, 30, "the line to try")
+        assert f"up        |   curl http://{up.http}/\n" in up.output
+        assert "default: RUNNING" in up.output  # Ray's name for it
+        with ThreadPoolExecutor(8) as pool:  # together: batches of several
+            answers = list(pool.map(lambda x: httpx.get(f"http://{up.http}/",
+                                                        params={"x": x}, timeout=30), range(8)))
+        assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+        assert [a.json()["doubled"] for a in answers] == [2 * x for x in range(8)]
+    finally:
+        assert up.stop() == 0, up.output[-3000:]
+
+
+def test_a_failed_build_is_printed_whole_before_up_stops(tmp_path) -> None:
+    """`up` stops everything once a deploy failed: the traceback is printed
+    then, not a pointer to `servefleet status`, which is gone by then."""
+    (tmp_path / "broken.py").write_text(
+        'def load():\n    raise RuntimeError("weights missing")\n\n\nload()\n')
+    state = tmp_path / "state"
+    up = Up("broken:app", state, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+            "--working-dir", str(tmp_path))
+    code = up.wait_exit(120)
+    up.proc.stdout.close()
+    assert code == 1, up.output[-3000:]
+    printed = [line.split("|", 1)[1] for line in up.lines if line.startswith("up  ")]
+    assert "   Traceback (most recent call last):\n" in printed, up.output[-3000:]
+    assert '       raise RuntimeError("weights missing")\n' in printed  # the user's line
+    assert "servefleet status" not in up.output
+    assert not _replicas(state)
 
 
 def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:

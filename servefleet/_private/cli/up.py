@@ -1,4 +1,5 @@
-"""`servefleet up [CONFIG]`: a whole servefleet on this machine, in the foreground.
+"""`servefleet up [CONFIG_OR_IMPORT_PATH]`: a whole servefleet on this machine, in the
+foreground.
 
 1. claim the state directory (a lock: one `up` per directory) and check
    that the controller's and the proxy's addresses are free; either failing
@@ -9,8 +10,9 @@
    listens (lifecycle.notify_ready). Only then is the address known to be
    this `up`'s own controller: nothing is ever deployed to, or shut down on,
    a controller that another process started;
-3. deploy CONFIG, if given, and report progress until it is RUNNING (or
-   failed), then say what to try;
+3. deploy what TARGET names, if given: a config file or an import path
+   (up_target.py); report progress until it is RUNNING, then say what to try,
+   or, when it failed, why, tracebacks included (up_report.py);
 4. on Ctrl-C or SIGTERM (or when a child dies): Shutdown, which deletes every
    application and waits for the replicas to stop, then the controller exits;
    stop the proxy; and, as a last resort, kill any replica still running from
@@ -34,16 +36,18 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from servefleet._private import state_dir as state_dirs
-from servefleet._private.config_file import ConfigError, grpc_listen_of, load_config
+from servefleet._private.config_file import grpc_listen_of
 from servefleet._private.lifecycle import NOTIFY_ENV, can_bind, is_loopback
 from servefleet._private.security.tls import Credentials
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.proxy.haproxy import ENGINES
 
-from . import helptext, security
-from .apps import wait_running, warn_line
+from . import helptext, security, up_report
+from .apps import wait_running
 from .errors import CommandFailed, UsageError
+from .up_target import add_arguments as add_target_arguments
+from .up_target import is_config_file, target_request
 
 CONTROLLER_EXIT_TIMEOUT_S = 90.0
 # How long the controller and the proxy may take to listen.
@@ -200,23 +204,19 @@ def _wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    request = None
     if args.try_file and not os.path.isfile(args.try_file):
         raise UsageError(f"--try-file {args.try_file}: no such file")
     if not 1 <= args.proxy_workers <= 64:
         raise UsageError("--proxy-workers: between 1 and 64")
     if args.proxy_engine == "haproxy" and args.proxy_workers > 1:
         raise UsageError("--proxy-workers is for the python engine (HAProxy runs threads)")
-    if args.config:
-        try:
-            request = load_config(args.config, warn_line)
-        except ConfigError as e:
-            raise CommandFailed(str(e)) from None
+    request = target_request(args)
+    config = args.target if is_config_file(args.target) else None
     http = args.http
     if http is None and request is not None and request.http_options.port:
         http = f"{request.http_options.host or '127.0.0.1'}:{request.http_options.port}"
     http = http or DEFAULT_HTTP
-    grpc_listen = args.grpc or (grpc_listen_of(args.config) if args.config else None)
+    grpc_listen = args.grpc or (grpc_listen_of(config) if config else None)
     state_dir = os.path.abspath(os.path.expanduser(args.state_dir))
     state_dirs.tag(state_dir)  # its files are not code, even inside a working dir
     store = args.store or f"sqlite://{os.path.join(state_dir, 'state.db')}"
@@ -233,12 +233,17 @@ def cmd_up(args: argparse.Namespace) -> int:
             signal.signal(signum, lambda *_: stop.set())
         tls = security.tls_files(args)
         certs = ["--certs", args.certs] if args.certs else []
-        # The config's code is what `up` is asked to run: its directory is allowed.
-        code_dirs = [os.getcwd()] + ([os.path.dirname(os.path.abspath(args.config))]
-                                     if args.config else [])
+        # The code `up` is asked to run: the config's directory, or the import
+        # path's working dir, is allowed.
+        code_dirs = {os.getcwd()}
+        if config:
+            code_dirs.add(os.path.dirname(os.path.abspath(config)))
+        if args.working_dir:
+            code_dirs.add(os.path.abspath(args.working_dir))
         metrics = ["--metrics-listen", dashboard] if dashboard else []
         cluster = Cluster(store, args.listen, http, os.path.join(state_dir, "runtime"),
-                          [*certs, *metrics, *(f"--allow-working-dir={d}" for d in code_dirs)],
+                          [*certs, *metrics,
+                           *(f"--allow-working-dir={d}" for d in sorted(code_dirs))],
                           [*certs, *(["--grpc-listen", grpc_listen] if grpc_listen else []),
                            *(["--workers", str(args.proxy_workers)]
                              if args.proxy_workers > 1 else []),
@@ -290,15 +295,24 @@ def _start(cluster: Cluster, request, args: argparse.Namespace, stop: threading.
                         f"(controller {cluster.listen}, proxy http://{cluster.http})")
             return True
         client.call("DeployApplications", request)
+        names = [a.name for a in request.applications]
         try:
-            wait_running(client, [a.name for a in request.applications], args.wait_timeout,
+            wait_running(client, names, args.wait_timeout,
                          lambda line: cluster.say(f"up        | {line}"),
                          lambda: "stopped" if stop.is_set() else cluster.died())
         except CommandFailed as e:
-            cluster.say(f"up        | {e}")
+            # Everything stops next: the errors in full, not where to look them up.
+            try:
+                lines = up_report.failures_in_full(client.status(), names)
+            except ControllerError:
+                lines = []
+            for line in lines or str(e).splitlines():
+                cluster.say(f"up        | {line}")
             return False
+        tries = up_report.suggestions(request, cluster.http, args.try_file, cluster.grpc,
+                                      up_report.ingress_specs(client, names))
     cluster.say("up        | ready. Try:")
-    for line in _suggestions(request, cluster.http, args.try_file, cluster.grpc):
+    for line in tries:
         cluster.say(f"up        |   {line}")
     cluster.say("up        | Ctrl-C stops everything.")
     return True
@@ -312,31 +326,24 @@ def _security_line(tls: bool, listen: str) -> str:
             "then servefleet up --certs DIR")
 
 
-def _suggestions(request, http: str, try_file: str | None, grpc: str | None) -> list[str]:
-    """The commands to try: the --try-file's lines ({http} and {grpc} filled
-    in; a {grpc} line only with a gRPC port), else one curl per route."""
-    if try_file:
-        with open(try_file) as f:
-            lines = [line.rstrip() for line in f if line.strip() and not line.startswith("#")]
-        return [line.replace("{http}", http).replace("{grpc}", grpc or "") for line in lines
-                if grpc or "{grpc}" not in line]
-    return [f"curl http://{http}{app.route_prefix if app.HasField('route_prefix') else '/'}"
-            for app in request.applications if not app.no_route]
-
-
 def add_command(commands) -> None:
     up = helptext.add_command(
-        commands, "up", help="run a controller, a proxy and a config, in the foreground",
+        commands, "up",
+        help="run a controller, a proxy and a config (or an import path), in the foreground",
         description="Run a whole servefleet in the foreground: a controller on a sqlite "
-                    "file in --state-dir, a proxy, and CONFIG, with its progress until it is "
-                    "RUNNING. Ctrl-C deletes everything and waits for the replicas to stop.",
+                    "file in --state-dir, a proxy, and a config file or an import path (as "
+                    "Ray Serve's `serve run`), with its progress until it is RUNNING. Ctrl-C "
+                    "deletes everything and waits for the replicas to stop.",
         example=["servefleet up examples/config.yaml",
                  "servefleet up examples/config.yaml --try-file examples/try.txt",
+                 "",
+                 "# one application by import path; a builder function's args as KEY=VALUE",
+                 "servefleet up sentiment:app --working-dir examples",
+                 "servefleet up hello:app_builder message=hi",
                  "",
                  "# a second one beside the first: its own ports and state dir",
                  "servefleet up examples/digits/config.yaml --http 127.0.0.1:8100 "
                  "--listen 127.0.0.1:7474 --state-dir /tmp/servefleet-2 --dashboard off"])
-    up.add_argument("config", nargs="?", metavar="CONFIG", help="YAML config file to deploy")
     up.add_argument("--store", default=None, metavar="URL",
                     help="store URL (default: sqlite in --state-dir)")
     up.add_argument("--http", default=None, metavar="HOST:PORT",
@@ -361,7 +368,8 @@ def add_command(commands) -> None:
     up.add_argument("--state-dir", default="~/.servefleet", metavar="DIR",
                     help="the sqlite store and replica logs (default %(default)s)")
     up.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",
-                    help="seconds CONFIG may take to be RUNNING (default %(default)s)")
+                    help="seconds the applications may take to be RUNNING (default "
+                         "%(default)s)")
     up.add_argument("--try-file", default=None, metavar="FILE",
                     help="once ready, print the commands in FILE (one a line, {http} is the "
                          "proxy's address, {grpc} its gRPC port's) instead of one curl per "
@@ -372,5 +380,6 @@ def add_command(commands) -> None:
     up.add_argument("--certs", default=None, metavar="DIR",
                     help="mutual TLS from `servefleet certs init DIR` for the controller, "
                          "the proxy and the replicas")
+    add_target_arguments(up)
     up.set_defaults(run=cmd_up, tls_role="admin", cluster_ca=None, cluster_cert=None,
                     cluster_key=None)
