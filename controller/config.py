@@ -19,6 +19,7 @@ from .errors import InvalidArgument
 from .goals.policy import DeployPolicy
 from .goals.spec import check_name
 from .runtime.sandbox import Sandbox
+from .store import local_files
 
 RUNTIMES = ("process", "docker", "swarm", "none")
 
@@ -112,6 +113,7 @@ class ControllerConfig:
                                   # whatever the runtime; --runtime none runs none.
                                   runs_user_code=self.runtime != "none",
                                   allow_code_by_value=self.allow_code_by_value,
+                                  not_code=local_files(self.store_url),
                                   # --runtime none runs no replicas; Docker (or
                                   # Swarm) with code in the image runs none from
                                   # this host.

@@ -158,3 +158,25 @@ def test_a_tagged_state_directory_is_not_code_whatever_its_name(tree) -> None:
     (tree / "untagged").mkdir()
     (tree / "untagged" / "CACHEDIR.TAG").write_text("not the signature")
     assert tree_digest(str(tree), []) != before
+
+
+def test_the_controllers_own_store_files_are_not_code(tree, tmp_path) -> None:
+    """A sqlite store inside the working dir changes on every write."""
+    from servefleet.controller.store import local_files
+
+    store = local_files(f"sqlite://{tree}/state.db")
+    assert store == tuple(f"{tree}/state.db{s}" for s in ("", "-wal", "-shm", "-journal"))
+    before = tree_digest(str(tree), [], not_code=store)
+    for path in store:
+        with open(path, "a") as f:
+            f.write("a write")
+        assert tree_digest(str(tree), [], not_code=store) == before
+    assert tree_digest(str(tree), []) != before  # another controller's store would count
+    # The store named through a link to the working dir is the same file.
+    os.symlink(tree, tmp_path / "link")
+    assert tree_digest(str(tree), [], not_code=local_files(
+        f"sqlite://{tmp_path}/link/state.db")) == before
+    assert local_files("etcd://127.0.0.1:2379") == ()
+    # Only those paths: a file of the same name elsewhere in the tree is code.
+    (tree / "pkg" / "state.db").write_text("x")
+    assert tree_digest(str(tree), [], not_code=store) != before

@@ -191,7 +191,7 @@ class ApplicationTable:
                                      "an application is built by importing its code: give "
                                      "the controller a runtime, or deploy the deployments "
                                      "themselves with Deploy")
-        digests = WorkingDirDigests()
+        digests = WorkingDirDigests(policy.not_code)
         for i, spec in enumerate(specs):
             await digests.stamp(spec.runtime, f"applications[{i}].runtime")
             for j, override in enumerate(spec.deployments):

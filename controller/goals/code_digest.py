@@ -15,6 +15,13 @@ sorted order. Sockets, FIFOs and devices are skipped. An excluded directory is
 not read at all. A tree of more than MAX_FILES files or MAX_BYTES bytes is
 refused (InvalidArgument naming the field), since it most likely holds data
 that belongs in `excludes`.
+
+The controller's own files are never code, wherever they are: a sqlite store
+(`--store sqlite:///...`) and its -wal, -shm and -journal companions may sit
+in a working dir (a controller started in the code's directory), and they
+change on every write, so hashing them would make every redeploy a new
+version. The controller names them (`not_code`, real paths); they are left
+out by path, whatever code_rules.py says.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import asyncio
 import hashlib
 import os
 import stat
+from collections.abc import Collection
 
 from servefleet._private import state_dir
 from servefleet.v1 import deployment_pb2 as dpb
@@ -40,8 +48,9 @@ class TreeTooLarge(Exception):
 
 
 def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
-                max_bytes: int = MAX_BYTES) -> str:
+                max_bytes: int = MAX_BYTES, not_code: Collection[str] = ()) -> str:
     """The hex digest of the code under `root`; "" if `root` is not a directory here.
+    Files named in `not_code` (the controller's own) are left out.
 
     TreeTooLarge past `max_files` files or `max_bytes` bytes; IgnoreFileError
     for a .servefleetignore that cannot be used.
@@ -49,6 +58,7 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
     if not os.path.isdir(root):
         return ""
     rules = CodeRules.for_tree(root, excludes)
+    own = _below(root, not_code)
     digest = hashlib.sha256()
     files = total = 0
     for directory, dirnames, filenames in os.walk(root):
@@ -62,6 +72,8 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
                              and not state_dir.is_tagged(os.path.join(directory, d)))
         for name in sorted([*filenames, *links]):
             relative = base + name
+            if relative in own:
+                continue
             path = os.path.join(directory, name)
             try:
                 info = os.lstat(path)
@@ -88,6 +100,19 @@ def tree_digest(root: str, excludes: list[str], max_files: int = MAX_FILES,
     return digest.hexdigest()[:16]
 
 
+def _below(root: str, paths: Collection[str]) -> set[str]:
+    """The `paths` under `root`, relative to it as the walk names them (real
+    paths compared: the walk follows no link below root, so only root's own
+    and the paths' may differ)."""
+    real_root = os.path.realpath(root)
+    found = set()
+    for path in paths:
+        relative = os.path.relpath(os.path.realpath(path), real_root)
+        if relative != os.curdir and relative.split(os.sep, 1)[0] != os.pardir:
+            found.add(relative.replace(os.sep, "/"))
+    return found
+
+
 def _file_digest(path: str, name: str, size: int) -> bytes | None:
     """The digest of a file's contents, or None for a servefleet config file."""
     content = hashlib.sha256()
@@ -107,10 +132,12 @@ def _file_digest(path: str, name: str, size: int) -> bytes | None:
 
 class WorkingDirDigests:
     """Stamps working_dir digests into runtime options, reading each
-    (directory, excludes) once per request however many specs share it."""
+    (directory, excludes) once per request however many specs share it.
+    `not_code`: the controller's own files (its store's), never hashed."""
 
-    def __init__(self) -> None:
+    def __init__(self, not_code: Collection[str] = ()) -> None:
         self._known: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._not_code = not_code
 
     async def stamp(self, runtime: dpb.RuntimeOptions, field: str) -> None:
         """Set `runtime.working_dir_digest` from the files (InvalidArgument
@@ -122,7 +149,8 @@ class WorkingDirDigests:
         if key not in self._known:
             try:
                 self._known[key] = await asyncio.to_thread(
-                    tree_digest, runtime.working_dir, list(runtime.excludes))
+                    tree_digest, runtime.working_dir, list(runtime.excludes),
+                    not_code=self._not_code)
             except TreeTooLarge as e:
                 raise InvalidArgument(f"{field}.working_dir",
                                       f"{runtime.working_dir} {e}: list what replicas do not "

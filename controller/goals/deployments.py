@@ -158,7 +158,7 @@ class DeploymentTable:
         """Create or update a deployment; returns (stored version, updating)."""
         goal = normalize_spec(spec)
         self.policy.check_deployment("spec", goal)
-        await WorkingDirDigests().stamp(goal.runtime, "spec.runtime")
+        await WorkingDirDigests(self.policy.not_code).stamp(goal.runtime, "spec.runtime")
         key = (goal.application, goal.name)
         if goal.ByteSize() > MAX_RECORD_BYTES:
             raise InvalidArgument("spec", f"must be at most {MAX_RECORD_BYTES} bytes once "
@@ -244,7 +244,8 @@ class DeploymentTable:
         goals = [normalize_spec(spec) for spec in specs]
         for goal in goals:  # what the build reported is checked like a Deploy
             self.policy.check_deployment(f"deployments[{goal.name}]", goal)
-        digests = WorkingDirDigests()  # the files as they are now, which replicas will run
+        # The files as they are now, which replicas will run.
+        digests = WorkingDirDigests(self.policy.not_code)
         for goal in goals:
             await digests.stamp(goal.runtime, f"deployments[{goal.name}].runtime")
         async with self._lock:

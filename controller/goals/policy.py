@@ -97,20 +97,24 @@ class DeployPolicy:
     # Whether a spec may carry code or init args by value (pickles its
     # replicas load): --allow-code-by-value.
     allow_code_by_value: bool = False
+    # The controller's own files on this host (its sqlite store and the
+    # store's companions): never a deployment's code, even inside its
+    # working dir (code_digest.py leaves them out of the digest).
+    not_code: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, *, loopback: bool, cwd: str, default_image: str,
               working_dirs: Sequence[str] = (), images: Sequence[str] = (),
               allow_env: bool | None = None, code_on_host: bool = True,
               packages_below: Sequence[str] = (), runs_user_code: bool = True,
-              allow_code_by_value: bool = False) -> DeployPolicy:
+              allow_code_by_value: bool = False, not_code: Sequence[str] = ()) -> DeployPolicy:
         """The policy from the flags, with the defaults described above."""
         roots = working_dirs or ([cwd] if loopback else [])
         return cls(tuple(os.path.realpath(r) for r in roots),
                    tuple(images) or (default_image,),
                    loopback if allow_env is None else allow_env, code_on_host,
                    os.path.realpath(cwd), tuple(os.path.realpath(d) for d in packages_below),
-                   runs_user_code, allow_code_by_value)
+                   runs_user_code, allow_code_by_value, tuple(not_code))
 
     def check_import(self, field: str, import_path: str, working_dir: str,
                      on_host: bool | None = None) -> None:

@@ -31,8 +31,12 @@ __all__ = [
     "StoreURLError",
     "StoreUnavailable",
     "TxnResult",
+    "local_files",
     "open_store",
 ]
+# The files sqlite writes beside a database (WAL mode: -wal and -shm; a
+# rollback journal while the WAL is being set up or recovered).
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 class StoreURLError(ValueError):
@@ -63,11 +67,26 @@ def open_store(url: str, tls: TlsFiles | None = None) -> Store:
     if url.startswith("sqlite://"):
         from .sqlite import SqliteStore
 
-        path = url.removeprefix("sqlite://")
-        if not path.startswith("/") or path == "/":
-            raise StoreURLError(
-                f"bad sqlite URL {url!r}: expected sqlite:///absolute/path/state.db")
-        return SqliteStore(path)
+        return SqliteStore(_sqlite_path(url))
     raise StoreURLError(
         f"unknown store URL {url!r}: expected etcd://host:port[,host:port...], "
         "etcds://... (TLS) or sqlite:///path/state.db")
+
+
+def local_files(url: str) -> tuple[str, ...]:
+    """The files on this host that the store a URL names writes: a sqlite
+    database and its companions; none for etcd (or a URL open_store refuses)."""
+    if not url.startswith("sqlite://"):
+        return ()
+    try:
+        path = _sqlite_path(url)
+    except StoreURLError:
+        return ()
+    return (path, *(path + suffix for suffix in SQLITE_COMPANIONS))
+
+
+def _sqlite_path(url: str) -> str:
+    path = url.removeprefix("sqlite://")
+    if not path.startswith("/") or path == "/":
+        raise StoreURLError(f"bad sqlite URL {url!r}: expected sqlite:///absolute/path/state.db")
+    return path
