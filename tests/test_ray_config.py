@@ -34,6 +34,7 @@ RAY_FILE = """
       request_timeout_s: 30
       keep_alive_timeout_s: 5
     grpc_options:
+      port: 9000
       grpc_servicer_functions:
         - {servicer}
     logging_config:
@@ -96,11 +97,13 @@ def test_a_ray_file_becomes_servefleets_request_with_a_line_per_key(tmp_path) ->
     assert all(line.startswith(prefix) for line in lines)
     assert [line.removeprefix(prefix).split(":")[0] for line in lines] == [
         "proxy_location", "logging_config", "http_options.keep_alive_timeout_s",
-        "applications[0].deployments[0].max_concurrent_queries",
+        "grpc_options.port", "applications[0].deployments[0].max_concurrent_queries",
         "applications[0].deployments[0].autoscaling_config."
         "target_num_ongoing_requests_per_replica"]
-    assert "deprecated, use max_ongoing_requests" in lines[3]
+    assert "deprecated, use max_ongoing_requests" in lines[4]
     assert "servefleet proxy --keep-alive-timeout-s" in lines[2]
+    # A deploy cannot move a running proxy's gRPC port: said, not silently dropped.
+    assert "not applied by a deploy" in lines[3] and "--grpc-listen" in lines[3]
 
 
 def test_without_a_warn_function_the_lines_are_config_warnings(tmp_path) -> None:
@@ -187,6 +190,9 @@ def test_a_ray_file_deploys_and_serves_grpc_on_a_real_controller(grpc_cluster, s
                for line in warned), deployed.stderr
     assert any("target_num_ongoing_requests_per_replica: deprecated, use "
                "target_ongoing_requests" in line for line in warned), deployed.stderr
+    # The file's port 9000 is not where the running proxy serves gRPC: said so.
+    assert any("grpc_options.port: not applied by a deploy" in line
+               for line in warned), deployed.stderr
     assert client.application_status("clf").status == status_pb2.APPLICATION_STATUS_RUNNING
 
     # The controller holds servefleet's names and forms.

@@ -82,6 +82,17 @@ def test_what_is_neither_or_mixes_the_two_is_a_usage_error_naming_it(
     assert said in str(raised.value)
 
 
+def test_up_applies_grpc_options_address_so_it_leaves_out_the_deploy_note(
+        tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "serve.yaml").write_text(
+        "grpc_options: {host: 127.0.0.1, port: 9000, request_timeout_s: 5}\n"
+        "applications:\n  - {name: a, import_path: model:app}\n")
+    request_for("serve.yaml")
+    warned = capsys.readouterr().err.splitlines()
+    assert warned == [line for line in warned if "request_timeout_s" in line] != []
+
+
 def test_a_wrong_config_file_fails_as_before(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "serve.yaml").write_text("applications: 3\n")

@@ -19,7 +19,10 @@ and either maps it or says, in a warning line, why it is not used:
   used; `root_path`: "" accepted, another is an error (servefleet has no
   prefix over every route: put it in each route_prefix).
 - `grpc_options.request_timeout_s`: not used (the gRPC ingress keeps the
-  caller's deadline).
+  caller's deadline). `grpc_options.port` (and servefleet's `host`): where
+  `servefleet up` starts its proxy's gRPC ingress; a deploy, which cannot
+  move the ports of running proxies, says so in a warning line (`up`, which
+  applies them, leaves that line out: `grpc_listen_note`).
 - `applications[].runtime_env`: the application's `runtime`
   (servefleet/_private/ray_options.py's runtime_from_ray_env: working_dir, env_vars,
   excludes, image_uri; pip, conda and remote working dirs are errors).
@@ -93,6 +96,23 @@ def read_grpc_extras(value: dict[str, Any], say: Say) -> None:
     if value.get("request_timeout_s") is not None:
         check_float("grpc_options.request_timeout_s", value["request_timeout_s"])
         say(f"grpc_options.request_timeout_s: not used: {GRPC['request_timeout_s'].unused}")
+    for key in GRPC_LISTEN_KEYS:
+        if value.get(key) is not None:
+            say(grpc_listen_note(key))
+
+
+# Where the gRPC ingress listens: a proxy's own flag, which only `servefleet up`
+# sets from the file (Ray too keeps a running Serve's gRPC port when a config
+# is deployed to it).
+GRPC_LISTEN_KEYS = ("host", "port")
+
+
+def grpc_listen_note(key: str) -> str:
+    """The warning line for grpc_options' `key` (host or port) from every reader
+    of the file but `servefleet up`."""
+    return (f"grpc_options.{key}: not applied by a deploy: running proxies serve gRPC "
+            "where they were started (servefleet proxy --grpc-listen); only servefleet up "
+            "reads it, when it starts its proxy")
 
 
 def read_app_extras(path: str, value: dict[str, Any], say: Say) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ import os
 
 from servefleet._private.config_file import DEFAULT_APP_NAME, ConfigError, load_config
 from servefleet._private.import_paths import colon_form
+from servefleet._private.ray_config import GRPC_LISTEN_KEYS, grpc_listen_note
 from servefleet.controller.goals.grpc_fields import IMPORT_PATH_RE
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
@@ -53,8 +54,11 @@ def target_request(args: argparse.Namespace) -> api.DeployApplicationsRequest | 
                         if args.target else "none is given"))
         if args.target is None:
             return None
+        # up applies grpc_options' address itself (its proxy's --grpc-listen).
+        applied = {f"{args.target}: {grpc_listen_note(key)}" for key in GRPC_LISTEN_KEYS}
         try:
-            return load_config(args.target, warn_line)
+            return load_config(args.target,
+                               lambda line: None if line in applied else warn_line(line))
         except ConfigError as e:
             raise CommandFailed(str(e)) from None
     if args.working_dir and not os.path.isdir(args.working_dir):
