@@ -10,9 +10,9 @@ from servefleet import serve
 @serve.deployment
 class Scaler:
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.1)
-    async def scale(self, arrays: List[np.ndarray]) -> List[np.ndarray]:
-        stacked = np.stack(arrays)
-        return list(stacked * 2)
+    async def scale(self, arrays: List[np.ndarray]) -> np.ndarray:
+        # Ray splits the batch's result along its first axis: one array per caller.
+        return np.stack(arrays) * 2
 
     def total(self, array: np.ndarray) -> np.float64:
         return array.sum()
