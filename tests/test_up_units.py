@@ -64,6 +64,8 @@ def test_an_existing_file_is_a_config_and_anything_else_an_import_path(
     (["missing:app"], "missing:app: no such file, and no module 'missing' in "),
     (["conf/nope.yaml"], "conf/nope.yaml: no such file, and not an import path either"),
     (["."], ".: a directory, not a file, and not an import path either"),
+    (["model.py"], "model.py: a Python file, not a config file; name what it serves by "
+                   "import path: model:app"),
     (["model:app", "size"], "'size': an application argument is KEY=VALUE"),
     (["model:app", "a=1", "a=2"], "a: given twice ('1' and '2')"),
     (["model:app", "--working-dir", "nowhere"], "--working-dir nowhere: no such directory"),

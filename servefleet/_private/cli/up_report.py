@@ -17,7 +17,7 @@ import shlex
 import textwrap
 from collections.abc import Mapping
 
-from servefleet.client import ControllerClient
+from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2
@@ -28,13 +28,16 @@ CHAT_PROMPT = "Who made the heaven and the earth?"
 
 
 def ingress_specs(client: ControllerClient, names: list[str]) -> dict[str, dpb.DeploymentSpec]:
-    """Each application's ingress deployment spec, by application name (an
-    application whose build named no deployment is left out)."""
+    """Each application's ingress deployment spec, by application name; one
+    the controller cannot give is left out (its route is tried as it is)."""
     found = {}
-    for record in client.applications().applications:
-        if record.spec.name in names and record.deployment_names:
-            found[record.spec.name] = client.get(record.deployment_names[0],
-                                                 record.spec.name).spec
+    try:
+        for record in client.applications().applications:
+            if record.spec.name in names and record.deployment_names:
+                found[record.spec.name] = client.get(record.deployment_names[0],
+                                                     record.spec.name).spec
+    except ControllerError:
+        pass  # a suggestion is not worth failing `up` for
     return found
 
 

@@ -54,6 +54,10 @@ def target_request(args: argparse.Namespace) -> api.DeployApplicationsRequest | 
                         if args.target else "none is given"))
         if args.target is None:
             return None
+        if args.target.endswith(".py"):
+            module = os.path.splitext(os.path.basename(args.target))[0]
+            raise UsageError(f"{args.target}: a Python file, not a config file; name what "
+                             f"it serves by import path: {module}:app (module:attribute)")
         # up applies grpc_options' address itself (its proxy's --grpc-listen).
         applied = {f"{args.target}: {grpc_listen_note(key)}" for key in GRPC_LISTEN_KEYS}
         try:
@@ -99,7 +103,7 @@ def import_path_request(target: str, arguments: dict[str, str], working_dir: str
     module = import_path.partition(":")[0]
     top = module.partition(".")[0]
     in_working_dir = importlib.machinery.PathFinder.find_spec(top, [working_dir]) is not None
-    if not in_working_dir and importlib.util.find_spec(top) is None:
+    if not in_working_dir and not _installed(top):
         raise UsageError(f"{target}: no such file, and no module {top!r} in {working_dir} "
                          "(nor installed) for the import path "
                          f"{import_path}; give a config file, or run where the module is "
@@ -112,6 +116,14 @@ def import_path_request(target: str, arguments: dict[str, str], working_dir: str
     if arguments:
         spec.args_json = json.dumps(arguments)
     return api.DeployApplicationsRequest(applications=[spec])
+
+
+def _installed(module: str) -> bool:
+    """Whether a top-level module is importable here, found without running it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # imported already, without a spec (__main__)
+        return True
 
 
 def add_arguments(up: argparse.ArgumentParser) -> None:
