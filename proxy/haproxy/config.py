@@ -65,9 +65,9 @@ RETRIES = 3
 # it closed every 5 s), written out because HAProxy 2.6 (Debian 12's) does
 # not give them to a server added at run time: `add server` starts it with
 # both at 0, so it keeps no idle connection and opens one per request
-# (measured, async no-op at 16 connections: 0.28 of the requests/s of the
-# same replica as a server of the file, p99 over 200 ms; `show servers conn`
-# says purge_delay 0 and idle_lim 0). `max-reuse`, the one other such
+# (measured, async no-op at 16 connections: about a quarter of the
+# requests/s of the same replica as a server of the file, p99 120-200 ms;
+# `show servers conn` says purge_delay 0 and idle_lim 0). `max-reuse`, the one other such
 # default, `add server` refuses; it limits only multiplexed (h2) connections.
 IDLE_POOL = "pool-max-conn -1 pool-purge-delay 5s"
 
