@@ -2,9 +2,11 @@
 
 Lifecycle:
 
-1. startup: bind the gRPC control port (control.py) and the HTTP port
-   (http.py), both chosen by the runtime, so the controller can follow the
-   replica from its first second;
+1. startup: bind the gRPC control port (control.py, served on a loop of its
+   own: control_loop.py) and the HTTP port (http.py), both chosen by the
+   runtime, so the controller can follow the replica from its first second;
+   the main loop, where user code runs, is watched for handlers that block
+   it (loop_watch.py);
 2. load the user's code (`Replica.load`, replica.py) while both serve;
 3. follow config: watch `config/<app>/<deployment>` on the controllers it was
    given (the shared WatchClient follows the leader) and hand each snapshot
@@ -51,6 +53,8 @@ from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
 
 from .client_address import ClientAddress
 from .control import ReplicaControl
+from .control_loop import ControlLoop
+from .loop_watch import SAMPLE_S, LoopWatch
 from .replica import PHASE, Replica, ReplicaSettings
 
 logger = logging.getLogger("servefleet.replica")
@@ -93,20 +97,32 @@ def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
     return tls
 
 
-async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
-    replica = Replica(settings)
+def control_server(replica: Replica, control: ControlLoop, watch: LoopWatch,
+                   tls: TlsFiles | None) -> grpc.aio.Server:
+    """The control gRPC server, made on the control loop (control_loop.py).
+    RuntimeError when its port cannot be bound."""
     # No SO_REUSEPORT: a port another replica holds must fail the bind
     # (EXIT_BIND_FAILURE), not be shared with it.
-    control = grpc.aio.server(
+    server = grpc.aio.server(
         interceptors=[Guard(CONTROL_SERVICE, only_controllers if tls else None)],
         options=[("grpc.so_reuseport", 0)])
-    replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaControl(replica), control)
+    replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
+        ReplicaControl(replica, control, watch), server)
+    add_port(server, f"{replica.settings.host}:{replica.settings.control_port}", tls)
+    return server
+
+
+async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
+    replica = Replica(settings)
+    loop_watch = LoopWatch()
+    loop_watch.start()
+    control = ControlLoop(asyncio.get_running_loop())
     try:
-        add_port(control, f"{settings.host}:{settings.control_port}", tls)
+        await control.start(lambda: control_server(replica, control, loop_watch, tls))
     except RuntimeError:
         print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
         return EXIT_BIND_FAILURE
-    await control.start()
+    control.repeat(SAMPLE_S, loop_watch.sample)
     try:
         # The client as the proxy names it (client_address.py: uvicorn's
         # proxy_headers, with the answers remembered).

@@ -141,6 +141,8 @@ class FakeReplicaClient:
         # hangs (until cancelled), a short one (<= 5 s) times out at once.
         self.hung: set[str] = set()
         self.reconfigured: list[str] = []
+        # (control address, timeout) of each health check made.
+        self.checks: list[tuple[str, float]] = []
 
     def _find(self, address: str) -> FakeLaunch:
         launch = self._runtime.launches.get(address)
@@ -162,6 +164,7 @@ class FakeReplicaClient:
 
     async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
         self._find(address)
+        self.checks.append((address, timeout))
         if address in self.hung:
             if timeout > 5:
                 await asyncio.Event().wait()

@@ -18,10 +18,9 @@ DS = status_pb2.DeploymentStatus
 
 
 def spec(name: str, replicas: int, **fields) -> d.DeploymentSpec:
-    config = fields.pop("config", {})
+    config = {"health_check_period_s": 1, **fields.pop("config", {})}
     return d.DeploymentSpec(name=name, import_path=fields.pop("import_path", "m:C"),
-                            replica_config=d.ReplicaConfig(num_replicas=replicas,
-                                                           health_check_period_s=1, **config),
+                            replica_config=d.ReplicaConfig(num_replicas=replicas, **config),
                             **fields)
 
 
@@ -192,31 +191,55 @@ async def test_a_stop_that_keeps_failing_backs_off(world: FakeControlPlane) -> N
     assert attempts == 7 and not world.runtime.alive(), "it is stopped in the end"
 
 
-async def test_a_replica_proxies_ejected_is_checked_at_once_and_replaced(
-        world: FakeControlPlane) -> None:
-    """Passive health's report: the suspect's check (2 s timeout) replaces a
-    routine one that hangs (30 s timeout), and one failure replaces it."""
-    import asyncio
-
+async def _suspected(world: FakeControlPlane, replicas: int) -> tuple[LeaderTerm, str, str]:
+    """A deployment of `replicas` whose routine checks are far apart (60 s)
+    and time out after 4 s; one of its replicas hangs and a proxy reports it
+    (load reports' `suspected`). Returns (term, its id, its control address)."""
     term = await world.lead()
-    await term.deployments.deploy(spec("A", 2))
+    await term.deployments.deploy(spec("A", replicas, config={
+        "health_check_period_s": 60, "health_check_timeout_s": 4}))
     await world.settle(term)
     sick = sorted(running_ids(term, "A"))[0]
     (record,) = [i.record for i in term.observed.replica_infos() if i.record.replica_id == sick]
     world.client.hung.add(record.control_address)
-
-    async def passes(count: int, step_s: float) -> None:
-        for _ in range(count):  # no wait for the work: a hung check never ends
-            world.clock.advance(step_s)
-            await term.loop.run_pass()
-            for _ in range(3):
-                await asyncio.sleep(0)
-    await passes(10, 0.6)
-    assert term.loop.busy(sick), "a routine check of it should hang by now"
+    world.client.checks.clear()
     term.load_reports.record("proxy-1", {}, {}, {}, [sick])
-    await passes(3, 0.1)
+    return term, sick, record.control_address
+
+
+async def test_a_replica_proxies_ejected_is_checked_at_once_and_replaced(
+        world: FakeControlPlane) -> None:
+    """Passive health's report: the suspect is checked at once, with the
+    deployment's own health_check_timeout_s (a replica whose handler holds
+    its loop or its interpreter lock for seconds answers late, not never),
+    and, since another replica serves, one failure replaces it."""
+    term, sick, address = await _suspected(world, 2)
+    await world.settle(term, ticks=3, step_s=0.1)
+    assert world.client.checks[:1] == [(address, 4.0)]
     await world.settle(term, ticks=5)
     assert sick not in running_ids(term, "A") and len(running_ids(term, "A")) == 2
+
+
+async def test_the_last_replica_is_not_replaced_on_one_failed_check(
+        world: FakeControlPlane) -> None:
+    """A suspect that is its deployment's only serving replica is replaced
+    only after HEALTH_FAILURE_THRESHOLD failed checks in a row (checked again
+    every SUSPECT_RECHECK_S while reported): replacing it on one would leave
+    nothing serving while its successor loads."""
+    from servefleet.controller.reconcile.replicas import SUSPECT_RECHECK_S
+    from servefleet.controller.reconcile.transitions import HEALTH_FAILURE_THRESHOLD
+
+    term, sick, address = await _suspected(world, 1)
+    await world.settle(term, ticks=3, step_s=0.1)
+    assert len(world.client.checks) == 1
+    for failed in range(1, HEALTH_FAILURE_THRESHOLD):
+        assert running_ids(term, "A") == {sick}, f"replaced after {failed} failed checks"
+        world.clock.advance(SUSPECT_RECHECK_S)
+        term.load_reports.record("proxy-1", {}, {}, {}, [sick])  # it still answers nothing
+        await world.settle(term, ticks=1, step_s=0.1)
+    await world.settle(term, ticks=3, step_s=0.5)
+    assert [a for a, _ in world.client.checks] == [address] * HEALTH_FAILURE_THRESHOLD
+    assert sick not in running_ids(term, "A") and len(running_ids(term, "A")) == 1
 
 
 async def test_a_new_term_holds_back_stops_of_replicas_it_inherited(

@@ -131,6 +131,21 @@ def test_a_suspect_that_fails_its_check_is_replaced_at_once() -> None:
     assert passed.view == view(RUNNING)
 
 
+def test_a_suspect_that_serves_alone_fails_like_any_checked_replica() -> None:
+    """The only serving replica of its deployment is not replaced on one
+    failed check, suspect or not: HEALTH_FAILURE_THRESHOLD in a row."""
+    seen = HealthChecked("health check failed: deadline", suspect=True)
+    out = apply(view(RUNNING), seen, current=True, now=1.0, alone=True)
+    for _ in range(HEALTH_FAILURE_THRESHOLD - 2):
+        assert out.view is not None and not out.view.failure
+        out = apply(out.view, seen, current=True, now=1.0, alone=True)
+    assert out.view is not None and not out.view.failure and out.view.health_failures == \
+        HEALTH_FAILURE_THRESHOLD - 1
+    out = apply(out.view, seen, current=True, now=1.0, alone=True)
+    assert out.view is not None and "3 times in a row" in out.view.failure
+    assert "proxies stopped getting answers" in out.view.failure and out.incident
+
+
 def test_a_suspect_that_passes_its_check_is_cleared_for_the_proxies() -> None:
     """Its endpoint's `cleared` grows, and the replica set is published again:
     proxies and handles that ejected it take it back before their period ends."""

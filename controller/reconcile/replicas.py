@@ -50,15 +50,17 @@ from .transitions import (
     Started,
     apply,
     learned,
+    serving,
     startup_deadline,
     stop_timings,
     stopping,
 )
 
 logger = logging.getLogger(__name__)
-# A replica a proxy or handle ejected is health-checked at once, with this
-# timeout (or the deployment's, if shorter), and again at most this often.
-SUSPECT_TIMEOUT_S = 2.0
+# A replica a proxy or handle ejected is health-checked at once, with the
+# deployment's health_check_timeout_s (a replica busy in a handler that holds
+# its event loop or its interpreter lock for seconds answers late, not never),
+# and again at most this often.
 SUSPECT_RECHECK_S = 5.0
 # A new term does not stop a replica it inherited, while it still has a goal,
 # for this long after taking office. Clients that route by the replica set
@@ -162,7 +164,9 @@ class ReplicaReconciler:
             if isinstance(seen, Started):
                 self._record(seen.record)
             current = view.is_current(self._goals.last_goal(key))
-            self._apply(key, view, apply(view, seen, current=current, now=now), now)
+            alone = not any(serving(v) for v in self._views[key].values() if v is not view)
+            self._apply(key, view, apply(view, seen, current=current, now=now, alone=alone),
+                        now)
 
     def _apply(self, key: DKey, before: ReplicaView, outcome: Outcome, now: float) -> None:
         """Put a transition's outcome in place: the view, the failure record, the news."""
@@ -249,8 +253,9 @@ class ReplicaReconciler:
             suspect = (view.state == RUNNING and replica_id in suspects
                        and now - self._suspect_checked.get(replica_id, -SUSPECT_RECHECK_S)
                        >= SUSPECT_RECHECK_S)
-            # A suspect's check replaces a routine one under way (whose timeout
-            # may be 30 s); any other operation on the replica goes first.
+            # A suspect's check replaces a routine one under way (whose failure
+            # would be one of HEALTH_FAILURE_THRESHOLD, where a suspect's may
+            # replace it at once); any other operation on the replica goes first.
             if view.failure or (self._loop.busy(replica_id) and not (
                     suspect and replica_id in self._routine_checks)):
                 continue
@@ -260,8 +265,7 @@ class ReplicaReconciler:
                             "its health now", replica_id, *key)
                 self._run(replica_id, partial(
                     self._ops.check_health, self._records[replica_id],
-                    min(config.health_check_timeout_s, SUSPECT_TIMEOUT_S), suspect=True),
-                    replace_work=True)
+                    config.health_check_timeout_s, suspect=True), replace_work=True)
             elif view.state == RUNNING:
                 if self._health.due(replica_id, now, config.health_check_period_s):
                     self._run(replica_id, partial(self._routine_check, self._records[

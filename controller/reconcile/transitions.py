@@ -20,7 +20,12 @@ The rules:
   failure count); one that finds a RECOVERING replica still loading makes it
   STARTING again; a FAILED phase is a failure.
 - HEALTH_FAILURE_THRESHOLD failed health checks in a row are a failure; a
-  passing check clears the count.
+  passing check clears the count. A check made because proxies or handles
+  stopped getting answers (a suspect's) that fails is a failure at once,
+  unless no other replica of the deployment serves: replacing the last one
+  on one check would leave nothing serving while the new one loads (and a
+  busy replica, not a dead one, loses its model), so it counts like any
+  other failed check.
 - A replica STARTING for longer than the goal's startup_timeout_s is a
   counted failure, named with the timeout.
 - Once a replica is STOPPING, only its `Stopped` observation still matters:
@@ -126,7 +131,8 @@ def learned(failures: StartupFailures, outcome: Outcome, now: float) -> StartupF
     return failures.succeeded() if outcome.started else failures
 
 
-def _serving(view: ReplicaView) -> bool:
+def serving(view: ReplicaView) -> bool:
+    """Whether the replica takes traffic."""
     return view.state in (RUNNING, RECOVERING) and not view.failure
 
 
@@ -140,11 +146,11 @@ def fail(view: ReplicaView, reason: str, *, counted: bool, current: bool) -> Out
         return Outcome(failed, hold_starts=True)
     incident = f"replica {view.replica_id} was replaced: {reason}" \
         if view.state == RUNNING else ""
-    return Outcome(failed, incident=incident, serving_changed=_serving(view))
+    return Outcome(failed, incident=incident, serving_changed=serving(view))
 
 
 def stopping(view: ReplicaView) -> Outcome:
-    return Outcome(replace(view, state=STOPPING), serving_changed=_serving(view))
+    return Outcome(replace(view, state=STOPPING), serving_changed=serving(view))
 
 
 def stop_timings(config: deployment_pb2.ReplicaConfig | None,
@@ -157,10 +163,12 @@ def stop_timings(config: deployment_pb2.ReplicaConfig | None,
     return wait_loop, min(timeout, 5.0) if view.failure else timeout
 
 
-def apply(view: ReplicaView, seen: Observation, *, current: bool, now: float) -> Outcome:
-    """The replica after `seen`; `current`: it runs its deployment's goal."""
+def apply(view: ReplicaView, seen: Observation, *, current: bool, now: float,
+          alone: bool = False) -> Outcome:
+    """The replica after `seen`; `current`: it runs its deployment's goal;
+    `alone`: no other replica of its deployment serves."""
     if isinstance(seen, Stopped):
-        return Outcome(None, serving_changed=_serving(view))
+        return Outcome(None, serving_changed=serving(view))
     if view.state == STOPPING or (view.failure and not isinstance(seen, Started)):
         return Outcome(view)  # decided already: a stop's (or a failure's) word is final
     if isinstance(seen, Started):
@@ -172,7 +180,7 @@ def apply(view: ReplicaView, seen: Observation, *, current: bool, now: float) ->
     if isinstance(seen, Probed):
         return _probed(view, seen, current, now)
     if isinstance(seen, HealthChecked):
-        return _health_checked(view, seen)
+        return _health_checked(view, seen, alone)
     if seen.error:
         return fail(view, f"reconfigure failed: {seen.error}", counted=True, current=current)
     return Outcome(replace(view, config_hash=seen.config_hash))
@@ -190,7 +198,7 @@ def _probed(view: ReplicaView, seen: Probed, current: bool, now: float) -> Outco
     return Outcome(view)  # still loading: probed again on a later pass
 
 
-def _health_checked(view: ReplicaView, seen: HealthChecked) -> Outcome:
+def _health_checked(view: ReplicaView, seen: HealthChecked, alone: bool) -> Outcome:
     if view.state != RUNNING:
         return Outcome(view)
     if not seen.problem and seen.suspect:
@@ -202,11 +210,11 @@ def _health_checked(view: ReplicaView, seen: HealthChecked) -> Outcome:
         return Outcome(view if healthy else replace(view, health_failures=0, message=""))
     count = view.health_failures + 1
     checked = replace(view, health_failures=count, message=seen.problem)
-    if seen.suspect:
-        return fail(checked, f"{seen.problem} (checked because proxies stopped getting "
-                    "answers from it)", counted=True, current=True)
+    why = " (checked because proxies stopped getting answers from it)" if seen.suspect else ""
+    if seen.suspect and not alone:
+        return fail(checked, seen.problem + why, counted=True, current=True)
     if count >= HEALTH_FAILURE_THRESHOLD:
-        return fail(checked, f"{seen.problem} ({count} times in a row)", counted=True,
+        return fail(checked, f"{seen.problem} ({count} times in a row){why}", counted=True,
                     current=True)
     return Outcome(checked)
 
