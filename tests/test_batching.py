@@ -82,7 +82,7 @@ async def test_any_sequence_of_the_batchs_length_is_split_per_caller() -> None:
     async def paired(xs: list[int]) -> tuple[int, ...]:
         return tuple(x + 1 for x in xs)
 
-    assert await asyncio.gather(paired(1), paired(2)) == [2, 3]
+    assert list(await asyncio.gather(paired(1), paired(2))) == [2, 3]
 
     for wrong, said in [(np.array([1, 2, 3]), "returned 3 outputs for a batch of 2"),
                         (np.int64(4), "returned a int64 for a batch of 2"),

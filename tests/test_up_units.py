@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_a_wrong_config_file_fails_as_before(tmp_path, monkeypatch) -> None:
         request_for("serve.yaml")
 
 
-def _request(**app: object) -> api.DeployApplicationsRequest:
+def _request(**app: Any) -> api.DeployApplicationsRequest:
     return api.DeployApplicationsRequest(applications=[apb.ApplicationSpec(**app)])
 
 
