@@ -56,6 +56,9 @@ def test_logs_of_application_slash_name_and_a_failed_requests_traceback(
 
     listed = servefleet("replicas", "--controller", address)
     assert " iris/Front " in listed.stdout, listed.stdout
+    # The form it prints is the form it takes, as logs does.
+    only = servefleet("replicas", "iris/Front", "--controller", address)
+    assert only.returncode == 0 and " iris/Front " in only.stdout, only.stdout + only.stderr
     logs = servefleet("logs", "iris/Front", "--controller", address)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.startswith("Front-")

@@ -24,8 +24,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_replicas(args: argparse.Namespace) -> int:
+    application, deployment = deployment_named(args.name, args.app)
     with connect.client(args) as client:
-        infos = client.replicas(application=args.app or "", deployment=args.name or "")
+        infos = client.replicas(application=application, deployment=deployment)
     print(output.records_json(infos) if args.json else output.replicas_text(infos))
     return 0
 
@@ -87,7 +88,8 @@ def add_commands(commands) -> None:
         example=["servefleet replicas", "servefleet replicas SentimentModel --app sentiment"])
     connect.add_controller_flag(replicas)
     replicas.add_argument("name", nargs="?", metavar="DEPLOYMENT",
-                          help="only this deployment's replicas (default: all)")
+                          help="only this deployment's replicas (default: all): its name, "
+                               "or APPLICATION/NAME")
     replicas.add_argument("--app", default=None, help="only this application")
     replicas.add_argument("--json", action="store_true",
                           help="print ReplicaInfo messages as JSON instead of text")
