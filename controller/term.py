@@ -126,6 +126,8 @@ class LeaderTerm:
                 parts.clock, on_change=self._deployment_changed,
                 suspects=lambda: self.load_reports.suspects())
             self.loop.add(self.replicas)
+            self.deployments.gave_up, self.deployments.retry = (self.replicas.gave_up,
+                                                                self.replicas.retry)
         self.applications.runs_code = parts.runtime is not None
         self.builds = BuildReconciler(self.applications, self.loop,
                                       parts.build or partial(run_build, sandbox=parts.sandbox))
@@ -221,10 +223,10 @@ class LeaderTerm:
         """Why no replica of the deployment can come, if none can (unservable.py)."""
         if self.replicas is None:  # --runtime none: replicas are not this controller's
             return ""
-        key = (record.spec.application, record.spec.name)
-        return deployment_unavailable(record,
-                                      self.observed.planned_status(record, goal_of(record)),
-                                      len(self.observed.serving(*key)))
+        key, goal = (record.spec.application, record.spec.name), goal_of(record)
+        return deployment_unavailable(record, self.observed.planned_status(record, goal),
+                                      len(self.observed.serving(*key)),
+                                      self.observed.start_error(record, goal))
 
     def _unbuilt(self) -> list[tuple[application_pb2.ApplicationSpec, str]]:
         """Applications that cannot serve at all, with why (their build failed)."""

@@ -10,11 +10,18 @@ its route (`Route.unavailable`), and proxies and handles answer at once:
 HTTP 503, gRPC UNAVAILABLE, a HandleError. The text names the application,
 its status and the last error; `servefleet status` has the whole of it.
 
-No replica can come when:
+No replica can come, or none soon, when:
 
 - the deployment is DEPLOY_FAILED (its replicas failed to start so often
   that the controller stopped trying until the goal changes) and none of an
   earlier version still serves;
+- no replica serves and the last start of its current goal failed: the
+  controller retries with its backoff (up to min(3 x num_replicas, 20)
+  starts, which can take minutes), but every start runs the same code and
+  the next is likely to fail as the last did, so callers get that error at
+  once, as Ray Serve's get DeploymentUnavailableError, instead of waiting
+  through the retries. A replica of the goal starting at that moment is not
+  waited for. Once one runs (or an older version serves), requests flow again;
 - it asks for 0 replicas and does not autoscale;
 - its application's latest build failed and no earlier build was applied.
 """
@@ -29,12 +36,13 @@ from .goals.spec import target_replicas
 
 def deployment_unavailable(record: records_pb2.DeploymentRecord,
                            planned: tuple[status_pb2.DeploymentStatus, str] | None,
-                           serving: int) -> str:
+                           serving: int, start_error: str = "") -> str:
     """Why no replica of the deployment can come ("" when one can, or serves).
 
     `planned` is the replica planner's (status, message) for the record's
     current goal (None before the first plan); `serving` counts the replicas
-    that take traffic now.
+    that take traffic now; `start_error` is the error of the goal's last
+    start when it failed (planner.Plan.start_error, "" when it did not).
     """
     if serving or record.deleted:
         return ""
@@ -46,6 +54,10 @@ def deployment_unavailable(record: records_pb2.DeploymentRecord,
     if planned is not None and planned[0] == status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED:
         return (f"application {app} cannot serve: deployment {name} is DEPLOY_FAILED: "
                 f"{error_summary(planned[1])} (servefleet status {app} has all of it)")
+    if start_error:
+        return (f"application {app} cannot serve: deployment {name} is unavailable: no "
+                f"replica of it runs and its last start failed: {error_summary(start_error)} "
+                f"(the controller keeps retrying; servefleet status {app} has all of it)")
     return ""
 
 

@@ -15,7 +15,9 @@ refused before user code (overloaded, loading, draining) gets
 RESOURCE_EXHAUSTED with the trailing metadata `x-servefleet-rejected`,
 meaning "never processed": the caller may send it to another replica (the
 proxy does; proxyless xDS clients do by the route's retry policy).
-A user exception is UNKNOWN with its message. A call the client cancels,
+A user exception is UNKNOWN with its message (UNAVAILABLE when it says a
+deployment the code called could not serve: DeploymentUnavailableError,
+BackPressureError). A call the client cancels,
 or whose deadline passes, cancels async user code at its next await; a
 thread running sync code keeps the call's slot until it is done.
 """
@@ -37,6 +39,7 @@ import grpc
 
 from servefleet._private import tracing
 from servefleet._private.grpc_servicers import Rpc, rpcs_of
+from servefleet._private.handle_errors import unserved
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
@@ -289,10 +292,18 @@ class GrpcIngress:
 
     async def failed(self, rpc: Rpc, context: grpc.aio.ServicerContext,
                       error: Exception) -> None:
-        """User code raised: UNKNOWN with the exception (abort raises)."""
+        """User code raised: UNKNOWN with the exception (abort raises); UNAVAILABLE
+        when a deployment it called could not serve (handle_errors.unserved), named
+        with the request id so that no caller takes the status for its own
+        failure to connect (grpc_forward.not_processed)."""
         self.metrics.error.inc()
+        text = f"{type(error).__name__}: {error}"
+        if unserved(error):
+            logger.warning("gRPC call %s: %s", rpc.path, text)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, text,
+                                ((REQUEST_ID_METADATA_KEY, REQUEST_ID.get() or "-"),))
         logger.exception("gRPC call %s failed in user code", rpc.path)
-        await context.abort(grpc.StatusCode.UNKNOWN, f"{type(error).__name__}: {error}")
+        await context.abort(grpc.StatusCode.UNKNOWN, text)
 
     async def succeeded(self, started: float, user: GrpcContext | None,
                          context: grpc.aio.ServicerContext) -> None:

@@ -12,7 +12,9 @@ draining.
 A user function or `__call__` returns str (text/plain), bytes, a dict or list
 (JSON), a starlette Response, or a sync or async generator (streamed chunk by
 chunk). Sync code runs in the replica's thread pool. An exception in user code
-is logged with its traceback and answered 500 naming the exception.
+is logged with its traceback and answered 500 naming the exception; but one
+that says a deployment it called through a handle could not serve
+(DeploymentUnavailableError, BackPressureError) is answered 503 with it.
 
 `x-request-id` is taken from the request or made up, echoed on the response
 and put in the log lines; the request's trace context (envelope.py) is
@@ -52,6 +54,7 @@ from starlette.types import Message, Receive, Scope, Send
 import servefleet._private.values as values
 from servefleet._private import tracing
 from servefleet._private.disconnect import CancelOnDisconnect
+from servefleet._private.handle_errors import unserved
 from servefleet._private.ingress import is_ingress
 from servefleet._private.logs import REQUEST_ID
 from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
@@ -288,9 +291,13 @@ class ReplicaApp:
                     return True
                 response = to_response(result)
         except Exception as e:
-            logger.exception("request %s failed in user code", request_id)
-            await PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)(
-                scope, receive, send_with_id)
+            if unserved(e):  # a deployment it called could not serve (Ray answers 503 too)
+                logger.warning("request %s: %s: %s", request_id, type(e).__name__, e)
+                answer = PlainTextResponse(f"{type(e).__name__}: {e}", 503)
+            else:
+                logger.exception("request %s failed in user code", request_id)
+                answer = PlainTextResponse(f"error in user code: {type(e).__name__}: {e}", 500)
+            await answer(scope, receive, send_with_id)
             return False
         await response(scope, receive, send_with_id)
         return True

@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 from servefleet._private.api import Application, Deployment, deployment
 from servefleet._private.batching import batch
 from servefleet._private.handle import DeploymentHandle, get_deployment_handle
+from servefleet._private.handle_errors import DeploymentUnavailableError
 from servefleet._private.local import local_url, run, shutdown
 from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
 from servefleet._private.responses import (
@@ -31,6 +32,6 @@ from servefleet._private.responses import (
 )
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse",
-           "DeploymentResponseGenerator", "HandleError", "batch", "deployment",
-           "get_deployment_handle", "get_multiplexed_model_id", "local_url", "multiplexed",
-           "run", "shutdown"]
+           "DeploymentResponseGenerator", "DeploymentUnavailableError", "HandleError", "batch",
+           "deployment", "get_deployment_handle", "get_multiplexed_model_id", "local_url",
+           "multiplexed", "run", "shutdown"]

@@ -195,3 +195,26 @@ def test_new_version_failing_keeps_old_serving() -> None:
     plan = plan_of(goal(2, "v2"), old, failures, 0.0)
     assert plan.stop == [] and plan.start_slots == []
     assert plan.status == DS.DEPLOYMENT_STATUS_DEPLOY_FAILED
+
+
+def test_the_last_failed_start_is_named_while_nothing_serves() -> None:
+    failures = StartupFailures(token=goal(2, "v2").token).failed("ValueError: no weights", 0.0)
+    assert plan_of(goal(2, "v2"), [], failures, 0.0).start_error == "ValueError: no weights"
+    old = [replica("o0", 0), replica("o1", 1)]  # the older version serves meanwhile
+    assert plan_of(goal(2, "v2"), old, failures, 0.0).start_error == ""
+    assert plan_of(goal(2, "v2"), [], failures.succeeded(), 0.0).start_error == ""
+
+
+def test_a_new_incarnation_or_a_retry_starts_over() -> None:
+    first = dataclasses.replace(goal(1), created=1)
+    gave_up = StartupFailures(token=first.token, count=retry_cap(1), last_error="x",
+                              incident="replica r was replaced: exited")
+    assert gave_up.gave_up(first)
+    assert plan_of(first, [], gave_up, 0.0).start_slots == []
+    # The same spec, deleted and deployed again: a fresh record, without the incident.
+    again = dataclasses.replace(first, created=2)
+    plan, after = plan_deployment(again, [], gave_up, 0.0)
+    assert plan.start_slots == [0] and (after.count, after.incident) == (0, "")
+    # Deployed again unchanged after giving up: retried at once.
+    retried = gave_up.retried()
+    assert not retried.gave_up(first) and plan_of(first, [], retried, 0.0).start_slots == [0]

@@ -1,17 +1,21 @@
 """No request waits forever for a replica that cannot come (real processes).
 
 A deployment that failed to deploy, or an application whose build failed, is
-refused at once with 503 (HTTP), UNAVAILABLE (gRPC ingress) or a HandleError
-naming the application, its status and its last error; requests queued
-before the failure are answered so too. Without a request timeout, a request
-waits a bounded time for its answer to begin, and an answer that began is
-not cut.
+refused at once with 503 (HTTP), UNAVAILABLE (gRPC ingress) or a
+DeploymentUnavailableError (a handle) naming the application, its status and
+its last error; so is one with no replica up whose last start failed, while
+the controller retries, and so are requests queued before the failure. A
+deployment that calls such a deployment through a handle answers its own
+callers 503 (UNAVAILABLE) with that error. Without a request timeout, a
+request waits a bounded time for its answer to begin, and an answer that
+began is not cut.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -22,8 +26,9 @@ import grpc
 import httpx
 import pytest
 
-from servefleet import HandleError, get_deployment_handle
+from servefleet import get_deployment_handle
 from servefleet._private.testing import ProxyProcess, wait_for
+from servefleet.serve.exceptions import DeploymentUnavailableError
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2
@@ -39,12 +44,19 @@ pytestmark = pytest.mark.slow
 SERVICER = "grpc_classifier.classifier_pb2_grpc:add_ClassifierServicer_to_server"
 
 
-def broken(delay_s: float, **kwargs) -> dpb.DeploymentSpec:
+def broken(delay_s: float, replicas: int = 1, **kwargs) -> dpb.DeploymentSpec:
     return dpb.DeploymentSpec(
         name="Broken", application="broken", import_path="failing_app:Broken",
         init_kwargs_json=json.dumps({"delay_s": delay_s}), route_prefix="/broken",
         grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS),
-        replica_config=dpb.ReplicaConfig(num_replicas=1, startup_timeout_s=20), **kwargs)
+        replica_config=dpb.ReplicaConfig(num_replicas=replicas, startup_timeout_s=20),
+        **kwargs)
+
+
+def deployment_status(client, app: str) -> int:
+    """The status of the application's one deployment; -1 while it has none."""
+    apps = {a.name: a for a in client.status().applications}
+    return apps[app].deployments[0].status if app in apps and apps[app].deployments else -1
 
 
 def timed(call):
@@ -62,20 +74,22 @@ def grpc_refusal(target: str, app: str) -> grpc.RpcError:
 
 def test_a_deployment_that_failed_to_deploy_is_refused_at_once(grpc_cluster, sqlite_fleet) -> None:
     client, proxy, grpc_target = grpc_cluster
-    client.deploy(broken(delay_s=0.5))
+    client.deploy(broken(delay_s=0.5, replicas=3))
     wait_for(lambda: "/broken" in httpx.get(proxy.url + "/-/routes").json(), 30, "the route")
-    # Queued while its replicas still try to start: answered once they gave up,
-    # long before the default bound of 60 s.
+    # Queued while its first replicas start: answered as soon as one failed,
+    # not after the 9 failed starts the controller makes before it gives up.
     with ThreadPoolExecutor(1) as pool:
-        queued = pool.submit(httpx.get, proxy.url + "/broken", timeout=120)
-        wait_for(lambda: client.status().applications
-                 and client.status().applications[0].deployments[0].status
-                 == status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED, 90, "DEPLOY_FAILED")
-        answer = queued.result(30)
+        answer = pool.submit(httpx.get, proxy.url + "/broken", timeout=120).result(90)
+    assert deployment_status(client, "broken") == status_pb2.DEPLOYMENT_STATUS_UPDATING
     assert answer.status_code == 503, answer.text
-    assert "application broken" in answer.text and "DEPLOY_FAILED" in answer.text
+    assert "application broken cannot serve: deployment Broken is unavailable" in answer.text
     assert "RuntimeError: model file missing: weights.bin" in answer.text
-    assert "Traceback" not in answer.text
+    assert "keeps retrying" in answer.text and "Traceback" not in answer.text
+
+    wait_for(lambda: deployment_status(client, "broken")
+             == status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED, 90, "DEPLOY_FAILED")
+    wait_for(lambda: "DEPLOY_FAILED" in httpx.get(proxy.url + "/broken", timeout=10).text, 30,
+             "the refusal to say DEPLOY_FAILED")
 
     again, took = timed(lambda: httpx.get(proxy.url + "/broken", timeout=10))
     assert again.status_code == 503 and "model file missing" in again.text and took < 1.5
@@ -85,8 +99,8 @@ def test_a_deployment_that_failed_to_deploy_is_refused_at_once(grpc_cluster, sql
     details = refused.details() or ""
     assert "DEPLOY_FAILED" in details and "model file missing" in details
 
-    async def by_handle() -> HandleError:
-        with pytest.raises(HandleError) as raised:
+    async def by_handle() -> DeploymentUnavailableError:
+        with pytest.raises(DeploymentUnavailableError) as raised:
             await get_deployment_handle("Broken", "broken", sqlite_fleet.addresses()).remote()
         return raised.value
     error, took = timed(lambda: asyncio.run(by_handle()))
@@ -99,6 +113,32 @@ def test_a_deployment_that_failed_to_deploy_is_refused_at_once(grpc_cluster, sql
         replica_config=dpb.ReplicaConfig(num_replicas=1)))
     wait_for(lambda: httpx.get(proxy.url + "/broken", timeout=10).status_code == 200, 60,
              "the fixed deployment to serve")
+
+
+def test_a_deployment_calling_one_that_cannot_start_answers_that_it_is_unavailable(
+        grpc_cluster, sqlite_fleet) -> None:
+    """Not "500 error in user code: BackPressureError": the caller's code did
+    nothing wrong and nothing was overloaded."""
+    client, proxy, grpc_target = grpc_cluster
+    client.deploy_applications([apb.ApplicationSpec(
+        name="calling", route_prefix="/calling", import_path="failing_app:caller",
+        grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS))])
+    wait_for(lambda: "/calling" in httpx.get(proxy.url + "/-/routes").json(), 60, "the route")
+    answer = httpx.get(proxy.url + "/calling", timeout=120)
+    assert answer.status_code == 503, answer.text
+    assert answer.text.startswith("DeploymentUnavailableError: application calling cannot "
+                                  "serve: deployment Broken is unavailable"), answer.text
+    assert "RuntimeError: model file missing: weights.bin" in answer.text
+
+    refused = grpc_refusal(grpc_target, "calling")
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused.details()
+    assert (refused.details() or "").startswith("DeploymentUnavailableError: ")
+    assert "model file missing" in (refused.details() or "")
+
+    async def by_handle() -> None:  # a handle of the driver's raises the same type
+        await get_deployment_handle("Broken", "calling", sqlite_fleet.addresses()).remote()
+    with pytest.raises(DeploymentUnavailableError, match="model file missing"):
+        asyncio.run(by_handle())
 
 
 def test_zero_replicas_without_autoscaling_is_refused_at_once(grpc_cluster) -> None:
@@ -151,17 +191,58 @@ def test_the_wait_for_an_answer_to_begin_is_bounded_and_a_stream_is_not_cut(
     proxy.stop()
 
 
-def test_deploy_wait_names_the_error_and_where_to_see_all_of_it(grpc_cluster, sqlite_fleet,
-                                                               tmp_path) -> None:
+def cli(sqlite_fleet, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servefleet", *args,
+                           "--controller", sqlite_fleet.addresses()[0]],
+                          capture_output=True, text=True, timeout=180)
+
+
+def broken_config(tmp_path: Path) -> Path:
     config = tmp_path / "broken.yaml"
     config.write_text("applications:\n"
                       "  - {name: broken, route_prefix: /broken, import_path: failing_app:app,\n"
                       f"     runtime: {{working_dir: {APPS}}}}}\n")
-    failed = subprocess.run([sys.executable, "-m", "servefleet", "deploy", str(config), "--wait",
-                             "--controller", sqlite_fleet.addresses()[0]],
-                            capture_output=True, text=True, timeout=180)
+    return config
+
+
+# What `deploy --wait` prints as starts fail, before it gives up.
+FAILED_START = re.compile(r"  broken/Broken: UPDATING \(0 of 1 replicas running version \w+; "
+                          r"[12] failed starts of at most 3, last: RuntimeError: model file "
+                          r"missing: weights.bin\)")
+
+
+def printed_failed_start(stdout: str) -> bool:
+    return any(FAILED_START.fullmatch(line) for line in stdout.splitlines())
+
+
+def test_deploy_wait_names_the_error_and_where_to_see_all_of_it(grpc_cluster, sqlite_fleet,
+                                                               tmp_path) -> None:
+    failed = cli(sqlite_fleet, "deploy", str(broken_config(tmp_path)), "--wait")
     assert failed.returncode == 1, failed.stdout
+    assert printed_failed_start(failed.stdout), failed.stdout  # not waited on in silence
     assert "broken/Broken: replicas failed to start" in failed.stderr
     assert "Last error: RuntimeError: model file missing: weights.bin" in failed.stderr
     assert "servefleet logs Broken --app broken" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_a_failed_application_deployed_again_unchanged_starts_afresh(
+        grpc_cluster, sqlite_fleet, tmp_path) -> None:
+    config = broken_config(tmp_path)
+    assert cli(sqlite_fleet, "deploy", str(config), "--wait").returncode == 1
+    again = cli(sqlite_fleet, "deploy", str(config), "--wait")
+    assert again.returncode == 1 and "broken: deploying" in again.stdout, again.stdout
+    assert printed_failed_start(again.stdout), again.stdout  # counted from zero
+
+
+def test_a_failed_application_deleted_and_deployed_again_starts_afresh(
+        grpc_cluster, sqlite_fleet, tmp_path) -> None:
+    client, _, _ = grpc_cluster
+    config = broken_config(tmp_path)
+    assert cli(sqlite_fleet, "deploy", str(config), "--wait").returncode == 1
+    # Deleted and deployed again at once, its last replica still stopping:
+    # its replicas start again rather than it being DEPLOY_FAILED from the start.
+    assert cli(sqlite_fleet, "delete", "broken").stdout == "deleted broken\n"
+    assert cli(sqlite_fleet, "deploy", str(config)).returncode == 0
+    wait_for(lambda: deployment_status(client, "broken")
+             == status_pb2.DEPLOYMENT_STATUS_UPDATING, 60, "its replicas to start again")

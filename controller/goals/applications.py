@@ -268,16 +268,19 @@ class ApplicationTable:
         return record
 
     def _changed(self, spec: apb.ApplicationSpec) -> apb.ApplicationRecord | None:
-        """The record `spec` makes, or None when it is what is stored."""
+        """The record `spec` makes, or None when it is what is stored. One that
+        failed to deploy (its build, or a deployment's starts until they gave up)
+        is built and applied again, unchanged: the failure may have passed."""
         current = self._records.get(spec.name)
         if current is None:
             return apb.ApplicationRecord(spec=spec, generation=1, update_time=self._stamp())
-        if current.spec == spec and not current.deleted and (
-                current.failed_generation != current.generation):
-            return None  # a failed one is built again: the failure may have passed
-        if (not current.deleted and not pending(current)
-                and _without_traffic(current.spec) == _without_traffic(spec)
-                and current.failed_generation != current.generation):
+        failed = not current.deleted and (
+            current.failed_generation == current.generation
+            or any(self._deployments.gave_up((spec.name, d)) for d in current.deployment_names))
+        if current.spec == spec and not current.deleted and not failed:
+            return None
+        if (not current.deleted and not pending(current) and not failed
+                and _without_traffic(current.spec) == _without_traffic(spec)):
             # Only the traffic policy changed: no rebuild, if the targets exist.
             try:
                 check_traffic_targets(spec, list(current.deployment_names))

@@ -7,6 +7,13 @@ changes only through `deploy` and `delete`, which write to the store first
 A failed write therefore leaves both unchanged, and a lost leadership makes
 the write fail before anything is touched.
 
+A deploy of an unchanged spec writes nothing; but when the deployment's
+replicas failed to start so often that the controller stopped trying
+(DEPLOY_FAILED), it asks the replica reconciler to try again (`retry`):
+deploying again is how a user says the cause may have passed (a file, a
+service, a package outside the spec), as a failed application build is
+built again (applications.py).
+
 Mutations are serialised by one lock, so checks such as prev_version and
 route-prefix uniqueness see the state they are applied to. Writes follow
 store_mirror.py: shielded from the caller's cancellation, and a write whose
@@ -87,6 +94,11 @@ class DeploymentTable:
         self.can_purge: Callable[[Key], bool] = lambda key: True
         # What specs may run (working dirs, images, env); set by the term.
         self.policy = DeployPolicy()
+        # Whether starts of a deployment's goal stopped for good, and asking
+        # them to start again (True if they had stopped): the replica
+        # reconciler's, set by the term (without replicas: never).
+        self.gave_up: Callable[[Key], bool] = lambda key: False
+        self.retry: Callable[[Key], bool] = lambda key: False
         # Told (application, name) after each change to a deployment's goal.
         self._on_change = on_change or (lambda app, name: None)
         self._writes = StoreMirror(fenced, store, self.load)
@@ -155,7 +167,8 @@ class DeploymentTable:
         await self._writes.write(ops, mirror)
 
     async def deploy(self, spec: deployment_pb2.DeploymentSpec) -> tuple[str, bool]:
-        """Create or update a deployment; returns (stored version, updating)."""
+        """Create or update a deployment; returns (stored version, updating).
+        An unchanged spec is updating only when its failed starts start over."""
         goal = normalize_spec(spec)
         self.policy.check_deployment("spec", goal)
         await WorkingDirDigests(self.policy.not_code).stamp(goal.runtime, "spec.runtime")
@@ -170,7 +183,7 @@ class DeploymentTable:
             # Equality comes before the prev_version check so that retrying an
             # acknowledged deploy (whose reply was lost) succeeds unchanged.
             if live is not None and live.spec == goal:
-                return live.version, False
+                return live.version, self.retry(key)
             self._check_prev_version(spec.prev_version, key, live)
             self._check_route_free(goal, key)
             record = next_record(goal, live, _timestamp(self._clock.time()))
@@ -240,7 +253,8 @@ class DeploymentTable:
         """Make `specs` the application's live deployments, in one transaction
         together with `also` (`after` mirrors those in memory once written):
         deployments of the application that `specs` does not name are deleted,
-        unchanged ones are left alone."""
+        unchanged ones are left alone (but for starting again those whose
+        starts gave up: see the module's docstring)."""
         goals = [normalize_spec(spec) for spec in specs]
         for goal in goals:  # what the build reported is checked like a Deploy
             self.policy.check_deployment(f"deployments[{goal.name}]", goal)
@@ -252,12 +266,14 @@ class DeploymentTable:
             await self._writes.refresh_if_stale()
             now = _timestamp(self._clock.time())
             updated: dict[Key, records_pb2.DeploymentRecord] = {}
+            unchanged: list[Key] = []
             for goal in goals:
                 key = (application, goal.name)
                 self._check_route_free(goal, key, replacing=application)
                 current = self._records.get(key)
                 live = current if current is not None and not current.deleted else None
                 if live is not None and live.spec == goal:
+                    unchanged.append(key)
                     continue
                 updated[key] = next_record(goal, live, now)
             wanted = {goal.name for goal in goals}
@@ -280,7 +296,13 @@ class DeploymentTable:
                 raise InvalidArgument("deployments", f"applying application {application} "
                                       f"takes {len(ops) + len(also)} writes; at most "
                                       f"{MAX_OPS_PER_TXN} fit in one transaction")
-            await self._commit([*ops, *also], updated, after)
+
+            def applied() -> None:
+                after()
+                for key in unchanged:
+                    self.retry(key)
+
+            await self._commit([*ops, *also], updated, applied)
         for (app, name), record in sorted(updated.items()):
             logger.info("application %s: %s %s", app,
                         "deleted" if record.deleted else "deployed", name)

@@ -17,8 +17,9 @@ from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 from .planner import RECOVERING, RUNNING, Goal, ReplicaView
 
 DKey = tuple[str, str]
-# What the planner last said of a deployment: for which goal, its status and message.
-Planned = tuple[Goal | None, status_pb2.DeploymentStatus, str]
+# What the planner last said of a deployment: for which goal, its status and
+# message, and the error of its last start when no replica serves (Plan.start_error).
+Planned = tuple[Goal | None, status_pb2.DeploymentStatus, str, str]
 
 
 def state_word(state: replica_pb2.ReplicaState) -> str:
@@ -43,6 +44,7 @@ class DeploymentObservation:
     status: status_pb2.DeploymentStatus
     message: str
     replicas: tuple[ReplicaObservation, ...]  # by slot, then id
+    start_error: str = ""
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -68,11 +70,11 @@ class ObservedState:
             if not replicas and planned is None:
                 deployments.pop(key, None)
                 continue
-            goal, status, message = planned or (
-                None, status_pb2.DEPLOYMENT_STATUS_UPDATING, "")
+            goal, status, message, start_error = planned or (
+                None, status_pb2.DEPLOYMENT_STATUS_UPDATING, "", "")
             ordered = sorted((replicas or {}).values(), key=lambda v: (v.slot, v.replica_id))
             deployments[key] = DeploymentObservation(goal, status, message, tuple(
-                ReplicaObservation(records[v.replica_id], v) for v in ordered))
+                ReplicaObservation(records[v.replica_id], v) for v in ordered), start_error)
         return ObservedState(MappingProxyType(deployments))
 
     def tracks(self, key: DKey) -> bool:
@@ -105,6 +107,14 @@ class ObservedState:
         if observed.goal != goal:
             return status_pb2.DEPLOYMENT_STATUS_UPDATING, "applying the new goal"
         return observed.status, observed.message
+
+    def start_error(self, record: records_pb2.DeploymentRecord, goal: Goal) -> str:
+        """The error of the last start of `goal` (the record's) when it failed
+        and no replica serves; "" otherwise, and before the goal was planned."""
+        observed = self.deployments.get((record.spec.application, record.spec.name))
+        if observed is None or observed.goal != goal:
+            return ""
+        return observed.start_error
 
     def replica_infos(self, application: str = "",
                       deployment: str = "") -> list[replica_pb2.ReplicaInfo]:

@@ -26,7 +26,13 @@ The rules, after Ray Serve's deployment state manager:
   checks in a row) is stopped and replaced. Startup failures back off
   exponentially and stop after min(3 x target, 20) attempts for the same
   goal: the deployment is then DEPLOY_FAILED (UNHEALTHY if some replicas of
-  the goal run), and no more starts are tried until the goal changes.
+  the goal run), and no more starts are tried until the goal changes, or
+  until a deploy of the same goal asks again (`StartupFailures.retried`).
+  A deployment deleted and deployed again is a new incarnation (its
+  record's start_time): its failures start afresh, whatever its spec.
+- While the last start of the goal failed and no replica serves, the plan
+  names that start's error (`Plan.start_error`): callers are refused with
+  it at once rather than queued through the retries (unservable.py).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ RECOVERING = replica_pb2.REPLICA_STATE_RECOVERING
 
 MAX_STARTUP_RETRIES = 20
 ROLLOUT_FRACTION = 0.2
+# (incarnation, version, code hash, config hash, target): see Goal.token.
+Token = tuple[int, str, str, str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +71,14 @@ class Goal:
     deleted: bool = False
     # Seconds a replica may take to become ready before it counts as a failed start.
     startup_timeout_s: float = 300.0
+    # The record's start_time (ns): a deployment deleted and deployed again
+    # is a new incarnation, even with the very same spec.
+    created: int = 0
 
     @property
-    def token(self) -> tuple[str, str, str, int]:
+    def token(self) -> Token:
         """Changes whenever the goal does: resets the startup-failure count."""
-        return (self.version, self.code_hash, self.config_hash, self.target)
+        return (self.created, self.version, self.code_hash, self.config_hash, self.target)
 
 
 def config_hash(user_config_json: str, max_ongoing_requests: int) -> str:
@@ -81,7 +92,8 @@ def goal_of(record: records_pb2.DeploymentRecord) -> Goal:
     return Goal(version=record.version, code_hash=record.code_hash,
                 target=target_replicas(record),
                 config_hash=config_hash(config.user_config_json, config.max_ongoing_requests),
-                deleted=record.deleted, startup_timeout_s=config.startup_timeout_s)
+                deleted=record.deleted, startup_timeout_s=config.startup_timeout_s,
+                created=record.start_time.ToNanoseconds())
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +128,7 @@ class ReplicaView:
 class StartupFailures:
     """Startup failures of one deployment for its current goal (policy state)."""
 
-    token: tuple[str, str, str, int] | tuple[()] = ()
+    token: Token | tuple[()] = ()
     count: int = 0
     last_error: str = ""
     next_attempt_at: float = 0.0
@@ -125,9 +137,22 @@ class StartupFailures:
     incident: str = ""
 
     def for_goal(self, goal: Goal) -> StartupFailures:
-        """This record, or a fresh one when the goal changed since it was made."""
-        return self if goal.token == self.token else StartupFailures(token=goal.token,
-                                                                     incident=self.incident)
+        """This record, or a fresh one when the goal changed since it was made
+        (an incident outlives an update, not a deletion: see Goal.created)."""
+        if goal.token == self.token:
+            return self
+        same_incarnation = self.token[:1] == goal.token[:1]
+        return StartupFailures(token=goal.token,
+                               incident=self.incident if same_incarnation else "")
+
+    def gave_up(self, goal: Goal) -> bool:
+        """Whether starts of `goal` stopped for good (DEPLOY_FAILED, or
+        UNHEALTHY with some of its replicas up) until it changes or is retried."""
+        return self.token == goal.token and self.count >= retry_cap(goal.target)
+
+    def retried(self) -> StartupFailures:
+        """Asked to try again (a deploy of the same spec): a fresh count, at once."""
+        return replace(self, count=0, last_error="", next_attempt_at=0.0)
 
     def failed(self, error: str, now: float) -> StartupFailures:
         """One more failed start; the next waits BACKOFF."""
@@ -157,6 +182,9 @@ class Plan:
     reconfigure: list[str] = field(default_factory=list)
     status: status_pb2.DeploymentStatus = status_pb2.DEPLOYMENT_STATUS_UPDATING
     message: str = ""
+    # The error of the goal's last start when it failed and no replica serves:
+    # no replica is to be expected soon, so callers are not kept waiting.
+    start_error: str = ""
 
 
 def _by_slot_desc(views: list[ReplicaView]) -> list[ReplicaView]:
@@ -206,7 +234,7 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
 
     # 1. Start what is missing, within the rollout and failure budgets.
     missing = goal.target - len(current)
-    exhausted = failures.count >= retry_cap(goal.target)
+    exhausted = failures.gave_up(goal)
     if missing > 0 and not exhausted and now >= failures.next_attempt_at:
         if old:
             budget = max(1, int(ROLLOUT_FRACTION * goal.target)) - len(pending)
@@ -245,6 +273,8 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
     # Replicas found running after a failover (RECOVERING, not probed yet)
     # serve as before it: the status does not flip to UPDATING for them.
     up = len(running) + sum(r.state == RECOVERING for r in current)
+    if failures.count and not up and not any(r.state in (RUNNING, RECOVERING) for r in old):
+        plan.start_error = failures.last_error
     if exhausted:
         plan.status = (status_pb2.DEPLOYMENT_STATUS_UNHEALTHY if up
                        else status_pb2.DEPLOYMENT_STATUS_DEPLOY_FAILED)
@@ -269,6 +299,7 @@ def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: lis
     if old:
         parts.append(f"{len(old)} of an older version")
     if failures.count:
-        parts.append(f"{failures.count} failed starts, last: {failures.last_error}")
+        parts.append(f"{failures.count} failed starts of at most {retry_cap(goal.target)}, "
+                     f"last: {failures.last_error}")
     plan.message = "; ".join(parts)
     return failures

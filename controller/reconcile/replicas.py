@@ -206,14 +206,18 @@ class ReplicaReconciler:
             self._observe(key, views, record, goal, now)
         plan, failures = plan_deployment(goal, list(views.values()),
                                          self._failures.get(key, StartupFailures()), now)
-        self._failures[key] = failures
+        if goal is None or goal.deleted:
+            # Its failures go with it: deployed again, it starts afresh.
+            self._failures.pop(key, None)
+        else:
+            self._failures[key] = failures
         planned = self._plans.get(key)
-        if planned != (goal, plan.status, plan.message):
-            if planned is None or planned[1] != plan.status:
-                # Whether a replica can still come is in the replica set
-                # (ReplicaSet.unavailable): republish it.
+        if planned != (goal, plan.status, plan.message, plan.start_error):
+            if planned is None or (planned[1], planned[3]) != (plan.status, plan.start_error):
+                # Whether callers should wait for a replica is in the replica
+                # set (ReplicaSet.unavailable): republish it.
                 self._serving_changed.add(key)
-            self._plans[key] = (goal, plan.status, plan.message)
+            self._plans[key] = (goal, plan.status, plan.message, plan.start_error)
             self._dirty.add(key)
         for replica_id in plan.stop:
             if not self._hold(key, replica_id, record, now):
@@ -235,6 +239,24 @@ class ReplicaReconciler:
                 table.pop(key, None)
             self._goals.forget(key)
             self._dirty.add(key)
+
+    def gave_up(self, key: DKey) -> bool:
+        """Whether starts of the deployment's current goal stopped for good
+        (planner.py: DEPLOY_FAILED, or UNHEALTHY with some replicas up)."""
+        goal, failures = self._goals.goal(key), self._failures.get(key)
+        return goal is not None and failures is not None and failures.gave_up(goal)
+
+    def retry(self, key: DKey) -> bool:
+        """Start the deployment's replicas again after it gave up (a deploy of
+        the same spec asked); False, changing nothing, if it had not."""
+        if not self.gave_up(key):
+            return False
+        self._failures[key] = self._failures[key].retried()
+        logger.info("%s/%s: deployed again unchanged after its replicas failed to start: "
+                    "starting them again", *key)
+        self._dirty.add(key)
+        self._loop.wake()
+        return True
 
     async def _routine_check(self, record: replica_pb2.ReplicaRecord,
                              timeout_s: float) -> Observation:

@@ -42,13 +42,19 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import servefleet._private.values as values
-from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.balancer import (
+    Overloaded,
+    PoolClosed,
+    ReplicaPool,
+    Unservable,
+)
 from servefleet._private.dataplane.body import StreamedBody
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.replica_sets import ReplicaSets
 from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
+from servefleet._private.handle_errors import BackPressureError, DeploymentUnavailableError
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.responses import _END, HandleError
 from servefleet._private.security.hop_tls import client_context
@@ -257,19 +263,21 @@ def _routing(pool: ReplicaPool, model_id: str, routing_key: str,
 def _routing_error(deployment: str, e: Exception) -> HandleError:
     """The HandleError for a call no replica served, under the name a Ray
     program catches it by (servefleet.serve.exceptions: BackPressureError,
-    DeploymentUnavailableError), which are HandleErrors too."""
+    DeploymentUnavailableError), which are HandleErrors too. The pool's
+    refusals subclass Overloaded, but only a full queue is backpressure."""
+    if isinstance(e, Unservable):  # the controller's text says why
+        return DeploymentUnavailableError(str(e), deployment)
+    if isinstance(e, PoolClosed):
+        return DeploymentUnavailableError(f"{deployment} is unavailable: {e}", deployment)
     if isinstance(e, Overloaded):
-        error = HandleError(f"{deployment} is overloaded: {e}", 503)
-    elif isinstance(e, NoReplicaTook):
-        error = HandleError(f"no replica of {deployment} took the call after {MAX_ATTEMPTS} "
-                            "attempts", 503)
-    elif isinstance(e, UpstreamError):
+        return BackPressureError(f"{deployment} is overloaded: {e}")
+    if isinstance(e, NoReplicaTook):
+        return DeploymentUnavailableError(
+            f"no replica of {deployment} took the call after {MAX_ATTEMPTS} attempts",
+            deployment)
+    if isinstance(e, UpstreamError):
         return HandleError(f"the replica at {e.address} failed: {e}", 502)
-    else:
-        error = HandleError(str(e), 503)
-    from servefleet.serve.exceptions import from_handle_error  # the facade imports handles
-
-    return from_handle_error(error)
+    return DeploymentUnavailableError(str(e), deployment)
 
 
 async def _read_answer(response: Response) -> tuple[int, bytes, bytes]:

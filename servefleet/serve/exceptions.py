@@ -1,60 +1,27 @@
 """`servefleet.serve.exceptions`: Ray Serve's exception names.
 
 A Ray program catches these by name (`except BackPressureError`), so each
-one is a class here. The ones a handle call raises are also `HandleError`s
-(servefleet/_private/responses.py): code written for servefleet catches them the
-same way, and `from_handle_error` turns a plain `HandleError` into the
-one a Ray program expects (503 "overloaded" -> BackPressureError, 503 "no
-replica took it" -> DeploymentUnavailableError); the handle code calls it
-where it raises, so both kinds of program see one exception.
+one is a class here. The ones a handle call raises (BackPressureError,
+DeploymentUnavailableError: servefleet/_private/handle_errors.py says when)
+are also `HandleError`s with `status` 503: code written for servefleet
+catches them the same way. Raised by a deployment's code and not caught,
+they are answered 503 (gRPC UNAVAILABLE) with their message, as Ray's are.
+`from_handle_error` names a plain 503 `HandleError` by its text.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from servefleet._private.handle_errors import (
+    BackPressureError,
+    DeploymentUnavailableError,
+    RayServeException,
+)
 from servefleet._private.responses import HandleError
 
 __all__ = ["BackPressureError", "DeploymentUnavailableError", "RayServeException",
            "RequestCancelledError", "from_handle_error"]
-
-
-class RayServeException(Exception):
-    """The base of Ray Serve's errors: misuse of the API (no such application,
-    a call outside a replica that needs one) and failed handle calls."""
-
-
-class BackPressureError(RayServeException, HandleError):
-    """A handle call was refused because the deployment's callers already
-    hold `max_queued_requests` requests waiting for a replica."""
-
-    def __init__(self, message: str = "", *, num_queued_requests: int = -1,
-                 max_queued_requests: int = -1) -> None:
-        if not message:
-            message = (f"request dropped due to backpressure (num_queued_requests="
-                       f"{num_queued_requests}, max_queued_requests={max_queued_requests})")
-        HandleError.__init__(self, message, 503)
-        self.num_queued_requests = num_queued_requests
-        self.max_queued_requests = max_queued_requests
-
-    @property
-    def message(self) -> str:
-        return str(self)
-
-
-class DeploymentUnavailableError(RayServeException, HandleError):
-    """The deployment cannot take requests: it failed to deploy, or none of
-    its replicas took the call."""
-
-    def __init__(self, message: str = "", deployment_id: object = None) -> None:
-        if not message:
-            message = f"{deployment_id} is unavailable because it failed to deploy"
-        HandleError.__init__(self, message, 503)
-        self.deployment_id = deployment_id
-
-    @property
-    def message(self) -> str:
-        return str(self)
 
 
 class RequestCancelledError(RayServeException, asyncio.CancelledError):

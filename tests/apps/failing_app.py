@@ -1,5 +1,6 @@
 """Deployments that cannot serve (tests/test_unservable.py): one whose
-replicas fail to start, and a module that fails at import when told to."""
+replicas fail to start, one that calls it through a handle, and a module
+that fails at import when told to."""
 
 from __future__ import annotations
 
@@ -45,4 +46,19 @@ class Slow:
         return "finally"
 
 
+class Caller:
+    """Calls Broken through a handle, over HTTP (__call__) and gRPC (the
+    classifier example's Predict), and lets what the call raises through."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    async def __call__(self, request):
+        return await self.model.remote()
+
+    async def Predict(self, request):
+        return await self.model.remote()
+
+
 app = deployment(Broken).bind()  # for a config file
+caller = deployment(Caller).bind(deployment(Broken).bind(0.2))

@@ -68,10 +68,13 @@ def cmd_deploy(args: argparse.Namespace, client_for: ClientFactory) -> int:
 def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
                  say: Callable[[str], None],
                  give_up: Callable[[], str | None] = lambda: None) -> None:
-    """Report each change of the applications' statuses until all are RUNNING;
-    CommandFailed when one fails to deploy, time runs out, or `give_up` says why."""
+    """Report each change of the applications' statuses, and of their
+    deployments' progress (replicas running, each failed start with its
+    error), until all are RUNNING; CommandFailed when one fails to deploy,
+    time runs out, or `give_up` says why."""
     deadline = time.monotonic() + timeout_s
     last: dict[str, tuple[int, str]] = {}
+    progress: dict[str, str] = {}
     while True:
         reason = give_up()
         if reason:
@@ -84,6 +87,8 @@ def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
                 last[name] = now
                 say(f"{name}: {_word(now[0])}" + (f" ({now[1].splitlines()[0]})"
                                                    if now[1] else ""))
+            for line in _progress(app, progress) if app else ():
+                say(line)
         failed = [n for n in names if last[n][0] == AS.APPLICATION_STATUS_DEPLOY_FAILED]
         if failed:
             details = "\n".join(failure_text(apps[n]) for n in failed)
@@ -94,6 +99,23 @@ def wait_running(client: ControllerClient, names: list[str], timeout_s: float,
             waiting = [n for n in names if last[n][0] != AS.APPLICATION_STATUS_RUNNING]
             raise CommandFailed(f"{', '.join(waiting)} not RUNNING after {timeout_s:g} s")
         time.sleep(WAIT_POLL_S)
+
+
+def _progress(app: status_pb2.ApplicationStatusInfo, seen: dict[str, str]) -> list[str]:
+    """A line for each deployment of `app` whose progress changed since `seen`
+    (updated): a rollout that keeps failing to start is not waited on in
+    silence. A settled deployment says nothing; a failed one, the error
+    that ends the wait."""
+    lines = []
+    for d in app.deployments:
+        key = f"{app.name}/{d.name}"
+        now = d.message.splitlines()[0] if d.message else ""
+        if seen.get(key, "") == now:
+            continue
+        seen[key] = now
+        if now and d.status != DS.DEPLOYMENT_STATUS_DEPLOY_FAILED:
+            lines.append(f"  {key}: {output.enum_word(DS, d.status)} ({now})")
+    return lines
 
 
 def failure_text(app: status_pb2.ApplicationStatusInfo) -> str:
@@ -151,7 +173,10 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
                     "changed ones are deployed (a changed file under an application's "
                     "working_dir is a change), unchanged ones are left alone, and "
                     "applications that are not in CONFIG are DELETED, each named before "
-                    "it goes. --dry-run shows that plan without applying it.",
+                    "it goes. An unchanged application that failed to deploy (its build "
+                    "failed, or its replicas failed to start until the controller stopped "
+                    "trying) is deployed again: the cause may have passed. --dry-run "
+                    "shows that plan without applying it.",
         example=["servefleet deploy examples/config.yaml --dry-run",
                  "servefleet deploy examples/config.yaml --wait",
                  "servefleet deploy examples/digits/config.yaml "
@@ -160,7 +185,8 @@ def add_commands(commands, add_controller_flag: Callable[[argparse.ArgumentParse
     deploy.add_argument("--dry-run", action="store_true",
                         help="only show what would be deployed, left unchanged and deleted")
     deploy.add_argument("--wait", action="store_true",
-                        help="show progress until every application is RUNNING or fails")
+                        help="show progress (each failed start too) until every application "
+                             "is RUNNING or fails")
     deploy.add_argument("--wait-timeout", type=float, default=300.0, metavar="S",
                         help="with --wait: seconds to wait for RUNNING before giving up "
                              "(default %(default)s)")

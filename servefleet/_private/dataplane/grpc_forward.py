@@ -149,7 +149,9 @@ def not_processed(code: grpc.StatusCode, details: str | None,
     reason = next((v for k, v in trailing or () if k == REJECTED_METADATA_KEY), None)
     if reason is not None:
         return NotProcessed(str(reason), refused=False)
-    if code == grpc.StatusCode.UNAVAILABLE and any(
+    # A status the replica sent names the request in its trailing metadata;
+    # one that gRPC made up here for a failed connection carries none.
+    if code == grpc.StatusCode.UNAVAILABLE and not trailing and any(
             f in (details or "").lower() for f in _CONNECT_FAILURES):
         return NotProcessed(f"unreachable: {details}", refused=True)
     return None
