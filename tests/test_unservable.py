@@ -121,14 +121,18 @@ def test_a_deployment_calling_one_that_cannot_start_answers_that_it_is_unavailab
     nothing wrong and nothing was overloaded."""
     client, proxy, grpc_target = grpc_cluster
     client.deploy_applications([apb.ApplicationSpec(
-        name="calling", route_prefix="/calling", import_path="failing_app:caller",
-        grpc_servicer_functions=[SERVICER], runtime=dpb.RuntimeOptions(working_dir=APPS))])
-    wait_for(lambda: "/calling" in httpx.get(proxy.url + "/-/routes").json(), 60, "the route")
-    answer = httpx.get(proxy.url + "/calling", timeout=120)
-    assert answer.status_code == 503, answer.text
-    assert answer.text.startswith("DeploymentUnavailableError: application calling cannot "
-                                  "serve: deployment Broken is unavailable"), answer.text
-    assert "RuntimeError: model file missing: weights.bin" in answer.text
+        name=name, route_prefix=f"/{name}", import_path=f"failing_app:{path}",
+        grpc_servicer_functions=[SERVICER] if name == "calling" else [],
+        runtime=dpb.RuntimeOptions(working_dir=APPS))
+        for name, path in [("calling", "caller"), ("api", "api_caller")]])
+    wait_for(lambda: {"/calling", "/api"} <= set(httpx.get(proxy.url + "/-/routes").json()),
+             60, "the routes")
+    for name in ("calling", "api"):  # a class's __call__; a FastAPI route
+        answer = httpx.get(proxy.url + f"/{name}", timeout=120)
+        assert answer.status_code == 503, answer.text
+        assert answer.text.startswith(f"DeploymentUnavailableError: application {name} cannot "
+                                      "serve: deployment Broken is unavailable"), answer.text
+        assert "RuntimeError: model file missing: weights.bin" in answer.text
 
     refused = grpc_refusal(grpc_target, "calling")
     assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused.details()

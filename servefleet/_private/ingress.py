@@ -48,6 +48,11 @@ replica calls `start_app(instance)` after construction; `stop_app(instance)`
 runs the shutdown handlers. A failed startup fails every request with the
 handlers' error. The lifespan state they yield reaches `request.state`.
 
+Errors: as in Ray Serve, a route that lets through a handle call's
+BackPressureError or DeploymentUnavailableError (a deployment it called
+could not serve it) is answered 503 with the error, not Starlette's 500,
+unless the app has a handler of its own for them.
+
 The wrapper class keeps the decorated class's name, module and qualname, so
 the import path `module:Name` still finds it, and it pickles by value with
 cloudpickle when the class was defined in `__main__`.
@@ -63,9 +68,12 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.datastructures import State
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from .asgi_lifespan import Lifespan
+from .handle_errors import BackPressureError, DeploymentUnavailableError
 from .ingress_routes import SCOPE_KEY, bind_class_routes
 
 logger = logging.getLogger(__name__)
@@ -129,6 +137,7 @@ class _IngressInstance:
         if not callable(app):
             raise TypeError(f"the ingress builder {source.__qualname__} returned "
                             f"{type(app).__name__}, not an ASGI app")
+        _answer_unserved(app)
         self._servefleet_app = app
         self._servefleet_lifespan = None
         self._servefleet_starting = None
@@ -142,6 +151,20 @@ class _IngressInstance:
         if state:
             scope["state"] = {**scope.get("state", {}), **state}
         await self._servefleet_app(scope, receive, send)
+
+
+async def _unserved(request: Request, error: Exception) -> PlainTextResponse:
+    return PlainTextResponse(f"{type(error).__name__}: {error}", 503)
+
+
+def _answer_unserved(app: Any) -> None:
+    """Answer the handle errors that say a called deployment could not serve
+    with 503 (see the module's docstring), in a Starlette or FastAPI app."""
+    handlers = getattr(app, "exception_handlers", None)
+    if isinstance(handlers, dict) and hasattr(app, "add_exception_handler"):
+        for error in (BackPressureError, DeploymentUnavailableError):
+            if error not in handlers:
+                app.add_exception_handler(error, _unserved)
 
 
 def is_ingress(obj: Any) -> bool:

@@ -1,6 +1,6 @@
 """Deployments that cannot serve (tests/test_unservable.py): one whose
-replicas fail to start, one that calls it through a handle, and a module
-that fails at import when told to."""
+replicas fail to start, ones that call it through a handle (a class, a
+FastAPI app), and a module that fails at import when told to."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import os
 import sys
 import time
 
+from fastapi import FastAPI
+
 from servefleet import deployment
+from servefleet.serve import ingress
 
 # The gRPC service these deployments name is the classifier example's.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -60,5 +63,19 @@ class Caller:
         return await self.model.remote()
 
 
+api = FastAPI()
+
+
+@ingress(api)
+class ApiCaller:
+    def __init__(self, model) -> None:
+        self.model = model
+
+    @api.get("/")
+    async def root(self):
+        return await self.model.remote()
+
+
 app = deployment(Broken).bind()  # for a config file
 caller = deployment(Caller).bind(deployment(Broken).bind(0.2))
+api_caller = deployment(ApiCaller).bind(deployment(Broken).bind(0.2))
