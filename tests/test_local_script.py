@@ -6,6 +6,8 @@ controller without --allow-code-by-value refusing code by value."""
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import grpc
 import pytest
 
 import servefleet._private.local
+from servefleet._private.local_logs import ENV as LOG_TO_DRIVER
 from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import deployment_pb2 as dpb
@@ -165,16 +168,47 @@ finally:
 '''
 
 
-def _run_script(tmp_path: Path, source: str, stdin: bool = False
-                ) -> subprocess.CompletedProcess:
+CHATTY = '''
+import logging, os, sys
+
+from servefleet import serve
+
+
+@serve.deployment
+class Chatty:
+    def __init__(self):
+        print("constructed", os.getpid())
+        logging.getLogger("chatty").warning("logged in the constructor")
+
+    def __call__(self, word):
+        print("asked", word)  # no flush: the replica's stdout is line-buffered
+        return word.upper()
+
+
+print("driver", os.getpid(), file=sys.stderr)
+serve.start(http_options={"port": int(sys.argv[1])})
+handle = serve.run(Chatty.bind())
+assert handle.remote("hello").result() == "HELLO"
+if sys.argv[2] == "shutdown":
+    serve.shutdown()
+    print("shut down", file=sys.stderr)
+print("OK")
+'''
+PREFIX = r"\(default/Chatty Chatty-[0-9a-f]{8} pid=(\d+)\) "
+
+
+def _run_script(tmp_path: Path, source: str, stdin: bool = False, *args: str,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `source` as script.py in `tmp_path`, or (`stdin`) fed to `python -`,
     whose `__main__` has no file, like a notebook's."""
     (tmp_path / "mylib.py").write_text(MYLIB)
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
     program = "-" if stdin else "script.py"
-    return subprocess.run([sys.executable, program, str(free_port())], cwd=tmp_path,
+    return subprocess.run([sys.executable, program, str(free_port()), *args], cwd=tmp_path,
                           input=textwrap.dedent(source) if stdin else None,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240,
+                          env={**{k: v for k, v in os.environ.items() if k != LOG_TO_DRIVER},
+                               **(env or {})})
 
 
 @pytest.mark.parametrize("stdin", [False, True], ids=["script", "no-file"])
@@ -197,6 +231,43 @@ def test_a_deployment_that_fails_fails_run_with_its_error(tmp_path) -> None:
     ran = _run_script(tmp_path, FAILING)
     assert ran.returncode == 0, ran.stderr[-4000:]
     assert ran.stdout.split() == ["refused"]
+
+
+@pytest.mark.parametrize("end", ["exit", "shutdown"])
+def test_replicas_print_and_log_lines_reach_the_scripts_stderr_once(tmp_path, end) -> None:
+    """As Ray's driver shows `(ServeReplica:app:Model pid=N) ...`: the
+    constructor's print and log line, and a request's print made just before
+    the script ends (at exit, or serve.shutdown() then more of the script)."""
+    ran = _run_script(tmp_path, CHATTY, False, end)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert ran.stdout.split() == ["OK"]  # the script's own output stays its own
+    lines = ran.stderr.splitlines()
+    driver = next(line.split()[1] for line in lines if line.startswith("driver "))
+    constructed = [m for line in lines if (m := re.fullmatch(PREFIX + r"constructed (\d+)",
+                                                             line))]
+    assert len(constructed) == 1, ran.stderr[-4000:]
+    pid, printed_pid = constructed[0].groups()
+    assert pid == printed_pid != driver  # the replica's own process, named
+    ours = [line for line in lines if re.match(PREFIX, line)]
+    assert len([x for x in ours if re.fullmatch(PREFIX + "asked hello", x)]) == 1, ours
+    assert len([x for x in ours if x.endswith("WARNING chatty: logged in the constructor")]) == 1
+    assert len(set(ours)) == len(ours), ours  # no line twice
+    if end == "shutdown":  # the last of it came before shutdown() returned, then nothing
+        assert max(lines.index(x) for x in ours) < lines.index("shut down"), lines
+
+
+def test_log_to_driver_off_leaves_replicas_output_out_of_the_script(tmp_path) -> None:
+    ran = _run_script(tmp_path, CHATTY, False, "exit", env={LOG_TO_DRIVER: "0"})
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert ran.stdout.split() == ["OK"]
+    assert "constructed" not in ran.stderr and "asked" not in ran.stderr, ran.stderr[-4000:]
+
+
+def test_a_bad_log_to_driver_value_is_named_before_anything_starts(monkeypatch) -> None:
+    monkeypatch.setenv(LOG_TO_DRIVER, "sometimes")
+    with pytest.raises(ValueError, match=f"{LOG_TO_DRIVER}='sometimes': 1 .* or 0"):
+        servefleet._private.local.start(http_port=0)
+    assert servefleet._private.local._cluster is None
 
 
 def test_a_taken_http_port_is_named_before_anything_starts() -> None:

@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 # this many times, this far apart (the zygote writes it right after reaping).
 _REAP_POLLS = 10
 _REAP_POLL_S = 0.02
+# A replica's files in the runtime directory: <replica id><suffix>.
+_SETTINGS = ".json"
+_OUTPUT = ".log"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -139,6 +142,20 @@ def scan(cluster: str) -> list[tuple[RuntimeReplica, str]]:
     return found
 
 
+def replica_outputs(runtime_dir: str | Path, cluster: str) -> dict[str, Path]:
+    """The file each replica of `cluster` started from `runtime_dir` writes its
+    stdout and stderr to (both streams, in the order written), by replica id;
+    a replica's file goes with its settings when the controller cleans up."""
+    directory = Path(runtime_dir).resolve() / cluster
+    try:
+        names = set(os.listdir(directory))
+    except OSError:
+        return {}
+    # The settings file tells a replica's output from the zygote's own log.
+    return {name[:-len(_OUTPUT)]: directory / name for name in names
+            if name.endswith(_OUTPUT) and name[:-len(_OUTPUT)] + _SETTINGS in names}
+
+
 # Environment variables read when an interpreter starts (or a library loads):
 # a replica whose runtime.env sets one is started as a new interpreter, not
 # forked from the zygote, where they would be in os.environ and have no effect.
@@ -172,7 +189,7 @@ class ProcessRuntime:
         return home
 
     def _paths(self, replica_id: str) -> tuple[Path, Path]:
-        return self._dir / f"{replica_id}.json", self._dir / f"{replica_id}.log"
+        return self._dir / f"{replica_id}{_SETTINGS}", self._dir / f"{replica_id}{_OUTPUT}"
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         state_dir.tag(self._dir.parent)  # not code, wherever it is (code_rules.py)

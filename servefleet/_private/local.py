@@ -21,6 +21,12 @@ deployment is HEALTHY and returns a handle to the ingress. `delete` removes
 one application and waits until it is gone. `shutdown` deletes everything,
 stops the controller (after its replicas) and the proxy, and removes the
 temporary directory. An interpreter that exits without it stops them too.
+
+The replicas' output (print() and log lines alike) goes to this process's
+stderr as it is written, each line prefixed with its replica
+(local_logs.py), as Ray's driver shows its actors'; `shutdown` shows the
+last of it before it returns. SERVEFLEET_LOG_TO_DRIVER=0 (Ray's
+`log_to_driver=False`) leaves it in the replicas' log files.
 """
 
 from __future__ import annotations
@@ -60,8 +66,11 @@ class _Local:
 
     def __init__(self, http_host: str, http_port: int) -> None:
         from servefleet._private.cli.up import Cluster
+        from servefleet._private.local_logs import ReplicaEcho, enabled
         from servefleet.controller.runtime.process import free_port
 
+        echo = enabled()  # a bad value is refused before anything starts
+        self.echo: ReplicaEcho | None = None
         # Checked before anything starts: a proxy that cannot bind would say
         # so only in a log nobody reads.
         port = http_port or free_port(http_host)
@@ -91,8 +100,9 @@ class _Local:
         proxy = tokens.create(tokens_file, "servefleet-run-proxy", "proxy")
         self.credentials = Credentials(token=admin)
         hold_for([self.controller_address], self.credentials)
+        runtime_dir = os.path.join(self.dir, "runtime")
         self.cluster = Quiet(f"sqlite://{self.dir}/state.db", self.controller_address,
-                             self.http_address, os.path.join(self.dir, "runtime"),
+                             self.http_address, runtime_dir,
                              ["--allow-working-dir", "/", "--allow-code-by-value",
                               "--auth-tokens", tokens_file,
                               # The caller's own code, run as the caller (as Ray's
@@ -103,6 +113,8 @@ class _Local:
         if problem:
             self.stop()
             raise RuntimeError(f"servefleet: {problem} (log: {self.log.name})")
+        if echo:
+            self.echo = ReplicaEcho(runtime_dir)
 
     def client(self) -> ControllerClient:
         return ControllerClient(self.controller_address, timeout=30,
@@ -110,6 +122,8 @@ class _Local:
 
     def stop(self) -> None:
         self.cluster.stop()
+        if self.echo is not None:  # its replicas are stopped: their last lines
+            self.echo.stop()
         hold_for([self.controller_address], None)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -119,7 +133,8 @@ def start(http_host: str = DEFAULT_HTTP_HOST, http_port: int = DEFAULT_HTTP_PORT
     """Start this process's embedded servefleet, serving HTTP on
     `http_host:http_port` (port 0: a free one), unless one runs already (then
     its HTTP address stays; a different one asked for is logged as a warning).
-    RuntimeError naming the port when it is taken."""
+    RuntimeError naming the port when it is taken; ValueError naming
+    SERVEFLEET_LOG_TO_DRIVER when it is neither 1 nor 0."""
     _local(http_host, http_port)
 
 
@@ -146,7 +161,8 @@ def run(target: Application | Deployment, *, name: str = "default",
     deployment's `route_prefix` option if it has one (None there: no HTTP
     route), else "/". An application already running under `name` is
     replaced. OptionError, ValueError or TypeError for what cannot be
-    deployed, before anything is; ControllerError when the controller refuses
+    deployed, before anything is (ValueError too for a bad
+    SERVEFLEET_LOG_TO_DRIVER, before anything starts); ControllerError when the controller refuses
     it; RuntimeError when a deployment fails to start; TimeoutError past
     `timeout_s`.
     """
