@@ -165,6 +165,35 @@ def test_connections_to_a_replica_added_at_run_time_are_kept_and_reused(sqlite_f
     assert all(len(p) <= 4 for p in ports.values()), (served, ports)
 
 
+def test_the_proxy_s_own_paths_stay_its_own_under_a_route_at_the_root(sqlite_fleet,
+                                                                       tmp_path) -> None:
+    """/-/healthz, /-/routes and /-/metrics are the proxy's whatever the
+    routes, as the Python engine answers them before routing (before: with a
+    route at /, as `servefleet up module:app` makes, HAProxy sent them to
+    the replicas, so a load balancer's probe never saw a draining proxy)."""
+    sqlite_fleet.start(1, runtime="process")
+    sqlite_fleet.leader()
+    proxy = ProxyProcess(sqlite_fleet.addresses(), log_dir=tmp_path,
+                         extra_args=["--engine", "haproxy"])
+    with ControllerClient(sqlite_fleet.addresses(), timeout=30) as client:
+        client.deploy(app_spec("Show", "headers_app:show", "/"))
+        wait_for(lambda: all_healthy(client, 1), what="healthy")
+        proxy.start()
+        try:
+            wait_for(lambda: "HAProxy reloaded" in proxy.logs(), 30, "HAProxy routing /")
+            wait_for(lambda: routed(proxy, "/anything"), 30, "route at the proxy")
+            assert "x-servefleet-route-prefix" in httpx.get(proxy.url + "/-/other").json()
+            health = httpx.get(proxy.url + "/-/healthz")
+            routes = httpx.get(proxy.url + "/-/routes")
+            metrics = httpx.get(proxy.url + "/-/metrics")
+        finally:
+            proxy.stop()
+            client.shutdown()
+    assert (health.status_code, health.text) == (200, "ok")
+    assert routes.json() == {"/": "default/Show"}, routes.text
+    assert "haproxy_backend_connection_attempts_total" in metrics.text, metrics.text[:300]
+
+
 def test_a_killed_haproxy_is_started_again_and_none_outlives_its_proxy(sqlite_fleet,
                                                                       tmp_path) -> None:
     sqlite_fleet.start(1, runtime="process")

@@ -104,6 +104,18 @@ def test_a_server_added_at_run_time_has_the_arguments_of_one_in_the_file() -> No
     assert "pool-max-conn -1 pool-purge-delay 5s" in arguments
 
 
+def test_the_proxy_s_own_paths_skip_a_route_that_would_take_them() -> None:
+    settings = EngineSettings("127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9")
+    own = "http-request set-var(txn.route) int(-1) if { path /-/healthz /-/metrics /-/routes }"
+    for prefixes, taken in ((["/", "/api"], True), (["/-"], True), (["/api", "/-x"], False)):
+        table = RouteTable([Target(p, "a", f"D{i}") for i, p in enumerate(prefixes)])
+        pools = {("a", f"D{i}"): pool(f"r{i}") for i in range(len(prefixes))}
+        text = render(decide(table, pools, 5.0), {}, settings)
+        assert (own in text) == taken, prefixes
+        if taken:  # before any route's rule sets one
+            assert text.index(own) < text.index("http-request set-var(txn.route) int(0)")
+
+
 STAT = """# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,req_tot,hrsp_5xx,ttime
 servefleet,FRONTEND,,,3,5,,100,OPEN,100,2,
 d.a.A,s1,1,1,2,2,4,50,UP,,,

@@ -19,6 +19,9 @@ How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the ta
   itself (x-servefleet-check); a replica that holds its checks unanswered
   (SIGSTOP) is DOWN after `fall` of them, and a refused connection marks
   it down at once (`observe layer4`);
+- the proxy's own paths (/-/healthz, /-/routes, /-/metrics) go to the
+  Python path, which answers them, even when a route (one at /) would take
+  them;
 - the request id is kept or made (a random prefix per configuration, the
   time and the worker's request counter) and returned, x-forwarded-for and -proto are
   set as the Python proxy sets them, and no client's x-servefleet-* header
@@ -42,6 +45,7 @@ from servefleet._private.wire import (
     ROUTE_PREFIX_HEADER,
 )
 
+from ..access import ADMIN_PATHS
 from ..limits import EdgeLimits
 from . import DEFAULT_BUFFER_BYTES
 from .layout import PYTHON_BACKEND, Layout, Server
@@ -70,6 +74,8 @@ RETRIES = 3
 # `show servers conn` says purge_delay 0 and idle_lim 0). `max-reuse`, the one other such
 # default, `add server` refuses; it limits only multiplexed (h2) connections.
 IDLE_POOL = "pool-max-conn -1 pool-purge-delay 5s"
+# The paths the proxy answers itself, before any route (proxy/app.py).
+OWN_PATHS = ("/-/healthz", *sorted(ADMIN_PATHS))
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,11 @@ def _defaults(layout: Layout, settings: EngineSettings) -> list[str]:
               f"{_quoted(text)}{_RID}" for status, text in _ERRORS.items())]
 
 
+def _reaches(prefix: str, path: str) -> bool:
+    """Whether a route at `prefix` takes `path` (RouteTable.match's rule)."""
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
 def _trusted_acl(trusted: str) -> str:
     entries = [e.strip() for e in trusted.split(",") if e.strip()]
     if "*" in entries:
@@ -255,6 +266,12 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
     if settings.websocket_idle_timeout_s:
         choices.append(f"    use_backend {PYTHON_BACKEND} if {{ req.hdr(upgrade) -i websocket }}")
     too_large = BodyTooLarge(layout.max_body_bytes)
+    if any(_reaches(r.prefix, path) for r in layout.routes for path in OWN_PATHS):
+        # A route number no route has: the proxy's own paths take no route's
+        # rules and go to the Python path (default_backend), which answers
+        # them. Written only when a route (one at /, say) would take them.
+        lines.append(f"    http-request set-var(txn.route) int(-1) "
+                     f"if {{ path {' '.join(OWN_PATHS)} }}")
     for i, route in enumerate(layout.routes):
         prefix = route.prefix
         match = "" if prefix == "/" else \
