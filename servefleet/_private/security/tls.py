@@ -16,6 +16,7 @@ Processes find their files from flags (`--cluster-ca`, `--cluster-cert`,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from cryptography import x509
 
 TOKEN_METADATA_KEY = "authorization"
 ENV_CERTS = "SERVEFLEET_CERTS"
@@ -221,4 +223,28 @@ def peer_role(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
         for rdn in _RDN.findall(subject.decode(errors="replace")):
             if rdn.startswith("OU="):
                 return rdn[3:]
+    return None
+
+
+def serial_hex(serial: int) -> str:
+    """A certificate's serial number as every check compares it: lowercase
+    hex without leading zeros (`openssl x509 -serial` prints the same digits
+    in upper case, padded to whole bytes)."""
+    return format(serial, "x")
+
+
+@functools.lru_cache(maxsize=1024)
+def _pem_serial(pem: bytes) -> str | None:
+    try:
+        return serial_hex(x509.load_pem_x509_certificate(pem).serial_number)
+    except ValueError:
+        return None
+
+
+def peer_serial(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
+    """The serial number of the peer's verified certificate (`serial_hex`),
+    or None without one. Parsed once per certificate: a cluster's callers
+    present few distinct ones, and each call asks again."""
+    for pem in auth_context.get("x509_pem_cert") or ():
+        return _pem_serial(bytes(pem))
     return None
