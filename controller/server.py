@@ -47,6 +47,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
 from .api.auth import Authorizer
 from .api.gate import SERVICE_NAME, LeaderGate, Leadership
+from .api.hop_pass import HopSubjects
 from .api.http import ControllerHttp
 from .api.http_gate import HttpGate, server_tls
 from .api.servicer import ControllerServicer
@@ -105,6 +106,8 @@ class ControllerServer:
         self._store = store or open_store(config.store_url, config.etcd_tls or config.tls)
         self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
         self.authorizer.replica_tokens = self._replica_token_owner
+        self.hop_subjects = HopSubjects(self.authorizer)
+        self.hop_subjects.replica_ids = self._replica_token_id
         keys = ClusterKeys(config.cluster)
         self.election = LeaderElection(self._store, keys.leader, config.advertised(),
                                        config.lease_ttl, self._clock)
@@ -126,7 +129,8 @@ class ControllerServer:
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
                                 self._make_runtime(), self._replica_client,
                                 lambda: self.membership.addresses,
-                                policy=config.deploy_policy(), sandbox=self._sandbox)
+                                policy=config.deploy_policy(), sandbox=self._sandbox,
+                                hop_required=self.authorizer.enabled)
         # The serving leader term, or None while this controller does not lead.
         self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()
@@ -186,7 +190,7 @@ class ControllerServer:
             ControllerServicer(self.config.cluster, self._leadership, lambda: self.term,
                                self.membership,
                                on_shutdown=lambda: self.request_stop(stop_replicas=True),
-                               role=self.authorizer.role),
+                               role=self.authorizer.role, hop_subject=self.hop_subjects.of),
             server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.xds = AggregatedDiscovery(lambda: self.term.publisher if self.term else None,
@@ -268,6 +272,12 @@ class ControllerServer:
         if term is None or term.replicas is None:
             return None
         return term.replicas.token_owner(hashed)
+
+    def _replica_token_id(self, hashed: str) -> str | None:
+        term = self.term
+        if term is None or term.replicas is None:
+            return None
+        return term.replicas.token_replica(hashed)
 
     def _security_summary(self) -> str:
         parts = ["mutual TLS" if self.config.tls else "plain text"]

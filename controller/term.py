@@ -5,7 +5,7 @@ create revision as its fencing token, and ends when leadership is lost or
 the process stops. It owns:
 
 - the fenced store of its token, and through it the deployment and
-  application tables (goals/);
+  application tables (goals/) and the cluster's hop key (hop_keys.py);
 - the Watch publisher and the state publisher that fills it from the tables
   and the observed replicas (watch.py);
 - the reconcile loop (reconcile/loop.py) with the replica reconciler (when
@@ -15,7 +15,7 @@ the process stops. It owns:
   a point per deployment every 5 s, taken by the loop, from the same sums
   of the proxies' reports that GetStatus shows.
 
-`load` (1) loads both tables, (2) recovers the replica registry against the
+`load` (1) loads the hop key and both tables, (2) recovers the replica registry against the
 runtime, (3) publishes the first snapshots; each step is retried with the
 loop's BACKOFF while the store is down and leadership holds. `start` then
 runs the loop. `stop` undoes it in reverse: the loop and its work are
@@ -35,7 +35,7 @@ from functools import partial
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from servefleet._private.wire import replicas_key
+from servefleet._private.wire import HOP_KEY, replicas_key
 from servefleet.v1 import application_pb2, records_pb2, replica_pb2, status_pb2, watch_pb2
 from servefleet.v1 import controller_pb2 as api
 
@@ -48,6 +48,7 @@ from .errors import NotLeader, Unavailable
 from .goals.applications import ApplicationTable
 from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
 from .goals.policy import DeployPolicy
+from .hop_keys import HopAuthority
 from .keys import ClusterKeys
 from .load_reports import LoadReports, Traffic
 from .reconcile.autoscaler import AutoscaleReconciler
@@ -91,6 +92,9 @@ class TermParts:
     policy: DeployPolicy = field(default_factory=DeployPolicy)
     # Who user code run on this host runs as (--replica-user; runtime/sandbox.py).
     sandbox: Sandbox = field(default_factory=Sandbox)
+    # Whether replicas serve only callers with a hop pass: the cluster has
+    # tokens or certificates (hop_keys.py).
+    hop_required: bool = False
 
 
 def _stamp(seconds: float) -> Timestamp:
@@ -106,6 +110,8 @@ class LeaderTerm:
                              journal_key=parts.keys.last_write)
         self.publisher = Publisher()
         self._state: StatePublisher | None = None
+        self.hop = HopAuthority(parts.keys, fenced, parts.clock, parts.hop_required,
+                                lambda trust: self.publisher.publish(HOP_KEY, hop=trust))
         # Holds a replica's drain until reporters route by a set without it.
         self.fence = DrainFence(parts.clock, lambda: (
             w.watcher_id for w in self.publisher.watchers.values()))
@@ -120,7 +126,7 @@ class LeaderTerm:
         if parts.runtime is not None:
             ops = ReplicaOps(parts.cluster, parts.keys, fenced, parts.runtime,
                              parts.replica_client, parts.controllers,
-                             self.publisher.watching, self.fence)
+                             self.publisher.watching, self.fence, self.hop)
             self.replicas = ReplicaReconciler(
                 parts.keys, ops, self.loop, lambda: self.deployments.list(include_deleted=True),
                 parts.clock, on_change=self._deployment_changed,
@@ -265,7 +271,7 @@ class LeaderTerm:
         """Steps 1-3; False if leadership ended first (`holding`, the lease
         keep-alive, finished)."""
         store = self._parts.store
-        steps: list[Callable[[Store], Awaitable[None]]] = [self.deployments.load,
+        steps: list[Callable[[Store], Awaitable[None]]] = [self.hop.load, self.deployments.load,
                                                           self.applications.load]
         if self.replicas is not None:
             steps.append(self.replicas.recover)

@@ -98,6 +98,14 @@ class ReplicaSettings:
     # "UID:GID" to run as once the settings, key and token are read (the
     # process runtime's sandbox: runtime/sandbox.py); "": stay as started.
     run_as: str = ""
+    # Hop passes (servefleet/_private/security/hop.py), in a cluster with
+    # credentials: whether callers must show one, the cluster's public keys
+    # (id -> base64) to check them by, and this replica's own pass (for its
+    # handle calls) with when it expires.
+    hop_required: bool = False
+    hop_keys: dict[str, str] = field(default_factory=dict)
+    hop_pass: str = ""
+    hop_pass_expires: float = 0.0
 
 
 class Replica:

@@ -278,6 +278,11 @@ class ControllerClient:
             application=application, deployment=deployment, replica_id=replica_id,
             tail_lines=tail_lines, follow=follow, request_id=request_id))
 
+    def hop_pass(self) -> api.GetHopPassResponse:
+        """A hop pass for this client's credentials (GetHopPass): what its
+        requests to replicas carry in a cluster with credentials."""
+        return self.call("GetHopPass", api.GetHopPassRequest())
+
     def shutdown(self) -> None:
         # Not retried once it may have arrived: a retry reaching the next leader
         # would make that controller exit too.

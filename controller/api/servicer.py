@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet._private.wire import check_watch_key
 from servefleet.v1 import controller_pb2 as api
@@ -36,8 +37,11 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(self, cluster: str, leadership: Leadership,
                  term: Callable[[], LeaderTerm | None], members: Membership,
                  on_shutdown: Callable[[], None],
-                 role: Callable[[Any], str] = lambda context: "admin") -> None:
+                 role: Callable[[Any], str] = lambda context: "admin",
+                 hop_subject: Callable[[Any], tuple[str, str]] | None = None) -> None:
         self._cluster = cluster
+        # The caller's (role, subject) for its hop pass (hop_pass.py).
+        self._hop_subject = hop_subject or (lambda context: ("admin", "token:local"))
         # The caller's role (auth.py): specs are shown whole only to SEE_SECRETS.
         self._role = role
         self._leadership = leadership
@@ -186,6 +190,19 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                                           self._leadership.can_serve, context):
             yield response
         await self._leadership.abort_not_leader(context)
+
+    @api_method
+    async def GetHopPass(self, request: api.GetHopPassRequest,
+                         context: Any) -> api.GetHopPassResponse:
+        hop = self._term().hop
+        if not hop.required:
+            raise FailedPrecondition("this cluster has no credentials (tokens or "
+                                     "certificates): its replicas need no hop pass")
+        role, subject = self._hop_subject(context)
+        issued, expires = hop.issue(subject, role)
+        stamp = Timestamp()
+        stamp.FromNanoseconds(int(expires * 1e9))
+        return api.GetHopPassResponse(expires=stamp, subject=subject, **{"pass": issued})
 
     @api_method
     async def Shutdown(self, request: api.ShutdownRequest, context: Any) -> api.ShutdownResponse:

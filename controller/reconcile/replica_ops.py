@@ -26,10 +26,12 @@ import logging
 import secrets
 from base64 import b64encode
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from servefleet._private import tracing
+from servefleet._private.security.hop import hop_subject
 from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
 from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
@@ -37,6 +39,7 @@ from servefleet.v1 import records_pb2, replica_pb2
 from ..drain_fence import DrainFence
 from ..election import FencedStore
 from ..errors import NotLeader, StoreDiskFull, Unavailable
+from ..hop_keys import HopAuthority
 from ..keys import ClusterKeys
 from ..runtime import ReplicaLaunch, Runtime
 from ..store import Delete, Put
@@ -67,7 +70,7 @@ class ReplicaOps:
                  client: ReplicaClient,
                  controllers: Callable[[], list[str]] | None = None,
                  watching: Callable[[str], bool] | None = None,
-                 fence: DrainFence | None = None) -> None:
+                 fence: DrainFence | None = None, hop: HopAuthority | None = None) -> None:
         self.cluster = cluster
         self._keys = keys
         self._fenced = fenced
@@ -79,6 +82,8 @@ class ReplicaOps:
         self.watching = watching or (lambda replica_id: False)
         # Holds a drain until the proxies and handles let go of the replica.
         self.fence = fence or DrainFence()
+        # Issues each replica its hop pass, and revokes it when it stops.
+        self.hop = hop
         # Replicas (by id) whose first registry write was refused for want of
         # disk space: neither stored nor started.
         self._never_registered: set[str] = set()
@@ -170,6 +175,7 @@ class ReplicaOps:
                 "by_value_target": b64encode(spec.by_value.target).decode(),
                 "by_value_init_args": b64encode(spec.by_value.init_args).decode(),
                 "token": token,
+                **self._hop_settings(record.replica_id),
             }))
         record.handle = launched.handle
         record.control_address = launched.control_address
@@ -178,6 +184,21 @@ class ReplicaOps:
         record.metrics_address = launched.metrics_address
         record.grpc_address = launched.grpc_address
         await self._put(record)
+
+    def _hop_settings(self, replica_id: str) -> dict[str, Any]:
+        """What a replica needs of hop passes (security/hop.py): whether it
+        serves only callers with one, the keys to check them by, and its own."""
+        if self.hop is None or not self.hop.required:
+            return {}
+        trust = self.hop.trust()
+        hop_pass, expires = self.hop.issue(hop_subject(replica_id), "replica")
+        return {"hop_required": True, "hop_pass": hop_pass, "hop_pass_expires": expires,
+                "hop_keys": {k.id: b64encode(k.public_key).decode() for k in trust.keys}}
+
+    async def _revoke_pass(self, record: replica_pb2.ReplicaRecord) -> None:
+        """A replica gone takes its hop pass with it (a copy elsewhere is refused)."""
+        if self.hop is not None and self.hop.required:
+            await self.hop.revoke([hop_subject(record.replica_id)])
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
                    timeout_s: float, fence_s: float = 0.0) -> Stopped:
@@ -221,6 +242,7 @@ class ReplicaOps:
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         if record.control_address:
             await self.client.forget(record.control_address)
+        await self._revoke_pass(record)
         await self._fenced.commit([Delete(self._key(record))])
         return Stopped()
 
@@ -228,6 +250,7 @@ class ReplicaOps:
         """Drop the record of a replica that is gone."""
         # In a thread: a runtime may block (the Docker SDK does).
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
+        await self._revoke_pass(record)
         await self._fenced.commit([Delete(self._key(record))])
 
     async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> Exited | None:

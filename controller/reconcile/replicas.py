@@ -86,8 +86,8 @@ class ReplicaReconciler:
         self._inventory = Inventory(keys, ops, loop, clock, self._post)
         self._views: dict[DKey, dict[str, ReplicaView]] = {}
         self._records: dict[str, replica_pb2.ReplicaRecord] = {}
-        # Replicas' token hashes -> (application, deployment), for their calls.
-        self._tokens: dict[str, tuple[str, str]] = {}
+        # Replicas' token hashes -> (application, deployment, replica id), for their calls.
+        self._tokens: dict[str, tuple[str, str, str]] = {}
         self._failures: dict[DKey, StartupFailures] = {}
         self._plans: dict[DKey, Planned] = {}
         self._inbox: list[tuple[str, Observation]] = []
@@ -129,12 +129,19 @@ class ReplicaReconciler:
     def _record(self, record: replica_pb2.ReplicaRecord) -> None:
         self._records[record.replica_id] = record
         if record.token_sha256:
-            self._tokens[record.token_sha256] = (record.application, record.deployment)
+            self._tokens[record.token_sha256] = (record.application, record.deployment,
+                                                 record.replica_id)
 
     def token_owner(self, hashed: str) -> tuple[str, str] | None:
         """(application, deployment) of the tracked replica whose token has the
         hex SHA-256 `hashed` (api/auth.py), or None."""
-        return self._tokens.get(hashed)
+        found = self._tokens.get(hashed)
+        return found[:2] if found else None
+
+    def token_replica(self, hashed: str) -> str | None:
+        """The id of the tracked replica whose token has that hash, or None."""
+        found = self._tokens.get(hashed)
+        return found[2] if found else None
 
     def _post(self, replica_id: str, seen: Observation) -> None:
         self._inbox.append((replica_id, seen))

@@ -123,8 +123,10 @@ ROUTES_KEY = "routes"
 REPLICAS_KIND = "replicas"
 # `config/<app>/<deployment>`: one deployment's lightweight config, for its replicas.
 CONFIG_KIND = "config"
-_KEY_SHAPES = ("must be 'routes', 'replicas/<app>/<deployment>', 'config/<app>/<deployment>' "
-               "or a prefix of these ending in '/'")
+# What replicas check callers' hop passes against (security/hop.py).
+HOP_KEY = "hop"
+_KEY_SHAPES = ("must be 'routes', 'hop', 'replicas/<app>/<deployment>', "
+               "'config/<app>/<deployment>' or a prefix of these ending in '/'")
 
 
 class WatchKey(NamedTuple):
@@ -136,7 +138,7 @@ class WatchKey(NamedTuple):
 
     @property
     def is_prefix(self) -> bool:
-        return self.kind != ROUTES_KEY and not self.deployment
+        return self.kind not in (ROUTES_KEY, HOP_KEY) and not self.deployment
 
 
 def _key(kind: str, application: str, deployment: str) -> str:
@@ -161,8 +163,8 @@ def config_key(application: str = "", deployment: str = "") -> str:
 def parse_watch_key(key: str) -> WatchKey:
     """The parts of a Watch key or key prefix; ValueError saying the shapes
     allowed when `key` is none of them."""
-    if key == ROUTES_KEY:
-        return WatchKey(ROUTES_KEY)
+    if key in (ROUTES_KEY, HOP_KEY):
+        return WatchKey(key)
     kind, slash, rest = key.partition("/")
     if kind in (REPLICAS_KIND, CONFIG_KIND) and slash:
         if not rest:

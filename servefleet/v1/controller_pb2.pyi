@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from servefleet.v1 import application_pb2 as _application_pb2
 from servefleet.v1 import deployment_pb2 as _deployment_pb2
 from servefleet.v1 import records_pb2 as _records_pb2
@@ -295,3 +298,16 @@ class SetTrafficRequest(_message.Message):
 class SetTrafficResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class GetHopPassRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetHopPassResponse(_message.Message):
+    __slots__ = ("expires", "subject")
+    PASS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    expires: _timestamp_pb2.Timestamp
+    subject: str
+    def __init__(self, expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., subject: _Optional[str] = ..., **kwargs) -> None: ...

@@ -111,6 +111,11 @@ class ControllerServiceStub:
                 request_serializer=servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.SerializeToString,
                 response_deserializer=servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.FromString,
                 _registered_method=True)
+        self.GetHopPass = channel.unary_unary(
+                '/servefleet.v1.ControllerService/GetHopPass',
+                request_serializer=servefleet_dot_v1_dot_controller__pb2.GetHopPassRequest.SerializeToString,
+                response_deserializer=servefleet_dot_v1_dot_controller__pb2.GetHopPassResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -244,6 +249,20 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHopPass(self, request, context):
+        """GetHopPass issues the caller a hop pass: what it sends with every request
+        to a replica (header or gRPC metadata `x-servefleet-hop`) in a cluster
+        with tokens or certificates, where replicas serve no one else. The pass
+        names the caller (its token's name, its certificate's role and serial,
+        or the replica it is) and its role, and expires; ask for a new one once
+        half its life has passed. Roles proxy, replica, deployer and admin may
+        ask (readers may not: a pass reaches replicas' code); a cluster without
+        credentials answers FAILED_PRECONDITION (its replicas need no pass).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +340,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.GetLogs,
                     request_deserializer=servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.FromString,
                     response_serializer=servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.SerializeToString,
+            ),
+            'GetHopPass': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHopPass,
+                    request_deserializer=servefleet_dot_v1_dot_controller__pb2.GetHopPassRequest.FromString,
+                    response_serializer=servefleet_dot_v1_dot_controller__pb2.GetHopPassResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -729,6 +753,33 @@ class ControllerService:
             '/servefleet.v1.ControllerService/GetLogs',
             servefleet_dot_v1_dot_controller__pb2.GetLogsRequest.SerializeToString,
             servefleet_dot_v1_dot_controller__pb2.GetLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHopPass(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/servefleet.v1.ControllerService/GetHopPass',
+            servefleet_dot_v1_dot_controller__pb2.GetHopPassRequest.SerializeToString,
+            servefleet_dot_v1_dot_controller__pb2.GetHopPassResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from servefleet.v1 import application_pb2 as _application_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -53,20 +56,48 @@ class Heartbeat(_message.Message):
     def __init__(self) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("key", "snapshot_id", "deleted", "routes", "replicas", "config")
+    __slots__ = ("key", "snapshot_id", "deleted", "routes", "replicas", "config", "hop")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    HOP_FIELD_NUMBER: _ClassVar[int]
     key: str
     snapshot_id: str
     deleted: bool
     routes: RouteTable
     replicas: ReplicaSet
     config: DeploymentConfig
-    def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ...) -> None: ...
+    hop: HopTrust
+    def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ..., hop: _Optional[_Union[HopTrust, _Mapping]] = ...) -> None: ...
+
+class HopTrust(_message.Message):
+    __slots__ = ("required", "keys", "revoked")
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    required: bool
+    keys: _containers.RepeatedCompositeFieldContainer[HopKey]
+    revoked: _containers.RepeatedCompositeFieldContainer[RevokedHopSubject]
+    def __init__(self, required: _Optional[bool] = ..., keys: _Optional[_Iterable[_Union[HopKey, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[RevokedHopSubject, _Mapping]]] = ...) -> None: ...
+
+class HopKey(_message.Message):
+    __slots__ = ("id", "public_key")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    public_key: bytes
+    def __init__(self, id: _Optional[str] = ..., public_key: _Optional[bytes] = ...) -> None: ...
+
+class RevokedHopSubject(_message.Message):
+    __slots__ = ("subject", "until")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, subject: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
     __slots__ = ("routes", "request_timeout_s", "max_request_body_bytes", "grpc_routes")

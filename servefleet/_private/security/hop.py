@@ -85,6 +85,17 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def hop_subject(replica_id: str = "", *, token_name: str = "", cert: tuple[str, str] = ("", "")
+                ) -> str:
+    """The subject a pass names: a replica (by id), a token (by name), or a
+    certificate (role, serial)."""
+    if replica_id:
+        return f"replica:{replica_id}"
+    if token_name:
+        return f"token:{token_name}"
+    return f"cert:{cert[0]}:{cert[1]}"
+
+
 def key_id(public: bytes) -> str:
     return hashlib.sha256(public).hexdigest()[:16]
 

@@ -18,9 +18,11 @@ READER = frozenset({"GetDeployment", "ListDeployments", "ListReplicas", "GetStat
 # Deployers may report load too: handles in their scripts do, and a
 # deployer sets replica counts outright anyway.
 # Logs are the deployer's: replicas' output can carry what their users sent.
+# A hop pass (GetHopPass) reaches replicas' code: not a reader's.
 DEPLOYER = READER | {"Deploy", "DeployApplications", "DeleteDeployments",
-                     "DeleteApplications", "SetTraffic", "ReportLoad", "StreamLoad", "GetLogs"}
-DATA_PLANE = READER | {"ReportLoad", "StreamLoad"}
+                     "DeleteApplications", "SetTraffic", "ReportLoad", "StreamLoad", "GetLogs",
+                     "GetHopPass"}
+DATA_PLANE = READER | {"ReportLoad", "StreamLoad", "GetHopPass"}
 ADMIN = DEPLOYER | DATA_PLANE | {"Shutdown"}
 
 # Role -> the ControllerService methods it may call.

@@ -69,6 +69,15 @@ type ControllerServiceClient interface {
 	// `tail_lines` of each matching replica, then, with `follow`, new lines as
 	// they come (replicas that start later included) until the client cancels.
 	GetLogs(ctx context.Context, in *GetLogsRequest, opts ...grpc.CallOption) (ControllerService_GetLogsClient, error)
+	// GetHopPass issues the caller a hop pass: what it sends with every request
+	// to a replica (header or gRPC metadata `x-servefleet-hop`) in a cluster
+	// with tokens or certificates, where replicas serve no one else. The pass
+	// names the caller (its token's name, its certificate's role and serial,
+	// or the replica it is) and its role, and expires; ask for a new one once
+	// half its life has passed. Roles proxy, replica, deployer and admin may
+	// ask (readers may not: a pass reaches replicas' code); a cluster without
+	// credentials answers FAILED_PRECONDITION (its replicas need no pass).
+	GetHopPass(ctx context.Context, in *GetHopPassRequest, opts ...grpc.CallOption) (*GetHopPassResponse, error)
 }
 
 type controllerServiceClient struct {
@@ -285,6 +294,15 @@ func (x *controllerServiceGetLogsClient) Recv() (*GetLogsResponse, error) {
 	return m, nil
 }
 
+func (c *controllerServiceClient) GetHopPass(ctx context.Context, in *GetHopPassRequest, opts ...grpc.CallOption) (*GetHopPassResponse, error) {
+	out := new(GetHopPassResponse)
+	err := c.cc.Invoke(ctx, "/servefleet.v1.ControllerService/GetHopPass", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServiceServer is the server API for ControllerService service.
 // All implementations must embed UnimplementedControllerServiceServer
 // for forward compatibility
@@ -341,6 +359,15 @@ type ControllerServiceServer interface {
 	// `tail_lines` of each matching replica, then, with `follow`, new lines as
 	// they come (replicas that start later included) until the client cancels.
 	GetLogs(*GetLogsRequest, ControllerService_GetLogsServer) error
+	// GetHopPass issues the caller a hop pass: what it sends with every request
+	// to a replica (header or gRPC metadata `x-servefleet-hop`) in a cluster
+	// with tokens or certificates, where replicas serve no one else. The pass
+	// names the caller (its token's name, its certificate's role and serial,
+	// or the replica it is) and its role, and expires; ask for a new one once
+	// half its life has passed. Roles proxy, replica, deployer and admin may
+	// ask (readers may not: a pass reaches replicas' code); a cluster without
+	// credentials answers FAILED_PRECONDITION (its replicas need no pass).
+	GetHopPass(context.Context, *GetHopPassRequest) (*GetHopPassResponse, error)
 	mustEmbedUnimplementedControllerServiceServer()
 }
 
@@ -392,6 +419,9 @@ func (UnimplementedControllerServiceServer) Shutdown(context.Context, *ShutdownR
 }
 func (UnimplementedControllerServiceServer) GetLogs(*GetLogsRequest, ControllerService_GetLogsServer) error {
 	return status.Errorf(codes.Unimplemented, "method GetLogs not implemented")
+}
+func (UnimplementedControllerServiceServer) GetHopPass(context.Context, *GetHopPassRequest) (*GetHopPassResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetHopPass not implemented")
 }
 func (UnimplementedControllerServiceServer) mustEmbedUnimplementedControllerServiceServer() {}
 
@@ -690,6 +720,24 @@ func (x *controllerServiceGetLogsServer) Send(m *GetLogsResponse) error {
 	return x.ServerStream.SendMsg(m)
 }
 
+func _ControllerService_GetHopPass_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHopPassRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServiceServer).GetHopPass(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/servefleet.v1.ControllerService/GetHopPass",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServiceServer).GetHopPass(ctx, req.(*GetHopPassRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _ControllerService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "servefleet.v1.ControllerService",
 	HandlerType: (*ControllerServiceServer)(nil),
@@ -741,6 +789,10 @@ var _ControllerService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Shutdown",
 			Handler:    _ControllerService_Shutdown_Handler,
+		},
+		{
+			MethodName: "GetHopPass",
+			Handler:    _ControllerService_GetHopPass_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,139 @@
+"""The cluster's hop key and revoked hop subjects (servefleet/_private/security/hop.py).
+
+Hard state, at `/servefleet/<cluster>/hop` (JSON: no pickle in the store):
+
+    {"keys": [{"id": ..., "private": <base64 of the raw Ed25519 key>}],
+     "revoked": {"replica:Front-1a2b": <unix time until which it is refused>}}
+
+The first leader of a cluster with credentials makes the key; every later
+leader loads it, so passes outlive a failover (a cluster without credentials
+has none: its replicas check no pass). Only controllers read the store: the private
+key never leaves them (replicas get the public halves, on the Watch stream's
+`hop` key). A revoked subject stays listed until the last pass it may hold
+has expired (PASS_TTL_S after the revocation), then it is dropped.
+
+`HopAuthority` is one term's: it loads (step of the term's start), issues,
+revokes (a fenced write), and publishes the trust snapshot through a
+callback whenever it changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from servefleet._private.security.hop import PASS_TTL_S, HopIssuer, HopKey
+from servefleet.v1 import watch_pb2
+
+from .clock import Clock
+from .election import FencedStore
+from .errors import StoreDiskFull
+from .keys import ClusterKeys
+from .store import Put, Store
+
+logger = logging.getLogger(__name__)
+
+
+class HopAuthority:
+    def __init__(self, keys: ClusterKeys, fenced: FencedStore, clock: Clock, required: bool,
+                 on_trust: Callable[[watch_pb2.HopTrust], None]) -> None:
+        self._key_path = keys.root + "hop"
+        self._fenced = fenced
+        self._clock = clock
+        self.required = required
+        self._on_trust = on_trust
+        self._keys: list[HopKey] = []
+        self._revoked: dict[str, float] = {}
+        self._issuer: HopIssuer | None = None
+
+    # -- 1. load (a step of the term's start) ------------------------------------------
+
+    async def load(self, store: Store) -> None:
+        """Read the key and revocations, making the key on a cluster's first
+        term (or when what is stored cannot be read). StoreUnavailable,
+        Unavailable and NotLeader propagate (the term retries or ends)."""
+        if not self.required:  # a cluster without credentials: no pass anywhere
+            self._publish()
+            return
+        found = await store.get(self._key_path)
+        try:
+            if found is not None:
+                self._keys, self._revoked = _parse(found.value)
+        except ValueError as e:
+            # No poison pill: a new key, and the passes of the old one refused.
+            logger.error("%s: %s; making a new one (passes issued before are refused "
+                         "until their holders ask again)", self._key_path, e)
+            found = None
+        if found is None:
+            self._keys, self._revoked = [HopKey.generate()], {}
+            try:
+                await self._write()
+            except StoreDiskFull as e:
+                # Serve this term with it all the same: its passes are refused
+                # only after a failover, when a leader that stored one takes over.
+                logger.error("cannot store the cluster's new hop key (%s): passes this "
+                             "leader issues will not outlive its term", e)
+            logger.info("made the cluster's hop key %s", self._keys[0].id)
+        self._issuer = HopIssuer(self._keys[0], self._clock.time)
+        self._publish()
+
+    # -- 2. issue and revoke --------------------------------------------------------------
+
+    def issue(self, subject: str, role: str) -> tuple[str, float]:
+        """A pass for `subject` of `role`, and when it expires (only where
+        `required`: elsewhere nothing checks passes)."""
+        if self._issuer is None:
+            raise RuntimeError("no hop key: this cluster has no credentials, or the term "
+                               "has not loaded yet")
+        return self._issuer.issue(subject, role)
+
+    async def revoke(self, subjects: list[str]) -> None:
+        """Refuse `subjects`' passes from now until the last one expires."""
+        if not self.required:
+            return
+        now = self._clock.time()
+        until = now + PASS_TTL_S
+        self._revoked = {s: t for s, t in self._revoked.items() if t > now}
+        self._revoked.update(dict.fromkeys(subjects, until))
+        await self._write()
+        self._publish()
+
+    # -- 3. store and publish ---------------------------------------------------------------
+
+    async def _write(self) -> None:
+        value = {"keys": [{"id": k.id, "private": base64.b64encode(k.private_bytes()).decode()}
+                          for k in self._keys],
+                 "revoked": self._revoked}
+        await self._fenced.commit([Put(self._key_path, json.dumps(value).encode())])
+
+    def trust(self) -> watch_pb2.HopTrust:
+        now = self._clock.time()
+        revoked = []
+        for subject, until in sorted(self._revoked.items()):
+            if until > now:
+                stamp = Timestamp()
+                stamp.FromNanoseconds(int(until * 1e9))
+                revoked.append(watch_pb2.RevokedHopSubject(subject=subject, until=stamp))
+        return watch_pb2.HopTrust(
+            required=self.required, revoked=revoked,
+            keys=[watch_pb2.HopKey(id=k.id, public_key=k.public) for k in self._keys])
+
+    def _publish(self) -> None:
+        self._on_trust(self.trust())
+
+
+def _parse(raw: bytes) -> tuple[list[HopKey], dict[str, float]]:
+    """ValueError when the stored value is not ours."""
+    try:
+        value = json.loads(raw)
+        keys = [HopKey.from_bytes(base64.b64decode(k["private"])) for k in value["keys"]]
+        revoked = {str(s): float(t) for s, t in value.get("revoked", {}).items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"the stored hop key cannot be read: {e}") from e
+    if not keys:
+        raise ValueError("the stored hop key lists no key")
+    return keys, revoked
