@@ -173,4 +173,32 @@ def test_reload_keeps_the_old_table_when_the_file_breaks(tmp_path: Path) -> None
 def test_without_tokens_or_tls_everyone_is_admin() -> None:
     auth = Authorizer()
     assert not auth.enabled and auth.role(FakeContext()) == "admin"
-    assert bearer_token((("authorization", "Basic x"),)) == ""
+    with pytest.raises(Unauthenticated, match="not a Bearer credential"):
+        bearer_token((("authorization", "Basic x"),))
+
+
+@pytest.mark.parametrize("metadata, why", [
+    ((("authorization", "Bearer a"), ("authorization", "Bearer b")), "2 authorization values"),
+    ((("authorization-bin", b"\x00"),), "binary authorization metadata"),
+    ((("authorization", b"Bearer \xff"),), "byte 0xff at byte 8"),
+    ((("authorization", "Bearer a\tb"),), "a tab at character 9"),
+    ((("authorization", "Bearer ab "),), "a space at character 3"),
+    ((("authorization", "Bearer a=b"),), "characters a bearer token cannot have"),
+])
+def test_a_credential_that_cannot_be_read_names_why(metadata, why: str) -> None:
+    with pytest.raises(Unauthenticated, match=f"unreadable credentials: .*{why}"):
+        bearer_token(metadata)
+    auth = Authorizer(tls=True)  # the certificate would be admin: never used instead
+    context = FakeContext(ou="admin")
+    context._metadata = metadata
+    with pytest.raises(Unauthenticated, match=why):
+        auth.role(context)
+
+
+def test_bearer_tokens_as_issued_are_read() -> None:
+    token = tokens.PREFIX + "Ab-_9"
+    for value in (f"Bearer {token}", f"bearer   {token}", f"BEARER {token}", "Bearer a+/b=="):
+        assert bearer_token((("user-agent", "x"), ("authorization", value))) == value.split()[-1]
+    assert bearer_token((("user-agent", "x"),)) is None
+    with pytest.raises(TlsConfigError, match="the token holds a NUL at character 2"):
+        Credentials(token="a\x00")

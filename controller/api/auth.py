@@ -4,6 +4,9 @@
 servefleet._private.grpc_guard.Guard). The caller's role comes from its bearer token
 when it sends one, else from the OU of its client certificate (mutual TLS);
 roles and their methods are in servefleet/_private/security/roles.py.
+An authorization it sends that cannot be read (servefleet/_private/security/
+bearer.py: not `Bearer TOKEN`, binary, several values) is UNAUTHENTICATED
+even beside a valid certificate.
 
 - Neither `--auth-tokens` nor TLS configured: every caller is admin (the
   local default; `servefleet up` says so).
@@ -31,8 +34,9 @@ from typing import Any, Protocol
 import grpc
 
 from servefleet._private.grpc_guard import Refused
+from servefleet._private.security.bearer import MalformedCredential, metadata_bearer
 from servefleet._private.security.roles import CONTROLLER_API, may_call, unwatchable_key
-from servefleet._private.security.tls import TOKEN_METADATA_KEY, peer_role
+from servefleet._private.security.tls import peer_role
 from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, TokenFile, TokenTable, digest
 from servefleet.v1 import watch_pb2
 
@@ -56,11 +60,13 @@ class CallContext(Protocol):
 
 
 def bearer_token(metadata: Any) -> str | None:
-    for key, value in metadata or ():
-        if key == TOKEN_METADATA_KEY:
-            scheme, _, token = str(value).partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else ""
-    return None
+    """The caller's bearer token; None when it sends no authorization;
+    Unauthenticated naming the problem for one that cannot be read (bearer.py):
+    such a caller is refused, whatever certificate it also presents."""
+    try:
+        return metadata_bearer(metadata)
+    except MalformedCredential as e:
+        raise Unauthenticated(f"unreadable credentials: {e}") from None
 
 
 class Authorizer:

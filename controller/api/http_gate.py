@@ -14,8 +14,10 @@ address, the cluster's status with its error texts) is for operators, so:
   tokens configured, every path but the dashboard's page (static, without
   data: it asks the browser for a token) needs a caller of role reader,
   deployer or admin: `Authorization: Bearer TOKEN` from --auth-tokens, or a
-  client certificate of one of those roles. Refused: 401. Only a cluster
-  with neither (the local, loopback default) keeps the face open.
+  client certificate of one of those roles. Refused: 401, also for an
+  Authorization header that cannot be read (not `Bearer TOKEN`, several of
+  them), whatever certificate comes with it. Only a cluster with neither
+  (the local, loopback default) keeps the face open.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from servefleet._private.http_protocol import CoalescingHttpToolsProtocol
+from servefleet._private.security.bearer import MalformedCredential, header_bearer
 from servefleet._private.security.tls import TlsFiles
 
 from .auth import Authorizer
@@ -65,7 +68,10 @@ class HttpGate:
                          "add it with --allow-http-host")
         if not self._authorizer.enabled or scope["path"] in OPEN_PATHS:
             return None
-        role = self._role(scope)
+        try:
+            role = self._role(scope)
+        except MalformedCredential as e:
+            return 401, f"unreadable credentials: {e}"
         if role in ROLES:
             return None
         if role is None:
@@ -74,12 +80,13 @@ class HttpGate:
         return 401, f"the role {role!r} may not read this (reader, deployer or admin may)"
 
     def _role(self, scope: dict[str, Any]) -> str | None:
-        header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-        if header is not None:
-            scheme, _, token = header.decode("latin-1").partition(" ")
+        """The role of the bearer token when there is one ("" for a token not
+        in the table), else of the client certificate; MalformedCredential for
+        an Authorization that cannot be read, whatever the certificate."""
+        token = header_bearer(scope["headers"])
+        if token is not None:
             tokens = self._authorizer.tokens
-            entry = tokens.lookup(token.strip()) if (
-                tokens is not None and scheme.lower() == "bearer") else None
+            entry = tokens.lookup(token) if tokens is not None else None
             return entry.role if entry is not None else ""
         return scope.get(PEER_ROLE)
 

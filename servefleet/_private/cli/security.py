@@ -63,7 +63,11 @@ def tls_files(args: argparse.Namespace, role: str | None = None) -> TlsFiles | N
 
 
 def credentials(args: argparse.Namespace) -> Credentials:
-    return Credentials(tls_files(args), args.token or os.environ.get(ENV_TOKEN) or None)
+    token = args.token or os.environ.get(ENV_TOKEN) or None
+    try:
+        return Credentials(tls_files(args), token)
+    except TlsConfigError as e:  # a token no gRPC client can send
+        raise UsageError(f"{'--token' if args.token else '$' + ENV_TOKEN}: {e}") from None
 
 
 def add_controller_flags(parser: argparse.ArgumentParser) -> None:

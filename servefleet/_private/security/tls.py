@@ -27,7 +27,8 @@ from typing import Any
 import grpc
 from cryptography import x509
 
-TOKEN_METADATA_KEY = "authorization"
+from .bearer import TOKEN_METADATA_KEY, token_problem
+
 ENV_CERTS = "SERVEFLEET_CERTS"
 ENV_TOKEN = "SERVEFLEET_TOKEN"
 ENV_FILES = {"ca": "SERVEFLEET_CLUSTER_CA", "cert": "SERVEFLEET_CLUSTER_CERT",
@@ -124,6 +125,12 @@ class Credentials:
     token: str | None = None
     # The name to expect in the server's certificate instead of the address's host.
     server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        # gRPC refuses to send such a token with a bare INTERNAL "Invalid metadata".
+        problem = token_problem(self.token) if self.token else None
+        if problem is not None:
+            raise TlsConfigError(f"cannot send this token: {problem}")
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
