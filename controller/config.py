@@ -76,6 +76,9 @@ class ControllerConfig:
     etcd_tls: TlsFiles | None = None
     # The bearer-token file (servefleet token create); None: no tokens.
     auth_tokens: str | None = None
+    # The file of revoked certificates' serial numbers (servefleet certs
+    # revoke; security/revocation.py), reread on SIGHUP; None: none revoked.
+    revoked_certs: str | None = None
     # host:port of the HTTP server for /metrics and /-/metrics-targets; None: none.
     metrics_listen: str | None = None
     # DNS names that server answers to besides localhost and IP addresses

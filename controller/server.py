@@ -42,6 +42,8 @@ from servefleet._private.lifecycle import (
 )
 from servefleet._private.logs import LEADER_TERM
 from servefleet._private.security.certs import role_server_name
+from servefleet._private.security.revocation import RevokedCertsFile
+from servefleet._private.security.revocation_checks import RevokedCertInterceptor
 from servefleet._private.security.tls import Credentials, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
@@ -61,7 +63,7 @@ from .reconcile.loop import tune_gc
 from .reconcile.replica_client import GrpcReplicaClient
 from .runtime import Runtime
 from .runtime.process import ProcessRuntime
-from .runtime.sandbox import Sandbox
+from .runtime.sandbox import tried
 from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
 from .xds.ads import AggregatedDiscovery
@@ -78,25 +80,6 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-
-def _checked_sandbox(config: ControllerConfig) -> Sandbox:
-    """Who user code runs as: --replica-user, tried once. "auto" that cannot
-    work here (the interpreter is unreadable to that user) warns and runs user
-    code as this controller's user; a user named outright is an error."""
-    sandbox = config.sandbox()
-    problem = sandbox.problem()
-    if not problem:
-        if sandbox.uid is not None:
-            logger.info("user code runs as uid %d, gid %d (--replica-user)", sandbox.uid,
-                        sandbox.gid)
-        return sandbox
-    if config.replica_user != "auto":
-        raise ValueError(f"--replica-user {config.replica_user}: {problem}")
-    logger.warning("user code runs as this controller's user, and could read its keys and "
-                   "token file: %s (make the interpreter and servefleet readable to it, or "
-                   "set --replica-user)", problem)
-    return Sandbox()
-
 class ControllerServer:
     def __init__(self, config: ControllerConfig, store: Store | None = None,
                  clock: Clock | None = None) -> None:
@@ -105,6 +88,8 @@ class ControllerServer:
         self._clock = clock or Clock()
         self._store = store or open_store(config.store_url, config.etcd_tls or config.tls)
         self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
+        # Certificates revoked one by one: refused on every port, told to replicas.
+        self.revoked_certs = RevokedCertsFile(config.revoked_certs)
         self.authorizer.replica_tokens = self._replica_token_owner
         self.hop_subjects = HopSubjects(self.authorizer)
         self.hop_subjects.replica_ids = self._replica_token_id
@@ -123,7 +108,7 @@ class ControllerServer:
         self._http: Any = None
         TERM.identity = config.advertised()
         TERM.term = lambda: self.term
-        self._sandbox = _checked_sandbox(config)
+        self._sandbox = tried(config.sandbox(), config.replica_user)
         self._replica_client = GrpcReplicaClient(
             Credentials(config.tls, server_name=role_server_name("replica")))
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
@@ -178,7 +163,7 @@ class ControllerServer:
         # by default cancels those past 3,000: a burst of Watch streams (a large
         # cluster reconnecting after a failover) lost every call past it.
         server = grpc.aio.server(
-            interceptors=[LeaderGate(self._leadership),
+            interceptors=[*self._revocation_check(), LeaderGate(self._leadership),
                           Guard(SERVICE_NAME, self.authorizer.check),
                           # Health parses through a Guard too: garbage gets
                           # INVALID_ARGUMENT, not gRPC's UNKNOWN.
@@ -235,6 +220,15 @@ class ControllerServer:
         self._members = asyncio.create_task(self.membership.run(), name="membership")
         await self._start_http()
 
+    def _revocation_check(self) -> list[grpc.aio.ServerInterceptor]:
+        # Outermost: a revoked caller learns nothing, not even who leads.
+        return [RevokedCertInterceptor(self.revoked_certs.serials)] if self.config.tls else []
+
+    def reload_credentials(self) -> None:
+        """SIGHUP: the token file and the revoked certificates, read again."""
+        self.authorizer.reload()
+        self.revoked_certs.reload()
+
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
         """A channel to another controller, as this controller (its certificate)."""
         credentials = Credentials(self.config.tls,
@@ -260,7 +254,8 @@ class ControllerServer:
                              self._leadership.identity, lambda: self.membership.addresses,
                              HttpGate(self.authorizer, self.config.allow_http_hosts))
         self._http = await start_http_server(app, host.strip("[]"), int(port),
-                                             **server_tls(self.config.tls))
+                                             **server_tls(self.config.tls,
+                                                          self.revoked_certs.serials))
         self._metrics_task = asyncio.create_task(members.run(), name="metrics-membership")
         logger.info("metrics on %s://%s/metrics%s", "https" if self.config.tls else "http",
                     self.config.metrics_listen,
@@ -387,7 +382,7 @@ async def serve(config: ControllerConfig) -> None:
     server = ControllerServer(config)
     on_stop_signals(server.request_stop)
     loop_metrics.watch()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.authorizer.reload)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.reload_credentials)
     await server.start()
     notify_ready(f"controller listening on {config.listen}")
     try:

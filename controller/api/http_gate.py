@@ -30,6 +30,8 @@ from typing import Any
 
 from servefleet._private.http_protocol import CoalescingHttpToolsProtocol
 from servefleet._private.security.bearer import MalformedCredential, header_bearer
+from servefleet._private.security.hop_tls import server_context
+from servefleet._private.security.revocation import RevokedSerials
 from servefleet._private.security.tls import TlsFiles
 
 from .auth import Authorizer
@@ -91,13 +93,14 @@ class HttpGate:
         return scope.get(PEER_ROLE)
 
 
-def server_tls(tls: TlsFiles | None) -> dict[str, Any]:
-    """uvicorn's options for HTTPS with the controller's certificate, asking
-    for a client certificate of the cluster's CA; {} without TLS."""
+def server_tls(tls: TlsFiles | None, revoked: RevokedSerials) -> dict[str, Any]:
+    """start_http_server's options for HTTPS with the controller's certificate,
+    asking for a client certificate of the cluster's CA, none `revoked`; {}
+    without TLS."""
     if tls is None:
         return {}
-    return {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key, "ssl_ca_certs": tls.ca,
-            "ssl_cert_reqs": ssl.CERT_OPTIONAL, "http": PeerRoleProtocol}
+    return {"ssl": server_context(tls, revoked, client_cert=ssl.CERT_OPTIONAL),
+            "http": PeerRoleProtocol}
 
 
 class PeerRoleProtocol(CoalescingHttpToolsProtocol):

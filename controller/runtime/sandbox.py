@@ -16,6 +16,7 @@ controller's identity, so each is started:
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import subprocess
@@ -32,6 +33,8 @@ CREDENTIAL_PREFIXES = ("ETCDCTL_",)
 DEFAULT_USER = "servefleet"
 NOBODY = 65534
 SETPRIV = "setpriv"  # util-linux, essential on Debian
+
+logger = logging.getLogger(__name__)
 
 
 def user_env(extra: Mapping[str, str] | None = None,
@@ -116,3 +119,22 @@ class Sandbox:
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"uid {self.uid} cannot run {sys.executable}: {e}"
         return ""
+
+
+def tried(sandbox: Sandbox, setting: str) -> Sandbox:
+    """`sandbox` (from --replica-user `setting`), tried once. "auto" that cannot
+    work here (the interpreter is unreadable to that user) warns and runs user
+    code as this controller's user; a user named outright is an error
+    (ValueError naming the flag)."""
+    problem = sandbox.problem()
+    if not problem:
+        if sandbox.uid is not None:
+            logger.info("user code runs as uid %d, gid %d (--replica-user)", sandbox.uid,
+                        sandbox.gid)
+        return sandbox
+    if setting != "auto":
+        raise ValueError(f"--replica-user {setting}: {problem}")
+    logger.warning("user code runs as this controller's user, and could read its keys and "
+                   "token file: %s (make the interpreter and servefleet readable to it, or "
+                   "set --replica-user)", problem)
+    return Sandbox()

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servefleet._private.security import tokens
-from servefleet._private.security.certs import init_certs
+from servefleet._private.security import revocation, tokens
+from servefleet._private.security.certs import ROLES, init_certs, issue_cert
 from servefleet._private.security.roles import TOKEN_ROLES
 from servefleet._private.security.tls import (
     ENV_CERTS,
@@ -93,6 +93,9 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--auth-tokens", metavar="FILE", default=None,
                        help="bearer tokens callers may present (servefleet token create); "
                             "reread on SIGHUP")
+    group.add_argument("--revoked-certs", metavar="FILE", default=None,
+                       help="serial numbers of certificates this controller refuses "
+                            "(servefleet certs revoke); reread on SIGHUP")
     policy = parser.add_argument_group("what deploys may run")
     policy.add_argument("--allow-working-dir", action="append", default=[], metavar="DIR",
                         help="runtime.working_dir must lie below DIR (repeatable; default: "
@@ -150,13 +153,18 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
             tokens.TokenTable.load(args.auth_tokens)
         except tokens.TokenFileError as e:
             raise UsageError(f"--auth-tokens: {e}") from None
+    if args.revoked_certs:
+        try:
+            revocation.read_file(args.revoked_certs)
+        except revocation.RevokedCertsError as e:
+            raise UsageError(f"--revoked-certs: {e}") from None
     for flag, directories in (("--allow-working-dir", args.allow_working_dir),
                               ("--allow-packages-below", args.allow_packages_below)):
         for directory in directories:
             if not os.path.isabs(directory):
                 raise UsageError(f"{flag} {directory!r}: must be an absolute path")
     return {"tls": own, "replica_tls": replica, "etcd_tls": etcd,
-            "auth_tokens": args.auth_tokens,
+            "auth_tokens": args.auth_tokens, "revoked_certs": args.revoked_certs,
             "allow_working_dirs": tuple(args.allow_working_dir),
             "allow_images": tuple(args.allow_image), "allow_env": args.allow_env,
             "allow_packages_below": tuple(args.allow_packages_below),
@@ -178,6 +186,37 @@ def cmd_certs_init(args: argparse.Namespace) -> int:
           "controller, proxy, replica, admin, client and etcd")
     print(f"next: servefleet up --certs {args.dir}   (clients: --certs {args.dir} "
           f"or SERVEFLEET_CERTS={args.dir})")
+    return 0
+
+
+def cmd_certs_issue(args: argparse.Namespace) -> int:
+    try:
+        written = issue_cert(args.dir, args.name, args.role, hosts=args.host, days=args.days)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"{e.filename or args.dir}: {e.strerror or e} (the CA's files, "
+                         "as servefleet certs init writes them)") from None
+    serial, _ = revocation.certificate_serial(written[0])
+    print(f"wrote {written[0]} and {written[1]} (role {args.role}, serial {serial})")
+    return 0
+
+
+def cmd_certs_revoke(args: argparse.Namespace) -> int:
+    try:
+        if args.serial is not None:
+            serial, note = revocation.parse_serial(args.serial), ""
+        else:
+            serial, note = revocation.certificate_serial(args.cert)
+            note = f"{args.cert}: {note}"
+        added = revocation.revoke(args.file, serial, note)
+    except revocation.RevokedCertsError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"{args.file}: {e.strerror or e}") from None
+    print(f"{'revoked' if added else 'already listed:'} serial {serial} in {args.file}; send "
+          "SIGHUP to running controllers (--revoked-certs) to refuse it everywhere now",
+          file=sys.stderr)
     return 0
 
 
@@ -224,6 +263,39 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                       help="days the certificates are valid (default 365)")
     init.add_argument("--force", action="store_true", help="replace the files in DIR")
     init.set_defaults(run=cmd_certs_init)
+    issue = helptext.add_command(
+        certs_sub, "issue", help="write one more certificate of a role, signed by DIR's CA",
+        description="Write DIR/NAME.crt and DIR/NAME.key, a certificate of ROLE signed by the "
+                    "CA in DIR, for one holder (a person, one proxy's host), so that it can be "
+                    "revoked without the others (servefleet certs revoke).",
+        example=["servefleet certs issue certs alice-laptop --role admin",
+                 "servefleet status --cluster-ca certs/ca.crt "
+                 "--cluster-cert certs/alice-laptop.crt --cluster-key certs/alice-laptop.key"])
+    issue.add_argument("dir", metavar="DIR", help="a directory servefleet certs init wrote")
+    issue.add_argument("name", metavar="NAME", help="the files' name: NAME.crt and NAME.key")
+    issue.add_argument("--role", required=True, choices=ROLES,
+                       help="the role it carries (its subject's OU)")
+    issue.add_argument("--host", action="append", default=[], metavar="NAME",
+                       help="another DNS name or IP it names (repeatable)")
+    issue.add_argument("--days", type=int, default=365,
+                       help="days it is valid (default 365)")
+    issue.set_defaults(run=cmd_certs_issue)
+    revoke_cert = helptext.add_command(
+        certs_sub, "revoke", help="add a certificate's serial number to a revocation file",
+        description="Add the serial number of CERT (or --serial) to FILE, the file "
+                    "controllers read with --revoked-certs; send them SIGHUP, and the "
+                    "certificate is refused by the controllers, and what it has open there "
+                    "is ended.",
+        example=["servefleet certs revoke certs/alice-laptop.crt --file revoked.txt",
+                 "servefleet certs revoke --serial 3A1F09 --file revoked.txt",
+                 "kill -HUP \"$CONTROLLER_PID\"  # each controller"])
+    which = revoke_cert.add_mutually_exclusive_group(required=True)
+    which.add_argument("cert", metavar="CERT", nargs="?", help="the certificate (PEM)")
+    which.add_argument("--serial", metavar="HEX",
+                       help="its serial number instead (openssl x509 -serial -noout)")
+    revoke_cert.add_argument("--file", required=True, metavar="FILE",
+                             help="the revocation file (made if missing)")
+    revoke_cert.set_defaults(run=cmd_certs_revoke)
 
     token = helptext.add_command(
         commands, "token", help="bearer tokens for the controller",

@@ -146,3 +146,31 @@ def init_certs(directory: str | Path, *, hosts: Iterable[str] = (), days: int = 
     written += _issue(out, "etcd", "etcd", hosts, days, etcd_key, etcd_name)
     written += _issue(out, "etcd-client", "controller", hosts, days, etcd_key, etcd_name)
     return written
+
+
+def issue_cert(directory: str | Path, name: str, role: str, *, hosts: Iterable[str] = (),
+               days: int = 365) -> list[Path]:
+    """Write DIR/<name>.crt and .key: another certificate of `role`, signed by
+    the CA in DIR (ca.crt, ca.key), for one holder (a person's laptop, one
+    proxy's host), so that it can be revoked without the others
+    (revocation.py). Returns the paths. ValueError naming the problem: an
+    unknown role, a name that is not a plain file stem or is taken (a role's
+    own, or an existing file), an empty host; OSError when the CA cannot be read."""
+    if role not in ROLES:
+        raise ValueError(f"--role {role!r}: one of {', '.join(ROLES)}")
+    if (not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name)
+            or name.startswith(".")):
+        raise ValueError(f"{name[:64]!r}: 1-64 letters, digits, '-', '_' or '.' "
+                         "(the files are NAME.crt and NAME.key)")
+    out = Path(directory)
+    reserved = {"ca", "etcd-ca", "etcd", "etcd-client", *ROLES}
+    if name in reserved or (out / f"{name}.crt").exists() or (out / f"{name}.key").exists():
+        raise ValueError(f"{out / name}.crt: the name is taken; choose another")
+    hosts = [h.strip() for h in hosts]
+    if any(not h for h in hosts):
+        raise ValueError("--host: an empty host name")
+    ca_cert = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{out / 'ca.key'}: not the ECDSA key certs init writes")
+    return _issue(out, name, role, hosts, days, ca_key, ca_cert.subject)

@@ -26,6 +26,8 @@ import tempfile
 
 from ..lifecycle import is_loopback
 from .certs import role_server_name
+from .revocation import RevokedSerials
+from .revocation_checks import refuse_revoked
 from .tls import TlsFiles
 
 REPLICA_SERVER_NAME = role_server_name("replica")
@@ -53,11 +55,14 @@ def _context(tls: TlsFiles, purpose: ssl.Purpose) -> ssl.SSLContext:
     return context
 
 
-def server_context(tls: TlsFiles) -> ssl.SSLContext:
-    """A replica's HTTP server: its certificate; callers must present one of the CA."""
+def server_context(tls: TlsFiles, revoked: RevokedSerials | None = None,
+                   client_cert: ssl.VerifyMode = ssl.CERT_REQUIRED) -> ssl.SSLContext:
+    """A replica's HTTP server: its certificate; callers must present one of
+    the CA (`client_cert`: or may, as to the controller's HTTP face), and
+    none that `revoked` lists (then or later)."""
     context = _context(tls, ssl.Purpose.CLIENT_AUTH)
-    context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    context.verify_mode = client_cert
+    return refuse_revoked(context, revoked) if revoked is not None else context
 
 
 def client_context(tls: TlsFiles) -> ssl.SSLContext:

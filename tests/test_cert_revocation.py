@@ -1,0 +1,149 @@
+"""Certificates revoked one by one (`--revoked-certs`, `servefleet certs
+revoke`), end to end: a controller, its HTTP face and its replicas from one
+`servefleet certs init` directory, real processes and real handshakes."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from servefleet._private.cli.main import main
+from servefleet._private.security.certs import init_certs, issue_cert
+from servefleet._private.security.revocation import certificate_serial
+from servefleet._private.security.tls import Credentials, TlsFiles
+from servefleet._private.testing import ControllerProcess, free_port, wait_for
+from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
+
+pytestmark = pytest.mark.slow
+# Certificates of their own, each for one test: revoking one leaves the others.
+HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    base = tmp_path_factory.mktemp("revocation")
+    certs = base / "certs"
+    init_certs(certs)
+    for name, role in HOLDERS.items():
+        issue_cert(certs, name, role)
+    revoked = base / "revoked.txt"
+    assert main(["certs", "revoke", str(certs / "stolen.crt"), "--file", str(revoked)]) == 0
+    http = f"127.0.0.1:{free_port()}"
+    controller = ControllerProcess(
+        f"sqlite://{base}/state.db", log_dir=base, certs=certs,
+        extra_args=["--revoked-certs", str(revoked), "--metrics-listen", http])
+    controller.start()
+    try:
+        yield {"controller": controller, "certs": certs, "revoked": revoked, "http": http}
+    finally:
+        controller.stop()
+
+
+def holder(certs: Path, name: str) -> Credentials:
+    return Credentials(TlsFiles(certs / "ca.crt", certs / f"{name}.crt", certs / f"{name}.key"))
+
+
+def serial(certs: Path, name: str) -> str:
+    return certificate_serial(certs / f"{name}.crt")[0]
+
+
+def list_deployments(controller: ControllerProcess, credentials: Credentials) -> None:
+    with credentials.channel(controller.address) as channel:
+        controller_pb2_grpc.ControllerServiceStub(channel).ListDeployments(
+            controller_pb2.ListDeploymentsRequest(), timeout=10)
+
+
+def refusal(controller: ControllerProcess, credentials: Credentials) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as refused:
+        list_deployments(controller, credentials)
+    return refused.value
+
+
+def http_status(cluster: dict, name: str) -> int:
+    """What the controller's HTTP face answers `name`'s certificate (admin: 200)."""
+    certs = cluster["certs"]
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    context.load_cert_chain(certs / f"{name}.crt", certs / f"{name}.key")
+    return httpx.get(f"https://{cluster['http']}/api/status", verify=context,
+                     timeout=10).status_code
+
+
+def test_a_certificate_listed_at_start_is_refused_by_the_api_and_the_http_face(
+        cluster: dict) -> None:
+    controller, certs = cluster["controller"], cluster["certs"]
+    wait_for(lambda: _works(controller, holder(certs, "laptop")), 30, "the controller leads")
+    refused = refusal(controller, holder(certs, "stolen"))
+    assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert refused.details() == (f"the certificate with serial {serial(certs, 'stolen')} "
+                                 "is revoked")
+    assert http_status(cluster, "laptop") == 200
+    with pytest.raises(httpx.TransportError):  # closed right after the handshake
+        http_status(cluster, "stolen")
+
+
+def test_sighup_revokes_a_certificate_and_ends_the_streams_it_opened(cluster: dict) -> None:
+    controller, certs = cluster["controller"], cluster["certs"]
+    watcher = holder(certs, "watcher")
+    wait_for(lambda: _works(controller, watcher), 30, "the controller leads")
+    assert http_status(cluster, "watcher") == 200
+    with watcher.channel(controller.address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        stream = stub.Watch(watch_pb2.WatchRequest(known={"routes": ""}, heartbeat_s=0.2),
+                            timeout=60)
+        assert next(stream).HasField("snapshot")
+        assert next(stream).HasField("heartbeat")  # open, and being fed
+        assert main(["certs", "revoke", str(certs / "watcher.crt"),
+                     "--file", str(cluster["revoked"])]) == 0
+        assert next(stream).HasField("heartbeat")  # the file alone changes nothing
+        controller.signal(signal.SIGHUP)
+        with pytest.raises(grpc.RpcError) as ended:
+            for _ in range(150):  # 30 s of heartbeats at most
+                next(stream)
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED, ended.value
+        assert "is revoked" in (ended.value.details() or "")
+    assert refusal(controller, watcher).code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(httpx.TransportError):
+        http_status(cluster, "watcher")
+    # Others, and the admin's own certificate, are untouched.
+    list_deployments(controller, holder(certs, "laptop"))
+    list_deployments(controller, controller.credentials)
+
+
+def test_a_revocation_file_that_does_not_parse_keeps_the_list_in_force(
+        cluster: dict) -> None:
+    controller, certs, revoked = cluster["controller"], cluster["certs"], cluster["revoked"]
+    before = revoked.read_text()
+    try:
+        revoked.write_text("not-a-serial\n")
+        controller.signal(signal.SIGHUP)
+        wait_for(lambda: "kept the previous revoked certificates" in controller.logs(), 10,
+                 "the error logged")
+        assert refusal(controller, holder(certs, "stolen")).code() == (
+            grpc.StatusCode.UNAUTHENTICATED)
+    finally:
+        revoked.write_text(before)
+
+
+def test_the_controller_will_not_start_on_a_file_that_does_not_parse(tmp_path: Path,
+                                                                     capsys) -> None:
+    revoked = tmp_path / "revoked.txt"
+    revoked.write_text("# fine\nserial=XYZ\n")
+    code = main(["controller", "--store", f"sqlite://{tmp_path}/state.db",
+                 "--revoked-certs", str(revoked)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--revoked-certs: {revoked}:2: 'serial=XYZ' is not a serial" in err
+    assert "Traceback" not in err
+
+
+def _works(controller: ControllerProcess, credentials: Credentials) -> bool:
+    try:
+        list_deployments(controller, credentials)
+    except grpc.RpcError:
+        return False
+    return True
