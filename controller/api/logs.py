@@ -7,7 +7,8 @@ ones that go away are dropped). Runtime reads block (files, the Docker API),
 so they run in a thread. With `request_id`, only that request's lines are
 sent, a text record's traceback included (request_lines.py): looked for
 among each replica's last MAX_TAIL lines (`servefleet logs --request-id`:
-one request through every deployment it crossed).
+one request through every deployment it crossed). What a call may send, in
+bytes and in time, is bounded (log_bounds.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import replica_pb2
 
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from .log_bounds import GET_LOGS, LogBounds, LogBudget
 from .request_lines import RequestLines
 
 if TYPE_CHECKING:
@@ -52,7 +54,8 @@ def _application_of(term: LeaderTerm, application: str, deployment: str) -> str:
 
 class LogStream:
     def __init__(self, term: LeaderTerm, runtime: Runtime | None,
-                 request: api.GetLogsRequest) -> None:
+                 request: api.GetLogsRequest, bounds: LogBounds = GET_LOGS,
+                 poll_s: float = POLL_S) -> None:
         """InvalidArgument, NotFound (a named deployment that does not exist) or
         FailedPrecondition (no runtime) for a request that cannot be served."""
         if runtime is None:
@@ -62,6 +65,7 @@ class LogStream:
         self._term = term
         self._runtime = runtime
         self._request = request
+        self._bounds, self._poll_s = bounds, poll_s
         self._application = request.application
         if request.deployment:
             self._application = _application_of(term, request.application, request.deployment)
@@ -82,6 +86,8 @@ class LogStream:
         return sorted(found, key=lambda r: r.replica_id)
 
     async def run(self, serving: Callable[[], bool]) -> AsyncIterator[api.GetLogsResponse]:
+        """The lines; TooMuchOutput (log_bounds.py) past the call's bytes."""
+        budget = LogBudget(self._bounds)
         cursors: dict[str, str] = {}
         # With a request id: each replica's output read so far, as request_lines.py reads it.
         requests: dict[str, RequestLines] = {}
@@ -98,14 +104,12 @@ class LogStream:
                 if request_id:
                     lines = requests.setdefault(record.replica_id, RequestLines(request_id)
                                                 ).take(lines)[-self._tail:]
-                if lines:
-                    yield api.GetLogsResponse(replica_id=record.replica_id,
-                                              application=record.application,
-                                              deployment=record.deployment, lines=lines)
+                for message in budget.messages(record, lines):
+                    yield message
             live = {r.replica_id for r in records}
             for gone in set(cursors) - live:
                 del cursors[gone]
                 requests.pop(gone, None)
             if not self._request.follow or not serving():
                 return
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(self._poll_s)

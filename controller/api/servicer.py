@@ -27,6 +27,7 @@ from ..term import LeaderTerm
 from ..watch import MAX_WATCH_KEYS
 from ..watch_stream import serve_watch
 from .gate import Leadership, api_method, refuse
+from .log_bounds import GET_LOGS, end_follow_after
 from .logs import LogStream
 from .redact import SEE_SECRETS, redacted_application, redacted_deployment
 
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
+    # What one GetLogs call may send and how long it may follow.
+    log_bounds = GET_LOGS
+
     def __init__(self, cluster: str, leadership: Leadership,
                  term: Callable[[], LeaderTerm | None], members: Membership,
                  on_shutdown: Callable[[], None],
@@ -164,10 +168,14 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def GetLogs(self, request: api.GetLogsRequest,
                       context: grpc.aio.ServicerContext) -> AsyncIterator[api.GetLogsResponse]:
-        """The matching replicas' output; see controller/api/logs.py."""
+        """The matching replicas' output; see controller/api/logs.py. Bounded in
+        bytes and, with follow, in time (log_bounds.py)."""
+        ending = None
         try:
             term = self._term()
-            stream = LogStream(term, term.runtime, request)
+            stream = LogStream(term, term.runtime, request, self.log_bounds)
+            if request.follow:
+                ending = end_follow_after(self.log_bounds, context)
             async for response in stream.run(self._leadership.can_serve):
                 yield response
         except ApiError as e:
@@ -175,6 +183,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         except Exception:
             logger.exception("GetLogs failed")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in GetLogs")
+        finally:
+            if ending is not None:
+                ending.cancel()
 
     async def Watch(self, request: watch_pb2.WatchRequest,
                     context: grpc.aio.ServicerContext) -> AsyncIterator[watch_pb2.WatchResponse]:

@@ -244,6 +244,10 @@ class ControllerServiceServicer:
         process runtime's log files, Docker's container logs): the last
         `tail_lines` of each matching replica, then, with `follow`, new lines as
         they come (replicas that start later included) until the client cancels.
+        Bounds of one call: a line past 65536 bytes is cut there, ending
+        "... [N bytes cut]"; lines come in messages of at most 1 MiB; after
+        67108864 bytes of lines (64 MiB) the call ends RESOURCE_EXHAUSTED; a
+        follow ends DEADLINE_EXCEEDED after 3600 s (call again to go on).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

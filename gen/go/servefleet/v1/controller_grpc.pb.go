@@ -68,6 +68,10 @@ type ControllerServiceClient interface {
 	// process runtime's log files, Docker's container logs): the last
 	// `tail_lines` of each matching replica, then, with `follow`, new lines as
 	// they come (replicas that start later included) until the client cancels.
+	// Bounds of one call: a line past 65536 bytes is cut there, ending
+	// "... [N bytes cut]"; lines come in messages of at most 1 MiB; after
+	// 67108864 bytes of lines (64 MiB) the call ends RESOURCE_EXHAUSTED; a
+	// follow ends DEADLINE_EXCEEDED after 3600 s (call again to go on).
 	GetLogs(ctx context.Context, in *GetLogsRequest, opts ...grpc.CallOption) (ControllerService_GetLogsClient, error)
 	// GetHopPass issues the caller a hop pass: what it sends with every request
 	// to a replica (header or gRPC metadata `x-servefleet-hop`) in a cluster
@@ -358,6 +362,10 @@ type ControllerServiceServer interface {
 	// process runtime's log files, Docker's container logs): the last
 	// `tail_lines` of each matching replica, then, with `follow`, new lines as
 	// they come (replicas that start later included) until the client cancels.
+	// Bounds of one call: a line past 65536 bytes is cut there, ending
+	// "... [N bytes cut]"; lines come in messages of at most 1 MiB; after
+	// 67108864 bytes of lines (64 MiB) the call ends RESOURCE_EXHAUSTED; a
+	// follow ends DEADLINE_EXCEEDED after 3600 s (call again to go on).
 	GetLogs(*GetLogsRequest, ControllerService_GetLogsServer) error
 	// GetHopPass issues the caller a hop pass: what it sends with every request
 	// to a replica (header or gRPC metadata `x-servefleet-hop`) in a cluster
