@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -40,12 +40,16 @@ logger = logging.getLogger(__name__)
 
 class HopAuthority:
     def __init__(self, keys: ClusterKeys, fenced: FencedStore, clock: Clock, required: bool,
-                 on_trust: Callable[[watch_pb2.HopTrust], None]) -> None:
+                 on_trust: Callable[[watch_pb2.HopTrust], None],
+                 revoked_certificates: Callable[[], Iterable[str]] = tuple) -> None:
         self._key_path = keys.root + "hop"
         self._fenced = fenced
         self._clock = clock
         self.required = required
         self._on_trust = on_trust
+        # The serial numbers the controllers' --revoked-certs lists (they
+        # travel with the trust: replicas refuse them on every TLS port).
+        self._revoked_certificates = revoked_certificates
         self._keys: list[HopKey] = []
         self._revoked: dict[str, float] = {}
         self._issuer: HopIssuer | None = None
@@ -120,10 +124,17 @@ class HopAuthority:
                 revoked.append(watch_pb2.RevokedHopSubject(subject=subject, until=stamp))
         return watch_pb2.HopTrust(
             required=self.required, revoked=revoked,
-            keys=[watch_pb2.HopKey(id=k.id, public_key=k.public) for k in self._keys])
+            keys=[watch_pb2.HopKey(id=k.id, public_key=k.public) for k in self._keys],
+            revoked_certificates=sorted(self._revoked_certificates()))
 
     def _publish(self) -> None:
         self._on_trust(self.trust())
+
+    def publish(self) -> None:
+        """Publish the trust again (the revoked certificates changed, on
+        SIGHUP) once `load` has: before, there is no key to publish."""
+        if self._issuer is not None or not self.required:
+            self._publish()
 
 
 def _parse(raw: bytes) -> tuple[list[HopKey], dict[str, float]]:

@@ -90,6 +90,9 @@ class ControllerServer:
         self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
         # Certificates revoked one by one: refused on every port, told to replicas.
         self.revoked_certs = RevokedCertsFile(config.revoked_certs)
+        # Replicas hear of each change with the hop trust (hop_keys.py).
+        self.revoked_certs.serials.on_change(
+            lambda added: self.term.hop.publish() if self.term is not None else None)
         self.authorizer.replica_tokens = self._replica_token_owner
         self.hop_subjects = HopSubjects(self.authorizer)
         self.hop_subjects.replica_ids = self._replica_token_id
@@ -115,7 +118,8 @@ class ControllerServer:
                                 self._make_runtime(), self._replica_client,
                                 lambda: self.membership.addresses,
                                 policy=config.deploy_policy(), sandbox=self._sandbox,
-                                hop_required=self.authorizer.enabled)
+                                hop_required=self.authorizer.enabled,
+                                revoked_certs=self.revoked_certs.serials)
         # The serving leader term, or None while this controller does not lead.
         self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()

@@ -35,6 +35,7 @@ from functools import partial
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet._private.security.revocation import RevokedSerials
 from servefleet._private.wire import HOP_KEY, replicas_key
 from servefleet.v1 import application_pb2, records_pb2, replica_pb2, status_pb2, watch_pb2
 from servefleet.v1 import controller_pb2 as api
@@ -95,6 +96,9 @@ class TermParts:
     # Whether replicas serve only callers with a hop pass: the cluster has
     # tokens or certificates (hop_keys.py).
     hop_required: bool = False
+    # The serial numbers of revoked certificates (--revoked-certs), published
+    # with the hop trust.
+    revoked_certs: RevokedSerials = field(default_factory=RevokedSerials)
 
 
 def _stamp(seconds: float) -> Timestamp:
@@ -111,7 +115,8 @@ class LeaderTerm:
         self.publisher = Publisher()
         self._state: StatePublisher | None = None
         self.hop = HopAuthority(parts.keys, fenced, parts.clock, parts.hop_required,
-                                lambda trust: self.publisher.publish(HOP_KEY, hop=trust))
+                                lambda trust: self.publisher.publish(HOP_KEY, hop=trust),
+                                lambda: parts.revoked_certs.serials)
         # Holds a replica's drain until reporters route by a set without it.
         self.fence = DrainFence(parts.clock, lambda: (
             w.watcher_id for w in self.publisher.watchers.values()))

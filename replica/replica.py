@@ -106,6 +106,9 @@ class ReplicaSettings:
     hop_keys: dict[str, str] = field(default_factory=dict)
     hop_pass: str = ""
     hop_pass_expires: float = 0.0
+    # Serial numbers of client certificates refused on every TLS port
+    # (security/revocation.py); the Watch stream's `hop` key brings changes.
+    revoked_certs: list[str] = field(default_factory=list)
 
 
 class Replica:

@@ -22,7 +22,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
 
 pytestmark = pytest.mark.slow
 # Certificates of their own, each for one test: revoking one leaves the others.
-HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin"}
+HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin", "spare": "proxy"}
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,27 @@ def test_sighup_revokes_a_certificate_and_ends_the_streams_it_opened(cluster: di
     # Others, and the admin's own certificate, are untouched.
     list_deployments(controller, holder(certs, "laptop"))
     list_deployments(controller, controller.credentials)
+
+
+def test_replicas_hear_the_list_with_the_hop_trust(cluster: dict) -> None:
+    """The `hop` key of the Watch stream carries it, and a SIGHUP that changes
+    it publishes it again (what replicas check their ports by)."""
+    controller, certs = cluster["controller"], cluster["certs"]
+    with controller.credentials.channel(controller.address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        wait_for(lambda: _works(controller, controller.credentials), 30, "the controller leads")
+        stream = stub.Watch(watch_pb2.WatchRequest(known={"hop": ""}, heartbeat_s=0.2),
+                            timeout=60)
+        first = next(stream).snapshot
+        assert serial(certs, "stolen") in first.hop.revoked_certificates
+        assert serial(certs, "spare") not in first.hop.revoked_certificates
+        assert main(["certs", "revoke", str(certs / "spare.crt"),
+                     "--file", str(cluster["revoked"])]) == 0
+        controller.signal(signal.SIGHUP)
+        update = next(m for m in stream if m.HasField("snapshot")).snapshot
+        assert serial(certs, "spare") in update.hop.revoked_certificates
+        assert update.hop.keys == first.hop.keys  # the rest of the trust as it was
+        stream.cancel()
 
 
 def test_a_revocation_file_that_does_not_parse_keeps_the_list_in_force(

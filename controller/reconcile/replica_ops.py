@@ -193,7 +193,9 @@ class ReplicaOps:
         trust = self.hop.trust()
         hop_pass, expires = self.hop.issue(hop_subject(replica_id), "replica")
         return {"hop_required": True, "hop_pass": hop_pass, "hop_pass_expires": expires,
-                "hop_keys": {k.id: b64encode(k.public_key).decode() for k in trust.keys}}
+                "hop_keys": {k.id: b64encode(k.public_key).decode() for k in trust.keys},
+                # Refused from its first connection on, before its Watch stream is up.
+                "revoked_certs": list(trust.revoked_certificates)}
 
     async def _revoke_pass(self, record: replica_pb2.ReplicaRecord) -> None:
         """A replica gone takes its hop pass with it (a copy elsewhere is refused)."""

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from servefleet.v1 import application_pb2 as servefleet_dot_v1_dot_application__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19servefleet/v1/watch.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fservefleet/v1/application.proto\"\xd7\x01\n\x0cWatchRequest\x12\x12\n\nwatcher_id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.servefleet.v1.WatcherKind\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x35\n\x05known\x18\x04 \x03(\x0b\x32&.servefleet.v1.WatchRequest.KnownEntry\x12\x13\n\x0bheartbeat_s\x18\x05 \x01(\x01\x1a,\n\nKnownEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\rWatchResponse\x12+\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.servefleet.v1.SnapshotH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.servefleet.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"\x0b\n\tHeartbeat\"\xff\x01\n\x08Snapshot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12+\n\x06routes\x18\x04 \x01(\x0b\x32\x19.servefleet.v1.RouteTableH\x00\x12-\n\x08replicas\x18\x05 \x01(\x0b\x32\x19.servefleet.v1.ReplicaSetH\x00\x12\x31\n\x06\x63onfig\x18\x06 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentConfigH\x00\x12&\n\x03hop\x18\x07 \x01(\x0b\x32\x17.servefleet.v1.HopTrustH\x00\x42\t\n\x07payload\"t\n\x08HopTrust\x12\x10\n\x08required\x18\x01 \x01(\x08\x12#\n\x04keys\x18\x02 \x03(\x0b\x32\x15.servefleet.v1.HopKey\x12\x31\n\x07revoked\x18\x03 \x03(\x0b\x32 .servefleet.v1.RevokedHopSubject\"(\n\x06HopKey\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\"O\n\x11RevokedHopSubject\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9c\x01\n\nRouteTable\x12$\n\x06routes\x18\x01 \x03(\x0b\x32\x14.servefleet.v1.Route\x12\x19\n\x11request_timeout_s\x18\x02 \x01(\x01\x12\x1e\n\x16max_request_body_bytes\x18\x03 \x01(\x04\x12-\n\x0bgrpc_routes\x18\x04 \x03(\x0b\x32\x18.servefleet.v1.GrpcRoute\"\x9d\x02\n\tGrpcRoute\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08services\x18\x03 \x03(\t\x12\x15\n\rrequire_token\x18\x04 \x01(\x08\x12\x19\n\x11streaming_methods\x18\x05 \x03(\t\x12\x30\n\x05split\x18\x06 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\x12 \n\x18\x63lient_streaming_methods\x18\n \x03(\t\"\x8d\x02\n\x05Route\x12\x14\n\x0croute_prefix\x18\x01 \x01(\t\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\x12\x12\n\ndeployment\x18\x03 \x01(\t\x12\x30\n\x05split\x18\x04 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12+\n\x06shadow\x18\x05 \x01(\x0b\x32\x1b.servefleet.v1.ShadowTarget\x12\x15\n\rrequire_token\x18\x06 \x01(\x08\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\"\x8b\x02\n\nReplicaSet\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x31\n\tendpoints\x18\x03 \x03(\x0b\x32\x1e.servefleet.v1.ReplicaEndpoint\x12\x1c\n\x14max_ongoing_requests\x18\x04 \x01(\r\x12\x1b\n\x13max_queued_requests\x18\x05 \x01(\x05\x12\x15\n\rretry_methods\x18\x06 \x03(\t\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\"t\n\x0fReplicaEndpoint\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x03 \x01(\t\x12\x0f\n\x07\x63leared\x18\x04 \x01(\r\x12\x10\n\x08http_tls\x18\x05 \x01(\x08\"n\n\x10\x44\x65ploymentConfig\x12\x18\n\x10user_config_json\x18\x01 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x11\n\tcode_hash\x18\x04 \x01(\t*v\n\x0bWatcherKind\x12\x1c\n\x18WATCHER_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12WATCHER_KIND_PROXY\x10\x01\x12\x18\n\x14WATCHER_KIND_REPLICA\x10\x02\x12\x17\n\x13WATCHER_KIND_HANDLE\x10\x03\x42\x64\n\x10io.servefleet.v1B\nWatchProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19servefleet/v1/watch.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fservefleet/v1/application.proto\"\xd7\x01\n\x0cWatchRequest\x12\x12\n\nwatcher_id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.servefleet.v1.WatcherKind\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x35\n\x05known\x18\x04 \x03(\x0b\x32&.servefleet.v1.WatchRequest.KnownEntry\x12\x13\n\x0bheartbeat_s\x18\x05 \x01(\x01\x1a,\n\nKnownEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\rWatchResponse\x12+\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.servefleet.v1.SnapshotH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.servefleet.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"\x0b\n\tHeartbeat\"\xff\x01\n\x08Snapshot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12+\n\x06routes\x18\x04 \x01(\x0b\x32\x19.servefleet.v1.RouteTableH\x00\x12-\n\x08replicas\x18\x05 \x01(\x0b\x32\x19.servefleet.v1.ReplicaSetH\x00\x12\x31\n\x06\x63onfig\x18\x06 \x01(\x0b\x32\x1f.servefleet.v1.DeploymentConfigH\x00\x12&\n\x03hop\x18\x07 \x01(\x0b\x32\x17.servefleet.v1.HopTrustH\x00\x42\t\n\x07payload\"\x92\x01\n\x08HopTrust\x12\x10\n\x08required\x18\x01 \x01(\x08\x12#\n\x04keys\x18\x02 \x03(\x0b\x32\x15.servefleet.v1.HopKey\x12\x31\n\x07revoked\x18\x03 \x03(\x0b\x32 .servefleet.v1.RevokedHopSubject\x12\x1c\n\x14revoked_certificates\x18\x04 \x03(\t\"(\n\x06HopKey\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\"O\n\x11RevokedHopSubject\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12)\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9c\x01\n\nRouteTable\x12$\n\x06routes\x18\x01 \x03(\x0b\x32\x14.servefleet.v1.Route\x12\x19\n\x11request_timeout_s\x18\x02 \x01(\x01\x12\x1e\n\x16max_request_body_bytes\x18\x03 \x01(\x04\x12-\n\x0bgrpc_routes\x18\x04 \x03(\x0b\x32\x18.servefleet.v1.GrpcRoute\"\x9d\x02\n\tGrpcRoute\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08services\x18\x03 \x03(\t\x12\x15\n\rrequire_token\x18\x04 \x01(\x08\x12\x19\n\x11streaming_methods\x18\x05 \x03(\t\x12\x30\n\x05split\x18\x06 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\x12 \n\x18\x63lient_streaming_methods\x18\n \x03(\t\"\x8d\x02\n\x05Route\x12\x14\n\x0croute_prefix\x18\x01 \x01(\t\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\x12\x12\n\ndeployment\x18\x03 \x01(\t\x12\x30\n\x05split\x18\x04 \x03(\x0b\x32!.servefleet.v1.WeightedDeployment\x12+\n\x06shadow\x18\x05 \x01(\x0b\x32\x1b.servefleet.v1.ShadowTarget\x12\x15\n\rrequire_token\x18\x06 \x01(\x08\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\"\x8b\x02\n\nReplicaSet\x12\x13\n\x0b\x61pplication\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x31\n\tendpoints\x18\x03 \x03(\x0b\x32\x1e.servefleet.v1.ReplicaEndpoint\x12\x1c\n\x14max_ongoing_requests\x18\x04 \x01(\r\x12\x1b\n\x13max_queued_requests\x18\x05 \x01(\x05\x12\x15\n\rretry_methods\x18\x06 \x03(\t\x12\x13\n\x0bunavailable\x18\x07 \x01(\t\x12\x16\n\x0erequest_router\x18\x08 \x01(\t\x12\"\n\x1arequest_router_kwargs_json\x18\t \x01(\t\"t\n\x0fReplicaEndpoint\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x14\n\x0chttp_address\x18\x02 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x03 \x01(\t\x12\x0f\n\x07\x63leared\x18\x04 \x01(\r\x12\x10\n\x08http_tls\x18\x05 \x01(\x08\"n\n\x10\x44\x65ploymentConfig\x12\x18\n\x10user_config_json\x18\x01 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x11\n\tcode_hash\x18\x04 \x01(\t*v\n\x0bWatcherKind\x12\x1c\n\x18WATCHER_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12WATCHER_KIND_PROXY\x10\x01\x12\x18\n\x14WATCHER_KIND_REPLICA\x10\x02\x12\x17\n\x13WATCHER_KIND_HANDLE\x10\x03\x42\x64\n\x10io.servefleet.v1B\nWatchProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\nWatchProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
   _globals['_WATCHREQUEST_KNOWNENTRY']._loaded_options = None
   _globals['_WATCHREQUEST_KNOWNENTRY']._serialized_options = b'8\001'
-  _globals['_WATCHERKIND']._serialized_start=2177
-  _globals['_WATCHERKIND']._serialized_end=2295
+  _globals['_WATCHERKIND']._serialized_start=2208
+  _globals['_WATCHERKIND']._serialized_end=2326
   _globals['_WATCHREQUEST']._serialized_start=111
   _globals['_WATCHREQUEST']._serialized_end=326
   _globals['_WATCHREQUEST_KNOWNENTRY']._serialized_start=282
@@ -48,22 +48,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEAT']._serialized_end=457
   _globals['_SNAPSHOT']._serialized_start=460
   _globals['_SNAPSHOT']._serialized_end=715
-  _globals['_HOPTRUST']._serialized_start=717
-  _globals['_HOPTRUST']._serialized_end=833
-  _globals['_HOPKEY']._serialized_start=835
-  _globals['_HOPKEY']._serialized_end=875
-  _globals['_REVOKEDHOPSUBJECT']._serialized_start=877
-  _globals['_REVOKEDHOPSUBJECT']._serialized_end=956
-  _globals['_ROUTETABLE']._serialized_start=959
-  _globals['_ROUTETABLE']._serialized_end=1115
-  _globals['_GRPCROUTE']._serialized_start=1118
-  _globals['_GRPCROUTE']._serialized_end=1403
-  _globals['_ROUTE']._serialized_start=1406
-  _globals['_ROUTE']._serialized_end=1675
-  _globals['_REPLICASET']._serialized_start=1678
-  _globals['_REPLICASET']._serialized_end=1945
-  _globals['_REPLICAENDPOINT']._serialized_start=1947
-  _globals['_REPLICAENDPOINT']._serialized_end=2063
-  _globals['_DEPLOYMENTCONFIG']._serialized_start=2065
-  _globals['_DEPLOYMENTCONFIG']._serialized_end=2175
+  _globals['_HOPTRUST']._serialized_start=718
+  _globals['_HOPTRUST']._serialized_end=864
+  _globals['_HOPKEY']._serialized_start=866
+  _globals['_HOPKEY']._serialized_end=906
+  _globals['_REVOKEDHOPSUBJECT']._serialized_start=908
+  _globals['_REVOKEDHOPSUBJECT']._serialized_end=987
+  _globals['_ROUTETABLE']._serialized_start=990
+  _globals['_ROUTETABLE']._serialized_end=1146
+  _globals['_GRPCROUTE']._serialized_start=1149
+  _globals['_GRPCROUTE']._serialized_end=1434
+  _globals['_ROUTE']._serialized_start=1437
+  _globals['_ROUTE']._serialized_end=1706
+  _globals['_REPLICASET']._serialized_start=1709
+  _globals['_REPLICASET']._serialized_end=1976
+  _globals['_REPLICAENDPOINT']._serialized_start=1978
+  _globals['_REPLICAENDPOINT']._serialized_end=2094
+  _globals['_DEPLOYMENTCONFIG']._serialized_start=2096
+  _globals['_DEPLOYMENTCONFIG']._serialized_end=2206
 # @@protoc_insertion_point(module_scope)

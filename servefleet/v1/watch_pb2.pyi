@@ -74,14 +74,16 @@ class Snapshot(_message.Message):
     def __init__(self, key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., deleted: _Optional[bool] = ..., routes: _Optional[_Union[RouteTable, _Mapping]] = ..., replicas: _Optional[_Union[ReplicaSet, _Mapping]] = ..., config: _Optional[_Union[DeploymentConfig, _Mapping]] = ..., hop: _Optional[_Union[HopTrust, _Mapping]] = ...) -> None: ...
 
 class HopTrust(_message.Message):
-    __slots__ = ("required", "keys", "revoked")
+    __slots__ = ("required", "keys", "revoked", "revoked_certificates")
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     required: bool
     keys: _containers.RepeatedCompositeFieldContainer[HopKey]
     revoked: _containers.RepeatedCompositeFieldContainer[RevokedHopSubject]
-    def __init__(self, required: _Optional[bool] = ..., keys: _Optional[_Iterable[_Union[HopKey, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[RevokedHopSubject, _Mapping]]] = ...) -> None: ...
+    revoked_certificates: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, required: _Optional[bool] = ..., keys: _Optional[_Iterable[_Union[HopKey, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[RevokedHopSubject, _Mapping]]] = ..., revoked_certificates: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HopKey(_message.Message):
     __slots__ = ("id", "public_key")
