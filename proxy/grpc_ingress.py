@@ -26,7 +26,8 @@ took it: all retryable), DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED for a
 request message past GRPC_MAX_REQUEST_BYTES (4 MiB, what replicas take;
 gRPC's own refusal, before any of this runs: "Received message larger than
 max (N vs. 4194304)"). The port also serves
-grpc.health.v1 and servefleet.v1.IngressService (ListApplications, Healthz).
+grpc.health.v1 and servefleet.v1.IngressService (ListApplications, for
+whom --admin-paths lets read /-/routes: grpc_edge.py; Healthz).
 Every shape is forwarded: unary and server-streaming calls with their one
 request (retried whole), client-streaming and bidirectional ones with their
 messages relayed as they come, none before a replica took the call
@@ -72,6 +73,8 @@ from servefleet._private.wire import (
 )
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
+from .access import AdminAccess
+from .grpc_edge import admin_refusal
 from .metrics import ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, GrpcShape, NoGrpcRoute, RouteTable
 from .state import ProxyState
@@ -88,6 +91,7 @@ _OWN_PREFIX = OWN_HEADER_PREFIX.decode()
 _ROUTING_KEY = ROUTING_KEY_HEADER.decode()  # for the deployment's router (routers.py)
 _OWN_SERVICES = ("/" + ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name,
                  "/grpc.health.v1.Health/")
+_LIST = _OWN_SERVICES[0] + "/ListApplications"
 _Code = grpc.StatusCode
 # Method handlers kept per method path, up to this many.
 _MAX_CACHED_METHODS = 1024
@@ -124,8 +128,10 @@ class GrpcProxy:
         self._routes = routes
         self._channels = channels
         self._timeout = request_timeout_s
-        self._tokens = tokens
+        self.tokens = tokens
         self._metrics = metrics
+        # Who may call ListApplications: whom --admin-paths lets read /-/routes.
+        self.admin = AdminAccess()
         self.draining = False
         # The Watch state (main.py): a call before the first routes waits for them.
         self.first_sync: ProxyState | None = None
@@ -218,7 +224,7 @@ class GrpcProxy:
                 service = ""  # the client's word, not a name from the config (metric labels)
             caller = None
             if target.require_token:
-                caller = _caller(metadata, self._tokens())
+                caller = _caller(metadata, self.tokens())
                 if caller is None:
                     raise _Abort(_Code.UNAUTHENTICATED, "this application needs a bearer "
                                  "token (metadata authorization: Bearer TOKEN)")
@@ -318,6 +324,13 @@ class IngressService(ingress_pb2_grpc.IngressServiceServicer):
         self._proxy, self._routes = proxy, routes
 
     async def ListApplications(self, request: Any, context: Any) -> Any:
+        """Every application and its services, for whom --admin-paths lets
+        read /-/routes (grpc_edge.py)."""
+        refusal = admin_refusal(self._proxy.admin, self._proxy.tokens(), _LIST, context)
+        if refusal is not None:
+            context.set_code(refusal[0])
+            context.set_details(refusal[1])
+            return None
         services: dict[str, set[str]] = {}
         for target in self._routes().grpc:
             services.setdefault(target.application, set()).update(target.services)

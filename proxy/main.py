@@ -177,6 +177,7 @@ async def serve(options: ProxyOptions) -> None:
                                    options.request_timeout_s, lambda: tokens.table,
                                    app.metrics if options.metrics else None)
             grpc_proxy.answer_start_s = options.answer_start_timeout_s
+            grpc_proxy.admin = app.admin  # ListApplications: as /-/routes
             grpc_proxy.first_sync = state
             try:
                 grpc_server, checks = await start_grpc_ingress(
