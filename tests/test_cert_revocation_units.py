@@ -245,3 +245,25 @@ async def test_a_grpc_server_refuses_a_revoked_certificate_and_ends_its_calls(
             assert "is revoked" in (ended.value.details() or "")
     finally:
         await server.stop(None)
+
+
+def test_certs_issue_writes_one_more_certificate_of_a_role(tmp_path: Path, capsys) -> None:
+    from servefleet._private.cli.main import main
+
+    init_certs(tmp_path)
+    assert main(["certs", "issue", str(tmp_path), "prometheus", "--role", "reader"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "prometheus.crt").read_bytes())
+    assert "OU=reader" in cert.subject.rfc4514_string()
+    assert (tmp_path / "prometheus.key").stat().st_mode & 0o077 == 0
+    assert f"serial {format(cert.serial_number, 'x')}" in capsys.readouterr().out
+    for argv, message in ((["prometheus", "--role", "reader"], "the name is taken"),
+                          (["admin", "--role", "admin"], "the name is taken"),
+                          (["../x", "--role", "admin"], "letters, digits")):
+        assert main(["certs", "issue", str(tmp_path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    with pytest.raises(SystemExit):  # argparse's own usage error
+        main(["certs", "issue", str(tmp_path), "x", "--role", "root"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["certs", "issue", str(tmp_path / "nowhere"), "x", "--role", "admin"]) == 2
+    assert "certs init writes" in capsys.readouterr().err

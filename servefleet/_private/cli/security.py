@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet._private.security import revocation, tokens
-from servefleet._private.security.certs import ROLES, init_certs, issue_cert
+from servefleet._private.security.certs import PEOPLE_ROLES, ROLES, init_certs, issue_cert
 from servefleet._private.security.roles import TOKEN_ROLES
 from servefleet._private.security.tls import (
     ENV_CERTS,
@@ -269,11 +269,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     "CA in DIR, for one holder (a person, one proxy's host), so that it can be "
                     "revoked without the others (servefleet certs revoke).",
         example=["servefleet certs issue certs alice-laptop --role admin",
+                 "servefleet certs issue certs prometheus --role reader",
                  "servefleet status --cluster-ca certs/ca.crt "
                  "--cluster-cert certs/alice-laptop.crt --cluster-key certs/alice-laptop.key"])
     issue.add_argument("dir", metavar="DIR", help="a directory servefleet certs init wrote")
     issue.add_argument("name", metavar="NAME", help="the files' name: NAME.crt and NAME.key")
-    issue.add_argument("--role", required=True, choices=ROLES,
+    issue.add_argument("--role", required=True, choices=ROLES + PEOPLE_ROLES,
                        help="the role it carries (its subject's OU)")
     issue.add_argument("--host", action="append", default=[], metavar="NAME",
                        help="another DNS name or IP it names (repeatable)")

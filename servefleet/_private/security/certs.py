@@ -35,6 +35,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 # "client" carries no role of its own: a caller presenting it also sends a
 # token (with mutual TLS on, every caller needs some certificate of the CA).
 ROLES = ("controller", "proxy", "replica", "admin", "client")
+# What `issue_cert` may write besides: the roles of people and monitors
+# (roles.py), for a holder that needs no token (Prometheus as a reader).
+PEOPLE_ROLES = ("reader", "deployer")
 ORGANIZATION = "servefleet"
 
 
@@ -156,8 +159,8 @@ def issue_cert(directory: str | Path, name: str, role: str, *, hosts: Iterable[s
     (revocation.py). Returns the paths. ValueError naming the problem: an
     unknown role, a name that is not a plain file stem or is taken (a role's
     own, or an existing file), an empty host; OSError when the CA cannot be read."""
-    if role not in ROLES:
-        raise ValueError(f"--role {role!r}: one of {', '.join(ROLES)}")
+    if role not in ROLES + PEOPLE_ROLES:
+        raise ValueError(f"--role {role!r}: one of {', '.join(ROLES + PEOPLE_ROLES)}")
     if (not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name)
             or name.startswith(".")):
         raise ValueError(f"{name[:64]!r}: 1-64 letters, digits, '-', '_' or '.' "
