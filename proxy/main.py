@@ -24,6 +24,7 @@ from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.metrics import publish_pools
 from servefleet._private.dataplane.routers import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
+from servefleet._private.edge_limits import connection_cap
 from servefleet._private.lifecycle import (
     notify_ready,
     on_stop_signals,
@@ -50,9 +51,6 @@ from .routes import DEFAULT_ANSWER_START_S
 from .state import ProxyState
 
 logger = logging.getLogger("servefleet.proxy")
-# Open files kept for other than client connections (logs, listeners, the
-# controller's channel) when the connection cap is derived from the file limit.
-RESERVED_FILES = 64
 
 
 @dataclass
@@ -74,8 +72,7 @@ class ProxyOptions:
     # The proxy's identity towards the controllers (mutual TLS), or None: from the env.
     credentials: Credentials | None = None
     # Head sizes and times, idle and open connections (edge.py); with
-    # max_connections None, half the open files left after RESERVED_FILES
-    # (each request forwarded holds a second one, to its replica).
+    # max_connections None, derived from the open-file limit (edge_limits.connection_cap).
     limits: EdgeLimits = field(default_factory=EdgeLimits)
     # Who may read /-/routes and /-/metrics: loopback, token or public (access.py).
     admin_paths: str = "loopback"
@@ -130,7 +127,7 @@ async def serve(options: ProxyOptions) -> None:
     open_files = raise_open_file_limit()
     limits = options.limits
     if limits.max_connections is None:
-        limits = replace(limits, max_connections=max(1, (open_files - RESERVED_FILES) // 2))
+        limits = replace(limits, max_connections=connection_cap(open_files))
     heads = HeadClock(limits)
     # Replicas that serve TLS are reached with this proxy's certificate (hop_tls.py).
     own = options.credentials.tls if options.credentials is not None else None

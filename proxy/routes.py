@@ -15,6 +15,7 @@ import enum
 import random
 from dataclasses import dataclass
 
+from servefleet._private.edge_limits import DEFAULT_MAX_BODY_BYTES
 from servefleet.v1 import watch_pb2
 
 
@@ -85,8 +86,6 @@ class NoGrpcRoute(Exception):
     """No application takes the call: NOT_FOUND with this message."""
 
 
-# http_options.max_request_body_bytes when the cluster sets none.
-DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 # Without a request timeout (the proxy's --request-timeout-s, the cluster's
 # http_options.request_timeout_s, a gRPC deadline), a request waits at most
 # this long for its answer to begin (HTTP 504, gRPC DEADLINE_EXCEEDED); an

@@ -48,12 +48,19 @@ from servefleet._private.security.tls import (
     set_process_credentials,
 )
 from servefleet._private.watch_client import WatchClient
-from servefleet._private.wire import EXIT_BAD_SETTINGS, EXIT_BIND_FAILURE, EXIT_FAILED, config_key
+from servefleet._private.wire import (
+    EXIT_BAD_SETTINGS,
+    EXIT_BIND_FAILURE,
+    EXIT_FAILED,
+    ROUTES_KEY,
+    config_key,
+)
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, watch_pb2
 
 from .client_address import ClientAddress
 from .control import ReplicaControl
 from .control_loop import ControlLoop
+from .edge import ReplicaEdge, limits_from_env
 from .loop_watch import SAMPLE_S, LoopWatch
 from .replica import PHASE, Replica, ReplicaSettings
 
@@ -98,14 +105,15 @@ def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
 
 
 def control_server(replica: Replica, control: ControlLoop, watch: LoopWatch,
-                   tls: TlsFiles | None) -> grpc.aio.Server:
+                   tls: TlsFiles | None, edge: ReplicaEdge) -> grpc.aio.Server:
     """The control gRPC server, made on the control loop (control_loop.py).
     RuntimeError when its port cannot be bound."""
     # No SO_REUSEPORT: a port another replica holds must fail the bind
-    # (EXIT_BIND_FAILURE), not be shared with it.
+    # (EXIT_BIND_FAILURE), not be shared with it. Its callers reach it before
+    # they are checked: the edge's limits (edge.py) apply here too.
     server = grpc.aio.server(
         interceptors=[Guard(CONTROL_SERVICE, only_controllers if tls else None)],
-        options=[("grpc.so_reuseport", 0)])
+        options=[("grpc.so_reuseport", 0), *edge.grpc_options()])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
         ReplicaControl(replica, control, watch), server)
     add_port(server, f"{replica.settings.host}:{replica.settings.control_port}", tls)
@@ -113,12 +121,17 @@ def control_server(replica: Replica, control: ControlLoop, watch: LoopWatch,
 
 
 async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
+    try:  # every port's limits (edge.py)
+        edge = ReplicaEdge(limits_from_env(os.environ, lifecycle.raise_open_file_limit()))
+    except ValueError as e:
+        print(f"replica: bad settings: {e}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     replica = Replica(settings)
     loop_watch = LoopWatch()
     loop_watch.start()
     control = ControlLoop(asyncio.get_running_loop())
     try:
-        await control.start(lambda: control_server(replica, control, loop_watch, tls))
+        await control.start(lambda: control_server(replica, control, loop_watch, tls, edge))
     except RuntimeError:
         print(f"replica: cannot bind control port {settings.control_port}", file=sys.stderr)
         return EXIT_BIND_FAILURE
@@ -129,7 +142,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         http = await start_http_server(ClientAddress(replica.app), settings.host,
                                        settings.http_port, proxy_headers=False,
                                        ssl=server_context(tls) if tls and settings.http_tls
-                                       else None)
+                                       else None, http=edge.http_protocol())
     except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
         await control.stop(0)
@@ -139,7 +152,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         # The user's services: TLS like the HTTP port when the controller says
         # so (a client certificate of the cluster's CA required), else plain.
         ingress = grpc.aio.server(handlers=[replica.grpc.generic_handler()],
-                                  options=[("grpc.so_reuseport", 0)])
+                                  options=[("grpc.so_reuseport", 0), *edge.grpc_options()])
         try:
             add_port(ingress, f"{settings.host}:{settings.grpc_port}",
                      tls if settings.http_tls else None)
@@ -154,7 +167,8 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         metrics.bind_replica(settings.application, settings.deployment, settings.replica_id)
         try:
             metrics_server = await start_http_server(metrics_app, settings.host,
-                                                     settings.metrics_port)
+                                                     settings.metrics_port,
+                                                     http=edge.http_protocol())
         except OSError:
             print(f"replica: cannot bind metrics port {settings.metrics_port}", file=sys.stderr)
             await http.shutdown()
@@ -162,15 +176,17 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
                 await ingress.stop(0)
             await control.stop(0)
             return EXIT_BIND_FAILURE
+    edge.clock.start()
     on_stop_signals(replica.request_drain)
     loop_metrics.watch()
     handle.use_loop(asyncio.get_running_loop())  # for handle calls from sync user code
 
     watch = None
     if settings.controllers:
+        # Its config, and the route table for the cluster's body limit (edge.py).
         watch = WatchClient(settings.controllers,
-                            [config_key(settings.application, settings.deployment)],
-                            on_snapshot=replica.on_config_snapshot,
+                            [config_key(settings.application, settings.deployment), ROUTES_KEY],
+                            on_snapshot=edge.watching(replica.on_config_snapshot),
                             kind=watch_pb2.WATCHER_KIND_REPLICA,
                             address=f"{settings.host}:{settings.http_port}",
                             watcher_id=settings.replica_id,
@@ -190,6 +206,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         metrics_server.force_exit = True
         await metrics_server.shutdown()
     await control.stop(0.5)
+    edge.clock.stop()
     replica.executor.shutdown(wait=False, cancel_futures=True)
     replica.app.threads.shutdown()
     failed = replica.phase == PHASE.REPLICA_PHASE_FAILED

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from servefleet.replica.control_loop import ControlLoop
+from servefleet.replica.edge import ReplicaEdge, limits_from_env
 from servefleet.replica.loop_watch import SAMPLE_S, LoopWatch
 from servefleet.replica.main import control_server
 from servefleet.replica.replica import PHASE, Replica, ReplicaSettings
@@ -80,7 +81,8 @@ async def control(tmp_path):
     watch = LoopWatch()
     watch.start()
     loop = ControlLoop(asyncio.get_running_loop())
-    await loop.start(lambda: control_server(replica, loop, watch, None))
+    edge = ReplicaEdge(limits_from_env({}, open_files=1024))
+    await loop.start(lambda: control_server(replica, loop, watch, None, edge))
     loop.repeat(SAMPLE_S, watch.sample)
     try:
         yield f"127.0.0.1:{port}", watch
