@@ -25,6 +25,7 @@ from servefleet._private.dataplane.metrics import publish_pools
 from servefleet._private.dataplane.routers import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
 from servefleet._private.edge_limits import connection_cap
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.lifecycle import (
     notify_ready,
     on_stop_signals,
@@ -203,6 +204,7 @@ async def serve(options: ProxyOptions) -> None:
         else:
             state.replica_sets.on_applied = reporter.wake
         watcher.start()
+        HOP_PASS.renew(watcher)  # what its requests show replicas of a cluster with credentials
         reporting = asyncio.create_task(reporter.run(state.replica_sets))
         publishing = asyncio.create_task(publish_pools()) if options.worker is not None \
             else None

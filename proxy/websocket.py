@@ -45,6 +45,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, set_aside
 from servefleet._private.dataplane.upstream import NotDelivered
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.wire import REJECTED_HEADER
 from servefleet._private.ws import GOING_AWAY, NOT_SENDABLE, deny
@@ -164,6 +165,7 @@ async def open_upstream(pool: ReplicaPool, scope: Scope, headers: list[tuple[byt
     the handshake, its slot held. Denied when none did, or one refused it."""
     up_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers
                   if k not in _NOT_SENT_UP]
+    up_headers.extend(HOP_PASS.metadata)  # this proxy, to a replica of a cluster with credentials
     origin = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"origin"), None)
     tried: set[str] = set()
     attempt = spent = 0

@@ -41,9 +41,11 @@ from servefleet._private import tracing
 from servefleet._private.grpc_servicers import Rpc, rpcs_of
 from servefleet._private.handle_errors import unserved
 from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
 from .grpc_streams import request_stream_handler
+from .hop_gate import HopGate
 from .http import Admission
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
@@ -116,6 +118,8 @@ class GrpcIngress:
         self.replica_id = replica_id
         self.metrics = metrics
         self.deployment: UserDeployment | None = None
+        # Who may call (hop_gate.py); None: anyone (a cluster without credentials).
+        self.hop_gate: HopGate | None = None
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._targets: dict[str, _Target] = {}
 
@@ -168,6 +172,13 @@ class GrpcIngress:
     # -- per call ------------------------------------------------------------------
 
     async def _admit_or_abort(self, context: grpc.aio.ServicerContext) -> None:
+        if self.hop_gate is not None:
+            hop = next((str(v) for k, v in context.invocation_metadata() or ()
+                        if k == HOP_HEADER), None)
+            refused = self.hop_gate.refusal(hop)
+            if refused is not None:
+                self.metrics.rejected["unauthenticated"].inc()
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, refused)
         reason = self.admission.refusal() if self.deployment is not None else "loading"
         if reason is not None:
             self.metrics.rejected[reason].inc()

@@ -2,7 +2,7 @@
 
 The request id and trace context (envelope.py), an engine's health check,
 a handle call's method and stream flag, a multiplexed model id, the route
-prefix and whether a body follows: each was a scan of the headers of its
+prefix, the caller's hop pass and whether a body follows: each was a scan of the headers of its
 own, together about a twentieth of a no-op replica's CPU per request. One
 pass with one dict lookup per header reads them all.
 """
@@ -13,6 +13,7 @@ from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from servefleet._private import envelope
+from servefleet._private.security.hop import HOP_HEADER_BYTES
 from servefleet._private.wire import (
     CHECK_HEADER,
     METHOD_HEADER,
@@ -23,16 +24,16 @@ from servefleet._private.wire import (
     TRACE_HEADERS,
 )
 
-_ID, _TRACE, _CHECK, _METHOD, _MODEL, _PREFIX, _STREAM, _LENGTH, _CHUNKED = range(9)
+_ID, _TRACE, _CHECK, _METHOD, _MODEL, _PREFIX, _STREAM, _LENGTH, _CHUNKED, _HOP = range(10)
 _WANTED = {REQUEST_ID_HEADER: _ID, CHECK_HEADER: _CHECK, METHOD_HEADER: _METHOD,
            MODEL_ID_HEADER: _MODEL, ROUTE_PREFIX_HEADER: _PREFIX, STREAM_HEADER: _STREAM,
            b"content-length": _LENGTH, b"transfer-encoding": _CHUNKED,
-           **dict.fromkeys(TRACE_HEADERS, _TRACE)}
+           HOP_HEADER_BYTES: _HOP, **dict.fromkeys(TRACE_HEADERS, _TRACE)}
 
 
 class Head:
-    __slots__ = ("check", "has_body", "method", "model_id", "request_id", "route_prefix",
-                 "stream", "trace")
+    __slots__ = ("check", "has_body", "hop", "method", "model_id", "request_id",
+                 "route_prefix", "stream", "trace")
 
     def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.request_id = ""  # "" when none came
@@ -43,6 +44,7 @@ class Head:
         self.route_prefix = ""
         # Whether a body follows: the first of a length above 0 or chunked says.
         self.has_body: bool | None = None
+        self.hop: str | None = None  # the caller's hop pass (security/hop.py)
         wanted = _WANTED
         for name, value in headers:
             kind = wanted.get(name)
@@ -70,6 +72,9 @@ class Head:
             elif kind == _PREFIX:
                 if not self.route_prefix:
                     self.route_prefix = value.decode("latin-1")
+            elif kind == _HOP:
+                if self.hop is None:
+                    self.hop = value.decode("latin-1")
             else:
                 self.stream = True
 

@@ -30,9 +30,12 @@ never reached it. It passes the same admission. Proxies strip the header
 from their clients' requests.
 
 Security: this port therefore unpickles what callers send with that header,
-as Ray's workers unpickle their callers' arguments: it must be reachable
-only by the cluster's own processes (proxies, replicas, trusted drivers),
-never by untrusted clients directly.
+as Ray's workers unpickle their callers' arguments. In a cluster with
+credentials every request first shows the caller is the cluster's
+(hop_gate.py: a hop pass, or a TLS port's client certificate; a handle call
+needs a pass of a role that may run code), else 401 before anything of it
+is read; a cluster without credentials (the local default) trusts whoever
+reaches the port.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from .answers import (
     to_response,
 )
 from .head import Head
+from .hop_gate import HopGate
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_calls import in_thread, is_async_callable, traced
@@ -166,10 +170,18 @@ class ReplicaApp:
         # Turns handle markers in JSON into handles (replica.py sets it; handle
         # calls' arguments are pickled, with handles that unpickle as handles).
         self.decode_args: Callable[[Any], Any] = lambda value: value
+        # Who may call (hop_gate.py); None: anyone (a cluster without credentials).
+        self.hop_gate: HopGate | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "websocket":
+                refused = self.hop_gate.refusal(Head(scope["headers"]).hop) \
+                    if self.hop_gate is not None else None
+                if refused is not None:  # closed before it is accepted: a 403
+                    self.metrics.rejected["unauthenticated"].inc()
+                    await send({"type": "websocket.close", "code": 1008, "reason": refused})
+                    return
                 await serve_websocket(self, _under_route_prefix(scope), receive, send)
             elif scope["type"] == "lifespan":
                 await self._lifespan(receive, send)
@@ -181,6 +193,14 @@ class ReplicaApp:
             down = reason if reason != "overloaded" else None
             await PlainTextResponse(down or "ok", 503 if down else 200)(scope, receive, send)
             return
+        if self.hop_gate is not None:
+            refused = self.hop_gate.refusal(head.hop, head.method is not None)
+            if refused is not None:  # before anything of the request is read
+                self.metrics.rejected["unauthenticated"].inc()
+                await PlainTextResponse(refused, 401, headers={
+                    "connection": "close", "www-authenticate": "servefleet-hop"})(
+                    scope, receive, send)
+                return
         if reason is not None:
             self.metrics.rejected[reason].inc()
             headers = {_REJECTED: reason}

@@ -36,6 +36,7 @@ from servefleet import metrics
 from servefleet._private import handle, lifecycle, logs, loop_metrics, tracing_setup
 from servefleet._private.exposition import metrics_app
 from servefleet._private.grpc_guard import Guard, Refused
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
 from servefleet._private.replica_command import add_arguments
 from servefleet._private.security.hop_tls import server_context
@@ -52,6 +53,7 @@ from servefleet._private.wire import (
     EXIT_BAD_SETTINGS,
     EXIT_BIND_FAILURE,
     EXIT_FAILED,
+    HOP_KEY,
     ROUTES_KEY,
     config_key,
 )
@@ -184,14 +186,19 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
     watch = None
     if settings.controllers:
         # Its config, and the route table for the cluster's body limit (edge.py).
-        watch = WatchClient(settings.controllers,
-                            [config_key(settings.application, settings.deployment), ROUTES_KEY],
+        keys = [config_key(settings.application, settings.deployment), ROUTES_KEY]
+        if settings.hop_required:
+            keys.append(HOP_KEY)  # the keys passes are checked by, and revocations
+        watch = WatchClient(settings.controllers, keys,
                             on_snapshot=edge.watching(replica.on_config_snapshot),
                             kind=watch_pb2.WATCHER_KIND_REPLICA,
                             address=f"{settings.host}:{settings.http_port}",
                             watcher_id=settings.replica_id,
                             credentials=Credentials.from_env())
         watch.start()
+        if settings.hop_required:  # its own pass, for its handles' calls
+            HOP_PASS.set(settings.hop_pass, settings.hop_pass_expires)
+            HOP_PASS.renew(watch)
     loading = asyncio.create_task(replica.load())
     await replica.wait_and_drain()
     loading.cancel()

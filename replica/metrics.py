@@ -45,7 +45,7 @@ RECONFIGURES = Counter("servefleet_replica_reconfigures", "user_config applicati
                        [*LABELS, "result"])
 HEALTH_CHECKS = Counter("servefleet_replica_health_checks", "check_health runs",
                         [*LABELS, "result"])
-REASONS = ("overloaded", "loading", "draining")
+REASONS = ("overloaded", "loading", "draining", "unauthenticated")
 RESULTS = ("ok", "error")
 
 

@@ -36,11 +36,13 @@ from servefleet._private import handle, ingress, replica_context
 from servefleet._private.api import HANDLE_MARKER
 from servefleet._private.batching import batch_sizes
 from servefleet._private.replica_context import ReplicaIdentity
+from servefleet._private.wire import HOP_KEY
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
 
 from . import loader
 from .grpc_ingress import GrpcIngress
+from .hop_gate import HopGate
 from .http import Admission, ReplicaApp
 from .metrics import ReplicaMetrics
 from .user_calls import call_user
@@ -132,6 +134,10 @@ class Replica:
         self.app.decode_args = self.decode
         # The user's gRPC services (grpc_ingress.py), when the deployment has any.
         self.grpc = GrpcIngress(self.admission, self.executor, settings.replica_id, self.metrics)
+        # In a cluster with credentials, only its own callers (hop_gate.py).
+        self.hop_gate = HopGate(True, settings.hop_keys, bool(settings.http_tls)) \
+            if settings.hop_required else None
+        self.app.hop_gate = self.grpc.hop_gate = self.hop_gate
         self.grpc_services: list[str] = []
         self._drain = asyncio.Event()
         self._config_lock = asyncio.Lock()
@@ -237,7 +243,12 @@ class Replica:
             return True
 
     def on_config_snapshot(self, snapshot: watch_pb2.Snapshot) -> None:
-        """WatchClient callback: queue the config if it is meant for this replica."""
+        """WatchClient callback: queue the config if it is meant for this
+        replica; the `hop` key's trust goes to the gate."""
+        if snapshot.key == HOP_KEY:
+            if self.hop_gate is not None and snapshot.HasField("hop"):
+                self.hop_gate.on_trust(snapshot.hop)
+            return
         config = snapshot.config
         if snapshot.deleted or (config.version, config.code_hash) != (
                 self.settings.version, self.settings.code_hash):

@@ -104,6 +104,22 @@ def test_a_server_added_at_run_time_has_the_arguments_of_one_in_the_file() -> No
     assert "pool-max-conn -1 pool-purge-delay 5s" in arguments
 
 
+def test_every_backend_carries_the_proxys_hop_pass_when_it_has_one() -> None:
+    """Replicas of a cluster with credentials serve only callers with a pass
+    (issue 52): HAProxy sets the proxy's on every request to a replica (and a
+    client's own is replaced, not kept)."""
+    from dataclasses import replace
+
+    pools = {("a", "A"): pool("r1"), ("b", "B"): pool("r2")}
+    layout = decide(RouteTable([Target("/a", "a", "A"), Target("/b", "b", "B")]), pools, 5.0)
+    settings = EngineSettings("127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9")
+    plain = render(layout, servers(layout, pools), settings)
+    assert "x-servefleet-hop" not in plain
+    passed = render(replace(layout, hop_pass="sfh1.abc.def"), servers(layout, pools), settings)
+    assert passed.count('http-request set-header x-servefleet-hop "sfh1.abc.def"') == 2
+    assert replace(layout, hop_pass="sfh1.abc.def") != layout  # a new pass is a reload
+
+
 def test_the_proxy_s_own_paths_skip_a_route_that_would_take_them() -> None:
     settings = EngineSettings("127.0.0.1:8000", "127.0.0.1:1", "127.0.0.1:9")
     own = "http-request set-var(txn.route) int(-1) if { path /-/healthz /-/metrics /-/routes }"

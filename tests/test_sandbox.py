@@ -75,9 +75,12 @@ def test_replicas_cannot_read_what_the_controller_holds(tmp_path, cluster) -> No
             secrets = [str(certs / "admin.key"), str(certs / "controller.key"),
                        str(token_file), str(store), str(settings),
                        f"/proc/{controller.proc.pid}/environ"]
-            seen = httpx.get(replica_url(client, "default", "Probe"), timeout=30, params={
-                "path": secrets, "controller": controller.address,
-                "watch": ["config/default/Probe", "config/other/Other"]}).json()
+            # Straight to the replica: with its admin's hop pass (issue 52).
+            hop = {"x-servefleet-hop": getattr(client.hop_pass(), "pass")}
+            seen = httpx.get(replica_url(client, "default", "Probe"), timeout=30, headers=hop,
+                             params={"path": secrets, "controller": controller.address,
+                                     "watch": ["config/default/Probe",
+                                               "config/other/Other"]}).json()
             assert seen["uid"] not in (0, os.geteuid()), seen
             assert all(v.startswith("denied") for v in seen["opens"].values()), seen["opens"]
             assert not set(seen["servefleet_env"]) & {
@@ -86,7 +89,8 @@ def test_replicas_cannot_read_what_the_controller_holds(tmp_path, cluster) -> No
             assert seen["watch"] == {"config/default/Probe": "snapshot",
                                      "config/other/Other": "PERMISSION_DENIED"}
             deploy_graph(client)
-            answer = httpx.get(replica_url(client, "calc", "Front"), params={"x": 1}, timeout=30)
+            answer = httpx.get(replica_url(client, "calc", "Front"), params={"x": 1}, timeout=30,
+                               headers=hop)
             assert answer.status_code == 200 and answer.json()["call"] == 11, answer.text
             client.shutdown()
     finally:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from servefleet._private.security.certs import init_certs
+from servefleet._private.security.tls import Credentials, TlsFiles
 from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
@@ -37,11 +38,11 @@ class XdsLoad:
     """tests/xds_load.py in a process of its own; `last` is its latest report."""
 
     def __init__(self, controllers: list[str], application: str, callers: int = 4,
-                 **bootstrap: Any) -> None:
+                 hop_pass: str = "", **bootstrap: Any) -> None:
         env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers, **bootstrap)}
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "xds_load.py"), application,
-             "--callers", str(callers)],
+             "--callers", str(callers), *(["--hop-pass", hop_pass] if hop_pass else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             text=True)
         self.last: dict[str, Any] = {"replicas": {}, "labels": {}, "failed": []}
@@ -226,8 +227,13 @@ def test_a_client_with_a_certificate_reaches_a_controller_with_mutual_tls(tmp_pa
             wait_for(lambda: len(_running_pids(client)) == 2, 60, "2 replicas running")
             # A client without a certificate is refused at the TLS handshake.
             plain = XdsLoad([controller.address], "clf", callers=1)
+            # Replicas on loopback serve plain text (--replica-tls auto): the
+            # client shows a hop pass for its certificate with each call.
+            hop_pass = getattr(ControllerClient([controller.address], credentials=Credentials(
+                TlsFiles.from_dir(certs, "proxy"))).hop_pass(), "pass")
             load = XdsLoad([controller.address], "clf", ca=str(certs / "ca.crt"),
-                           cert=str(certs / "proxy.crt"), key=str(certs / "proxy.key"))
+                           cert=str(certs / "proxy.crt"), key=str(certs / "proxy.key"),
+                           hop_pass=hop_pass)
             try:
                 wait_for(lambda: set(load.last["replicas"]) == _running_pids(client), 30,
                          f"proxyless calls over TLS reaching both replicas ({load.output[-3:]})")

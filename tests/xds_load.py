@@ -31,7 +31,11 @@ async def main() -> None:
     parser.add_argument("application")
     parser.add_argument("--callers", type=int, default=4)
     parser.add_argument("--text", default="hi")
+    parser.add_argument("--hop-pass", default="",
+                        help="sent with every call (x-servefleet-hop): replicas of a cluster "
+                             "with credentials that serve plain text ask for one")
     args = parser.parse_args()
+    metadata = (("x-servefleet-hop", args.hop_pass),) if args.hop_pass else ()
     replicas: collections.Counter[str] = collections.Counter()
     labels: collections.Counter[str] = collections.Counter()
     failed: list[str] = []
@@ -50,7 +54,7 @@ async def main() -> None:
             while not stop.is_set():
                 try:
                     reply = await stub.Predict(classifier_pb2.PredictRequest(text=args.text),
-                                               timeout=10)
+                                               timeout=10, metadata=metadata)
                 except grpc.aio.AioRpcError as e:
                     failed.append(f"{e.code().name}: {e.details()}")
                     await asyncio.sleep(0.05)

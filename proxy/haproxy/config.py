@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from servefleet._private.dataplane.body import BodyTooLarge
+from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.wire import (
     CHECK_HEADER,
     MODEL_ID_HEADER,
@@ -310,7 +311,8 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
     return [*lines, *choices, f"    default_backend {PYTHON_BACKEND}"]
 
 
-def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[str]:
+def _backend(name: str, max_queued: int, servers: Mapping[str, Server],
+             hop_pass: str = "") -> list[str]:
     lines = [f"backend {name}", "    balance leastconn", "    option forwardfor",
              "    option httpchk",
              f"    http-check send meth GET uri / hdr {CHECK_HEADER.decode()} 1",
@@ -319,6 +321,8 @@ def _backend(name: str, max_queued: int, servers: Mapping[str, Server]) -> list[
              "    retry-on conn-failure 425",
              f"    http-request add-header {REFUSAL_STATUS_HEADER.decode()} 425",
              "    http-response set-status 503 if { status 425 }"]
+    if hop_pass:  # who this proxy is, to replicas of a cluster with credentials
+        lines.append(f"    http-request set-header {HOP_HEADER} {_quoted(hop_pass)}")
     if max_queued == 0:  # no queue: a request no replica can take now is refused
         lines.append("    timeout queue 1ms")
     lines += [f"    server {server_line(server, servers[server])}" for server in sorted(servers)]
@@ -345,6 +349,6 @@ def render(layout: Layout, servers: Mapping[str, Mapping[str, Server]],
     """haproxy.cfg for `layout` with `servers` (backend -> name -> server)."""
     sections = [_global(settings), _defaults(layout, settings),
                 _frontend(layout, settings), _python_backend(settings), _stats(settings)]
-    sections += [_backend(b.name, b.max_queued, servers.get(b.name, {}))
+    sections += [_backend(b.name, b.max_queued, servers.get(b.name, {}), layout.hop_pass)
                  for b in layout.backends]
     return "\n\n".join("\n".join(section) for section in sections) + "\n"

@@ -24,8 +24,10 @@ import ipaddress
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from servefleet._private.dataplane.load_report import EngineLoad
+from servefleet._private.hop_client import HOP_PASS
 
 from ..state import ProxyState
 from .cli import CliError
@@ -67,6 +69,8 @@ class HaproxyEngine:
 
     async def start(self) -> None:
         """Start HAProxy on what is known now; HaproxyError if it cannot."""
+        if self.changed not in HOP_PASS.listeners:  # a new pass is a reload
+            HOP_PASS.listeners.append(self.changed)
         applying = dict(self.state.replica_sets.applied)
         layout, want = await self._wanted()
         await self.process.start(render(layout, want, self.settings))
@@ -92,6 +96,7 @@ class HaproxyEngine:
                     await asyncio.sleep(PASS_S)
 
     async def sync(self) -> None:
+        await HOP_PASS.wait_ready()  # routes to replicas go with the pass, never before it
         applying = dict(self.state.replica_sets.applied)  # read before the pools are
         layout, want = await self._wanted()
         if layout != self._layout:
@@ -137,7 +142,8 @@ class HaproxyEngine:
 
     async def _wanted(self) -> tuple[Layout, dict[str, dict[str, Server]]]:
         pools = self.state.replica_sets.pools
-        layout = decide(self.state.routes, pools, self._timeout_s())
+        layout = replace(decide(self.state.routes, pools, self._timeout_s()),
+                         hop_pass=HOP_PASS.value)
         want = servers(layout, pools)
         for backend, named in want.items():
             want[backend] = {name: resolved for name, server in named.items()

@@ -87,6 +87,9 @@ class Layout:
     # (or pauses) this long.
     timeout_s: float
     max_body_bytes: int
+    # This proxy's hop pass, which every request to a replica carries in a
+    # cluster with credentials (hop_client.py); "" in one without.
+    hop_pass: str = ""
 
 
 @dataclass(frozen=True)

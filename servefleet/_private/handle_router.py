@@ -55,6 +55,7 @@ from servefleet._private.dataplane.replica_sets import ReplicaSets
 from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
 from servefleet._private.handle_errors import BackPressureError, DeploymentUnavailableError
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.responses import _END, HandleError
 from servefleet._private.security.hop_tls import client_context
@@ -154,6 +155,7 @@ class HandleRouter:
         reporter = LoadReporter(self._watch)
         self.replica_sets.on_starved = self.replica_sets.on_applied = reporter.wake
         self._watch.start()
+        HOP_PASS.renew(self._watch)  # a replica's own runs already: then nothing new
         self._reporting = asyncio.get_running_loop().create_task(
             reporter.run(self.replica_sets), name=f"load reports of {application}")
 

@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 
 from servefleet._private import tracing
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.security.tls import TlsFiles
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
@@ -255,8 +256,8 @@ async def forward_with_retries(pool: ReplicaPool, method: str, metadata: Metadat
         try:
             if not replica.grpc_address:
                 raise NotProcessed("it serves no gRPC (yet)", refused=False)
-            hop = [*metadata, *((k.decode(), v.decode("latin-1"))
-                                for k, v in tracing.hop_headers(span))]
+            hop = [*metadata, *HOP_PASS.metadata, *((k.decode(), v.decode("latin-1"))
+                                                     for k, v in tracing.hop_headers(span))]
             answer = await open_call(pool, replica, hop)
             await relay(answer)
             return

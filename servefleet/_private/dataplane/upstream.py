@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
+from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 
 from .body import StreamedBody, replayable
@@ -237,6 +238,8 @@ class UpstreamPool:
         """
         if b"\r" in target or b"\n" in target or b" " in target:
             raise UpstreamError("refusing a request target with spaces or line breaks", address)
+        if not HOP_PASS.ready:
+            await HOP_PASS.wait_ready()
         conn = await self._connect(address)
         if headers and headers[0][0] == b"host":  # the client's, kept (proxy/app.py)
             head = [method.encode() + b" " + target + b" HTTP/1.1\r\n"]
@@ -244,6 +247,8 @@ class UpstreamPool:
             head = [method.encode() + b" " + target + b" HTTP/1.1\r\nhost: "
                     + address.encode() + b"\r\n"]
         head.extend(k + b": " + v + b"\r\n" for k, v in headers)
+        if HOP_PASS.line:  # who this process is, to a replica of a cluster with credentials
+            head.append(HOP_PASS.line)
         if isinstance(body, bytes):
             head.append(b"content-length: " + str(len(body)).encode() + b"\r\n\r\n")
         elif body.length is not None:

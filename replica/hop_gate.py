@@ -1,0 +1,49 @@
+"""Who may call this replica's HTTP and gRPC ports (servefleet/_private/security/hop.py).
+
+In a cluster with credentials a replica serves only the cluster's own
+callers, loopback included: every local user and process reaches a loopback
+port. A caller proves it with its hop pass (`x-servefleet-hop`), or, on a
+port served with TLS (hop_tls.py), with the client certificate of the
+cluster's CA its handshake already showed. A handle call (pickled arguments:
+the caller's code runs here) always needs a pass of a role that may run code
+(replica, deployer, admin): a proxy's pass, or a certificate alone, is not
+enough. Nothing of a request is read, its body least of all, before this.
+
+The settings carry the keys to check passes by; the Watch stream's `hop`
+key brings later ones and the subjects revoked (`on_trust`).
+"""
+
+from __future__ import annotations
+
+from base64 import b64decode
+
+from servefleet._private.security.hop import HopRefused, HopVerifier
+from servefleet.v1 import watch_pb2
+
+
+class HopGate:
+    def __init__(self, required: bool, keys: dict[str, str], tls: bool) -> None:
+        self.required = required
+        # Callers of a TLS port showed a client certificate of the cluster's CA.
+        self._tls = tls
+        self.verifier = HopVerifier()
+        self.verifier.trust({kid: b64decode(raw) for kid, raw in keys.items()}, {})
+
+    def on_trust(self, trust: watch_pb2.HopTrust) -> None:
+        """A `hop` snapshot from the Watch stream."""
+        self.required = trust.required
+        self.verifier.trust({k.id: k.public_key for k in trust.keys},
+                            {r.subject: r.until.ToNanoseconds() / 1e9 for r in trust.revoked})
+
+    def refusal(self, hop: str | None, method_call: bool = False) -> str | None:
+        """Why this caller is not served, or None to serve it."""
+        if not self.required or (hop is None and self._tls and not method_call):
+            return None
+        try:
+            caller = self.verifier.check(hop)
+        except HopRefused as e:
+            return str(e)
+        if method_call and not caller.may_call_methods:
+            return (f"{caller.subject}'s pass (role {caller.role}) may not make handle calls: "
+                    "they run the caller's code here")
+        return None
