@@ -1,4 +1,5 @@
-"""Who may use the gRPC ingress port's own services: the HTTP port's rules.
+"""The gRPC ingress port under the HTTP port's rules: who may use its own
+services, and what one client may hold of it.
 
 `ListApplications` names every application and the gRPC services each
 serves, as `/-/routes` names every route: it answers whom `--admin-paths`
@@ -15,6 +16,15 @@ PERMISSION_DENIED when this proxy has no `--http-tokens` (its 403).
 `Healthz` and `grpc.health.v1` stay open: load balancers probe them, as they
 do `/-/healthz`. The users' own services follow their application's
 `require_token` (grpc_ingress.py).
+
+`ingress_options`: the edge's limits (--max-connections,
+--keep-alive-timeout-s, --header-timeout-s, --max-header-bytes) in gRPC's
+terms (edge_limits.grpc_server_options), as the HTTP port has them; each
+port counts its own connections. gRPC has no answer for a connection past
+the cap: it is closed at accept, and the client sees UNAVAILABLE ("Socket
+closed") and retries, where the HTTP port answers 503 first. Plus a bound on
+the streams one connection may hold at once (HTTP/2's
+MAX_CONCURRENT_STREAMS): a client's calls past it wait in the client.
 """
 
 from __future__ import annotations
@@ -25,11 +35,25 @@ from urllib.parse import unquote
 
 import grpc
 
+from servefleet._private.dataplane.grpc_forward import GRPC_MAX_ANSWER_BYTES
+from servefleet._private.edge_limits import EdgeLimits, grpc_server_options
 from servefleet._private.security.tokens import TokenTable
 
 from .access import AdminAccess
 
 _CODES = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED}
+# Streams (calls) one connection may hold at once: each is a task here and a
+# call to a replica. nginx's http2_max_concurrent_streams default; HTTP/2
+# asks for no fewer than 100. gRPC's own default is no bound.
+MAX_STREAMS_PER_CONNECTION = 128
+
+
+def ingress_options(limits: EdgeLimits) -> list[tuple[str, int]]:
+    """The ingress server's options (module docstring); `limits.max_connections`
+    resolved (0: no cap). Answers pass up to what the proxy takes from replicas."""
+    return [*grpc_server_options(limits),
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            ("grpc.max_send_message_length", GRPC_MAX_ANSWER_BYTES)]
 
 
 def peer_address(peer: str) -> tuple[str, int] | None:

@@ -50,7 +50,6 @@ from servefleet._private import tracing
 from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
 from servefleet._private.dataplane.grpc_forward import (
-    GRPC_MAX_ANSWER_BYTES,
     Answer,
     CallFailed,
     GrpcChannels,
@@ -58,13 +57,13 @@ from servefleet._private.dataplane.grpc_forward import (
 )
 from servefleet._private.dataplane.grpc_requests import forward_grpc_requests
 from servefleet._private.deadlines import Deadlines
+from servefleet._private.edge_limits import EdgeLimits
 from servefleet._private.grpc_guard import Guard
 from servefleet._private.logs import REQUEST_ID, new_request_id
 from servefleet._private.security.tokens import TokenTable
 from servefleet._private.wire import (
     APPLICATION_METADATA_KEY,
     CALLER_HEADER,
-    GRPC_MAX_REQUEST_BYTES,
     OWN_HEADER_PREFIX,
     REJECTED_METADATA_KEY,
     REQUEST_ID_METADATA_KEY,
@@ -74,7 +73,7 @@ from servefleet._private.wire import (
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
 from .access import AdminAccess
-from .grpc_edge import admin_refusal
+from .grpc_edge import admin_refusal, ingress_options
 from .metrics import ProxyMetrics
 from .routes import DEFAULT_ANSWER_START_S, GrpcShape, NoGrpcRoute, RouteTable
 from .state import ProxyState
@@ -344,24 +343,25 @@ class IngressService(ingress_pb2_grpc.IngressServiceServicer):
         return ingress_pb2.HealthzResponse(message="success")
 
 
+_NO_CAP = EdgeLimits(max_connections=0)
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 INGRESS_SERVICE = ingress_pb2.DESCRIPTOR.services_by_name["IngressService"].full_name
 
 
 async def start_grpc_ingress(proxy: GrpcProxy, routes: Callable[[], RouteTable], listen: str,
-                             tls_cert: str | None = None, tls_key: str | None = None
+                             tls_cert: str | None = None, tls_key: str | None = None,
+                             limits: EdgeLimits = _NO_CAP
                              ) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    """Bind and start the gRPC ingress; OSError when it cannot listen."""
+    """Bind and start the gRPC ingress, with the edge's `limits` (max_connections
+    resolved: grpc_edge.py); OSError when it cannot listen."""
     # Requests as large as replicas take, no larger (gRPC refuses the rest
     # with RESOURCE_EXHAUSTED naming the limit); answers as large as the
     # proxy takes from replicas (dataplane/grpc_forward.py).
     # The port's own services parse their requests through a Guard: garbage
     # gets INVALID_ARGUMENT, where gRPC's own parsing answers UNKNOWN.
     server = grpc.aio.server(
-        interceptors=[Guard(HEALTH_SERVICE), Guard(INGRESS_SERVICE)], options=[
-            ("grpc.so_reuseport", 0),
-            ("grpc.max_receive_message_length", GRPC_MAX_REQUEST_BYTES),
-            ("grpc.max_send_message_length", GRPC_MAX_ANSWER_BYTES)])
+        interceptors=[Guard(HEALTH_SERVICE), Guard(INGRESS_SERVICE)],
+        options=[("grpc.so_reuseport", 0), *ingress_options(limits)])
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     ingress_pb2_grpc.add_IngressServiceServicer_to_server(IngressService(proxy, routes), server)

@@ -180,7 +180,7 @@ async def serve(options: ProxyOptions) -> None:
             try:
                 grpc_server, checks = await start_grpc_ingress(
                     grpc_proxy, lambda: state.routes, options.grpc_listen,
-                    options.tls_cert, options.tls_key)
+                    options.tls_cert, options.tls_key, limits)
             except OSError:
                 await server.shutdown()
                 raise

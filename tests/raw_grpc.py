@@ -62,3 +62,37 @@ def call(sock: socket.socket, path: str, headers: Sequence[tuple[bytes, bytes]],
             sock.sendall(connection.data_to_send())
     finally:
         sock.close()
+
+
+def settings_and_goaway(address: str, path: str, wait_s: float) -> tuple[dict[int, int], bool]:
+    """Make one call of `path` on a new plain-text connection, then leave it idle
+    for up to `wait_s`: the server's HTTP/2 settings, and whether it sent
+    GOAWAY (closing the idle connection) within that time."""
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=wait_s)
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    stream = connection.get_next_available_stream_id()
+    connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", path),
+                                     (":authority", "localhost"),
+                                     ("content-type", "application/grpc"), ("te", "trailers")])
+    connection.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
+    settings: dict[int, int] = {}
+    try:
+        sock.sendall(connection.data_to_send())
+        while True:
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                return settings, False
+            if not data:
+                return settings, False
+            for event in connection.receive_data(data):
+                if isinstance(event, h2.events.RemoteSettingsChanged):
+                    settings.update({int(k): v.new_value for k, v in
+                                     event.changed_settings.items()})
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    return settings, True
+            sock.sendall(connection.data_to_send())
+    finally:
+        sock.close()

@@ -5,13 +5,16 @@ connection cap, idle timeout and streams per connection (--max-connections,
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import grpc
+import h2.settings
 import pytest
+from raw_grpc import settings_and_goaway
 
 from servefleet._private.security import tokens
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
 from servefleet.v1 import ingress_pb2, ingress_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -80,3 +83,39 @@ def test_list_applications_answers_whom_admin_paths_lets_read_routes(edge) -> No
             ingress_pb2.HealthzRequest(), timeout=10)
     assert reply.message == "success"
 
+
+
+HEALTHZ = "/servefleet.v1.IngressService/Healthz"
+
+
+def healthz(port: int) -> grpc.StatusCode:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            ingress_pb2_grpc.IngressServiceStub(channel).Healthz(ingress_pb2.HealthzRequest(),
+                                                                timeout=5)
+        except grpc.RpcError as e:
+            return e.code()
+    return grpc.StatusCode.OK
+
+
+def test_the_port_caps_connections(edge) -> None:
+    _, ports, _, _ = edge
+    # --max-connections 3: three connections that send nothing fill the port.
+    held = [socket.create_connection(("127.0.0.1", ports["token"])) for _ in range(3)]
+    try:
+        wait_for(lambda: healthz(ports["token"]) == grpc.StatusCode.UNAVAILABLE, 10,
+                 "a fourth connection refused")
+        assert healthz(ports["open"]) == grpc.StatusCode.OK  # another port, its own count
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: healthz(ports["token"]) == grpc.StatusCode.OK, 10, "room again")
+
+
+def test_the_port_closes_idle_connections_and_bounds_their_streams(edge) -> None:
+    _, ports, _, _ = edge
+    # --keep-alive-timeout-s 1: an idle connection is sent GOAWAY; gRPC's own
+    # default keeps it for good.
+    settings, closed = settings_and_goaway(f"127.0.0.1:{ports['token']}", HEALTHZ, 15)
+    assert closed
+    assert settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS) == 128
