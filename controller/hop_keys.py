@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from servefleet._private.security.hop import PASS_TTL_S, HopIssuer, HopKey
+from servefleet._private.security.hop import HOP_HEADER, PASS_TTL_S, HopIssuer, HopKey
 from servefleet.v1 import watch_pb2
 
 from .clock import Clock
@@ -53,6 +53,7 @@ class HopAuthority:
         self._keys: list[HopKey] = []
         self._revoked: dict[str, float] = {}
         self._issuer: HopIssuer | None = None
+        self._own: tuple[str, float] | None = None  # controller_metadata's pass
 
     # -- 1. load (a step of the term's start) ------------------------------------------
 
@@ -94,6 +95,15 @@ class HopAuthority:
             raise RuntimeError("no hop key: this cluster has no credentials, or the term "
                                "has not loaded yet")
         return self._issuer.issue(subject, role)
+
+    def controller_metadata(self) -> tuple[tuple[str, str], ...]:
+        """This leader's own pass (role controller) as gRPC metadata, for its
+        calls to replicas' control ports; () without credentials."""
+        if self._issuer is None:
+            return ()
+        if self._own is None or self._own[1] - self._clock.time() < PASS_TTL_S / 2:
+            self._own = self.issue("controller", "controller")
+        return ((HOP_HEADER, self._own[0]),)
 
     async def revoke(self, subjects: list[str]) -> None:
         """Refuse `subjects`' passes from now until the last one expires."""

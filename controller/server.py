@@ -113,7 +113,8 @@ class ControllerServer:
         TERM.term = lambda: self.term
         self._sandbox = tried(config.sandbox(), config.replica_user)
         self._replica_client = GrpcReplicaClient(
-            Credentials(config.tls, server_name=role_server_name("replica")))
+            Credentials(config.tls, server_name=role_server_name("replica")),
+            hop_metadata=lambda: self.term.hop.controller_metadata() if self.term else ())
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
                                 self._make_runtime(), self._replica_client,
                                 lambda: self.membership.addresses,

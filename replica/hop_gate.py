@@ -35,6 +35,18 @@ class HopGate:
         self.verifier.trust({k.id: k.public_key for k in trust.keys},
                             {r.subject: r.until.ToNanoseconds() / 1e9 for r in trust.revoked})
 
+    def control_refusal(self, hop: str | None) -> str | None:
+        """Why a control call (GetMetadata, CheckHealth, Reconfigure, Drain)
+        is not served on a port without TLS: only a controller's pass will do."""
+        if not self.required:
+            return None
+        try:
+            caller = self.verifier.check(hop)
+        except HopRefused as e:
+            return str(e)
+        return None if caller.role == "controller" else (
+            f"only controllers may call a replica's control port, not {caller.subject}")
+
     def refusal(self, hop: str | None, method_call: bool = False) -> str | None:
         """Why this caller is not served, or None to serve it."""
         if not self.required or (hop is None and self._tls and not method_call):

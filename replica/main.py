@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -39,7 +40,9 @@ from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
 from servefleet._private.replica_command import add_arguments
+from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.security.hop_tls import server_context
+from servefleet._private.security.revocation_checks import RevokedCertInterceptor
 from servefleet._private.security.roles import REPLICA_CONTROL
 from servefleet._private.security.tls import (
     Credentials,
@@ -63,6 +66,7 @@ from .client_address import ClientAddress
 from .control import ReplicaControl
 from .control_loop import ControlLoop
 from .edge import ReplicaEdge, limits_from_env
+from .hop_gate import HopGate
 from .loop_watch import SAMPLE_S, LoopWatch
 from .replica import PHASE, Replica, ReplicaSettings
 
@@ -78,6 +82,18 @@ async def only_controllers(method: str, request: object,
         raise Refused(grpc.StatusCode.PERMISSION_DENIED,
                       f"{method}: only controllers may call a replica (the caller's "
                       f"certificate is for {role!r})")
+
+
+def controllers_by_pass(gate: HopGate) -> Callable[[str, object, grpc.aio.ServicerContext],
+                                                   Awaitable[None]]:
+    """Without TLS, in a cluster with tokens: control calls show a controller's hop pass."""
+    async def check(method: str, request: object, context: grpc.aio.ServicerContext) -> None:
+        hop = next((str(v) for k, v in context.invocation_metadata() or ()
+                    if k == HOP_HEADER), None)
+        refused = gate.control_refusal(hop)
+        if refused is not None:
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, f"{method}: {refused}")
+    return check
 
 
 def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
@@ -113,8 +129,10 @@ def control_server(replica: Replica, control: ControlLoop, watch: LoopWatch,
     # No SO_REUSEPORT: a port another replica holds must fail the bind
     # (EXIT_BIND_FAILURE), not be shared with it. Its callers reach it before
     # they are checked: the edge's limits (edge.py) apply here too.
+    check = only_controllers if tls else (
+        controllers_by_pass(replica.hop_gate) if replica.hop_gate is not None else None)
     server = grpc.aio.server(
-        interceptors=[Guard(CONTROL_SERVICE, only_controllers if tls else None)],
+        interceptors=[RevokedCertInterceptor(replica.revoked_certs), Guard(CONTROL_SERVICE, check)],
         options=[("grpc.so_reuseport", 0), *edge.grpc_options()])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
         ReplicaControl(replica, control, watch), server)
@@ -143,7 +161,8 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         # proxy_headers, with the answers remembered).
         http = await start_http_server(ClientAddress(replica.app), settings.host,
                                        settings.http_port, proxy_headers=False,
-                                       ssl=server_context(tls) if tls and settings.http_tls
+                                       ssl=server_context(tls, replica.revoked_certs)
+                                       if tls and settings.http_tls
                                        else None, http=edge.http_protocol())
     except OSError:
         print(f"replica: cannot bind HTTP port {settings.http_port}", file=sys.stderr)
@@ -154,6 +173,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
         # The user's services: TLS like the HTTP port when the controller says
         # so (a client certificate of the cluster's CA required), else plain.
         ingress = grpc.aio.server(handlers=[replica.grpc.generic_handler()],
+                                  interceptors=[RevokedCertInterceptor(replica.revoked_certs)],
                                   options=[("grpc.so_reuseport", 0), *edge.grpc_options()])
         try:
             add_port(ingress, f"{settings.host}:{settings.grpc_port}",

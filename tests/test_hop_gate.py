@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
@@ -22,7 +23,7 @@ from servefleet._private.wire import METHOD_HEADER
 from servefleet.client import ControllerClient
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as d
-from servefleet.v1 import replica_pb2
+from servefleet.v1 import replica_pb2, replica_pb2_grpc
 
 APPS = str(Path(__file__).parent / "apps")
 pytestmark = pytest.mark.slow
@@ -107,6 +108,16 @@ def test_replicas_serve_only_the_clusters_callers(tmp_path, cluster) -> None:
             admin_pass = getattr(client.hop_pass(), "pass")
             handle_call(url, str(planted), admin_pass)
             assert planted.exists()
+
+            # The control port (no TLS here) takes only the leader's own pass:
+            # the replicas are RUNNING, so its probes and checks got through.
+            with grpc.insecure_channel(adder.control_address) as channel:
+                stub = replica_pb2_grpc.ReplicaServiceStub(channel)
+                for metadata in ((), (("x-servefleet-hop", admin_pass),)):
+                    with pytest.raises(grpc.RpcError) as denied:
+                        stub.Drain(replica_pb2.DrainRequest(), metadata=metadata, timeout=10)
+                    assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert adder.replica_id in {r.record.replica_id for r in client.replicas("calc")}
             client.shutdown()
     finally:
         if proxy is not None:
@@ -136,7 +147,6 @@ def test_websockets_and_grpc_need_a_pass_too(tmp_path, cluster) -> None:
     work, and a gRPC call with a pass straight to the replica too."""
     import asyncio
 
-    import grpc
     import grpc_stream_calls as calls
     from grpc_streams import streams_pb2_grpc
     from websockets.asyncio.client import connect
@@ -169,8 +179,9 @@ def test_websockets_and_grpc_need_a_pass_too(tmp_path, cluster) -> None:
             wait_for(lambda: httpx.get(proxy.url + "/ws/", timeout=30).status_code == 200, 90,
                      "the WebSocket app through the proxy")
             ws = next(r.record for r in client.replicas(deployment="Ws"))
-            streams = next(r.record for r in client.replicas("streams")
-                           if r.state == replica_pb2.REPLICA_STATE_RUNNING)
+            streams = wait_for(lambda: next((r.record for r in client.replicas("streams")
+                                             if r.state == replica_pb2.REPLICA_STATE_RUNNING),
+                                            None), 90, "a Streams replica RUNNING")
 
             async def echo(url: str) -> str:
                 async with connect(url, open_timeout=10) as socket:

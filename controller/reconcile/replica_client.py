@@ -7,6 +7,7 @@ status) raises ReplicaCallError with a message fit for a status line.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
@@ -14,6 +15,8 @@ import grpc
 from servefleet._private.security.tls import PLAIN, Credentials
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import replica_pb2_grpc
+
+Metadata = tuple[tuple[str, str], ...]
 
 
 class ReplicaCallError(Exception):
@@ -46,9 +49,13 @@ CHANNEL_OPTIONS = [
 
 
 class GrpcReplicaClient:
-    def __init__(self, credentials: Credentials = PLAIN) -> None:
+    def __init__(self, credentials: Credentials = PLAIN,
+                 hop_metadata: Callable[[], Metadata] = tuple) -> None:
         # With TLS: the controller's certificate, expecting the replicas' role name.
         self._credentials = credentials
+        # The leader's hop pass as metadata, for replicas of a cluster with
+        # tokens and no TLS (replica/hop_gate.py); () elsewhere.
+        self._hop_metadata = hop_metadata
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaServiceStub:
@@ -58,7 +65,8 @@ class GrpcReplicaClient:
 
     async def _call(self, address: str, method: str, request: object, timeout: float) -> object:
         try:
-            return await getattr(self._stub(address), method)(request, timeout=timeout)
+            return await getattr(self._stub(address), method)(
+                request, timeout=timeout, metadata=self._hop_metadata())
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise ReplicaCallError(f"{method} timed out after {timeout:g}s") from None
