@@ -36,6 +36,7 @@ from servefleet._private import handle, ingress, replica_context
 from servefleet._private.api import HANDLE_MARKER
 from servefleet._private.batching import batch_sizes
 from servefleet._private.replica_context import ReplicaIdentity
+from servefleet._private.security.revocation import RevokedSerials
 from servefleet._private.wire import HOP_KEY
 from servefleet.v1 import replica_pb2 as rpb
 from servefleet.v1 import watch_pb2
@@ -116,6 +117,9 @@ class ReplicaSettings:
 class Replica:
     def __init__(self, settings: ReplicaSettings) -> None:
         self.settings = settings
+        # Client certificates refused on every TLS port (main.py): the
+        # settings' list, then each `hop` trust's.
+        self.revoked_certs = RevokedSerials(settings.revoked_certs)
         self.identity = ReplicaIdentity(settings.cluster, settings.application,
                                         settings.deployment, settings.replica_id,
                                         tuple(settings.controllers))
@@ -244,8 +248,11 @@ class Replica:
 
     def on_config_snapshot(self, snapshot: watch_pb2.Snapshot) -> None:
         """WatchClient callback: queue the config if it is meant for this
-        replica; the `hop` key's trust goes to the gate."""
+        replica; the `hop` key's trust goes to the gate and the revoked
+        certificates."""
         if snapshot.key == HOP_KEY:
+            if snapshot.HasField("hop"):
+                self.revoked_certs.replace(snapshot.hop.revoked_certificates)
             if self.hop_gate is not None and snapshot.HasField("hop"):
                 self.hop_gate.on_trust(snapshot.hop)
             return
