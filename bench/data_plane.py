@@ -1,7 +1,7 @@
 """Data-plane throughput and latency, with wrk, beside the raw app ceiling.
 
     .venv/bin/python bench/data_plane.py [--duration 5] [--rounds 3]
-        [--handler async|sync|both] [--workers N] [--tls] [--tls-hop] [--metrics]
+        [--handler async|sync|both] [--workers N] [--tls] [--tls-hop] [--hop-pass] [--metrics]
                                                          (needs Debian's wrk)
 
 Runs, all on 127.0.0.1 in one go: a bare uvicorn + starlette hello app (the
@@ -47,7 +47,9 @@ the engine's goal too (issue 51, 13). For each of the three rows it prints
 the connections HAProxy opened to replicas per 1,000 requests.
 
 With --tls-hop, at --side-connections: a second cluster whose replicas serve
-TLS (--replica-tls on) and its proxy, beside the plain hop (bench/tls_hop.py).
+TLS (--replica-tls on) and its proxy, beside the plain hop (bench/tls_hop.py);
+with --hop-pass, one with tokens, whose replicas check every request's hop
+pass.
 
 With --metrics, at 16 connections: a proxy started with --no-metrics beside
 the default one, and the default one again while a client scrapes its
@@ -78,7 +80,7 @@ from haproxy_changes import (
     opened_per_1000,
     wait_running,
 )
-from tls_hop import TLS_HOP, tls_hop_proxy
+from tls_hop import HOP_PASS, TLS_HOP, hop_pass_proxy, tls_hop_proxy
 from wrk_run import scraped, wrk
 
 from servefleet._private.otlp_sink import OtlpSink
@@ -172,6 +174,9 @@ def main() -> None:
                         help="HAProxy's threads for --haproxy (default 0: one per CPU)")
     parser.add_argument("--tls-hop", action="store_true",
                         help="also measure a cluster whose proxy -> replica hop is TLS")
+    parser.add_argument("--hop-pass", action="store_true",
+                        help="also measure a cluster with tokens, whose replicas check each "
+                             "request's hop pass")
     parser.add_argument("--tls", action="store_true",
                         help="also measure a proxy serving HTTPS in front of the same replica")
     args = parser.parse_args()
@@ -244,6 +249,8 @@ def main() -> None:
             targets["https"] = f"https://127.0.0.1:{https.port}"
         if args.tls_hop:
             targets[TLS_HOP] = hop.enter_context(tls_hop_proxy(work, handlers, APPS)).url
+        if args.hop_pass:
+            targets[HOP_PASS] = hop.enter_context(hop_pass_proxy(work, handlers, APPS)).url
         for h in handlers:
             for url in targets.values():
                 wait_ok(f"{url}/{h}")

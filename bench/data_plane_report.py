@@ -10,7 +10,7 @@ import statistics
 
 from figures import Figure, emit
 from haproxy_changes import HAPROXY, ROLLED, SCALED
-from tls_hop import TLS_HOP
+from tls_hop import HOP_PASS, TLS_HOP
 
 # results[handler][kind][connections] = one wrk result per round
 Results = dict[str, dict[str, dict[int, list[dict[str, float]]]]]
@@ -107,7 +107,7 @@ def figures_of(results: Results) -> dict[str, Figure]:
                                                              strict=True)],
                         "x off", lower_is_better=False, headline=c == 16,
                         goal=">= 0.95" if kind == "traced 1%" else "")
-                if kind == TLS_HOP:  # beside the plain hop ("proxy"), same run
+                if kind in (TLS_HOP, HOP_PASS):  # beside the plain hop ("proxy"), same run
                     figures[f"{name}: of the plain hop"] = Figure(
                         [r["rps"] / p["rps"] for r, p in zip(runs, kinds["proxy"][c], strict=True)],
                         "x plain", lower_is_better=False, headline=c == 16)
