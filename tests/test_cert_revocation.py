@@ -14,15 +14,26 @@ import httpx
 import pytest
 
 from servefleet._private.cli.main import main
-from servefleet._private.security.certs import init_certs, issue_cert
+from servefleet._private.security.certs import init_certs, issue_cert, role_server_name
+from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME, client_context
 from servefleet._private.security.revocation import certificate_serial
 from servefleet._private.security.tls import Credentials, TlsFiles
 from servefleet._private.testing import ControllerProcess, free_port, wait_for
-from servefleet.v1 import controller_pb2, controller_pb2_grpc, watch_pb2
+from servefleet.client import ControllerClient
+from servefleet.v1 import (
+    controller_pb2,
+    controller_pb2_grpc,
+    replica_pb2,
+    replica_pb2_grpc,
+    watch_pb2,
+)
+from servefleet.v1 import deployment_pb2 as dpb
 
 pytestmark = pytest.mark.slow
 # Certificates of their own, each for one test: revoking one leaves the others.
-HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin", "spare": "proxy"}
+HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin", "spare": "proxy",
+           "rogue": "controller", "edge": "proxy", "second": "controller"}
+APPS = str(Path(__file__).parent / "apps")
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +44,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     for name, role in HOLDERS.items():
         issue_cert(certs, name, role)
     revoked = base / "revoked.txt"
-    assert main(["certs", "revoke", str(certs / "stolen.crt"), "--file", str(revoked)]) == 0
+    for name in ("stolen", "rogue"):
+        assert main(["certs", "revoke", str(certs / f"{name}.crt"), "--file", str(revoked)]) == 0
     http = f"127.0.0.1:{free_port()}"
     controller = ControllerProcess(
         f"sqlite://{base}/state.db", log_dir=base, certs=certs,
-        extra_args=["--revoked-certs", str(revoked), "--metrics-listen", http])
+        extra_args=["--revoked-certs", str(revoked), "--metrics-listen", http,
+                    "--replica-tls", "on"])
     controller.start()
     try:
         yield {"controller": controller, "certs": certs, "revoked": revoked, "http": http}
@@ -168,3 +181,97 @@ def _works(controller: ControllerProcess, credentials: Credentials) -> bool:
     except grpc.RpcError:
         return False
     return True
+
+
+# -- replicas --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def replica(cluster: dict) -> Iterator[replica_pb2.ReplicaInfo]:
+    """One replica of a deployment streaming ticks, serving TLS on its HTTP port."""
+    controller = cluster["controller"]
+    with ControllerClient([controller.address], timeout=30,
+                          credentials=controller.credentials) as client:
+        client.deploy(dpb.DeploymentSpec(
+            name="Ticks", import_path="ticks_app:ticks", route_prefix="/ticks",
+            runtime=dpb.RuntimeOptions(working_dir=APPS),
+            replica_config=dpb.ReplicaConfig(num_replicas=1)))
+
+        def running() -> list[replica_pb2.ReplicaInfo]:
+            return [r for r in client.replicas(deployment="Ticks")
+                    if r.state == replica_pb2.REPLICA_STATE_RUNNING]
+        wait_for(running, 90, "the Ticks replica running")
+        found = running()[0]
+        assert found.record.http_tls
+        yield found
+        client.delete(["Ticks"])
+
+
+def control_call(info: replica_pb2.ReplicaInfo, certs: Path, name: str) -> str:
+    """GetMetadata on the replica's control port with `name`'s certificate."""
+    credentials = holder(certs, name).with_server_name(role_server_name("replica"))
+    with credentials.channel(info.record.control_address) as channel:
+        return replica_pb2_grpc.ReplicaServiceStub(channel).GetMetadata(
+            replica_pb2.GetMetadataRequest(), timeout=10).replica_id
+
+
+def control_refusal(info: replica_pb2.ReplicaInfo, certs: Path, name: str) -> str | None:
+    """The refusal's details, or None when the call was served."""
+    try:
+        control_call(info, certs, name)
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.UNAUTHENTICATED, e
+        return e.details()
+    return None
+
+
+def http_client(certs: Path, name: str) -> httpx.Client:
+    tls = TlsFiles(certs / "ca.crt", certs / f"{name}.crt", certs / f"{name}.key")
+    return httpx.Client(verify=client_context(tls), timeout=10)
+
+
+def http_refused(info: replica_pb2.ReplicaInfo, certs: Path, name: str) -> bool:
+    with http_client(certs, name) as caller:
+        try:
+            caller.get(f"https://{info.record.http_address}/", headers={
+                "host": REPLICA_SERVER_NAME}, params={"n": "1"}).raise_for_status()
+        except httpx.TransportError:
+            return True
+    return False
+
+
+def test_a_replica_refuses_certificates_listed_when_it_started(
+        cluster: dict, replica: replica_pb2.ReplicaInfo) -> None:
+    certs = cluster["certs"]
+    # A controller's certificate passes the control port's role check: the
+    # revocation alone stops it.
+    assert control_refusal(replica, certs, "rogue") == (
+        f"the certificate with serial {serial(certs, 'rogue')} is revoked")
+    assert control_call(replica, certs, "second") == replica.record.replica_id
+    assert http_refused(replica, certs, "stolen")
+    assert not http_refused(replica, certs, "edge")
+
+
+def test_sighup_reaches_replicas_and_ends_what_the_certificate_has_open(
+        cluster: dict, replica: replica_pb2.ReplicaInfo) -> None:
+    certs = cluster["certs"]
+    assert control_call(replica, certs, "second") == replica.record.replica_id
+    with http_client(certs, "edge") as caller:
+        with caller.stream("GET", f"https://{replica.record.http_address}/",
+                           headers={"host": REPLICA_SERVER_NAME}) as stream:
+            lines = stream.iter_lines()
+            assert next(lines) == "tick 0"  # open, and being fed
+            for name in ("edge", "second"):
+                assert main(["certs", "revoke", str(certs / f"{name}.crt"),
+                             "--file", str(cluster["revoked"])]) == 0
+            cluster["controller"].signal(signal.SIGHUP)
+            seen = 1
+            with pytest.raises(httpx.TransportError):  # cut, where it would run 20 s
+                for _ in lines:
+                    seen += 1
+            assert seen < 399
+    wait_for(lambda: control_refusal(replica, certs, "second") is not None, 30,
+             "the control port refusing the certificate")
+    assert http_refused(replica, certs, "edge")
+    # The same replica, without a restart; the controller's own certificate still calls it.
+    assert control_call(replica, certs, "controller") == replica.record.replica_id

@@ -94,8 +94,8 @@ def add_controller_flags(parser: argparse.ArgumentParser) -> None:
                        help="bearer tokens callers may present (servefleet token create); "
                             "reread on SIGHUP")
     group.add_argument("--revoked-certs", metavar="FILE", default=None,
-                       help="serial numbers of certificates this controller refuses "
-                            "(servefleet certs revoke); reread on SIGHUP")
+                       help="serial numbers of certificates refused by this controller and "
+                            "the replicas (servefleet certs revoke); reread on SIGHUP")
     policy = parser.add_argument_group("what deploys may run")
     policy.add_argument("--allow-working-dir", action="append", default=[], metavar="DIR",
                         help="runtime.working_dir must lie below DIR (repeatable; default: "
@@ -285,8 +285,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         certs_sub, "revoke", help="add a certificate's serial number to a revocation file",
         description="Add the serial number of CERT (or --serial) to FILE, the file "
                     "controllers read with --revoked-certs; send them SIGHUP, and the "
-                    "certificate is refused by the controllers, and what it has open there "
-                    "is ended.",
+                    "certificate is refused by the controllers and their replicas, and what "
+                    "it has open is ended.",
         example=["servefleet certs revoke certs/alice-laptop.crt --file revoked.txt",
                  "servefleet certs revoke --serial 3A1F09 --file revoked.txt",
                  "kill -HUP \"$CONTROLLER_PID\"  # each controller"])

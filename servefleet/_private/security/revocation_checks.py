@@ -127,11 +127,15 @@ class RevokedCertInterceptor(grpc.aio.ServerInterceptor):
         self._calls.pop(task, None)
 
     def _end_revoked(self, added: frozenset[str]) -> None:
-        for task, (context, serial) in list(self._calls.items()):
+        """Listener of the list: may run in another thread than the server's
+        loop (a replica's control server has a loop of its own)."""
+        for task, (context, serial) in self._calls.copy().items():
             if serial in added:
                 logger.info("ending a call: %s", refusal(serial))
                 self._calls.pop(task, None)
-                asyncio.get_running_loop().create_task(_end(task, context, refusal(serial)))
+                loop = task.get_loop()
+                loop.call_soon_threadsafe(
+                    loop.create_task, _end(task, context, refusal(serial)))
 
     def _checked(self, handler: Handler) -> Handler:
         """`handler` with `_admit` first, whatever its kind."""
