@@ -3,14 +3,15 @@
 Hard state, at `/servefleet/<cluster>/hop` (JSON: no pickle in the store):
 
     {"keys": [{"id": ..., "private": <base64 of the raw Ed25519 key>}],
-     "revoked": {"replica:Front-1a2b": <unix time until which it is refused>}}
+     "revoked": {"replica:Front-1a2b": <unix time of the revocation>}}
 
 The first leader of a cluster with credentials makes the key; every later
 leader loads it, so passes outlive a failover (a cluster without credentials
 has none: its replicas check no pass). Only controllers read the store: the private
 key never leaves them (replicas get the public halves, on the Watch stream's
-`hop` key). A revoked subject stays listed until the last pass it may hold
-has expired (PASS_TTL_S after the revocation), then it is dropped.
+`hop` key). A revoked subject's passes issued before the revocation are
+refused; it stays listed until the last of them has expired (PASS_TTL_S
+after the revocation), then it is dropped.
 
 `HopAuthority` is one term's: it loads (step of the term's start), issues,
 revokes (a fenced write), and publishes the trust snapshot through a
@@ -106,15 +107,16 @@ class HopAuthority:
         return ((HOP_HEADER, self._own[0]),)
 
     async def revoke(self, subjects: list[str]) -> None:
-        """Refuse `subjects`' passes from now until the last one expires."""
-        if not self.required:
+        """Refuse the passes of `subjects` issued until now (listed until the
+        last of them expires)."""
+        if not self.required or not subjects:
             return
         now = self._clock.time()
-        until = now + PASS_TTL_S
-        self._revoked = {s: t for s, t in self._revoked.items() if t > now}
-        self._revoked.update(dict.fromkeys(subjects, until))
+        self._revoked = {s: t for s, t in self._revoked.items() if t + PASS_TTL_S > now}
+        self._revoked.update(dict.fromkeys(subjects, now))
         await self._write()
         self._publish()
+        logger.info("revoked the hop passes of %s", ", ".join(subjects))
 
     # -- 3. store and publish ---------------------------------------------------------------
 
@@ -127,11 +129,11 @@ class HopAuthority:
     def trust(self) -> watch_pb2.HopTrust:
         now = self._clock.time()
         revoked = []
-        for subject, until in sorted(self._revoked.items()):
-            if until > now:
-                stamp = Timestamp()
-                stamp.FromNanoseconds(int(until * 1e9))
-                revoked.append(watch_pb2.RevokedHopSubject(subject=subject, until=stamp))
+        for subject, revoked_at in sorted(self._revoked.items()):
+            if revoked_at + PASS_TTL_S > now:
+                revoked.append(watch_pb2.RevokedHopSubject(
+                    subject=subject, until=_stamp(revoked_at + PASS_TTL_S),
+                    revoked_at=_stamp(revoked_at)))
         return watch_pb2.HopTrust(
             required=self.required, revoked=revoked,
             keys=[watch_pb2.HopKey(id=k.id, public_key=k.public) for k in self._keys],
@@ -145,6 +147,12 @@ class HopAuthority:
         SIGHUP) once `load` has: before, there is no key to publish."""
         if self._issuer is not None or not self.required:
             self._publish()
+
+
+def _stamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
 
 
 def _parse(raw: bytes) -> tuple[list[HopKey], dict[str, float]]:

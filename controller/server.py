@@ -49,7 +49,7 @@ from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
 from .api.auth import Authorizer
 from .api.gate import SERVICE_NAME, LeaderGate, Leadership
-from .api.hop_pass import HopSubjects
+from .api.hop_pass import HopSubjects, revoke_replaced_tokens
 from .api.http import ControllerHttp
 from .api.http_gate import HttpGate, server_tls
 from .api.servicer import ControllerServicer
@@ -230,9 +230,13 @@ class ControllerServer:
         return [RevokedCertInterceptor(self.revoked_certs.serials)] if self.config.tls else []
 
     def reload_credentials(self) -> None:
-        """SIGHUP: the token file and the revoked certificates, read again."""
+        """SIGHUP: the token file and the revoked certificates, read again; the
+        hop passes of tokens revoked or replaced are revoked too (by a leader)."""
+        before = self.authorizer.tokens
         self.authorizer.reload()
         self.revoked_certs.reload()
+        if self.term is not None:
+            revoke_replaced_tokens(self.term.hop, before, self.authorizer.tokens)
 
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
         """A channel to another controller, as this controller (its certificate)."""

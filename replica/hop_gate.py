@@ -33,7 +33,7 @@ class HopGate:
         """A `hop` snapshot from the Watch stream."""
         self.required = trust.required
         self.verifier.trust({k.id: k.public_key for k in trust.keys},
-                            {r.subject: r.until.ToNanoseconds() / 1e9 for r in trust.revoked})
+                            {r.subject: r.revoked_at.ToNanoseconds() / 1e9 for r in trust.revoked})
 
     def control_refusal(self, hop: str | None) -> str | None:
         """Why a control call (GetMetadata, CheckHealth, Reconfigure, Drain)

@@ -41,7 +41,7 @@ def trust(address: str, token: str) -> watch_pb2.HopTrust:
 def verifier_of(found: watch_pb2.HopTrust) -> HopVerifier:
     verifier = HopVerifier()
     verifier.trust({k.id: k.public_key for k in found.keys},
-                   {r.subject: r.until.ToNanoseconds() / 1e9 for r in found.revoked})
+                   {r.subject: r.revoked_at.ToNanoseconds() / 1e9 for r in found.revoked})
     return verifier
 
 
@@ -123,3 +123,34 @@ def test_a_pass_is_no_pass_for_another_cluster(tmp_path, cluster) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_revoked_token_takes_its_passes_with_it(tmp_path, cluster) -> None:
+    """Revoking a token (its file reloaded on SIGHUP) revokes the passes it
+    got: replicas refuse them from the next `hop` snapshot on; a new token of
+    the same name gets passes that are served."""
+    import signal
+
+    path = tmp_path / "tokens"
+    reader = tokens.create(path, "reader-1", "reader")
+    alice = tokens.create(path, "alice", "deployer")
+    ctl = controller(tmp_path, cluster, "--auth-tokens", str(path))
+    try:
+        wait_for(lambda: hop_pass(ctl.address, alice), 20, "a leader")
+        old = getattr(hop_pass(ctl.address, alice), "pass")
+        assert verifier_of(trust(ctl.address, reader)).check(old).subject == "token:alice"
+        tokens.revoke(path, "alice")
+        alice = tokens.create(path, "alice", "deployer")  # the same name, a new token
+        ctl.signal(signal.SIGHUP)
+
+        def refused() -> bool:
+            try:
+                verifier_of(trust(ctl.address, reader)).check(old)
+            except HopRefused as e:
+                return "revoked" in str(e)
+            return False
+        wait_for(refused, 20, "the old pass revoked")
+        new = getattr(hop_pass(ctl.address, alice), "pass")
+        assert verifier_of(trust(ctl.address, reader)).check(new).subject == "token:alice"
+    finally:
+        ctl.stop()

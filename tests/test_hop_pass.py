@@ -63,20 +63,25 @@ def test_a_pass_of_another_key_or_altered_is_refused(world) -> None:
 
 def test_expiry_and_revocation(world) -> None:
     clock, issuer, verifier = world
-    key_of = next(iter(verifier._keys))
+    (key_id,) = verifier._keys
+    public = verifier._keys[key_id].public_bytes_raw()
     text, expires = issuer.issue("replica:A-1", "replica", ttl_s=100)
     assert verifier.check(text).subject == "replica:A-1"  # cached from here on
     clock.now = expires
     with pytest.raises(HopRefused, match="expired"):
         verifier.check(text)
-    fresh, expires = issuer.issue("replica:A-1", "replica", ttl_s=100)
-    other, _ = issuer.issue("replica:A-2", "replica", ttl_s=100)
+    fresh, _ = issuer.issue("token:alice", "deployer", ttl_s=100)
+    other, _ = issuer.issue("token:bob", "deployer", ttl_s=100)
     verifier.check(fresh)
-    verifier.trust({key_of: verifier._keys[key_of].public_bytes_raw()},
-                   {"replica:A-1": expires})
+    clock.now += 0.5
+    verifier.trust({key_id: public}, {"token:alice": clock.now})
     with pytest.raises(HopRefused, match="revoked"):
         verifier.check(fresh)
-    assert verifier.check(other).subject == "replica:A-2"
+    assert verifier.check(other).subject == "token:bob"
+    # A new token of the same name, issued after the revocation, is served.
+    clock.now += 0.002
+    renewed, _ = issuer.issue("token:alice", "deployer", ttl_s=100)
+    assert verifier.check(renewed).subject == "token:alice"
 
 
 def test_a_rotated_key_keeps_passes_of_the_old_one_while_trusted(world) -> None:

@@ -7,15 +7,22 @@ name in the token file, or a certificate's role and serial number.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servefleet._private.security.hop import hop_subject
 from servefleet._private.security.tls import peer_serial
-from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
+from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, TokenTable, digest
 
 from ..errors import Unauthenticated
 from .auth import Authorizer, bearer_token
+
+if TYPE_CHECKING:
+    from ..hop_keys import HopAuthority
+
+logger = logging.getLogger(__name__)
 
 
 class HopSubjects:
@@ -44,3 +51,27 @@ class HopSubjects:
         if serial is None:
             raise Unauthenticated("no credentials to name in a hop pass")
         return role, hop_subject(cert=(role, serial))
+
+
+def revoked_token_subjects(before: TokenTable | None, after: TokenTable | None) -> list[str]:
+    """The subjects whose hop passes a token file reload revokes: each name
+    whose token is gone, or is now another token or another role."""
+    now = {e.name: (e.digest, e.role) for e in (after.entries() if after else [])}
+    return sorted(hop_subject(token_name=e.name) for e in (before.entries() if before else [])
+                  if now.get(e.name) != (e.digest, e.role))
+
+
+def revoke_replaced_tokens(hop: HopAuthority, before: TokenTable | None,
+                           after: TokenTable | None) -> None:
+    """After a token file reload: revoke, in the background, the passes of
+    tokens gone or replaced (a failure is logged; the leader's next reload
+    tries again)."""
+    gone = revoked_token_subjects(before, after)
+    if not gone:
+        return
+
+    def logged(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("could not revoke the hop passes of %s: %s", ", ".join(gone),
+                         task.exception())
+    asyncio.get_running_loop().create_task(hop.revoke(gone)).add_done_callback(logged)

@@ -94,12 +94,14 @@ class HopKey(_message.Message):
     def __init__(self, id: _Optional[str] = ..., public_key: _Optional[bytes] = ...) -> None: ...
 
 class RevokedHopSubject(_message.Message):
-    __slots__ = ("subject", "until")
+    __slots__ = ("subject", "until", "revoked_at")
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
     subject: str
     until: _timestamp_pb2.Timestamp
-    def __init__(self, subject: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    revoked_at: _timestamp_pb2.Timestamp
+    def __init__(self, subject: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RouteTable(_message.Message):
     __slots__ = ("routes", "request_timeout_s", "max_request_body_bytes", "grpc_routes")

@@ -24,8 +24,9 @@ cheaply, and names the caller:
   arguments): `replica`, `deployer`, `admin` (`may_call_methods`); a
   proxy's pass reaches HTTP, WebSockets and gRPC only.
 
-Revoking a subject (a replica stopped, a token revoked) lists it until its
-passes would have expired anyway. Passes live PASS_TTL_S, long enough that
+Revoking a subject (a replica stopped, a token revoked) refuses its passes
+issued before the revocation (a new token of the same name gets new ones),
+listed until the last of them would have expired anyway. Passes live PASS_TTL_S, long enough that
 the data plane outlives a controller outage, and callers renew theirs once
 half of it has passed.
 """
@@ -70,6 +71,7 @@ class HopCaller:
     subject: str
     role: str
     expires: float
+    issued: float = 0.0
 
     @property
     def may_call_methods(self) -> bool:
@@ -133,9 +135,12 @@ class HopIssuer:
 
     def issue(self, subject: str, role: str, ttl_s: float = PASS_TTL_S) -> tuple[str, float]:
         """(a pass for `subject` of `role`, when it expires)."""
-        expires = int(self._clock() + ttl_s)
-        payload = json.dumps({"k": self._key.id, "s": subject, "r": role, "x": expires},
-                             separators=(",", ":")).encode()
+        now = self._clock()
+        expires = int(now + ttl_s)
+        # Issued in milliseconds: a revocation refuses the passes issued
+        # before it, and a new token of the same name may follow at once.
+        payload = json.dumps({"k": self._key.id, "s": subject, "r": role, "x": expires,
+                              "i": int(now * 1000)}, separators=(",", ":")).encode()
         body = PREFIX + _b64(payload)
         return f"{body}.{_b64(self._key.private.sign(body.encode()))}", float(expires)
 
@@ -150,7 +155,8 @@ class HopVerifier:
         self._cache: dict[str, HopCaller] = {}
 
     def trust(self, keys: Mapping[str, bytes], revoked: Mapping[str, float]) -> None:
-        """The cluster's public keys (by id) and its revoked subjects (until when)."""
+        """The cluster's public keys (by id) and its revoked subjects (when each
+        was revoked: its passes issued before then are refused)."""
         self._keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
         self._revoked = dict(revoked)
         self._cache = {}
@@ -173,7 +179,8 @@ class HopVerifier:
         now = self._clock()
         if caller.expires <= now:
             raise HopRefused(f"the {HOP_HEADER} pass of {caller.subject} expired")
-        if self._revoked.get(caller.subject, 0.0) > now:
+        revoked_at = self._revoked.get(caller.subject)
+        if revoked_at is not None and caller.issued <= revoked_at:
             raise HopRefused(f"the {HOP_HEADER} pass of {caller.subject} is revoked")
         return caller
 
@@ -188,7 +195,8 @@ class HopVerifier:
                 raise HopRefused(f"{HOP_HEADER} is signed with a key this cluster does not "
                                  "trust")
             key.verify(_unb64(signature), body.encode())
-            return HopCaller(str(payload["s"]), str(payload["r"]), float(payload["x"]))
+            return HopCaller(str(payload["s"]), str(payload["r"]), float(payload["x"]),
+                             float(payload.get("i", 0)) / 1000)
         except HopRefused:
             raise
         except (InvalidSignature, ValueError, KeyError, TypeError, binascii.Error,

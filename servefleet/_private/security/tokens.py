@@ -147,3 +147,6 @@ class TokenTable:
 
     def by_digest(self, hashed: str) -> TokenEntry | None:
         return self._by_digest.get(hashed)
+
+    def entries(self) -> list[TokenEntry]:
+        return list(self._by_digest.values())
