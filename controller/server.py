@@ -42,8 +42,6 @@ from servefleet._private.lifecycle import (
 )
 from servefleet._private.logs import LEADER_TERM
 from servefleet._private.security.certs import role_server_name
-from servefleet._private.security.revocation import RevokedCertsFile
-from servefleet._private.security.revocation_checks import RevokedCertInterceptor
 from servefleet._private.security.tls import Credentials, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc
 
@@ -53,6 +51,7 @@ from .api.hop_pass import HopSubjects, revoke_replaced_tokens
 from .api.http import ControllerHttp
 from .api.http_gate import HttpGate, server_tls
 from .api.servicer import ControllerServicer
+from .cert_revocation import CertRevocation
 from .clock import Clock
 from .config import ControllerConfig
 from .election import LeaderElection
@@ -89,10 +88,8 @@ class ControllerServer:
         self._store = store or open_store(config.store_url, config.etcd_tls or config.tls)
         self.authorizer = Authorizer(config.auth_tokens, tls=config.tls is not None)
         # Certificates revoked one by one: refused on every port, told to replicas.
-        self.revoked_certs = RevokedCertsFile(config.revoked_certs)
-        # Replicas hear of each change with the hop trust (hop_keys.py).
-        self.revoked_certs.serials.on_change(
-            lambda added: self.term.hop.publish() if self.term is not None else None)
+        self.revoked_certs = CertRevocation(config.revoked_certs, config.tls is not None,
+                                            lambda: self.term)
         self.authorizer.replica_tokens = self._replica_token_owner
         self.hop_subjects = HopSubjects(self.authorizer)
         self.hop_subjects.replica_ids = self._replica_token_id
@@ -168,7 +165,7 @@ class ControllerServer:
         # by default cancels those past 3,000: a burst of Watch streams (a large
         # cluster reconnecting after a failover) lost every call past it.
         server = grpc.aio.server(
-            interceptors=[*self._revocation_check(), LeaderGate(self._leadership),
+            interceptors=[*self.revoked_certs.interceptors(), LeaderGate(self._leadership),
                           Guard(SERVICE_NAME, self.authorizer.check),
                           # Health parses through a Guard too: garbage gets
                           # INVALID_ARGUMENT, not gRPC's UNKNOWN.
@@ -224,10 +221,6 @@ class ControllerServer:
         self._terms = asyncio.create_task(self._lead_forever(), name="leader-terms")
         self._members = asyncio.create_task(self.membership.run(), name="membership")
         await self._start_http()
-
-    def _revocation_check(self) -> list[grpc.aio.ServerInterceptor]:
-        # Outermost: a revoked caller learns nothing, not even who leads.
-        return [RevokedCertInterceptor(self.revoked_certs.serials)] if self.config.tls else []
 
     def reload_credentials(self) -> None:
         """SIGHUP: the token file and the revoked certificates, read again; the

@@ -32,7 +32,7 @@ from servefleet.v1 import deployment_pb2 as dpb
 pytestmark = pytest.mark.slow
 # Certificates of their own, each for one test: revoking one leaves the others.
 HOLDERS = {"stolen": "admin", "laptop": "admin", "watcher": "admin", "spare": "proxy",
-           "rogue": "controller", "edge": "proxy", "second": "controller"}
+           "rogue": "controller", "edge": "proxy", "second": "controller", "holder": "proxy"}
 APPS = str(Path(__file__).parent / "apps")
 
 
@@ -146,6 +146,28 @@ def test_replicas_hear_the_list_with_the_hop_trust(cluster: dict) -> None:
         update = next(m for m in stream if m.HasField("snapshot")).snapshot
         assert serial(certs, "spare") in update.hop.revoked_certificates
         assert update.hop.keys == first.hop.keys  # the rest of the trust as it was
+        stream.cancel()
+
+
+def test_the_hop_passes_a_revoked_certificate_got_are_revoked(cluster: dict) -> None:
+    """Replicas' ports without TLS take a pass alone: one got with the
+    certificate before its revocation is revoked with it."""
+    controller, certs = cluster["controller"], cluster["certs"]
+    with ControllerClient([controller.address], timeout=30,
+                          credentials=holder(certs, "holder")) as client:
+        issued = client.hop_pass()
+    assert issued.subject == f"cert:proxy:{serial(certs, 'holder')}"
+    with controller.credentials.channel(controller.address) as channel:
+        stub = controller_pb2_grpc.ControllerServiceStub(channel)
+        stream = stub.Watch(watch_pb2.WatchRequest(known={"hop": ""}, heartbeat_s=0.2),
+                            timeout=60)
+        assert issued.subject not in {r.subject for r in next(stream).snapshot.hop.revoked}
+        assert main(["certs", "revoke", str(certs / "holder.crt"),
+                     "--file", str(cluster["revoked"])]) == 0
+        controller.signal(signal.SIGHUP)
+        for message in stream:
+            if issued.subject in {r.subject for r in message.snapshot.hop.revoked}:
+                break
         stream.cancel()
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from servefleet._private.security.hop import hop_subject
+from servefleet._private.security.roles import CONTROLLER_API, may_call
 from servefleet._private.security.tls import peer_serial
 from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, TokenTable, digest
 
@@ -66,12 +67,30 @@ def revoke_replaced_tokens(hop: HopAuthority, before: TokenTable | None,
     """After a token file reload: revoke, in the background, the passes of
     tokens gone or replaced (a failure is logged; the leader's next reload
     tries again)."""
-    gone = revoked_token_subjects(before, after)
-    if not gone:
+    _revoke_in_background(hop, revoked_token_subjects(before, after))
+
+
+def revoked_certificate_subjects(serials: Iterable[str]) -> list[str]:
+    """The subjects of the passes certificates with these serial numbers may
+    hold: a pass names its certificate's role, which the serial alone does not
+    tell, so one per role that may ask for a pass."""
+    roles = [role for role in CONTROLLER_API if may_call(role, "GetHopPass")]
+    return sorted(hop_subject(cert=(role, serial)) for serial in serials for role in roles)
+
+
+def revoke_certificate_passes(hop: HopAuthority, serials: Iterable[str]) -> None:
+    """After certificates are revoked (--revoked-certs, SIGHUP on the leader):
+    revoke, in the background, the passes they got, which replicas' ports
+    without TLS would take until they expire (a failure is logged)."""
+    _revoke_in_background(hop, revoked_certificate_subjects(serials))
+
+
+def _revoke_in_background(hop: HopAuthority, subjects: list[str]) -> None:
+    if not subjects:
         return
 
     def logged(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            logger.error("could not revoke the hop passes of %s: %s", ", ".join(gone),
+            logger.error("could not revoke the hop passes of %s: %s", ", ".join(subjects),
                          task.exception())
-    asyncio.get_running_loop().create_task(hop.revoke(gone)).add_done_callback(logged)
+    asyncio.get_running_loop().create_task(hop.revoke(subjects)).add_done_callback(logged)
