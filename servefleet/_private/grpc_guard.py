@@ -40,6 +40,16 @@ def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: s
     context.set_details(message)
 
 
+async def relayed(answers: Any) -> AsyncIterator[Any]:
+    """What a server-streaming handler answers: its items, or none for a
+    handler that writes them itself (context.write) and returns a coroutine."""
+    if not hasattr(answers, "__aiter__"):
+        await answers
+        return
+    async for item in answers:
+        yield item
+
+
 def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
     """`handler`, with requests parsed here and `check` awaited before it runs."""
     parse = handler.request_deserializer
@@ -98,11 +108,7 @@ def guarded(handler: Handler, method: str, check: Check | None) -> Handler:
             request = await admitted(raw, context)
             if request is None:
                 return
-            answers = stream(request, context)
-            if not hasattr(answers, "__aiter__"):  # a handler that writes (context.write)
-                await answers
-                return
-            async for item in answers:
+            async for item in relayed(stream(request, context)):
                 yield item
 
         return grpc.unary_stream_rpc_method_handler(streaming, response_serializer=respond)

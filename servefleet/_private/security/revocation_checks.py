@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import grpc
 
+from servefleet._private.grpc_guard import relayed
+
 from .revocation import RevokedSerials, parse_serial
 from .tls import peer_serial
 
@@ -163,11 +165,7 @@ class RevokedCertInterceptor(grpc.aio.ServerInterceptor):
                                   run: Any = behaviour) -> AsyncIterator[Any]:
                     if not admit(context):
                         return
-                    items = run(request, context)
-                    if not hasattr(items, "__aiter__"):  # a handler that writes (context.write)
-                        await items
-                        return
-                    async for item in items:
+                    async for item in relayed(run(request, context)):
                         yield item
 
                 checked = answers
