@@ -18,7 +18,7 @@ from raw_grpc import call, tls_socket
 
 from servefleet._private.security import tokens
 from servefleet._private.security.certs import init_certs
-from servefleet._private.testing import ControllerProcess, free_port
+from servefleet._private.testing import ControllerProcess, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 LIST = "/servefleet.v1.ControllerService/ListDeployments"
@@ -36,6 +36,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
                                    extra_args=["--auth-tokens", str(tmp / "tokens"),
                                                "--metrics-listen", http]).start()
     try:
+        # A standby answers UNAVAILABLE: the tests below are about the leader's answers.
+        wait_for(controller.is_leader, 30, "the controller to lead")
         yield controller, certs, reader, http
     finally:
         controller.stop()
