@@ -43,6 +43,9 @@ def one_line(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
 
 class ApiError(Exception):
     code = grpc.StatusCode.UNKNOWN
+    # An answer callers expect and act on (no hop pass needed, say): not logged
+    # as a refusal.
+    expected = False
 
     def __init__(self, message: str) -> None:
         message = cap(message, MAX_MESSAGE_CHARS)

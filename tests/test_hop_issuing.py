@@ -102,6 +102,9 @@ def test_a_cluster_without_credentials_issues_none(tmp_path, cluster) -> None:
         assert answer() == grpc.StatusCode.FAILED_PRECONDITION
         found = trust(plain.address, "")
         assert not found.required
+        # Every proxy and replica asks once: an expected answer, not a refusal in
+        # the log `servefleet up` shows a new user.
+        assert "refused GetHopPass" not in plain.logs()
     finally:
         plain.stop()
 

@@ -138,7 +138,8 @@ def api_method(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             if isinstance(e, NotLeader):
                 not_leader, hint = True, e.leader
             else:
-                logger.info("refused %s: %s: %s", fn.__name__, e.code.name,
+                logger.log(logging.DEBUG if e.expected else logging.INFO,
+                           "refused %s: %s: %s", fn.__name__, e.code.name,
                             one_line(message, MAX_MESSAGE_CHARS))
         except grpc.aio.AbortError:
             raise  # already answered (a malformed message in a request stream, say)

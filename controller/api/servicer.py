@@ -207,8 +207,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                          context: Any) -> api.GetHopPassResponse:
         hop = self._term().hop
         if not hop.required:
-            raise FailedPrecondition("this cluster has no credentials (tokens or "
-                                     "certificates): its replicas need no hop pass")
+            unneeded = FailedPrecondition("this cluster has no credentials (tokens or "
+                                          "certificates): its replicas need no hop pass")
+            unneeded.expected = True  # every proxy and replica asks once at start
+            raise unneeded
         role, subject = self._hop_subject(context)
         issued, expires = hop.issue(subject, role)
         stamp = Timestamp()
