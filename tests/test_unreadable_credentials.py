@@ -74,9 +74,22 @@ def test_an_unreadable_credential_is_refused_beside_a_valid_certificate(
     assert status == "16" and message.startswith("unreadable credentials: "), message
     assert why in message, message
     assert reader not in message and reader[4:20] not in message  # never echoed
-    # gRPC itself logs a value that is no UTF-8 (with a traceback of its own); the
+    # gRPC itself logs a value that is no UTF-8 (its length only: see below); the
     # controller logs only its refusal.
     assert " ERROR servefleet" not in controller.logs()
+
+
+def test_grpc_logs_no_token_it_could_not_decode(secured) -> None:
+    """gRPC's own log line for metadata that is no UTF-8 quoted the raw value
+    (with a traceback): a token with one bad byte after it landed in the log."""
+    controller, certs, reader, _ = secured
+    sent = [(b"authorization", b"Bearer " + reader.encode() + b"\xff")]
+    status, _ = call(tls_socket(controller.address, certs, "admin"), LIST, sent)
+    assert status == "16"
+    wait_for(lambda: "nvalid encoding" in controller.logs(), 10, "gRPC's line")
+    logs = controller.logs()
+    assert reader not in logs and reader[4:20] not in logs
+    assert "Traceback" not in logs.split("nvalid encoding", 1)[1][:400]
 
 
 def _http(address: str, certs: Path, headers: bytes) -> tuple[int, bytes]:

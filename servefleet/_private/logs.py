@@ -77,6 +77,22 @@ class _Context(logging.Filter):
         return True
 
 
+class _GrpcUndecodable(logging.Filter):
+    """gRPC logs metadata it cannot decode as UTF-8 with the raw value and a
+    traceback: an `authorization` value with one bad byte put its token in
+    the log. The line keeps what happened and the value's length only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("grpc.") and str(record.msg).startswith("Invalid encoding"):
+            size = len(record.args[0]) if isinstance(record.args, tuple) and record.args and \
+                isinstance(record.args[0], bytes | str) else 0
+            record.msg, record.args = ("gRPC: invalid encoding in a metadata value "
+                                       "(%d bytes, not logged: it may hold a credential)"), (size,)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 class _Stderr(logging.StreamHandler):
     """Writes to whatever sys.stderr is when a record comes (a test harness
     may swap it), not to the stream it was when logging was set up."""
@@ -131,6 +147,7 @@ def configure(component: str, level: int | str = logging.INFO, fmt: str | None =
     handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
     handler.addFilter(_Context({"component": component, **fields}))
+    handler.addFilter(_GrpcUndecodable())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
