@@ -4,8 +4,11 @@ has and does, read from its controller."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 
-from . import connect, helptext, output
+from servefleet.v1 import controller_pb2 as api
+
+from . import connect, follow, helptext, output
 from .errors import UsageError
 
 
@@ -50,11 +53,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise UsageError("--tail: between 1 and 10000 lines")
     application, deployment = deployment_named(args.name, args.app)
     with connect.client(args) as client:
+        def stream(tail: int) -> Iterator[api.GetLogsResponse]:
+            return client.logs(application, deployment, args.replica or "", tail,
+                               args.follow, args.request_id or "")
+
+        def emit(replica_id: str, line: str) -> None:
+            print(f"{replica_id} | {line}", flush=args.follow)
         try:
-            for chunk in client.logs(application, deployment, args.replica or "",
-                                     args.tail, args.follow, args.request_id or ""):
-                for line in chunk.lines:
-                    print(f"{chunk.replica_id} | {line}", flush=args.follow)
+            if args.follow:
+                follow.follow(stream, args.tail, emit, lambda e: getattr(e, "code", None))
+            else:
+                for chunk in stream(args.tail):
+                    for line in chunk.lines:
+                        emit(chunk.replica_id, line)
         except KeyboardInterrupt:
             return 0
     return 0
@@ -114,7 +125,8 @@ def add_commands(commands) -> None:
     logs_cmd.add_argument("--tail", type=int, default=100, metavar="N",
                           help="past lines of each replica to show first (default 100)")
     logs_cmd.add_argument("-f", "--follow", action="store_true",
-                          help="keep printing new lines until Ctrl-C")
+                          help="keep printing new lines until Ctrl-C (across the "
+                               "controller's hourly end of a follow and a change of leader)")
     logs_cmd.add_argument("--request-id", default=None, metavar="ID",
                           help="only this request's lines (its x-request-id), from every "
                                "replica it passed through, tracebacks included")
