@@ -164,6 +164,10 @@ STARTUP_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_BIND_NOW", "MALLOC
 STARTUP_ENV_PREFIXES = ("PYTHON",)
 
 
+# What one read of a replica's log file takes at most.
+READ_BYTES = 1 << 20
+
+
 class ProcessRuntime:
     name = "process"
 
@@ -337,9 +341,11 @@ class ProcessRuntime:
                     text = "".join(deque(io.TextIOWrapper(f, errors="replace"), maxlen=lines))
                     return text, str(log_path.stat().st_size)
                 f.seek(int(cursor))
-                data = f.read(1 << 20)
-                # Up to the last complete line; the rest comes next time.
-                end = data.rfind(b"\n") + 1
+                data = f.read(READ_BYTES)
+                # Up to the last complete line; the rest comes next time. A
+                # line longer than one read comes in pieces (GetLogs cuts it
+                # at 64 KiB anyway): waiting for its end would stop the follow.
+                end = data.rfind(b"\n") + 1 or (len(data) if len(data) == READ_BYTES else 0)
                 return data[:end].decode(errors="replace"), str(int(cursor) + end)
         except OSError:
             return "", cursor
