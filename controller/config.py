@@ -160,6 +160,17 @@ class ControllerConfig:
             return f"{_address_towards(self.store_url) or socket.gethostname()}:{port}"
         return self.listen
 
+    def metrics_advertised(self) -> str | None:
+        """Where others scrape this controller's /metrics (its Prometheus
+        target): --metrics-listen, or, where that binds every interface, the
+        advertised host with its port (a target of 0.0.0.0 reaches nothing)."""
+        if self.metrics_listen is None:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::", ""):
+            return f"{self.advertised().rpartition(':')[0]}:{port}"
+        return self.metrics_listen
+
 
 def _address_towards(store_url: str) -> str | None:
     """This host's address on the route to the store's first member (no packet

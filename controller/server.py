@@ -67,6 +67,7 @@ from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
 from .xds.ads import AggregatedDiscovery
 from .xds.csds import ClientStatus
+from .xds.hop_header import term_passes
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class ControllerServer:
         self._members: asyncio.Task[None] | None = None
         # Where each live controller serves /metrics (for scrape discovery).
         self.metrics_members = (
-            Membership(self._store, keys.metrics_endpoints, config.metrics_listen,
+            Membership(self._store, keys.metrics_endpoints, config.metrics_advertised(),
                        config.lease_ttl, self._clock) if config.metrics_listen else None)
         self._metrics_task: asyncio.Task[None] | None = None
         self._http: Any = None
@@ -184,7 +185,9 @@ class ControllerServer:
                                        self._leadership.can_serve,
                                        self._leadership.abort_not_leader, self._check_xds,
                                        self._leadership.hint, self._peer_channel,
-                                       lambda: self.term.fence if self.term else None)
+                                       lambda: self.term.fence if self.term else None,
+                                       term_passes(lambda: self.term.hop if self.term else None,
+                                                   self.hop_subjects.of, self._clock.time))
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.xds, server)
         csds_pb2_grpc.add_ClientStatusDiscoveryServiceServicer_to_server(
             ClientStatus(self.xds, self._check_xds), server)

@@ -31,6 +31,19 @@ def test_binding_everything_advertises_the_address_that_reaches_the_store() -> N
         == f"{socket.gethostname()}:7373"
 
 
+def test_the_metrics_target_is_reachable_where_metrics_bind_everything() -> None:
+    # The compose file's controllers: --advertise controller-1:7373 and
+    # --metrics-listen 0.0.0.0:9101 listed 0.0.0.0:9101 to Prometheus.
+    config = ControllerConfig("etcd://etcd:2379", listen="0.0.0.0:7373",
+                              advertise="controller-1:7373", metrics_listen="0.0.0.0:9101")
+    assert config.metrics_advertised() == "controller-1:9101"
+    assert ControllerConfig("etcd://etcd:2379", advertise="[::1]:7373",
+                            metrics_listen="[::]:9101").metrics_advertised() == "[::1]:9101"
+    assert ControllerConfig("etcd://etcd:2379", metrics_listen="127.0.0.2:9101"
+                            ).metrics_advertised() == "127.0.0.2:9101"
+    assert ControllerConfig("etcd://etcd:2379").metrics_advertised() is None
+
+
 @pytest.mark.parametrize(("field", "value", "flag"), [
     ("listen", "nowhere", "--listen"), ("advertise", "host:0", "--advertise"),
     ("metrics_listen", ":80", "--metrics-listen"), ("runtime", "k8s", "--runtime"),
