@@ -17,6 +17,9 @@ asked for and what it was last sent:
   resources again (only a later change is sent); after a NACK, one with the
   NACKed nonce and without `error_detail` is a plain request, whatever
   version it names (the one the client holds);
+- the RDS `servefleet-http` sent to a client carries that client's own hop
+  pass in a cluster with credentials (hop_header.py), so its version is the
+  client's own; every other resource is shared;
 - what each client may route by (the EDS response it last ACKed and those
   sent since: applied.py) goes to the leader term's drain fence;
 - a request with an old nonce is stale (the client had not seen the latest
@@ -52,7 +55,7 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf.message import DecodeError
 
-from servefleet._private.wire import REPLICAS_KIND, ROUTES_KEY, parse_watch_key
+from servefleet._private.wire import HOP_KEY, REPLICAS_KIND, ROUTES_KEY, parse_watch_key
 
 from ..drain_fence import DrainFence
 from ..errors import InvalidArgument, cap, one_line
@@ -60,8 +63,9 @@ from ..stream_end import close_requests, cut_off
 from ..watch import Publisher
 from .applied import AppliedEndpoints, held
 from .build import build
+from .hop_header import StreamPass
 from .requests import MAX_NACK_CHARS, MAX_QUEUED_NAMES, MAX_QUEUED_REQUESTS, Inbox, check_request
-from .resources import CLUSTER, ENDPOINTS, LISTENER, Resources, response_version
+from .resources import CLUSTER, ENDPOINTS, LISTENER, ROUTE, Resources, response_version
 
 logger = logging.getLogger(__name__)
 # Types whose responses carry the whole subscribed set (state of the world).
@@ -109,7 +113,7 @@ class _Subscription:
     nacked_nonce: str = ""
     # Set when the client asked for something new: answer even if unchanged.
     dirty: bool = True
-    # What the last response carried, by name (for CSDS).
+    # What the last response carried, by name (for CSDS; a hop pass redacted).
     sent: dict[str, Any] = field(default_factory=dict)
 
 
@@ -122,6 +126,8 @@ class XdsClient:
     subscriptions: dict[str, _Subscription] = field(default_factory=dict)
     # The replica sets it routes by, named to the leader's drain fence.
     applied: AppliedEndpoints | None = None
+    # Its hop pass, in the Envoy routes it is sent (None: a cluster without credentials).
+    hop: StreamPass | None = None
 
 
 class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
@@ -131,7 +137,9 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                  check: Callable[[grpc.aio.ServicerContext], Any] | None = None,
                  leader: Callable[[], Awaitable[str | None]] | None = None,
                  connect: Callable[[str], grpc.aio.Channel] | None = None,
-                 fence: Callable[[], DrainFence | None] | None = None) -> None:
+                 fence: Callable[[], DrainFence | None] | None = None,
+                 hop_pass: Callable[[grpc.aio.ServicerContext], StreamPass | None] | None = None
+                 ) -> None:
         self._publisher = publisher
         self._can_serve = can_serve
         self._abort_not_leader = abort_not_leader
@@ -141,6 +149,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         self._connect = connect
         # The leader term's drain fence, told which replica sets clients route by.
         self._fence = fence or (lambda: None)
+        # The hop pass of a stream's client, for its Envoy routes (hop_header.py).
+        self._hop_pass = hop_pass or (lambda context: None)
         self._streams = itertools.count(1)
         self._cache = ResourceCache()
         self._nonces = itertools.count(1)
@@ -221,7 +231,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     async def _serve(self, publisher: Publisher, request_iterator: Any,
                      context: grpc.aio.ServicerContext
                      ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
-        client = XdsClient(node_id="", peer=context.peer())
+        client = XdsClient(node_id="", peer=context.peer(), hop=self._hop_pass(context))
         applied = client.applied = AppliedEndpoints(
             self._fence(), f"xds#{next(self._streams)}@{client.peer}")
         applied.open()
@@ -341,12 +351,16 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         resources = self._cache.get(publisher)
         out = []
         for type_url, sub in client.subscriptions.items():
-            available = resources.by_type[type_url]
+            available, shown = resources.by_type[type_url], {}
+            if type_url == ROUTE and client.hop is not None:
+                trust = publisher.snapshot(HOP_KEY)
+                available, shown = client.hop.routes(
+                    available, trust.hop if trust is not None else None, client.node_id)
             chosen = sorted(resources.wildcard[type_url]) if sub.wildcard else sorted(
                 n for n in sub.names if n in available)
             if not chosen and type_url not in _WHOLE_SET and not sub.dirty:
                 continue
-            version = response_version(resources, type_url, chosen)
+            version = response_version(available, type_url, chosen)
             if version == sub.sent_version and not sub.dirty:
                 continue
             sub.dirty = False
@@ -354,7 +368,7 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     sub.acked_version == version:
                 continue  # asked again for what it has and acknowledged
             sub.sent_version, sub.nonce = version, str(next(self._nonces))
-            sub.sent = {n: available[n].packed for n in chosen}
+            sub.sent = {n: shown.get(n, available[n].packed) for n in chosen}
             if type_url == ENDPOINTS and client.applied is not None:
                 client.applied.sent(sub.nonce, version, held(resources, chosen))
             out.append(discovery_pb2.DiscoveryResponse(

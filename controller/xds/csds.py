@@ -3,7 +3,8 @@
 `FetchClientStatus` answers, per client connected to this controller's ADS
 (ads.py keeps them), every resource it subscribed to with the version last
 sent, whether it was ACKed or NACKed (with the client's message), and the
-resource itself unless `exclude_resource_contents` is set. `node_matchers`
+resource itself unless `exclude_resource_contents` is set (an Envoy's
+routes with the value of its hop pass redacted: hop_header.py). `node_matchers`
 are not supported: every client is listed. A standby lists none (clients
 reach the leader through its relay).
 """

@@ -14,7 +14,9 @@ takes the route configuration `servefleet-http` over ADS, and CDS over ADS
   Routes of applications with `require_token` are left out: Envoy cannot
   check servefleet's tokens, and such a route must not be reachable without;
   the route of an application that cannot serve (its build failed) is a
-  direct 503 response with the reason;
+  direct 503 response with the reason; a client's `x-servefleet-hop` is
+  removed, and in a cluster with credentials the configuration sent to one
+  xDS client carries that client's own hop pass (hop_header.py);
 - CDS (to wildcard subscribers): a cluster per routed deployment,
   `servefleet-http/<application>/<deployment>`, EDS, least request;
 - EDS: the RUNNING replicas' HTTP addresses.
@@ -29,6 +31,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.wire import REJECTED_HEADER, ROUTE_PREFIX_HEADER
 from servefleet.v1 import watch_pb2
 
@@ -104,10 +107,11 @@ def http_resources(out: Resources, routes: watch_pb2.RouteTable,
         for deployment in targets:
             clusters[http_cluster(route.application, deployment)] = (route.application,
                                                                      deployment)
-    # servefleet's own headers come only from servefleet, never from a client.
+    # servefleet's own headers come only from servefleet, never from a client:
+    # the hop pass (hop_header.py adds this client's own) included.
     out.add(ROUTE, ROUTE_NAME, route_pb2.RouteConfiguration(
         name=ROUTE_NAME, virtual_hosts=[host],
-        request_headers_to_remove=["x-servefleet-method", "x-servefleet-caller"]))
+        request_headers_to_remove=["x-servefleet-method", "x-servefleet-caller", HOP_HEADER]))
     for name, key in sorted(clusters.items()):
         out.add(CLUSTER, name, cluster_pb2.Cluster(
             name=name, type=cluster_pb2.Cluster.EDS,

@@ -82,8 +82,7 @@ class Resources:
             source: tuple[str, str] | None = None) -> None:
         packed = any_pb2.Any()
         packed.Pack(message)  # type: ignore[arg-type]
-        version = hashlib.sha256(packed.value).hexdigest()[:16]
-        self.by_type[type_url][name] = Resource(name, packed, version)
+        self.by_type[type_url][name] = Resource(name, packed, digest(packed))
         if source is not None:
             self.sources[name] = source
 
@@ -93,13 +92,21 @@ class Resources:
         return resource.version if resource is not None else None
 
 
-def response_version(resources: Resources, type_url: str, names: list[str]) -> str:
-    """The version of a response carrying `names` (sorted) of `type_url`: a
-    digest of their versions, the same on every leader for the same state."""
-    digest = hashlib.sha256()
+def digest(packed: any_pb2.Any) -> str:
+    """A resource's version: the digest of its bytes."""
+    return hashlib.sha256(packed.value).hexdigest()[:16]
+
+
+def response_version(resources: Resources | dict[str, Resource], type_url: str,
+                     names: list[str]) -> str:
+    """The version of a response carrying `names` (sorted) of `type_url` (from
+    `resources`, or the resources of that type by name): a digest of their
+    versions, the same on every leader for the same state."""
+    by_name = resources.by_type[type_url] if isinstance(resources, Resources) else resources
+    out = hashlib.sha256()
     for name in names:
-        digest.update(f"{name}={resources.by_type[type_url][name].version};".encode())
-    return digest.hexdigest()[:16]
+        out.update(f"{name}={by_name[name].version};".encode())
+    return out.hexdigest()[:16]
 
 
 def cluster_name(application: str, deployment: str) -> str:
