@@ -1,0 +1,9 @@
+"""Sentence embeddings served with ONNX Runtime (servefleet.llm's embeddings and rerank).
+
+- model_files.py: a sentence-transformers BERT model directory, read and checked;
+- bert_onnx.py: the ONNX graph of that model, built from its weights;
+- onnx_cache.py: that graph built once per weights and kept on disk;
+- encoder.py: `SentenceEncoder`, token ids in, unit vectors out, one run per batch;
+- server.py: `EmbeddingServer`, the deployment that holds a model in each replica;
+- protocol.py, routes.py: OpenAI's /v1/embeddings and the /v1/rerank shape.
+"""
