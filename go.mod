@@ -1,14 +1,19 @@
-// The Go packages of this repository: the generated API (gen/go/servefleet/v1)
-// and the client (clients/go/servefleet). Requirements are the versions the
-// code is generated for and tested with (Debian 12's golang-google-grpc-dev and
-// golang-google-protobuf-dev; tests/test_go_module.py checks they agree).
-// No go.sum is kept: this machine reaches no module proxy (GOPATH mode builds
-// here), and `go get` writes the sums on the user's side.
+// One module for the repository's Go code: the generated API (gen/go/servefleet/v1),
+// the client (clients/go/servefleet) and bench/watchers. Requirements come from the
+// Go module proxy (go.sum); the go line is the Go CI and the developers' machines
+// have. tests/test_go_module.py checks it is tidy and the generators' versions agree.
 module github.com/servefleet/servefleet
 
-go 1.16
+go 1.26.0
 
 require (
-	google.golang.org/grpc v1.33.3
-	google.golang.org/protobuf v1.28.1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )

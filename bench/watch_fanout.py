@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
-import os
 import queue
 import shutil
 import socket
@@ -41,7 +40,6 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
-from servefleet._private.gopath import go_workspace
 from servefleet._private.testing import ControllerProcess, free_port
 from servefleet._private.wire import ROUTES_KEY
 from servefleet.client import ControllerClient
@@ -214,18 +212,13 @@ class PythonClients:
 
 
 def build_go_watchers() -> Path:
-    """Build bench/watchers (Go, GOPATH mode with Debian's Go packages) once."""
+    """Build bench/watchers (a package of the repository's Go module) once."""
     binary = ROOT / ".build" / "watchers"
     source = ROOT / "bench" / "watchers" / "main.go"
     if binary.exists() and binary.stat().st_mtime > source.stat().st_mtime:
         return binary
-    gopath = Path(tempfile.mkdtemp(prefix="servefleet-gopath-"))
-    try:
-        repository, go_env = go_workspace(gopath)
-        subprocess.run(["go", "build", "-o", str(binary), "./bench/watchers"], cwd=repository,
-                       env={**os.environ, **go_env}, check=True, timeout=300)
-    finally:
-        shutil.rmtree(gopath)
+    subprocess.run(["go", "build", "-o", str(binary), "./bench/watchers"], cwd=ROOT,
+                   check=True, timeout=300)
     return binary
 
 

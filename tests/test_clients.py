@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from servefleet._private.gopath import go_workspace
-from servefleet._private.testing import ProxyProcess
+from servefleet._private.security import tokens
+from servefleet._private.security.certs import init_certs
+from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,16 +56,50 @@ def test_the_node_client(cluster_env, node_grpc) -> None:
     assert out.returncode == 0 and "# pass 1" in out.stdout and "# fail 0" in out.stdout
 
 
-def test_the_go_client(cluster_env, tmp_path) -> None:
-    """GOPATH mode with Debian's Go packages (no module proxy is reachable)."""
-    assert shutil.which("go"), "go is missing: run scripts/setup"
-    repository, go_env = go_workspace(tmp_path / "gopath")
-    out = subprocess.run(["go", "test", "-count=1", "-v",
-                          "github.com/servefleet/servefleet/clients/go/servefleet"],
-                         cwd=repository, env={**cluster_env, **go_env}, capture_output=True,
-                         text=True, timeout=300)
+@pytest.fixture
+def tls_cluster_env(etcd, cluster, tmp_path):
+    """Two controllers on etcd with mutual TLS and tokens (no runtime: the
+    Go client's TLS test deploys, watches and fails over, serving nothing)."""
+    certs = tmp_path / "certs"
+    init_certs(certs)
+    token_file = tmp_path / "tokens"
+    issued = {role: tokens.create(token_file, f"go-{role}", role)
+              for role in ("deployer", "reader")}
+    controllers = [ControllerProcess(etcd.url, cluster=f"{cluster}-tls", lease_ttl=2.0,
+                                     runtime="none", log_dir=tmp_path, certs=certs,
+                                     extra_args=["--auth-tokens", str(token_file)])
+                   for _ in range(2)]
+    try:
+        for controller in controllers:
+            controller.start(wait=False)
+        for controller in controllers:
+            controller.wait_serving_health(timeout=30)
+        yield {"SERVEFLEET_TEST_TLS_CONTROLLER": ",".join(c.address for c in controllers),
+               "SERVEFLEET_TEST_TLS_PIDS": json.dumps({c.address: c.proc.pid
+                                                       for c in controllers}),
+               "SERVEFLEET_TEST_CERTS": str(certs),
+               "SERVEFLEET_TEST_DEPLOYER_TOKEN": issued["deployer"],
+               "SERVEFLEET_TEST_READER_TOKEN": issued["reader"]}
+    finally:
+        for controller in controllers:
+            controller.stop()
+
+
+GO_CLUSTER_TESTS = ("TestDeployWatchCallFailOverDelete", "TestTLSAndToken")
+
+
+def test_the_go_client(cluster_env, tls_cluster_env) -> None:
+    """`go test ./...` of the module (go.mod at the root), its cluster tests
+    against the plain cluster and the TLS one; modules and build cache are
+    Go's defaults (~/go/pkg/mod, ~/.cache/go-build), kept between runs."""
+    assert shutil.which("go"), "go is missing: see the README (Go 1.26)"
+    out = subprocess.run(["go", "test", "-count=1", "-v", "./..."], cwd=ROOT,
+                         env={**cluster_env, **tls_cluster_env}, capture_output=True,
+                         text=True, timeout=600)
     _show(out)
-    assert out.returncode == 0 and "--- PASS: TestDeployCallFailOverDelete" in out.stdout
+    assert out.returncode == 0
+    for name in GO_CLUSTER_TESTS:  # a skip would pass unseen
+        assert f"--- PASS: {name} " in out.stdout, name
 
 
 def test_the_java_client(cluster_env) -> None:
