@@ -1,9 +1,16 @@
 """The cluster's hop key and revoked hop subjects (servefleet/_private/security/hop.py).
 
-Hard state, at `/servefleet/<cluster>/hop` (JSON: no pickle in the store):
+Hard state (JSON and text: no pickle in the store):
 
-    {"keys": [{"id": ..., "private": <base64 of the raw Ed25519 key>}],
-     "revoked": {"replica:Front-1a2b": <unix time of the revocation>}}
+    /servefleet/<cluster>/hop            {"keys": [{"id": ..., "private": <base64 of
+                                           the raw Ed25519 key>}]}
+    /servefleet/<cluster>/hop-revoked/<subject, %-quoted>   <unix time of the revocation>
+
+One key per revoked subject, so a revocation is one Put that joins the
+write it belongs to (a stopped replica's record is deleted in the same
+transaction) and concurrent revocations cannot overwrite each other; expired
+ones are deleted by the next revocation. (A `revoked` map inside the `hop`
+value, as stored before 2026-12-07, is read too.)
 
 The first leader of a cluster with credentials makes the key; every later
 leader loads it, so passes outlive a failover (a cluster without credentials
@@ -24,6 +31,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterable
+from urllib.parse import quote, unquote
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -34,9 +42,12 @@ from .clock import Clock
 from .election import FencedStore
 from .errors import StoreDiskFull
 from .keys import ClusterKeys
-from .store import Put, Store
+from .store import Delete, Op, Put, Store
 
 logger = logging.getLogger(__name__)
+# Expired revocations one revocation's transaction deletes at most (the rest
+# go with the next ones).
+MAX_EXPIRED_PER_WRITE = 64
 
 
 class HopAuthority:
@@ -44,6 +55,7 @@ class HopAuthority:
                  on_trust: Callable[[watch_pb2.HopTrust], None],
                  revoked_certificates: Callable[[], Iterable[str]] = tuple) -> None:
         self._key_path = keys.root + "hop"
+        self._revoked_prefix = keys.root + "hop-revoked/"
         self._fenced = fenced
         self._clock = clock
         self.required = required
@@ -69,6 +81,8 @@ class HopAuthority:
         try:
             if found is not None:
                 self._keys, self._revoked = _parse(found.value)
+                self._revoked.update(_parse_revoked(
+                    await store.list_prefix(self._revoked_prefix), self._revoked_prefix))
         except ValueError as e:
             # No poison pill: a new key, and the passes of the old one refused.
             logger.error("%s: %s; making a new one (passes issued before are refused "
@@ -108,22 +122,43 @@ class HopAuthority:
 
     async def revoke(self, subjects: list[str]) -> None:
         """Refuse the passes of `subjects` issued until now (listed until the
-        last of them expires)."""
+        last of them expires): a write of its own."""
+        ops = self.revocation(subjects)
+        if ops:
+            await self._fenced.commit(ops)
+            self.revoked(subjects)
+
+    def revocation(self, subjects: list[str]) -> list[Op]:
+        """The writes that revoke `subjects` (and drop revocations that have
+        expired), for a transaction of the caller's; call `revoked` once it
+        is committed. [] where passes are not checked."""
+        if not self.required or not subjects:
+            return []
+        now = self._clock.time()
+        expired = [s for s, t in self._revoked.items()
+                   if t + PASS_TTL_S <= now and s not in subjects]
+        return [*(Put(self._revoked_key(s), repr(now).encode()) for s in dict.fromkeys(subjects)),
+                *(Delete(self._revoked_key(s)) for s in expired[:MAX_EXPIRED_PER_WRITE])]
+
+    def revoked(self, subjects: list[str]) -> None:
+        """`revocation(subjects)` was committed: refuse them from the next
+        trust snapshot on."""
         if not self.required or not subjects:
             return
         now = self._clock.time()
         self._revoked = {s: t for s, t in self._revoked.items() if t + PASS_TTL_S > now}
         self._revoked.update(dict.fromkeys(subjects, now))
-        await self._write()
         self._publish()
         logger.info("revoked the hop passes of %s", ", ".join(subjects))
+
+    def _revoked_key(self, subject: str) -> str:
+        return self._revoked_prefix + quote(subject, safe="")
 
     # -- 3. store and publish ---------------------------------------------------------------
 
     async def _write(self) -> None:
         value = {"keys": [{"id": k.id, "private": base64.b64encode(k.private_bytes()).decode()}
-                          for k in self._keys],
-                 "revoked": self._revoked}
+                          for k in self._keys]}
         await self._fenced.commit([Put(self._key_path, json.dumps(value).encode())])
 
     def trust(self) -> watch_pb2.HopTrust:
@@ -166,3 +201,17 @@ def _parse(raw: bytes) -> tuple[list[HopKey], dict[str, float]]:
     if not keys:
         raise ValueError("the stored hop key lists no key")
     return keys, revoked
+
+
+def _parse_revoked(found: list, prefix: str) -> dict[str, float]:
+    """The revocations under `prefix`; one that cannot be read is skipped
+    (logged): a revocation lost errs toward a pass its holder still has,
+    only until it expires."""
+    revoked = {}
+    for kv in found:
+        subject = unquote(kv.key[len(prefix):])
+        try:
+            revoked[subject] = float(kv.value)
+        except ValueError:
+            logger.error("%s: not a time; ignored", kv.key)
+    return revoked

@@ -14,13 +14,25 @@ from servefleet._private.security.tls import Credentials
 from servefleet._private.testing import ControllerProcess, wait_for
 from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, watch_pb2
+from servefleet.v1 import controller_pb2_grpc, deployment_pb2, watch_pb2
 
 
 def hop_pass(address: str, token: str | None) -> api.GetHopPassResponse:
     with grpc.insecure_channel(address) as channel:
         return controller_pb2_grpc.ControllerServiceStub(channel).GetHopPass(
             api.GetHopPassRequest(), metadata=Credentials(token=token).metadata, timeout=10)
+
+
+def leads(address: str) -> bool:
+    """The controller answers as the leader (a standby's UNAVAILABLE, right
+    after a start, is no answer yet)."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            controller_pb2_grpc.ControllerServiceStub(channel).GetHopPass(
+                api.GetHopPassRequest(), timeout=10)
+        except grpc.RpcError as e:
+            return e.code() != grpc.StatusCode.UNAVAILABLE
+    return True
 
 
 def trust(address: str, token: str) -> watch_pb2.HopTrust:
@@ -56,7 +68,7 @@ def test_passes_name_their_callers_and_outlive_the_controller(tmp_path, cluster)
               for role in ("reader", "deployer", "proxy")}
     first = controller(tmp_path, cluster, "--auth-tokens", str(path))
     try:
-        wait_for(lambda: hop_pass(first.address, issued["deployer"]), 20, "a leader")
+        wait_for(lambda: leads(first.address), 20, "a leader")
         with ControllerClient([first.address], credentials=Credentials(
                 token=issued["deployer"])) as sdk:
             deployer = sdk.hop_pass()
@@ -81,7 +93,7 @@ def test_passes_name_their_callers_and_outlive_the_controller(tmp_path, cluster)
     # the passes the first issued.
     second = controller(tmp_path, cluster, "--auth-tokens", str(path))
     try:
-        wait_for(lambda: hop_pass(second.address, issued["deployer"]), 20, "a leader")
+        wait_for(lambda: leads(second.address), 20, "a leader")
         again = trust(second.address, issued["reader"])
         assert [k.id for k in again.keys] == [k.id for k in found.keys]
         assert verifier_of(again).check(getattr(deployer, "pass")).subject == "token:deployer-1"
@@ -118,8 +130,7 @@ def test_a_pass_is_no_pass_for_another_cluster(tmp_path, cluster) -> None:
     a = controller(tmp_path / "a", cluster, "--auth-tokens", str(path))
     b = controller(tmp_path / "b", cluster + "b", "--auth-tokens", str(path))
     try:
-        wait_for(lambda: hop_pass(a.address, token) and hop_pass(b.address, token), 20,
-                 "two leaders")
+        wait_for(lambda: leads(a.address) and leads(b.address), 20, "two leaders")
         with pytest.raises(HopRefused, match="does not trust"):
             verifier_of(trust(b.address, token)).check(getattr(hop_pass(a.address, token),
                                                                "pass"))
@@ -139,7 +150,7 @@ def test_a_revoked_token_takes_its_passes_with_it(tmp_path, cluster) -> None:
     alice = tokens.create(path, "alice", "deployer")
     ctl = controller(tmp_path, cluster, "--auth-tokens", str(path))
     try:
-        wait_for(lambda: hop_pass(ctl.address, alice), 20, "a leader")
+        wait_for(lambda: leads(ctl.address), 20, "a leader")
         old = getattr(hop_pass(ctl.address, alice), "pass")
         assert verifier_of(trust(ctl.address, reader)).check(old).subject == "token:alice"
         tokens.revoke(path, "alice")
@@ -157,3 +168,38 @@ def test_a_revoked_token_takes_its_passes_with_it(tmp_path, cluster) -> None:
         assert verifier_of(trust(ctl.address, reader)).check(new).subject == "token:alice"
     finally:
         ctl.stop()
+
+
+def test_a_stopped_replica_takes_its_pass_with_it_past_a_restart(tmp_path, cluster) -> None:
+    """A replica that stops is revoked in the write that deletes its record
+    (one key per revoked subject): the next `hop` snapshot lists it, and so
+    does the next controller's, which reads it from the store."""
+    path = tmp_path / "tokens"
+    admin = tokens.create(path, "admin-1", "admin")
+    apps = str(Path(__file__).parent / "apps")
+
+    def start() -> ControllerProcess:
+        return ControllerProcess(f"sqlite://{tmp_path}/state.db", cluster=cluster,
+                                 log_dir=tmp_path, extra_args=["--auth-tokens", str(path)]
+                                 ).start()
+    first = start()
+    try:
+        wait_for(lambda: leads(first.address), 20, "a leader")
+        with ControllerClient([first.address], credentials=Credentials(token=admin)) as sdk:
+            sdk.deploy(deployment_pb2.DeploymentSpec(
+                name="Echo", import_path="echo_app:Echo",
+                runtime=deployment_pb2.RuntimeOptions(working_dir=apps)))
+            (replica,) = wait_for(lambda: [r for r in sdk.replicas(deployment="Echo")
+                                           if r.record.http_address], 60, "a replica")
+            subject = f"replica:{replica.record.replica_id}"
+            sdk.delete(["Echo"])
+            wait_for(lambda: not sdk.replicas(deployment="Echo"), 60, "the replica stopped")
+        assert subject in {r.subject for r in trust(first.address, admin).revoked}
+    finally:
+        first.stop()
+    second = start()
+    try:
+        wait_for(lambda: leads(second.address), 20, "a leader")
+        assert subject in {r.subject for r in trust(second.address, admin).revoked}
+    finally:
+        second.stop()

@@ -197,10 +197,15 @@ class ReplicaOps:
                 # Refused from its first connection on, before its Watch stream is up.
                 "revoked_certs": list(trust.revoked_certificates)}
 
-    async def _revoke_pass(self, record: replica_pb2.ReplicaRecord) -> None:
-        """A replica gone takes its hop pass with it (a copy elsewhere is refused)."""
-        if self.hop is not None and self.hop.required:
-            await self.hop.revoke([hop_subject(record.replica_id)])
+    async def _drop(self, record: replica_pb2.ReplicaRecord) -> None:
+        """Delete the record of a replica that is gone; in the same write, its
+        hop pass is revoked (a copy elsewhere is refused)."""
+        subjects = [hop_subject(record.replica_id)]
+        revocation = self.hop.revocation(subjects) if self.hop is not None else []
+        await self._fenced.commit([Delete(self._key(record)), *revocation])
+        if revocation:
+            assert self.hop is not None
+            self.hop.revoked(subjects)
 
     async def stop(self, record: replica_pb2.ReplicaRecord, wait_loop_s: float,
                    timeout_s: float, fence_s: float = 0.0) -> Stopped:
@@ -244,16 +249,14 @@ class ReplicaOps:
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
         if record.control_address:
             await self.client.forget(record.control_address)
-        await self._revoke_pass(record)
-        await self._fenced.commit([Delete(self._key(record))])
+        await self._drop(record)
         return Stopped()
 
     async def forget(self, record: replica_pb2.ReplicaRecord) -> None:
         """Drop the record of a replica that is gone."""
         # In a thread: a runtime may block (the Docker SDK does).
         await asyncio.to_thread(self.runtime.cleanup, record.replica_id)
-        await self._revoke_pass(record)
-        await self._fenced.commit([Delete(self._key(record))])
+        await self._drop(record)
 
     async def exit_reason(self, record: replica_pb2.ReplicaRecord) -> Exited | None:
         """Why the replica is gone, or None if it is still alive."""
