@@ -21,7 +21,7 @@ from .goals.spec import check_name
 from .runtime.sandbox import Sandbox
 from .store import local_files
 
-RUNTIMES = ("process", "docker", "swarm", "none")
+RUNTIMES = ("process", "docker", "swarm", "none", "sim")
 
 
 @dataclass
@@ -48,7 +48,8 @@ class ControllerConfig:
     shutdown_grace_s: float = 2.0
     # Where replicas run: "process" (local child processes) or "none" (goals
     # are stored and served, but no replicas are run: a control-plane-only
-    # controller, as the API tests use).
+    # controller, as the API tests use), or "sim" (replicas simulated by a
+    # sim host process, for scale benchmarks: runtime/sim.py).
     runtime: str = "process"
     # Where the process runtime keeps replica settings and logs.
     runtime_dir: str = "~/.servefleet/runtime"

@@ -132,6 +132,10 @@ class ControllerServer:
     def _make_runtime(self) -> Runtime | None:
         if self.config.runtime == "none":
             return None
+        if self.config.runtime == "sim":
+            from .runtime.sim import SimRuntime
+
+            return SimRuntime(self.config.runtime_dir)
         if self.config.runtime == "swarm":
             from .runtime.swarm import SwarmRuntime
 

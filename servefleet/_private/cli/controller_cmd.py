@@ -69,10 +69,12 @@ def add_command(commands) -> None:
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
     ctl.add_argument("--runtime", default="process",
-                     choices=["process", "docker", "swarm", "none"],
+                     choices=["process", "docker", "swarm", "none", "sim"],
                      help="where replicas run: local processes (default), Docker "
-                          "containers, Docker Swarm services (the docker flags apply), or "
-                          "none: store and serve goals without running replicas")
+                          "containers, Docker Swarm services (the docker flags apply), "
+                          "none: store and serve goals without running replicas, or sim: "
+                          "replicas simulated by a sim host at RUNTIME_DIR/sim-host.sock "
+                          "(benchmarks; docs/scale.md)")
     ctl.add_argument("--runtime-dir", default="~/.servefleet/runtime", metavar="DIR",
                      help="process runtime: replica settings and logs (default %(default)s)")
     ctl.add_argument("--replica-host", default="127.0.0.1", metavar="IP",

@@ -1,0 +1,294 @@
+"""The control plane at scale: a sweep over simulated clusters (issue 57).
+
+    .venv/bin/python bench/scale.py [--points 100:10:10,1000:100:100] [--quick]
+                                    [--updates 10] [--failures 3] [--window-s 10]
+
+A point R:D:W is R replicas over D deployments, W watchers and W load
+reporters (one report a second each). The controllers are real, on a real
+etcd; the replicas are simulated (controller/runtime/sim_host.py) and answer
+the controller's calls as real ones do; the watchers and reporters are
+bench/scale_load.py processes (scale_cluster.py). At each point, in order:
+
+1. start: R replicas deployed, until every one is RUNNING;
+2. steady state over --window-s: controller CPU (cores) and RSS, etcd's
+   database size and writes per second, the mean reconcile pass;
+3. updates: a deployment scaled by one, up then down, --updates times:
+   Deploy latency; time from the Deploy, and from the new replica becoming
+   ready, until every watcher has the new replica set (p50, p99);
+4. failures: a replica exits, --failures times: time until every watcher
+   has a set without it;
+5. GetStatus latency under that load;
+6. failover: the leader SIGKILLed; time until the standby leads, until it
+   has adopted every replica (all RUNNING again), and until every watcher
+   has the first update it sends (a scale sent as soon as it leads).
+
+--quick is one small point (20 replicas, 5 watchers) in seconds, for
+tests/test_scale_sim.py. Where the points' costs grow faster than the
+replica count, the exponent says so (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from figures import Figure, emit
+from scale_cluster import SimCluster, total
+
+from servefleet.client import ControllerClient
+from servefleet.v1 import deployment_pb2 as d
+from servefleet.v1 import replica_pb2
+
+RUNNING = replica_pb2.REPLICA_STATE_RUNNING
+WATCHERS_PER_LOAD_PROCESS = 2000
+
+
+@dataclass(frozen=True)
+class Point:
+    replicas: int
+    deployments: int
+    watchers: int
+
+    @classmethod
+    def parse(cls, text: str) -> Point:
+        try:
+            replicas, deployments, watchers = (int(x) for x in text.split(":"))
+        except ValueError:
+            raise SystemExit(f"--points {text!r}: expected REPLICAS:DEPLOYMENTS:WATCHERS") from None
+        if not 0 < deployments <= replicas or watchers < 1:
+            raise SystemExit(f"--points {text!r}: 1 <= deployments <= replicas, watchers >= 1")
+        return cls(replicas, deployments, watchers)
+
+    @property
+    def label(self) -> str:
+        return f"{self.replicas} replicas, {self.watchers} watchers"
+
+
+@dataclass
+class Measured:
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, *samples: float) -> None:
+        self.values.setdefault(name, []).extend(samples)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
+
+
+def spec(name: str, replicas: int) -> d.DeploymentSpec:
+    return d.DeploymentSpec(name=name, import_path="examples.model:Model",
+                            replica_config=d.ReplicaConfig(num_replicas=replicas))
+
+
+def running(client: ControllerClient) -> list:
+    return [r for r in client.replicas() if r.state == RUNNING]
+
+
+def wait_running(client: ControllerClient, count: int, timeout: float) -> float:
+    began = time.monotonic()
+    while len(running(client)) != count:
+        if time.monotonic() - began > timeout:
+            raise TimeoutError(f"{len(running(client))} of {count} replicas RUNNING "
+                               f"after {timeout:.0f}s")
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def watchers_seen(cluster: SimCluster, key: str, after: float, timeout: float,
+                  **test: object) -> list[float]:
+    """Per watcher, seconds from `after` until it had the set; missing ones raise."""
+    seen = [v for answer in cluster.ask_loads({"op": "seen", "key": key, "after": after,
+                                               "timeout": timeout, **test}) for v in answer]
+    missing = sum(v is None for v in seen)
+    if missing:
+        raise TimeoutError(f"{missing} of {len(seen)} watchers never saw {key} {test}")
+    return seen
+
+
+def steady_state(cluster: SimCluster, window_s: float, out: Measured) -> None:
+    leader = cluster.leader()
+    proc = cluster.usage(leader)
+    etcd0, ctl0 = cluster.etcd_metrics(), cluster.controller_metrics(leader)
+    cpu0, t0 = proc.cpu_times(), time.monotonic()
+    time.sleep(window_s)
+    cpu1, t1 = proc.cpu_times(), time.monotonic()
+    etcd1, ctl1 = cluster.etcd_metrics(), cluster.controller_metrics(leader)
+    out.add("controller CPU", (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0))
+    out.add("controller RSS", proc.memory_info().rss / 2**20)
+    out.add("etcd database", etcd1.get("etcd_mvcc_db_total_size_in_bytes", 0) / 2**20)
+    writes = r"etcd_mvcc_(put|delete)_total.*"
+    out.add("etcd writes", (total(etcd1, writes) - total(etcd0, writes)) / (t1 - t0))
+    passes = r"servefleet_controller_reconcile_seconds_(sum|count).*"
+    spent = total(ctl1, passes.replace("(sum|count)", "sum")) - total(
+        ctl0, passes.replace("(sum|count)", "sum"))
+    count = total(ctl1, passes.replace("(sum|count)", "count")) - total(
+        ctl0, passes.replace("(sum|count)", "count"))
+    out.add("reconcile pass", 1000 * spent / count if count else math.nan)
+
+
+def updates(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
+            count: int, timeout: float, out: Measured) -> None:
+    names = sorted(sizes)
+    for u in range(count):
+        name = names[u // 2 % len(names)]
+        sizes[name] += 1 if u % 2 == 0 else -1
+        began = time.time()
+        client.deploy(spec(name, sizes[name]))
+        out.add("Deploy", 1000 * (time.time() - began))
+        seen = watchers_seen(cluster, f"replicas/{app}/{name}", began, timeout,
+                             count=sizes[name])
+        out.add("Deploy to every watcher", *(1000 * s for s in seen))
+        if u % 2 == 0:  # the new replica: from its ready instant on
+            ready = max(r["ready_at"] for r in cluster.sim_ask({"op": "replicas"})
+                        if r["deployment"] == name)
+            out.add("ready to every watcher", *(1000 * (began + s - ready) for s in seen))
+
+
+def failures(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
+             count: int, timeout: float, out: Measured) -> None:
+    names = sorted(sizes)
+    for f in range(count):
+        name = names[f % len(names)]
+        victim = next(r.record.replica_id for r in running(client)
+                      if r.record.deployment == name)
+        at = cluster.sim_ask({"op": "act", "action": "exit", "replica_ids": [victim]})["at"]
+        seen = watchers_seen(cluster, f"replicas/{app}/{name}", at, timeout, lacks=victim)
+        out.add("exit to every watcher", *(1000 * s for s in seen))
+        wait_running(client, sum(sizes.values()), timeout)
+
+
+def status_latency(client: ControllerClient, calls: int, out: Measured) -> None:
+    for _ in range(calls):
+        began = time.perf_counter()
+        client.status()
+        out.add("GetStatus", 1000 * (time.perf_counter() - began))
+
+
+def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
+             timeout: float, out: Measured) -> None:
+    old = cluster.leader()
+    began = time.time()
+    old.kill()
+    cluster.leader(timeout)
+    out.add("failover: leading", time.time() - began)
+    name = sorted(sizes)[0]
+    sizes[name] += 1
+    client.deploy(spec(name, sizes[name]))
+    seen = watchers_seen(cluster, f"replicas/{app}/{name}", began, timeout, count=sizes[name])
+    out.add("failover: first update at every watcher", max(seen))
+    wait_running(client, sum(sizes.values()), timeout)
+    out.add("failover: every replica adopted", time.time() - began)
+
+
+def run_point(point: Point, args: argparse.Namespace) -> Measured:
+    out = Measured()
+    timeout = 60 + point.replicas / 50
+    cluster = SimCluster(lease_ttl=args.lease_ttl, ready_delay_s=args.ready_delay_s)
+    try:
+        cluster.start()
+        client = ControllerClient(cluster.addresses)
+        sizes = {f"d{i}": point.replicas // point.deployments
+                 + (1 if i < point.replicas % point.deployments else 0)
+                 for i in range(point.deployments)}
+        began = time.monotonic()
+        for name, size in sizes.items():
+            client.deploy(spec(name, size))
+        wait_running(client, point.replicas, timeout)
+        out.add("start every replica", time.monotonic() - began)
+        app = client.replicas()[0].record.application
+        cluster.start_load(point.watchers, point.watchers, [f"{app}/{n}" for n in sizes],
+                           max(1, math.ceil(point.watchers / WATCHERS_PER_LOAD_PROCESS)))
+        ready = sum(cluster.ask_loads({"op": "ready", "timeout": timeout}))
+        if ready != point.watchers:
+            raise TimeoutError(f"{ready} of {point.watchers} watchers got the route table")
+        steady_state(cluster, args.window_s, out)
+        updates(cluster, client, sizes, app, args.updates, timeout, out)
+        failures(cluster, client, sizes, app, args.failures, timeout, out)
+        status_latency(client, args.status_calls, out)
+        failover(cluster, client, sizes, app, timeout, out)
+        client.close()
+    finally:
+        cluster.close()
+    return out
+
+
+# name -> (unit, statistic, goal); percentiles of pooled samples, else the median.
+REPORTED = [
+    ("start every replica", "s", "", ""),
+    ("controller CPU", "cores", "", "<= 1"),
+    ("controller RSS", "MB", "", "<= 2048"),
+    ("etcd database", "MB", "", ""),
+    ("etcd writes", "/s", "", ""),
+    ("reconcile pass", "ms", "", ""),
+    ("Deploy", "ms", "p99", "<= 1000"),
+    ("Deploy to every watcher", "ms", "p50", ""),
+    ("Deploy to every watcher", "ms", "p99", ""),
+    ("ready to every watcher", "ms", "p99", "<= 2000"),
+    ("exit to every watcher", "ms", "p99", ""),
+    ("GetStatus", "ms", "p99", ""),
+    ("failover: leading", "s", "", ""),
+    ("failover: first update at every watcher", "s", "", ""),
+    ("failover: every replica adopted", "s", "", ""),
+]
+
+
+def summarise(point: Point, measured: Measured, lease_ttl: float,
+              figures: dict[str, Figure]) -> dict[str, float]:
+    print(f"\n{point.label} ({point.deployments} deployments)")
+    row: dict[str, float] = {}
+    for name, unit, stat, goal in REPORTED:
+        samples = measured.values.get(name, [])
+        value = (percentile(samples, 0.5 if stat == "p50" else 0.99) if stat
+                 else statistics.median(samples) if samples else math.nan)
+        label = f"{name} {stat}".strip()
+        if name.startswith("failover") and goal == "":
+            goal = f"<= {lease_ttl + 5:g}"
+        print(f"  {label:45} {value:10.2f} {unit:6} {'goal ' + goal if goal else ''}")
+        row[label] = value
+        figures[f"scale {point.label}: {label}"] = Figure(
+            [value], unit, goal=goal, headline=False)
+    return row
+
+
+def exponents(points: list[Point], rows: list[dict[str, float]]) -> None:
+    """The slope of log(cost) over log(replicas) between the first and last point."""
+    if len(points) < 2 or points[0].replicas == points[-1].replicas:
+        return
+    span = math.log(points[-1].replicas / points[0].replicas)
+    print(f"\nexponent of each cost in replicas, {points[0].replicas} -> {points[-1].replicas}")
+    for label, first in rows[0].items():
+        last = rows[-1][label]
+        if first > 0 and last > 0:
+            print(f"  {label:45} {math.log(last / first) / span:6.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", default="100:10:10,1000:100:100",
+                        help="REPLICAS:DEPLOYMENTS:WATCHERS,... (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="one point, 20:2:5, in seconds")
+    parser.add_argument("--updates", type=int, default=10)
+    parser.add_argument("--failures", type=int, default=3)
+    parser.add_argument("--status-calls", type=int, default=20)
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--lease-ttl", type=float, default=5.0)
+    parser.add_argument("--ready-delay-s", type=float, default=0.2,
+                        help="seconds a simulated replica takes to be ready (default 0.2)")
+    args = parser.parse_args()
+    if args.quick:
+        args.points, args.updates, args.failures = "20:2:5", 2, 1
+        args.status_calls, args.window_s, args.lease_ttl = 5, 2.0, 2.0
+    points = [Point.parse(p) for p in args.points.split(",")]
+    figures: dict[str, Figure] = {}
+    rows = [summarise(p, run_point(p, args), args.lease_ttl, figures) for p in points]
+    exponents(points, rows)
+    emit(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Simulated proxies and handles for bench/scale.py: N Watch streams, N load reporters.
+
+    .venv/bin/python bench/scale_load.py --controllers A,B --watchers N --reporters N
+                                         [--report-interval-s 1] [--deployments app/d,...]
+
+Each watcher is servefleet's own Watch client (the one proxies and handles
+run), kind PROXY, on the keys a proxy watches ("routes" and "replicas/"),
+with a channel of its own as a proxy on its own host has. It applies every
+snapshot it gets (the client keeps the latest of each key) and records when
+it saw it. Each reporter holds one StreamLoad stream and reports its load
+on a few deployments every interval, as a proxy does.
+
+Commands come on stdin, one JSON object a line, and are answered on stdout
+in order, one JSON line each:
+    {"op": "ready", "timeout": S}     every watcher has its first route table
+    {"op": "seen", "key": K, "after": T, "has"|"lacks": ID or "count": N, "timeout": S}
+        per watcher, seconds from T (wall clock) to the first snapshot of K
+        after T that has (lacks) replica ID, or has N endpoints; null if none
+        came within the timeout
+    {"op": "stats"}                   snapshots received, reports sent
+    {"op": "quit"}
+A bad command is answered {"error": "..."}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import grpc
+
+from servefleet._private.security.tls import PLAIN
+from servefleet._private.watch_client import WatchClient
+from servefleet.v1 import controller_pb2 as api
+from servefleet.v1 import controller_pb2_grpc, watch_pb2
+
+POLL_S = 0.02
+
+
+class Watchers:
+    def __init__(self, controllers: list[str], count: int, prefix: str) -> None:
+        # Per watcher, per key: (time seen, snapshot id), in order.
+        self.seen: list[dict[str, list[tuple[float, str]]]] = [{} for _ in range(count)]
+        # Replica ids of each replica-set snapshot, decoded once for all watchers.
+        self.ids: dict[str, frozenset[str]] = {}
+        self.snapshots = 0
+        self.clients = [
+            WatchClient(controllers, ["routes", "replicas/"], kind=watch_pb2.WATCHER_KIND_PROXY,
+                        watcher_id=f"{prefix}-w{i}", credentials=PLAIN,
+                        on_snapshot=self._recorder(i))
+            for i in range(count)]
+
+    def _recorder(self, index: int):
+        log = self.seen[index]
+
+        def record(snapshot: watch_pb2.Snapshot) -> None:
+            now = time.time()
+            self.snapshots += 1
+            if snapshot.snapshot_id not in self.ids and snapshot.HasField("replicas"):
+                self.ids[snapshot.snapshot_id] = frozenset(
+                    e.replica_id for e in snapshot.replicas.endpoints)
+            log.setdefault(snapshot.key, []).append((now, snapshot.snapshot_id))
+        return record
+
+    def start(self) -> None:
+        for client in self.clients:
+            client.start()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.clients))
+
+    def first(self, index: int, key: str, after: float, test) -> float | None:
+        for t, snapshot_id in self.seen[index].get(key, ()):
+            if t >= after and test(self.ids.get(snapshot_id, frozenset())):
+                return t - after
+        return None
+
+    async def wait_seen(self, key: str, after: float, test, timeout: float) -> list:
+        deadline = time.monotonic() + timeout
+        found: list[float | None] = [None] * len(self.clients)
+        while True:
+            for i, value in enumerate(found):
+                if value is None:
+                    found[i] = self.first(i, key, after, test)
+            if all(v is not None for v in found) or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(POLL_S)
+
+
+class Reporters:
+    def __init__(self, controllers: list[str], count: int, prefix: str,
+                 deployments: list[str], interval_s: float) -> None:
+        self.controllers = controllers
+        self.count, self.prefix = count, prefix
+        self.deployments = deployments or ["app/d0"]
+        self.interval_s = interval_s
+        self.sent = 0
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._report(i)) for i in range(self.count)]
+
+    async def _report(self, index: int) -> None:
+        mine = [self.deployments[(index + k) % len(self.deployments)] for k in range(3)]
+        await asyncio.sleep(self.interval_s * index / max(self.count, 1))  # spread out
+        current = 0
+        while True:
+            address = self.controllers[current % len(self.controllers)]
+            try:
+                async with grpc.aio.insecure_channel(address) as channel:
+                    stub = controller_pb2_grpc.ControllerServiceStub(channel)
+                    await stub.StreamLoad(self._reports(index, mine))
+            except grpc.aio.AioRpcError:
+                current += 1  # a standby, or the leader gone: the next controller
+                await asyncio.sleep(0.2)
+
+    async def _reports(self, index: int, mine: list[str]):
+        while True:
+            yield api.StreamLoadRequest(report=api.ReportLoadRequest(
+                reporter_id=f"{self.prefix}-w{index}",
+                queued={name: 0 for name in mine}, ongoing={name: 1 for name in mine}))
+            self.sent += 1
+            await asyncio.sleep(self.interval_s)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def test_of(command: dict[str, Any]):
+    if "has" in command:
+        return lambda ids: command["has"] in ids
+    if "lacks" in command:
+        return lambda ids: command["lacks"] not in ids
+    if "count" in command:
+        return lambda ids: len(ids) == int(command["count"])
+    raise ValueError("seen: one of has, lacks or count is needed")
+
+
+async def answer(command: dict[str, Any], watchers: Watchers, reporters: Reporters) -> Any:
+    op = command.get("op")
+    timeout = float(command.get("timeout", 60))
+    if op == "ready":
+        found = await watchers.wait_seen("routes", 0.0, lambda ids: True, timeout)
+        return sum(v is not None for v in found)
+    if op == "seen":
+        return await watchers.wait_seen(str(command["key"]), float(command["after"]),
+                                        test_of(command), timeout)
+    if op == "stats":
+        return {"snapshots": watchers.snapshots, "reports": reporters.sent}
+    raise ValueError(f"unknown op {op!r}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--controllers", required=True)
+    parser.add_argument("--watchers", type=int, default=10)
+    parser.add_argument("--reporters", type=int, default=10)
+    parser.add_argument("--report-interval-s", type=float, default=1.0)
+    parser.add_argument("--deployments", default="", help="app/deployment,... to report on")
+    parser.add_argument("--name", default="load")
+    args = parser.parse_args()
+    controllers = args.controllers.split(",")
+    watchers = Watchers(controllers, args.watchers, args.name)
+    reporters = Reporters(controllers, args.reporters, args.name,
+                          [d for d in args.deployments.split(",") if d], args.report_interval_s)
+    watchers.start()
+    reporters.start()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        while line := await reader.readline():
+            command = json.loads(line)
+            if command.get("op") == "quit":
+                break
+            try:
+                reply = {"ok": await answer(command, watchers, reporters)}
+            except (ValueError, KeyError, TypeError) as e:
+                reply = {"error": str(e)}
+            print(json.dumps(reply), flush=True)
+    finally:
+        await reporters.close()
+        await watchers.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

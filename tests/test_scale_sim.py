@@ -1,0 +1,147 @@
+"""The sim runtime and the scale benchmark's small point (docs/scale.md).
+
+The sim host is a real process answering the ReplicaService over real gRPC
+(the controller's own replica client calls it); the benchmark's --quick
+point runs a real controller pair on a real etcd. Speeds are not checked
+here, only that each piece does what the benchmark relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from servefleet.controller.reconcile.replica_client import GrpcReplicaClient, ReplicaCallError
+from servefleet.controller.runtime.base import ReplicaLaunch
+from servefleet.controller.runtime.sim import SimRuntime, socket_path
+from servefleet.v1 import replica_pb2
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASE = replica_pb2.ReplicaPhase
+
+
+@pytest.fixture
+def sim_dir(tmp_path):
+    log = tmp_path / "sim-host.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "servefleet.controller.runtime.sim_host",
+                                 "--socket", str(socket_path(tmp_path)),
+                                 "--ready-delay-s", "0.3"], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while not socket_path(tmp_path).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    yield tmp_path
+    proc.terminate()
+    proc.wait(10)
+
+
+def launch(replica_id: str, deployment: str = "d") -> ReplicaLaunch:
+    return ReplicaLaunch(cluster="c", application="app", deployment=deployment,
+                         replica_id=replica_id, version="v1",
+                         settings={"user_config_json": '{"a": 1}', "max_ongoing_requests": 7})
+
+
+async def test_sim_replicas_answer_the_controllers_calls_as_real_ones_do(sim_dir):
+    runtime, client = SimRuntime(sim_dir), GrpcReplicaClient()
+    try:
+        one, two = await runtime.start(launch("r1")), await runtime.start(launch("r2"))
+        # One port, an address each: the controller holds a channel per replica.
+        assert one.control_address != two.control_address
+        assert one.control_address.rpartition(":")[2] == two.control_address.rpartition(":")[2]
+        meta = await client.metadata(one.control_address, 2.0)
+        assert (meta.phase, meta.replica_id) == (PHASE.REPLICA_PHASE_LOADING, "r1")
+        with pytest.raises(ReplicaCallError, match="replica is LOADING"):
+            await client.check_health(one.control_address, 2.0, replica_id="r1")
+        await asyncio.sleep(0.35)
+        meta = await client.metadata(two.control_address, 2.0)
+        assert (meta.phase, meta.replica_id, meta.max_ongoing_requests) == (
+            PHASE.REPLICA_PHASE_READY, "r2", 7)
+        await client.check_health(one.control_address, 2.0, replica_id="r1")
+        with pytest.raises(ReplicaCallError, match="this is replica r1, not r2"):
+            await client.check_health(one.control_address, 2.0, replica_id="r2")
+        await client.reconfigure(one.control_address, '{"a": 2}', 3, 2.0, replica_id="r1")
+        assert (await client.metadata(one.control_address, 2.0)).user_config_json == '{"a": 2}'
+
+        await runtime._ask({"op": "act", "action": "unhealthy", "replica_ids": ["r1"]})
+        with pytest.raises(ReplicaCallError, match="sim: unhealthy"):
+            await client.check_health(one.control_address, 2.0, replica_id="r1")
+        await runtime._ask({"op": "act", "action": "hang", "replica_ids": ["r2"]})
+        with pytest.raises(ReplicaCallError, match="timed out"):
+            await client.metadata(two.control_address, 0.3)
+
+        await runtime._ask({"op": "act", "action": "exit", "replica_ids": ["r2"]})
+        gone = await runtime.inspect(two.handle)
+        assert gone is not None and (gone.alive, gone.exit_code) == (False, 1)
+        with pytest.raises(ReplicaCallError, match="no replica"):
+            await client.metadata(two.control_address, 2.0)
+
+        await client.drain(one.control_address, 0.01, 1.0, replica_id="r1")
+        assert (await client.metadata(one.control_address, 2.0)).phase == \
+            PHASE.REPLICA_PHASE_DRAINING
+        await asyncio.sleep(0.2)
+        drained = await runtime.inspect(one.handle)
+        assert drained is not None and (drained.alive, drained.exit_code) == (False, 0)
+        assert await runtime.list("c") == []
+    finally:
+        await client.close()
+        runtime.close()
+
+
+async def test_a_new_leaders_runtime_lists_the_replicas_another_started(sim_dir):
+    first, second = SimRuntime(sim_dir), SimRuntime(sim_dir)
+    try:
+        started = await first.start(launch("r1"))
+        await first.start(launch("r2", deployment="e"))
+        first.close()
+        listed = {r.replica_id: r for r in await second.list("c")}
+        assert set(listed) == {"r1", "r2"}
+        assert listed["r1"].control_address == started.control_address
+        assert (listed["r2"].application, listed["r2"].deployment) == ("app", "e")
+        assert await second.list("another cluster") == []
+        await second.stop(started.handle, 1.0)
+        assert {r.replica_id for r in await second.list("c")} == {"r2"}
+    finally:
+        second.close()
+
+
+async def test_bad_requests_are_refused_naming_the_problem(sim_dir, tmp_path_factory):
+    runtime = SimRuntime(sim_dir)
+    try:
+        await runtime.start(launch("r1"))
+        with pytest.raises(RuntimeError, match="replica r1 runs already"):
+            await runtime.start(launch("r1"))
+        with pytest.raises(RuntimeError, match="action 'explode': one of exit"):
+            await runtime._ask({"op": "act", "action": "explode", "replica_ids": ["r1"]})
+        with pytest.raises(RuntimeError, match="no live replica r9"):
+            await runtime._ask({"op": "act", "action": "exit", "replica_ids": ["r9"]})
+        with pytest.raises(RuntimeError, match="unknown setting 'delay'"):
+            await runtime._ask({"op": "set", "values": {"delay": 1}})
+    finally:
+        runtime.close()
+    nowhere = SimRuntime(tmp_path_factory.mktemp("no-host"))
+    with pytest.raises(OSError, match=r"no sim host at .*sim-host\.sock.*start python -m"):
+        await nowhere.list("c")
+
+
+@pytest.mark.slow
+def test_the_benchmarks_quick_point_measures_every_figure():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--quick"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("BENCH-FIGURES "))
+    figures = json.loads(line.removeprefix("BENCH-FIGURES "))
+    prefix = "scale 20 replicas, 5 watchers: "
+    for name in ("controller CPU", "controller RSS", "Deploy p99", "Deploy to every watcher p99",
+                 "ready to every watcher p99", "exit to every watcher p99",
+                 "failover: first update at every watcher",
+                 "failover: every replica adopted"):
+        value = figures[prefix + name]["samples"][0]
+        assert math.isfinite(value) and value > 0, (name, value)
