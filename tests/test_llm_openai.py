@@ -1,7 +1,8 @@
 """servefleet.llm through real processes, with the official `openai` client as
-users write it: a controller, a proxy, the OpenAI ingress and two models
-(NGramEngine trained on Genesis, and on Exodus), deployed from a config file
-that names `servefleet.llm:build_openai_app` with args, as examples/llm does."""
+users write it: a controller, a proxy, the OpenAI ingress and its models
+(NGramEngine trained on Genesis, on Exodus, ...; all-MiniLM-L6-v2 for
+embeddings and rerank), deployed from a config file that names
+`servefleet.llm:build_openai_app` with args, as examples/llm does."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import yaml
@@ -52,7 +54,9 @@ def config(tmp) -> str:
     path = tmp / "llm.yaml"
     path.write_text(yaml.safe_dump({"applications": [{
         "name": "llm", "route_prefix": "/llm", "import_path": "servefleet.llm:build_openai_app",
-        "require_token": True, "args": {"llm_configs": models}}]}))
+        "require_token": True, "args": {"llm_configs": models,
+                                        # all-MiniLM-L6-v2, beside the language models
+                                        "embedding_configs": [{"model_id": "minilm"}]}}]}))
     return str(path)
 
 
@@ -74,6 +78,9 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
             wait_for(lambda m=model: httpx.post(  # type: ignore[misc]
                 proxy.url + "/llm/v1/completions", json={**probe, "model": m}, headers=bearer,
                 timeout=10).status_code == 200, 90, f"model {model}")
+        wait_for(lambda: httpx.post(proxy.url + "/llm/v1/embeddings", headers=bearer, timeout=10,
+                                    json={"model": "minilm", "input": "x"}).status_code == 200,
+                 90, "model minilm")
         yield LLM(proxy.url, openai.OpenAI(base_url=proxy.url + "/llm/v1", api_key=token,
                                            max_retries=0), controller.address, bearer)
     finally:
@@ -89,7 +96,7 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
 
 def test_models_are_listed_and_chat_answers_with_usage(llm) -> None:
     assert sorted(m.id for m in llm.client.models.list()) == ["exodus", "genesis", "jonah",
-                                                              "obadiah", "ruth"]
+                                                              "minilm", "obadiah", "ruth"]
     messages = [{"role": "user", "content": "Who made the heaven and the earth?"}]
     answer = llm.client.chat.completions.create(model="genesis", messages=messages,
                                                 max_tokens=12, seed=3,
@@ -250,3 +257,53 @@ def test_a_client_leaving_before_a_whole_answer_stops_generation(llm) -> None:
     time.sleep(0.5)
     assert generated(llm) == stopped
     assert stopped - before < 500_000, stopped - before  # half a second of tokens, not 1M
+
+
+def test_embeddings_through_the_openai_client(llm) -> None:
+    from servefleet.llm import SentenceEncoder
+
+    here = SentenceEncoder()  # the same model in this process (its ONNX file is cached)
+    texts = ["A man is playing a guitar.", "Someone plays an instrument.",
+             "The stock market fell sharply today."]
+    # The client asks for base64 unless told otherwise and decodes it.
+    answer = llm.client.embeddings.create(model="minilm", input=texts)
+    vectors = np.array([d.embedding for d in answer.data])
+    np.testing.assert_allclose(vectors, here.embed(here.tokenize(texts)), atol=1e-6)
+    assert [d.index for d in answer.data] == [0, 1, 2] and answer.model == "minilm"
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == \
+        sum(map(len, here.tokenize(texts)))
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3  # paraphrase vs unrelated
+    one = llm.client.embeddings.create(model="minilm", input=texts[0], encoding_format="float",
+                                       dimensions=384)
+    np.testing.assert_allclose(one.data[0].embedding, vectors[0], atol=1e-6)
+    ids = llm.client.embeddings.create(model="minilm", input=[here.tokenize(texts[:1])[0]])
+    np.testing.assert_allclose(ids.data[0].embedding, vectors[0], atol=1e-6)
+
+
+def test_embedding_errors_name_the_parameter(llm) -> None:
+    refusals = [({"model": "minilm", "input": "x", "dimensions": 128}, "dimensions"),
+                ({"model": "minilm", "input": ["ok", "word " * 300]}, "input[1]"),
+                ({"model": "genesis", "input": "x"}, "model")]
+    for kwargs, param in refusals:
+        with pytest.raises(openai.BadRequestError) as refused:
+            llm.client.embeddings.create(**kwargs)
+        assert refused.value.body["param"] == param, refused.value.body  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as refused:
+        llm.client.completions.create(model="minilm", prompt="x")
+    assert refused.value.body["code"] == "model_not_supported"  # type: ignore[index]
+
+
+def test_rerank_orders_documents_by_relevance(llm) -> None:
+    body = {"model": "minilm", "query": "What is the capital of Germany?", "top_n": 2,
+            "documents": ["Bananas are yellow.", {"text": "Berlin is Germany's capital."},
+                          "Paris is in France."]}
+    for path in ("/llm/v1/rerank", "/llm/rerank"):
+        answer = httpx.post(llm.url + path, json=body, headers=llm.bearer, timeout=10)
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        assert results[0]["index"] == 1 and len(results) == 2
+        assert results[0]["relevance_score"] > results[1]["relevance_score"]
+        assert results[0]["document"] == {"text": "Berlin is Germany's capital."}
+    empty = httpx.post(llm.url + "/llm/v1/rerank", json={**body, "documents": []},
+                       headers=llm.bearer, timeout=10)
+    assert empty.status_code == 400 and empty.json()["error"]["param"] == "documents"

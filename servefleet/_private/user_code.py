@@ -64,6 +64,8 @@ SERVEFLEET_DEPLOYABLE = frozenset({
     "servefleet._private.llm.server:LLMServer",
     "servefleet._private.llm.openai_ingress:OpenAIIngress",
     "servefleet._private.llm.ngram:NGramEngine",
+    "servefleet._private.embeddings.server:EmbeddingServer",
+    "servefleet._private.embeddings.encoder:SentenceEncoder",
 })
 STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"])
 INSTALLED_DIR_NAMES = ("site-packages", "dist-packages")

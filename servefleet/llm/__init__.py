@@ -9,6 +9,10 @@
 - `LLMConfig`, `build_openai_app`: models, each its own deployment, behind
   one ingress serving /v1/chat/completions, /v1/completions and /v1/models,
   streamed or not (docs/llm.md);
+- `EmbeddingConfig`: an embedding model behind the same ingress, serving
+  /v1/embeddings and /v1/rerank (docs/embeddings.md); `EmbeddingServer`,
+  its deployment; `SentenceEncoder`, the model that ships
+  (all-MiniLM-L6-v2 on ONNX Runtime; the embeddings extra);
 - `LLMServer`: the deployment that holds a model's engine;
 - `Engine`, `SamplingParams`, `Piece`, `ChatMessage`: the interface an
   engine implements (an adapter for another engine is a page of code);
@@ -21,12 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from servefleet._private.embeddings.config import EmbeddingConfig
+from servefleet._private.embeddings.server import EmbeddingServer
 from servefleet._private.llm.app_builder import LLMConfig, build_openai_app
 from servefleet._private.llm.engine import ChatMessage, Engine, Piece, SamplingParams
 from servefleet._private.llm.server import LLMServer
 
-__all__ = ["ChatMessage", "Engine", "LLMConfig", "LLMServer", "NGramEngine", "Piece",
-           "SamplingParams", "build_openai_app"]
+__all__ = ["ChatMessage", "EmbeddingConfig", "EmbeddingServer", "Engine", "LLMConfig",
+           "LLMServer", "NGramEngine", "Piece", "SamplingParams", "SentenceEncoder",
+           "build_openai_app"]
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from servefleet._private.llm.ngram import NGramEngine
 
         return NGramEngine
+    if name == "SentenceEncoder":  # numpy, onnxruntime, tokenizers: imported when asked for
+        from servefleet._private.embeddings.encoder import SentenceEncoder
+
+        return SentenceEncoder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

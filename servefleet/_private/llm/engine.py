@@ -5,6 +5,12 @@ wrapping vLLM's AsyncLLMEngine or llama.cpp is a page of code (docs/llm.md
 maps vLLM's API onto it):
 
 - `start()` loads (or trains) the model, once per replica, before requests;
+  an engine may also have a synchronous `load()` doing the heavy part
+  (reading weights, training): LLMServer calls it in its constructor, so the
+  replica reports ready only once the model is there, then awaits `start()`
+  on the serving loop before the first request (for what must be made on
+  that loop: an engine's background tasks). Without `load()`, `start()` runs
+  on the first request, after the replica reported ready;
 - `chat_prompt(messages)` renders OpenAI chat messages with the model's chat
   template into the prompt text `generate` takes;
 - `count_tokens(text)` is the number of tokens the model sees in `text`

@@ -82,13 +82,19 @@ class NGramEngine:
         self._vocabulary: tokens.Vocabulary | None = None
         self._model: NGramModel | None = None
 
-    async def start(self) -> None:
-        """Reads the text and trains, in a worker thread; once (later calls
-        return at once). Raises kjv.TrainingTextError when `bible` is not
-        installed (apt-get install bible-kjv) or the range gives no verse."""
+    def load(self) -> None:
+        """Reads the text and trains, once (later calls return at once); LLMServer
+        calls it in its constructor, before the replica reports ready. Raises
+        kjv.TrainingTextError when `bible` is not installed (apt-get install
+        bible-kjv) or the range gives no verse."""
         if self._model is None:
-            vocabulary, model = await asyncio.to_thread(self._train)
+            vocabulary, model = self._train()
             self._vocabulary, self._model = vocabulary, model
+
+    async def start(self) -> None:
+        """`load()` in a worker thread, when it has not run yet."""
+        if self._model is None:
+            await asyncio.to_thread(self.load)
 
     def _train(self) -> tuple[tokens.Vocabulary, NGramModel]:
         verses = read_verses(self.passages, self.bible_command)

@@ -2,6 +2,10 @@
 
     POST {route}/v1/chat/completions   POST {route}/v1/completions
     GET  {route}/v1/models             GET  {route}/v1/models/{model}
+    POST {route}/v1/embeddings         POST {route}/v1/rerank, {route}/rerank
+
+The embedding routes are embeddings/routes.py's, over EmbeddingServer
+deployments; /v1/models lists their models beside the language models.
 
 Each request is read and checked (openai_protocol.py: a 400 naming the
 parameter), sent to its model's deployment by the request's `model` field
@@ -39,6 +43,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from servefleet._private.disconnect import CancelOnDisconnect
+from servefleet._private.embeddings.routes import EmbeddingRoutes
 from servefleet._private.llm.openai_protocol import (
     APIError,
     GenerationRequest,
@@ -76,15 +81,18 @@ class OpenAIIngress:
     """An ASGI deployment: the OpenAI routes over `models` (model id -> handle
     of its LLMServer deployment)."""
 
-    def __init__(self, models: dict[str, Any], multiplexed: list[str] | None = None) -> None:
+    def __init__(self, models: dict[str, Any], multiplexed: list[str] | None = None,
+                 embedding_models: dict[str, Any] | None = None) -> None:
         self.models = models
         # Models served several per replica: their calls name the model.
         self.multiplexed = set(multiplexed or ())
+        self.embeddings = EmbeddingRoutes(dict(embedding_models or {}), list(models), api_error)
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/models", self._list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", self._one_model, methods=["GET"]),
+            *self.embeddings.routes(),
         ])
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -96,18 +104,23 @@ class OpenAIIngress:
         return {"id": model, "object": "model", "created": 0, "owned_by": "servefleet"}
 
     async def _list_models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [self._card(m) for m in self.models]})
+        every = [*self.models, *self.embeddings.models]
+        return JSONResponse({"object": "list", "data": [self._card(m) for m in every]})
 
     async def _one_model(self, request: Request) -> Response:
         model = request.path_params["model"]
-        if model not in self.models:
+        if model not in self.models and model not in self.embeddings.models:
             return error_response(self._unknown(model))
         return JSONResponse(self._card(model))
 
     def _unknown(self, model: str) -> APIError:
+        if model in self.embeddings.models:
+            return APIError(400, f"the model {model!r} is an embedding model: it does not "
+                                 f"generate; language models: {', '.join(sorted(self.models))}",
+                            param="model", code="model_not_supported")
         return APIError(404, f"the model {model!r} does not exist; served: "
-                             f"{', '.join(sorted(self.models))}", param="model",
-                        code="model_not_found")
+                             f"{', '.join(sorted([*self.models, *self.embeddings.models]))}",
+                        param="model", code="model_not_found")
 
     # -- generation --------------------------------------------------------------
 

@@ -8,8 +8,12 @@ A caller that goes away closes the call's connection; the replica then
 cancels this generator, and the engine stops at its next token.
 
 The engine is made in `__init__` from an import path and JSON kwargs (so a
-config file can name it) and started (trained, loaded) once, before the
-first request. `stats()` tells a caller what this replica's engine did.
+config file can name it) and loaded there (`load()`, when the engine has
+one: NGramEngine trains), since a replica runs its deployment's constructor
+before it reports ready: the first request meets a model, not its training.
+`start()` then runs once on the serving loop, before the first request.
+Models served several per replica load on their first request instead.
+`stats()` tells a caller what this replica's engine did.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ class LLMServer:
         self.model_id = model_id
         self.models = dict(models or {})
         self.engine = None if self.models else load_engine(engine, dict(engine_kwargs or {}))
+        load = getattr(self.engine, "load", None)
+        if callable(load):
+            load()  # before the replica reports ready (see the module docstring)
         self._engines = _ModelCache(self._load, max(1, max_models_per_replica)) \
             if self.models else None
         self._started: asyncio.Task[None] | None = None

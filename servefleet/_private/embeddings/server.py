@@ -1,0 +1,132 @@
+"""EmbeddingServer: the deployment that holds one embedding model in each replica.
+
+The model is made in the constructor from an import path and JSON kwargs
+(default `SentenceEncoder`: all-MiniLM-L6-v2 on ONNX Runtime) and warmed
+there too (`warm()`: one run of the longest input), so the replica reports
+ready only once its model answers at full speed: a replica runs its
+deployment's constructor before it says READY.
+
+The ingress (routes.py) calls `embed` and `rerank` through handles. Inputs
+longer than the model takes (its `max_tokens` word pieces) are refused
+naming the input, or cut to it with `truncate: true`. Tokenizing and the
+model's run happen in a worker thread, so the replica's event loop stays free.
+
+A model is any object with what `SentenceEncoder` offers: `dimensions`,
+`max_tokens`, `vocab_size`, `tokenize(texts) -> ids`, `truncate(ids)`,
+`embed(sequences) -> [n, dimensions] unit vectors` (one batch; a batcher
+can sit in front of it) and `warm()`. A model that also has
+`score(query, documents) -> [float]` (a cross-encoder) answers /v1/rerank with
+it; others by the cosine of the query's and each document's vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from servefleet._private.embeddings.protocol import BadInput
+from servefleet._private.import_paths import colon_form
+from servefleet._private.user_code import import_user_object
+
+DEFAULT_MODEL = "servefleet._private.embeddings.encoder:SentenceEncoder"
+MODEL_METHODS = ("tokenize", "truncate", "embed", "warm")
+
+
+def load_model(path: str, kwargs: dict[str, Any]) -> Any:
+    """The model class at `path` ("module:Class"), made with `kwargs`; user code
+    by the rules every import path meets (user_code.py)."""
+    model = import_user_object(colon_form(path))(**kwargs)
+    missing = [m for m in MODEL_METHODS if not callable(getattr(model, m, None))]
+    if missing:
+        raise TypeError(f"{path} is not an embedding model: it lacks {', '.join(missing)}")
+    return model
+
+
+class EmbeddingServer:
+    """One embedding model per replica: `embed` and `rerank`.
+
+    - `model_id`: the name clients ask for;
+    - `model`, `model_kwargs`: the model class ("module:Class") and its
+      constructor's JSON arguments (default all-MiniLM-L6-v2);
+    - `truncate`: cut inputs longer than the model takes instead of refusing
+      them (default False: a 400 naming the input).
+    """
+
+    def __init__(self, model_id: str, model: str = DEFAULT_MODEL,
+                 model_kwargs: dict[str, Any] | None = None, truncate: bool = False) -> None:
+        self.model_id = model_id
+        self.truncate = bool(truncate)
+        self.model = load_model(model, dict(model_kwargs or {}))
+        self.model.warm()
+        self.inputs = 0
+        self.tokens = 0
+
+    def _fit(self, ids: Sequence[int], param: str) -> list[int]:
+        limit = self.model.max_tokens
+        if len(ids) <= limit:
+            return list(ids)
+        if self.truncate:
+            return list(self.model.truncate(ids))
+        raise BadInput(param, f"{param} is {len(ids)} tokens; {self.model_id} takes at most "
+                              f"{limit} (this deployment refuses longer inputs: "
+                              f"truncate: true would cut them)")
+
+    def _sequences(self, inputs: Sequence[str] | Sequence[Sequence[int]],
+                   param: str = "input") -> list[list[int]]:
+        def where(i: int) -> str:
+            return f"{param}[{i}]" if len(inputs) > 1 else param
+        if inputs and isinstance(inputs[0], str):
+            ids = self.model.tokenize(inputs)
+        else:
+            ids = [list(s) for s in inputs]  # type: ignore[arg-type]
+            vocabulary = self.model.vocab_size
+            for i, sequence in enumerate(ids):
+                if any(t < 0 or t >= vocabulary for t in sequence):
+                    raise BadInput(where(i), f"{where(i)} holds a token id outside "
+                                             f"{self.model_id}'s vocabulary [0, {vocabulary})")
+        return [self._fit(s, where(i)) for i, s in enumerate(ids)]
+
+    def _embed(self, inputs: Sequence[Any], dimensions: int | None) -> dict[str, Any]:
+        if dimensions is not None and dimensions != self.model.dimensions:
+            raise BadInput("dimensions", (
+                f"{self.model_id} gives {self.model.dimensions}-dimensional vectors only; "
+                f"it was not trained for shorter ones (as OpenAI's text-embedding-3 "
+                f"models were), so dimensions {dimensions} is refused"))
+        sequences = self._sequences(inputs)
+        vectors = self.model.embed(sequences)
+        tokens = sum(len(s) for s in sequences)
+        self.inputs += len(sequences)
+        self.tokens += tokens
+        return {"vectors": vectors, "prompt_tokens": tokens}
+
+    async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]],
+                    dimensions: int | None = None) -> dict[str, Any]:
+        """{"vectors": float32 [len(inputs), dimensions], "prompt_tokens": N} for
+        texts or token id sequences. Raises BadInput naming what it refuses."""
+        return await asyncio.to_thread(self._embed, inputs, dimensions)
+
+    def _rerank(self, query: str, documents: Sequence[str]) -> dict[str, Any]:
+        [query_ids] = self._sequences([query], "query")
+        document_ids = self._sequences(documents, "documents")
+        score = getattr(self.model, "score", None)
+        if callable(score):  # a cross-encoder: the query and each document read together
+            scores = [float(s) for s in score(query, list(documents))]
+            tokens = len(query_ids) * len(documents) + sum(len(d) for d in document_ids)
+        else:  # cosine: the vectors are unit vectors
+            vectors = self.model.embed([query_ids, *document_ids])
+            scores = [float(s) for s in vectors[1:] @ vectors[0]]
+            tokens = len(query_ids) + sum(len(d) for d in document_ids)
+        self.inputs += 1 + len(documents)
+        self.tokens += tokens
+        return {"scores": scores, "total_tokens": tokens}
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> dict[str, Any]:
+        """{"scores": one per document, in order; "total_tokens": N}."""
+        return await asyncio.to_thread(self._rerank, query, documents)
+
+    async def stats(self) -> dict[str, Any]:
+        """This replica's model and what it embedded."""
+        return {"model": self.model_id, "dimensions": self.model.dimensions,
+                "max_tokens": self.model.max_tokens, "inputs": self.inputs,
+                "tokens": self.tokens}
