@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from servefleet._private import tracing
 from servefleet._private.grpc_servicers import Rpc, rpcs_of
@@ -94,6 +95,11 @@ class GrpcContext:
         return self._trailing
 
 
+def _hop(metadata: Any) -> str | None:
+    """The caller's hop pass among a call's metadata."""
+    return next((str(v) for k, v in metadata or () if k == HOP_HEADER), None)
+
+
 def _takes_context(fn: Any) -> bool:
     try:
         return "grpc_context" in inspect.signature(fn).parameters
@@ -143,39 +149,59 @@ class GrpcIngress:
             await ingress._admit_or_abort(context)
 
         # Reads no message: a call whose requests stream gets the refusal at once.
-        loading: grpc.RpcMethodHandler = grpc.stream_stream_rpc_method_handler(refuse)
+        refusing: grpc.RpcMethodHandler = grpc.stream_stream_rpc_method_handler(refuse)
 
         class Handler(grpc.GenericRpcHandler):
             def service(self, call: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
                 if ingress.deployment is None:
-                    return loading
-                return ingress._handlers.get(call.method)
+                    return refusing
+                found = ingress._handlers.get(call.method)
+                # A caller the gate refuses learns nothing, not even which methods exist.
+                if found is None and ingress.hop_gate is not None and \
+                        ingress.hop_gate.refusal(_hop(call.invocation_metadata)) is not None:
+                    return refusing
+                return found
 
         return Handler()
 
     def _handler(self, rpc: Rpc) -> grpc.RpcMethodHandler:
-        kwargs = {"request_deserializer": rpc.request_deserializer,
-                  "response_serializer": rpc.response_serializer}
+        # Messages come as bytes, parsed here after the gate (parse_or_abort).
+        kwargs = {"response_serializer": rpc.response_serializer}
         if rpc.request_streaming:
             return request_stream_handler(self, rpc)
         if rpc.response_streaming:
-            async def stream(request: Any, context: grpc.aio.ServicerContext
+            async def stream(raw: bytes, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[Any]:
-                async for item in self._serve_stream(rpc, request, context):
+                async for item in self._serve_stream(rpc, raw, context):
                     yield item
             return grpc.unary_stream_rpc_method_handler(stream, **kwargs)
 
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await self._serve_unary(rpc, request, context)
+        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await self._serve_unary(rpc, raw, context)
         return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
 
     # -- per call ------------------------------------------------------------------
 
+    async def parse_or_abort(self, rpc: Rpc, raw: bytes,
+                             context: grpc.aio.ServicerContext) -> Any:
+        """A request message of `rpc`, parsed once its caller passed the gate;
+        one that is none is INVALID_ARGUMENT naming the message type (gRPC's
+        own parsing answered UNKNOWN and logged a traceback)."""
+        parse = rpc.request_deserializer
+        if parse is None:
+            return raw
+        try:
+            return parse(raw)
+        except DecodeError as e:
+            kind = getattr(getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None),
+                           "full_name", "request")
+            logger.warning("gRPC call %s: the request is not a valid %s: %s", rpc.path, kind, e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"the request is not a valid {kind}: {e}")
+
     async def _admit_or_abort(self, context: grpc.aio.ServicerContext) -> None:
         if self.hop_gate is not None:
-            hop = next((str(v) for k, v in context.invocation_metadata() or ()
-                        if k == HOP_HEADER), None)
-            refused = self.hop_gate.refusal(hop)
+            refused = self.hop_gate.refusal(_hop(context.invocation_metadata()))
             if refused is not None:
                 self.metrics.rejected["unauthenticated"].inc()
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, refused)
@@ -198,9 +224,12 @@ class GrpcIngress:
                                                       is_async_callable(fn))
         return found
 
-    async def admit(self, rpc: Rpc, context: grpc.aio.ServicerContext
-                     ) -> tuple[_Target, GrpcContext | None, tracing.Served | None]:
+    async def admit(self, rpc: Rpc, context: grpc.aio.ServicerContext, raw: bytes | None = None
+                    ) -> tuple[_Target, GrpcContext | None, tracing.Served | None, Any]:
+        """Gate and admission, then the call's request parsed from `raw`
+        (None for a request stream), its target, grpc_context and span."""
         await self._admit_or_abort(context)
+        request = None if raw is None else await self.parse_or_abort(rpc, raw, context)
         target = self._target(rpc)
         if target is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED,
@@ -214,10 +243,10 @@ class GrpcIngress:
             **self.metrics.span_attributes, "rpc.system": "grpc", "rpc.method": rpc.method,
             "servefleet.request_id": request_id})
         if not target.takes_context:
-            return target, None, served
+            return target, None, served, request
         remaining = context.time_remaining()
         return target, GrpcContext(tuple(metadata), None if remaining is None
-                                   else time.monotonic() + remaining), served
+                                   else time.monotonic() + remaining), served, request
 
     async def _finish(self, user: GrpcContext | None,
                       context: grpc.aio.ServicerContext) -> None:
@@ -264,6 +293,8 @@ class GrpcIngress:
             except asyncio.CancelledError:
                 logger.info("gRPC call %s cancelled (client left or deadline passed)", rpc.path)
                 raise
+            except grpc.aio.AbortError:
+                raise  # ended with its status already (a request message that is none)
             except Exception as e:
                 failed = e
                 await self.failed(rpc, context, e)
@@ -273,15 +304,15 @@ class GrpcIngress:
             if served is not None:
                 served.finish(0, failed)  # user code's exception on it; the status is gRPC's
 
-    async def _serve_unary(self, rpc: Rpc, request: Any,
+    async def _serve_unary(self, rpc: Rpc, raw: bytes,
                            context: grpc.aio.ServicerContext) -> Any:
-        target, user, served = await self.admit(rpc, context)
+        target, user, served, request = await self.admit(rpc, context, raw)
         async with self.accounted(rpc, context, user, served):
             return await self.call_user(target, request, user)
 
-    async def _serve_stream(self, rpc: Rpc, request: Any,
+    async def _serve_stream(self, rpc: Rpc, raw: bytes,
                             context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        target, user, served = await self.admit(rpc, context)
+        target, user, served, request = await self.admit(rpc, context, raw)
         async with self.accounted(rpc, context, user, served):
             async for item in self.items(rpc, await self.call_user(target, request, user)):
                 yield item

@@ -82,13 +82,14 @@ class BlockingRequests(Iterator[Any]):
                 self._pending.cancel()
 
 
-async def _until_cancelled(requests: AsyncIterator[Any],
+async def _until_cancelled(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterator[bytes],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-    """The request messages; their end is the client's (half-close) only: a
+    """The request messages, parsed (one that is none ends the call
+    INVALID_ARGUMENT); their end is the client's (half-close) only: a
     call cancelled under a read ends them too in gRPC, which would look to
     user code like a complete stream (wire.STREAM_END_GRACE_S)."""
-    async for message in requests:
-        yield message
+    async for raw in requests:
+        yield await ingress.parse_or_abort(rpc, raw, context)
     await asyncio.sleep(STREAM_END_GRACE_S)  # a cancelled call is cancelled here
     if context.cancelled():
         raise asyncio.CancelledError
@@ -96,8 +97,8 @@ async def _until_cancelled(requests: AsyncIterator[Any],
 
 def request_stream_handler(ingress: GrpcIngress, rpc: Rpc) -> grpc.RpcMethodHandler:
     """The grpc.aio handler of a client-streaming or bidirectional RPC."""
-    kwargs: dict[str, Any] = {"request_deserializer": rpc.request_deserializer,
-                              "response_serializer": rpc.response_serializer}
+    # Messages come as bytes, parsed only once the call is admitted (_until_cancelled).
+    kwargs: dict[str, Any] = {"response_serializer": rpc.response_serializer}
     if rpc.response_streaming:
         async def bidirectional(requests: AsyncIterator[Any],
                                 context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -127,10 +128,10 @@ async def _serving(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterator[Any],
     """Admit the call, say so, and account for it; yields the user method,
     its grpc_context, the requests in the form it takes, and what lets a
     thread waiting for a request go."""
-    target, user, served = await ingress.admit(rpc, context)
+    target, user, served, _ = await ingress.admit(rpc, context)
     await context.send_initial_metadata(_ADMITTED)
     blocking = None
-    requests = _until_cancelled(requests, context)
+    requests = _until_cancelled(ingress, rpc, requests, context)
     given: Any = requests
     if not (target.is_async or inspect.isasyncgenfunction(target.fn)):
         given = blocking = BlockingRequests(requests, asyncio.get_running_loop())

@@ -11,13 +11,21 @@ enough. Nothing of a request is read, its body least of all, before this.
 
 The settings carry the keys to check passes by; the Watch stream's `hop`
 key brings later ones and the subjects revoked (`on_trust`).
+
+The control port without TLS takes only a controller's pass
+(`ControlPassCheck`), checked from the call's metadata before its message
+is read, unknown methods included.
 """
 
 from __future__ import annotations
 
 from base64 import b64decode
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from servefleet._private.security.hop import HopRefused, HopVerifier
+import grpc
+
+from servefleet._private.security.hop import HOP_HEADER, HopRefused, HopVerifier
 from servefleet.v1 import watch_pb2
 
 
@@ -59,3 +67,28 @@ class HopGate:
             return (f"{caller.subject}'s pass (role {caller.role}) may not make handle calls: "
                     "they run the caller's code here")
         return None
+
+
+class ControlPassCheck(grpc.aio.ServerInterceptor):
+    """The control port's gate where it has no TLS: a call without a
+    controller's pass is UNAUTHENTICATED before anything of it is read."""
+
+    def __init__(self, gate: HopGate) -> None:
+        self._gate = gate
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        hop = next((str(v) for k, v in details.invocation_metadata or () if k == HOP_HEADER),
+                   None)
+        refused = self._gate.control_refusal(hop)
+        if refused is None:
+            return await continuation(details)
+        message = f"{details.method}: {refused}"
+
+        async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        # Takes the request stream unread, whatever the method's kind.
+        return grpc.stream_stream_rpc_method_handler(refuse)

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -40,7 +39,6 @@ from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
 from servefleet._private.replica_command import add_arguments
-from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.security.hop_tls import server_context
 from servefleet._private.security.revocation_checks import RevokedCertInterceptor
 from servefleet._private.security.roles import REPLICA_CONTROL
@@ -66,7 +64,7 @@ from .client_address import ClientAddress
 from .control import ReplicaControl
 from .control_loop import ControlLoop
 from .edge import ReplicaEdge, limits_from_env
-from .hop_gate import HopGate
+from .hop_gate import ControlPassCheck
 from .loop_watch import SAMPLE_S, LoopWatch
 from .replica import PHASE, Replica, ReplicaSettings
 
@@ -82,18 +80,6 @@ async def only_controllers(method: str, request: object,
         raise Refused(grpc.StatusCode.PERMISSION_DENIED,
                       f"{method}: only controllers may call a replica (the caller's "
                       f"certificate is for {role!r})")
-
-
-def controllers_by_pass(gate: HopGate) -> Callable[[str, object, grpc.aio.ServicerContext],
-                                                   Awaitable[None]]:
-    """Without TLS, in a cluster with tokens: control calls show a controller's hop pass."""
-    async def check(method: str, request: object, context: grpc.aio.ServicerContext) -> None:
-        hop = next((str(v) for k, v in context.invocation_metadata() or ()
-                    if k == HOP_HEADER), None)
-        refused = gate.control_refusal(hop)
-        if refused is not None:
-            raise Refused(grpc.StatusCode.UNAUTHENTICATED, f"{method}: {refused}")
-    return check
 
 
 def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
@@ -129,10 +115,12 @@ def control_server(replica: Replica, control: ControlLoop, watch: LoopWatch,
     # No SO_REUSEPORT: a port another replica holds must fail the bind
     # (EXIT_BIND_FAILURE), not be shared with it. Its callers reach it before
     # they are checked: the edge's limits (edge.py) apply here too.
-    check = only_controllers if tls else (
-        controllers_by_pass(replica.hop_gate) if replica.hop_gate is not None else None)
+    # Without TLS, in a cluster with tokens: a controller's hop pass, checked
+    # before the Guard parses the message.
+    by_pass = [ControlPassCheck(replica.hop_gate)] if not tls and replica.hop_gate else []
     server = grpc.aio.server(
-        interceptors=[RevokedCertInterceptor(replica.revoked_certs), Guard(CONTROL_SERVICE, check)],
+        interceptors=[RevokedCertInterceptor(replica.revoked_certs), *by_pass,
+                      Guard(CONTROL_SERVICE, only_controllers if tls else None)],
         options=[("grpc.so_reuseport", 0), *edge.grpc_options()])
     replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
         ReplicaControl(replica, control, watch), server)
