@@ -58,7 +58,6 @@ import servefleet._private.values as values
 from servefleet._private import tracing
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.handle_errors import unserved
-from servefleet._private.ingress import is_ingress
 from servefleet._private.logs import REQUEST_ID
 from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 from servefleet._private.wire import (
@@ -78,6 +77,7 @@ from .answers import (
     takes_request,
     to_response,
 )
+from .handle_calls import arguments, method_of
 from .head import Head
 from .hop_gate import HopGate
 from .loader import UserDeployment
@@ -92,19 +92,6 @@ _REJECTED = REJECTED_HEADER.decode()
 
 
 _DISCONNECTED = object()
-
-
-def _method_of(deployment: UserDeployment, method: str) -> Any:
-    """What a handle call of `method` runs, or None (private names are not
-    callable; nor is an ASGI app, but the methods of an `ingress` class are)."""
-    if deployment.is_asgi and not is_ingress(deployment.instance):
-        return None
-    if method == "__call__":
-        return None if deployment.is_asgi else deployment.target
-    if method.startswith("_") or not method.isidentifier():
-        return None
-    found = getattr(deployment.instance, method, None)
-    return found if callable(found) and not inspect.isclass(deployment.instance) else None
 
 
 def _under_route_prefix(scope: Scope, prefix: str | None = None) -> Scope:
@@ -327,12 +314,11 @@ class ReplicaApp:
         """Run a handle call; the answer to send (a FrameAnswer or a
         Response), or None when the caller left before it."""
         request_id, stream = head.request_id, head.stream
-        fn = _method_of(deployment, method)
+        fn = method_of(deployment, method)
         if fn is None:
             return _refusal(f"the deployment has no method {method!r} to call", 404)
         try:
-            _, (args, kwargs) = values.load(await Request(scope, receive).body())
-            args, kwargs = tuple(args), dict(kwargs)
+            args, kwargs = arguments(values.load(await Request(scope, receive).body())[1])
         except Exception as e:
             logger.warning("request %s: a handle call body that cannot be unpickled: %r",
                            request_id, e)

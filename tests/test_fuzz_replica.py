@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from replica_fuzz_inputs import frame
 
 from servefleet._private.security import tokens
 from servefleet._private.security.hop import HopIssuer, HopKey
@@ -171,3 +172,18 @@ def test_a_grpc_message_that_is_no_protobuf_is_invalid_argument(watched: Replica
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, path
             assert f"the request is not a valid {kind}" in (refused.value.details() or "")
     assert not [line for line in watched.log_lines()[before:] if " ERROR " in line]
+
+
+def test_a_handle_call_body_of_another_shape_is_a_bad_request(watched: Replica) -> None:
+    """A frame that unpickles to no (args, kwargs): keyword names that are
+    no strings failed in the call, a 500 and a traceback at ERROR as if the
+    method had raised; a string as args was split into letters and run."""
+    marked = watched.marked()
+    for value in (((1,), {1: 2}), ("ab", {}), ((), [])):
+        reply = httpx.post(f"http://127.0.0.1:{watched.http}/", content=frame(value),
+                           headers={"x-servefleet-hop": watched.admin_pass,
+                                    "x-servefleet-method": "record"}, timeout=10)
+        assert reply.status_code == 400, (value, reply.status_code)
+        assert reply.json()["error"].startswith("bad handle call body: TypeError: expected "
+                                                "(args, kwargs)"), reply.text
+    assert watched.marked() == marked
