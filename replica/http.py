@@ -50,7 +50,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -297,6 +297,9 @@ class ReplicaApp:
                     await send_with_id({"type": "http.response.body", "body": body})
                     return True
                 response = to_response(result)
+        except ClientDisconnect:  # its body was being read (here or by user code)
+            logger.info("request %s: the caller went away before its body came", request_id)
+            return True
         except Exception as e:
             if unserved(e):  # a deployment it called could not serve (Ray answers 503 too)
                 logger.warning("request %s: %s: %s", request_id, type(e).__name__, e)
@@ -319,6 +322,8 @@ class ReplicaApp:
             return _refusal(f"the deployment has no method {method!r} to call", 404)
         try:
             args, kwargs = arguments(values.load(await Request(scope, receive).body())[1])
+        except ClientDisconnect:
+            return None
         except Exception as e:
             logger.warning("request %s: a handle call body that cannot be unpickled: %r",
                            request_id, e)

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from replica_fuzz_inputs import frame
+from replica_fuzz_inputs import frame, send
 
 from servefleet._private.security import tokens
 from servefleet._private.security.hop import HopIssuer, HopKey
@@ -187,3 +187,16 @@ def test_a_handle_call_body_of_another_shape_is_a_bad_request(watched: Replica) 
         assert reply.json()["error"].startswith("bad handle call body: TypeError: expected "
                                                 "(args, kwargs)"), reply.text
     assert watched.marked() == marked
+
+
+def test_a_caller_leaving_while_its_body_is_read_is_no_failure(watched: Replica) -> None:
+    """A request whose body never all comes (the client left): reading it
+    raised ClientDisconnect, logged as a failure of user code with a
+    traceback at ERROR."""
+    before = len(watched.log_lines())
+    raw = (b"POST /x HTTP/1.1\r\nhost: a\r\ncontent-length: 100\r\nx-servefleet-hop: " +
+           watched.admin_pass.encode() + b"\r\n\r\nhello")
+    assert send(watched.http, raw) == b""
+    wait_for(lambda: any("went away before its body came" in line
+                         for line in watched.log_lines()[before:]), 10, "the replica's note")
+    assert not [line for line in watched.log_lines()[before:] if " ERROR " in line]
