@@ -161,3 +161,39 @@ def test_an_llm_server_loads_its_model_before_it_is_ready() -> None:
     # trained by then, not on the first request.
     server = LLMServer("genesis", engine_kwargs={"passages": "Gen1:1-Gen2:25"})
     assert server.engine is not None and server.engine._model is not None
+
+
+class WordOverlap:
+    """A stand-in cross-encoder: it scores a document by the query's words in it."""
+
+    max_tokens = 8
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        return [[len(w) for w in t.split()] for t in texts]
+
+    def truncate(self, ids: list[int]) -> list[int]:
+        return ids[:self.max_tokens]
+
+    def warm(self) -> None:
+        self.warmed = True
+
+    def score(self, query: str, documents: list[str]) -> list[float]:
+        words = set(query.split())
+        return [len(words & set(d.split())) / len(words) for d in documents]
+
+
+class Unscored(WordOverlap):
+    score = None  # type: ignore[assignment]
+
+
+async def test_a_model_with_score_reranks_with_it_and_may_not_embed() -> None:
+    server = EmbeddingServer("overlap", model="test_embeddings_api:WordOverlap")
+    assert server.model.warmed  # warmed in the constructor, before the replica is ready
+    done = await server.rerank("red apple", ["green pear", "red apple pie", "red car"])
+    assert done["scores"] == [0.0, 1.0, 0.5]
+    assert done["total_tokens"] == 2 * 3 + 2 + 3 + 2  # the query read with each document
+    with pytest.raises(BadInput) as refused:
+        await server.embed(["red apple"])
+    assert refused.value.param == "model" and "only scores" in str(refused.value)
+    with pytest.raises(TypeError, match="lacks embed or score"):
+        EmbeddingServer("x", model="test_embeddings_api:Unscored")

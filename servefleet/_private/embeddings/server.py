@@ -14,9 +14,10 @@ model's run happen in a worker thread, so the replica's event loop stays free.
 A model is any object with what `SentenceEncoder` offers: `dimensions`,
 `max_tokens`, `vocab_size`, `tokenize(texts) -> ids`, `truncate(ids)`,
 `embed(sequences) -> [n, dimensions] unit vectors` (one batch; a batcher
-can sit in front of it) and `warm()`. A model that also has
+can sit in front of it) and `warm()`. A model with
 `score(query, documents) -> [float]` (a cross-encoder) answers /v1/rerank with
-it; others by the cosine of the query's and each document's vectors.
+it; others by the cosine of the query's and each document's vectors. A
+model with `score` and no `embed` only reranks.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ from servefleet._private.import_paths import colon_form
 from servefleet._private.user_code import import_user_object
 
 DEFAULT_MODEL = "servefleet._private.embeddings.encoder:SentenceEncoder"
-MODEL_METHODS = ("tokenize", "truncate", "embed", "warm")
+MODEL_METHODS = ("tokenize", "truncate", "warm")
 
 
 def load_model(path: str, kwargs: dict[str, Any]) -> Any:
     """The model class at `path` ("module:Class"), made with `kwargs`; user code
-    by the rules every import path meets (user_code.py)."""
+    by the rules every import path meets (user_code.py). It needs MODEL_METHODS
+    and `embed` or `score` (a cross-encoder may only score); TypeError if not."""
     model = import_user_object(colon_form(path))(**kwargs)
     missing = [m for m in MODEL_METHODS if not callable(getattr(model, m, None))]
+    if not any(callable(getattr(model, m, None)) for m in ("embed", "score")):
+        missing.append("embed or score")
     if missing:
         raise TypeError(f"{path} is not an embedding model: it lacks {', '.join(missing)}")
     return model
@@ -88,6 +92,9 @@ class EmbeddingServer:
         return [self._fit(s, where(i)) for i, s in enumerate(ids)]
 
     def _embed(self, inputs: Sequence[Any], dimensions: int | None) -> dict[str, Any]:
+        if not callable(getattr(self.model, "embed", None)):
+            raise BadInput("model", f"{self.model_id} only scores (a cross-encoder): "
+                                    "ask it POST /v1/rerank")
         if dimensions is not None and dimensions != self.model.dimensions:
             raise BadInput("dimensions", (
                 f"{self.model_id} gives {self.model.dimensions}-dimensional vectors only; "
@@ -127,6 +134,6 @@ class EmbeddingServer:
 
     async def stats(self) -> dict[str, Any]:
         """This replica's model and what it embedded."""
-        return {"model": self.model_id, "dimensions": self.model.dimensions,
+        return {"model": self.model_id, "dimensions": getattr(self.model, "dimensions", None),
                 "max_tokens": self.model.max_tokens, "inputs": self.inputs,
                 "tokens": self.tokens}
