@@ -179,6 +179,7 @@ def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int
     name = sorted(sizes)[0]
     sizes[name] += 1
     client.deploy(spec(name, sizes[name]))
+    out.add("failover: Deploy answered", time.time() - began)
     seen = watchers_seen(cluster, f"replicas/{app}/{name}", began, timeout, count=sizes[name])
     out.add("failover: first update at every watcher", max(seen))
     wait_running(client, sum(sizes.values()), timeout)
@@ -232,6 +233,7 @@ REPORTED = [
     ("exit to every watcher", "ms", "p99", ""),
     ("GetStatus", "ms", "p99", ""),
     ("failover: leading", "s", "", ""),
+    ("failover: Deploy answered", "s", "", ""),
     ("failover: first update at every watcher", "s", "", ""),
     ("failover: every replica adopted", "s", "", ""),
 ]

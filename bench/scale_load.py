@@ -7,8 +7,10 @@ Each watcher is servefleet's own Watch client (the one proxies and handles
 run), kind PROXY, on the keys a proxy watches ("routes" and "replicas/"),
 with a channel of its own as a proxy on its own host has. It applies every
 snapshot it gets (the client keeps the latest of each key) and records when
-it saw it. Each reporter holds one StreamLoad stream and reports its load
-on a few deployments every interval, as a proxy does.
+it saw it. The first --reporters of them also run servefleet's load
+reporter (a StreamLoad stream to the leader), each with load on three
+deployments, so it reports every interval, and naming the replica sets its
+watcher applied, as a proxy does.
 
 Commands come on stdin, one JSON object a line, and are answered on stdout
 in order, one JSON line each:
@@ -29,14 +31,13 @@ import asyncio
 import json
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any
 
-import grpc
-
+from servefleet._private.dataplane.load_report import EngineLoad, LoadReporter
 from servefleet._private.security.tls import PLAIN
 from servefleet._private.watch_client import WatchClient
-from servefleet.v1 import controller_pb2 as api
-from servefleet.v1 import controller_pb2_grpc, watch_pb2
+from servefleet.v1 import watch_pb2
 
 POLL_S = 0.02
 
@@ -92,39 +93,39 @@ class Watchers:
 
 
 class Reporters:
-    def __init__(self, controllers: list[str], count: int, prefix: str,
-                 deployments: list[str], interval_s: float) -> None:
-        self.controllers = controllers
-        self.count, self.prefix = count, prefix
+    """servefleet's own load reporter (the one proxies run), one per watcher up to
+    `count`: it reports to its watcher's leader, names the replica sets its
+    watcher applied (so drains wait for it, drain_fence.py), and has one
+    request in flight on each of three deployments, so it reports every period."""
+
+    def __init__(self, watchers: Watchers, count: int, deployments: list[str],
+                 period_s: float) -> None:
         self.deployments = deployments or ["app/d0"]
-        self.interval_s = interval_s
+        self.reporters = [
+            LoadReporter(client, period_s, engine=self._load(i), applied=self._applied(client))
+            for i, client in enumerate(watchers.clients[:count])]
         self.sent = 0
         self.tasks: list[asyncio.Task[None]] = []
 
-    def start(self) -> None:
-        self.tasks = [asyncio.create_task(self._report(i)) for i in range(self.count)]
+    def _load(self, index: int):
+        mine = {self.deployments[(index + k) % len(self.deployments)]: (0, 1) for k in range(3)}
 
-    async def _report(self, index: int) -> None:
-        mine = [self.deployments[(index + k) % len(self.deployments)] for k in range(3)]
-        await asyncio.sleep(self.interval_s * index / max(self.count, 1))  # spread out
-        current = 0
-        while True:
-            address = self.controllers[current % len(self.controllers)]
-            try:
-                async with grpc.aio.insecure_channel(address) as channel:
-                    stub = controller_pb2_grpc.ControllerServiceStub(channel)
-                    await stub.StreamLoad(self._reports(index, mine))
-            except grpc.aio.AioRpcError:
-                current += 1  # a standby, or the leader gone: the next controller
-                await asyncio.sleep(0.2)
-
-    async def _reports(self, index: int, mine: list[str]):
-        while True:
-            yield api.StreamLoadRequest(report=api.ReportLoadRequest(
-                reporter_id=f"{self.prefix}-w{index}",
-                queued={name: 0 for name in mine}, ongoing={name: 1 for name in mine}))
+        async def load() -> EngineLoad:
             self.sent += 1
-            await asyncio.sleep(self.interval_s)
+            return EngineLoad(counts=mine)
+        return load
+
+    @staticmethod
+    def _applied(client: WatchClient):
+        def applied() -> dict[str, str]:
+            return {key.removeprefix("replicas/"): snapshot.snapshot_id
+                    for key, snapshot in client.snapshots.items()
+                    if key.startswith("replicas/")}
+        return applied
+
+    def start(self) -> None:
+        no_pools = SimpleNamespace(pools={})  # the load comes from `engine`
+        self.tasks = [asyncio.create_task(r.run(no_pools)) for r in self.reporters]  # type: ignore[arg-type]
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -160,14 +161,14 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--controllers", required=True)
     parser.add_argument("--watchers", type=int, default=10)
-    parser.add_argument("--reporters", type=int, default=10)
+    parser.add_argument("--reporters", type=int, default=10, help="at most --watchers")
     parser.add_argument("--report-interval-s", type=float, default=1.0)
     parser.add_argument("--deployments", default="", help="app/deployment,... to report on")
     parser.add_argument("--name", default="load")
     args = parser.parse_args()
     controllers = args.controllers.split(",")
     watchers = Watchers(controllers, args.watchers, args.name)
-    reporters = Reporters(controllers, args.reporters, args.name,
+    reporters = Reporters(watchers, args.reporters,
                           [d for d in args.deployments.split(",") if d], args.report_interval_s)
     watchers.start()
     reporters.start()
