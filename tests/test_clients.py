@@ -8,8 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
 import shutil
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +105,79 @@ def test_the_go_client(cluster_env, tls_cluster_env) -> None:
     assert out.returncode == 0
     for name in GO_CLUSTER_TESTS:  # a skip would pass unseen
         assert f"--- PASS: {name} " in out.stdout, name
+
+
+def _docs_go_program() -> str:
+    """The complete program of docs/guides/go.md (its Go block that is a main package)."""
+    page = (ROOT / "docs" / "guides" / "go.md").read_text()
+    programs = [b for b in re.findall(r"^```go\n(.*?)^```$", page, re.M | re.S)
+                if "\npackage main\n" in b]
+    assert len(programs) == 1, "docs/guides/go.md should hold one complete program"
+    return programs[0]
+
+
+def _lines_until(lines: queue.Queue, proc: subprocess.Popen, seen: list[str],
+                 pattern: str) -> re.Match:
+    """Read the program's output until a line matches `pattern`."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            assert proc.poll() is None, "".join(seen)
+            continue
+        seen.append(line)
+        if found := re.search(pattern, line):
+            return found
+    raise AssertionError(f"no line like {pattern!r} in:\n{''.join(seen)}")
+
+
+def test_a_go_program_outside_the_repository(cluster_env, tmp_path) -> None:
+    """A Go developer's module of its own (in tmp_path) that requires the
+    client with a `replace` to this checkout, as the Go page says, builds the
+    page's program and runs it: deploy, status, Watch; the leader SIGKILLed
+    under the Watch stream, which the program opens again on the new leader;
+    Ctrl-C deletes the application."""
+    module = tmp_path / "fleet"
+    module.mkdir()
+    (module / "main.go").write_text(_docs_go_program())
+    for command in (["go", "mod", "init", "example.com/fleet"],
+                    ["go", "mod", "edit", "-require=github.com/servefleet/servefleet@v0.0.0",
+                     f"-replace=github.com/servefleet/servefleet={ROOT}"],
+                    ["go", "mod", "tidy"], ["go", "vet", "."],
+                    ["go", "build", "-o", "fleet", "."]):
+        out = subprocess.run(command, cwd=module, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{command}: {out.stdout}{out.stderr}"
+    pids = json.loads(cluster_env["SERVEFLEET_TEST_PIDS"])
+    proc = subprocess.Popen(
+        [str(module / "fleet"), "-name", "fleet", "-import", "graph_app:hello",
+         "-dir", cluster_env["SERVEFLEET_TEST_APPS"], "-route", "/fleet"],
+        env=cluster_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()],
+                              daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        _lines_until(lines, proc, seen, r"^  fleet: APPLICATION_STATUS_RUNNING$")
+        first = _lines_until(lines, proc, seen, r"^watching routes on (\S+)$").group(1)
+        _lines_until(lines, proc, seen, r"^  route /fleet -> fleet/")
+        os.kill(pids[first], signal.SIGKILL)
+        _lines_until(lines, proc, seen, r"^watch stream ended \(Unavailable\)")
+        second = _lines_until(lines, proc, seen, r"^watching routes on (\S+)$").group(1)
+        assert second != first and second in pids
+        _lines_until(lines, proc, seen, r"^  route /fleet -> fleet/")
+        proc.send_signal(signal.SIGINT)
+        _lines_until(lines, proc, seen, r"^deleted fleet$")
+        assert proc.wait(30) == 0, "".join(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        reader.join(10)
+        if proc.stdout:
+            proc.stdout.close()
+        print("".join(seen))
 
 
 def test_the_java_client(cluster_env) -> None:
