@@ -72,6 +72,10 @@ BENCHES = [
     Bench("replicas", ["replicas.py", "--runs", "1", "--counts", "1,2,5,10,20",
                        "--ticks", "100"]),
     Bench("watch_fanout", ["watch_fanout.py", "--streams", "10,100,1000,5000"]),
+    # The control plane over simulated clusters (issue 57, docs/scale.md): once,
+    # each point a cluster of its own; the 10,000-replica point needs a quiet machine.
+    Bench("scale", ["scale.py", "--points", "100:10:10,1000:100:100,1000:100:1000,"
+                    "10000:1000:1000"], runs=1, timeout_s=1800.0),
     # Five rounds inside one run (this machine varies by a third between rounds):
     # raw and proxy alternate, each round's share.
     # ... and a proxy with --workers 2 beside the one-worker proxy, in the same rounds,
