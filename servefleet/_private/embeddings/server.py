@@ -83,7 +83,7 @@ class EmbeddingServer:
         if inputs and isinstance(inputs[0], str):
             ids = self.model.tokenize(inputs)
         else:
-            ids = [list(s) for s in inputs]  # type: ignore[arg-type]
+            ids = [list(s) for s in inputs]
             vocabulary = self.model.vocab_size
             for i, sequence in enumerate(ids):
                 if any(t < 0 or t >= vocabulary for t in sequence):
