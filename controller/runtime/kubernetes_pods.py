@@ -1,0 +1,182 @@
+"""The Kubernetes runtime's objects: one bare Pod per replica, and the Secret
+holding its settings file (and TLS files), built from a ReplicaLaunch. Pure
+functions, no API calls (docs/kubernetes.md says why a bare Pod, not a
+Deployment).
+
+- The Pod is `servefleet-<cluster>-<replica id>` (a DNS label: lower case,
+  at most 63 characters; other names get a hash instead), so a create
+  retried after an unknown outcome answers AlreadyExists rather than
+  starting a second replica.
+- Labels carry the identity (io.servefleet/cluster, application,
+  deployment, replica-id, version). A value a label cannot hold (over 63
+  characters, or characters outside [A-Za-z0-9-_.]) is a hash in the label
+  and whole in an annotation of the same key; `identity` reads either back.
+- restartPolicy Never (the controller decides what restarts), an owner
+  reference to an object per deployment (deleting it deletes its Pods),
+  terminationGracePeriodSeconds from the drain's wait loop and timeout, a
+  readiness probe on the replica's control port (ready once it listens).
+- Fixed ports, as a Pod has its own address: 7400 control, 7401 HTTP, 7402
+  metrics, 7403 gRPC.
+- Resources: num_cpus → cpu, memory_bytes → memory, num_gpus →
+  nvidia.com/gpu, each as request and limit.
+- The code: the launch's image (working_dir a path inside it), or the
+  runtime's image with working_dir from a hostPath volume (nodes that share
+  files with the controller, as the nodes of scripts/k8s do).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+
+from .base import ReplicaLaunch
+
+GROUP = "io.servefleet/"
+IDENTITY = ("cluster", "application", "deployment", "replica-id", "version")
+CONTROL_PORT, HTTP_PORT, METRICS_PORT, GRPC_PORT = 7400, 7401, 7402, 7403
+SETTINGS_DIR = "/run/servefleet"
+SETTINGS_PATH = f"{SETTINGS_DIR}/settings.json"
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The object a deployment's Pods belong to (deleting it deletes them)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
+                "uid": self.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _digest(value: str, length: int = 16) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def pod_name(cluster: str, replica_id: str) -> str:
+    """The Pod's name: readable when it can be, a hash of both when not."""
+    name = f"servefleet-{cluster}-{replica_id}"
+    if _DNS_LABEL.match(name):
+        return name
+    return f"servefleet-{_digest(json.dumps([cluster, replica_id]), 20)}"
+
+
+def label_value(value: str) -> str:
+    """`value` if a label can hold it, else a hash (prefixed h-)."""
+    return value if _LABEL_VALUE.match(value) else f"h-{_digest(value, 32)}"
+
+
+def identity_metadata(launch: ReplicaLaunch) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, annotations) of a replica's identity."""
+    values = dict(zip(IDENTITY, (launch.cluster, launch.application, launch.deployment,
+                                 launch.replica_id, launch.version), strict=True))
+    labels = {GROUP + k: label_value(v) for k, v in values.items()}
+    annotations = {GROUP + k: v for k, v in values.items() if label_value(v) != v}
+    return labels, annotations
+
+
+def identity(metadata: dict[str, Any]) -> dict[str, str]:
+    """The identity a Pod's labels and annotations carry (annotations win)."""
+    labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+    return {k: annotations.get(GROUP + k, labels.get(GROUP + k, "")) for k in IDENTITY}
+
+
+def selector(cluster: str) -> str:
+    """A labelSelector for the Pods of `cluster`."""
+    return f"{GROUP}cluster={label_value(cluster)}"
+
+
+def _quantity_cpu(cores: float) -> str:
+    return f"{math.ceil(cores * 1000)}m"
+
+
+def resources(wanted: dict[str, float]) -> dict[str, Any]:
+    """Requests and limits (equal) from num_cpus, memory_bytes, num_gpus."""
+    out: dict[str, str] = {}
+    if wanted.get("num_cpus"):
+        out["cpu"] = _quantity_cpu(float(wanted["num_cpus"]))
+    if wanted.get("memory_bytes"):
+        out["memory"] = str(int(wanted["memory_bytes"]))
+    if wanted.get("num_gpus"):
+        out["nvidia.com/gpu"] = str(math.ceil(float(wanted["num_gpus"])))
+    unknown = sorted(set(wanted) - {"num_cpus", "memory_bytes", "num_gpus"})
+    if unknown:
+        raise ValueError(f"resources the Kubernetes runtime cannot map: {', '.join(unknown)}")
+    return {"requests": dict(out), "limits": dict(out)} if out else {}
+
+
+def command(launch: ReplicaLaunch, http_tls: bool = False) -> ReplicaCommand:
+    return ReplicaCommand(
+        cluster=launch.cluster, application=launch.application, deployment=launch.deployment,
+        replica_id=launch.replica_id, version=launch.version, host="0.0.0.0",
+        control_port=CONTROL_PORT, http_port=HTTP_PORT, metrics_port=METRICS_PORT,
+        grpc_port=GRPC_PORT if launch.serves_grpc else 0, http_tls=int(http_tls),
+        config_file=SETTINGS_PATH)
+
+
+def build_pod(launch: ReplicaLaunch, *, image: str, owner: Owner | None = None,
+              env: dict[str, str] | None = None, http_tls: bool = False,
+              mount_working_dir: bool = True, pull_policy: str = "IfNotPresent"
+              ) -> dict[str, Any]:
+    """The Pod of one replica. `image` is the runtime's (the launch's wins);
+    `env` what the runtime adds to every replica's environment."""
+    name = pod_name(launch.cluster, launch.replica_id)
+    labels, annotations = identity_metadata(launch)
+    # A drain serves one wait loop, then waits at most the timeout for requests in flight.
+    grace = (float(launch.settings.get("graceful_shutdown_timeout_s", 20.0))
+             + float(launch.settings.get("graceful_shutdown_wait_loop_s", 2.0)))
+    argv = command(launch, http_tls).argv()
+    merged = {**REPLICA_ENV, **(env or {}), **launch.env}
+    container: dict[str, Any] = {
+        "name": "replica", "image": launch.image or image, "imagePullPolicy": pull_policy,
+        "command": ["python3", "-m", MODULE, *argv],
+        "env": [{"name": k, "value": v} for k, v in merged.items()],
+        "ports": [{"name": n, "containerPort": p} for n, p in (
+            ("control", CONTROL_PORT), ("http", HTTP_PORT), ("metrics", METRICS_PORT),
+            *((("grpc", GRPC_PORT),) if launch.serves_grpc else ()))],
+        "readinessProbe": {"tcpSocket": {"port": CONTROL_PORT}, "periodSeconds": 2},
+        "volumeMounts": [{"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True}],
+    }
+    if limits := resources(launch.resources):
+        container["resources"] = limits
+    volumes: list[dict[str, Any]] = [{"name": "settings", "secret": {
+        "secretName": name, "defaultMode": 0o400}}]
+    if launch.working_dir:
+        container["workingDir"] = launch.working_dir
+        if mount_working_dir and not launch.image:
+            volumes.append({"name": "code", "hostPath": {"path": launch.working_dir,
+                                                        "type": "Directory"}})
+            container["volumeMounts"].append({"name": "code", "mountPath": launch.working_dir,
+                                              "readOnly": True})
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.reference()]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": max(1, math.ceil(grace)),
+        "enableServiceLinks": False, "automountServiceAccountToken": False,
+        "containers": [container], "volumes": volumes}}
+
+
+def settings_secret(pod: dict[str, Any], pod_uid: str, files: dict[str, bytes]) -> dict[str, Any]:
+    """The Secret the Pod's settings volume names, owned by the Pod (so it
+    goes when the Pod goes): `files` by name (settings.json, TLS files)."""
+    metadata = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {
+        "name": metadata["name"], "labels": dict(metadata["labels"]),
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": metadata["name"],
+                             "uid": pod_uid, "blockOwnerDeletion": True}]},
+        "data": {k: base64.b64encode(v).decode() for k, v in files.items()}}
