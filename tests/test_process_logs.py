@@ -3,7 +3,7 @@ a line longer than one read does not stop the follow."""
 
 from __future__ import annotations
 
-from controller.runtime.process import ProcessRuntime
+from servefleet.controller.runtime.process import ProcessRuntime
 
 
 def test_a_line_longer_than_one_read_does_not_stall_the_follow(tmp_path) -> None:
