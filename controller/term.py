@@ -45,7 +45,7 @@ from .api.status import Observed, cluster_status
 from .clock import Clock
 from .drain_fence import DrainFence
 from .election import FencedStore, LeaderElection
-from .errors import NotLeader, Unavailable
+from .errors import NotFound, NotLeader, Unavailable
 from .goals.applications import ApplicationTable
 from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
 from .goals.policy import DeployPolicy
@@ -266,6 +266,13 @@ class LeaderTerm:
             self.fence.published((application, name), snapshot.snapshot_id,
                                  (e.replica_id for e in snapshot.replicas.endpoints))
 
+    def _live_deployment(self, application: str, name: str
+                         ) -> records_pb2.DeploymentRecord | None:
+        try:
+            return self.deployments.get(application, name)
+        except NotFound:
+            return None
+
     def _routes_changed(self, application: str) -> None:
         if self._state is not None:
             self._state.refresh_routes()
@@ -286,7 +293,8 @@ class LeaderTerm:
         self._state = StatePublisher(self.publisher, self.deployments.live, self._serving,
                                      self.applications.spec,
                                      lambda: self.applications.http_options,
-                                     self._unavailable, self._unbuilt)
+                                     self._unavailable, self._unbuilt,
+                                     goal=self._live_deployment)
         self._state.refresh_all()
         for record in self.deployments.live():
             self._note_replica_set(record.spec.application, record.spec.name)

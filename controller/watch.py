@@ -285,6 +285,15 @@ class Publisher:
         return out
 
 
+def _route_inputs(record: records_pb2.DeploymentRecord) -> tuple[object, ...]:
+    """What the route table takes of a deployment (the rest comes from
+    applications, whose changes republish it: refresh_routes)."""
+    spec = record.spec
+    return (spec.route_prefix if spec.HasField("route_prefix") else None,
+            bool(spec.grpc_servicer_functions), tuple(spec.grpc_services),
+            tuple(spec.grpc_streaming_methods), tuple(spec.grpc_client_streaming_methods))
+
+
 class StatePublisher:
     """Keeps the Publisher in step with the leader's goals and replicas."""
 
@@ -296,9 +305,15 @@ class StatePublisher:
                  http_options: Callable[[], application_pb2.HttpOptions] | None = None,
                  unavailable: Callable[[records_pb2.DeploymentRecord], str] | None = None,
                  unbuilt: Callable[[], list[tuple[application_pb2.ApplicationSpec, str]]]
+                 | None = None,
+                 goal: Callable[[str, str], records_pb2.DeploymentRecord | None]
                  | None = None) -> None:
         self._publisher = publisher
         self._goals = goals
+        # One live deployment, or None (default: a search of every deployment).
+        self._goal = goal or (lambda app, name: next(
+            (r for r in goals() if (r.spec.application, r.spec.name) == (app, name)), None))
+        self._routed: dict[tuple[str, str], tuple[object, ...]] = {}  # _route_inputs
         self._running = running
         # An application's spec (traffic policy, require_token), for its route.
         self._application = application or (lambda name: None)
@@ -326,11 +341,13 @@ class StatePublisher:
         self._publish_routes(self._goals())
 
     def refresh(self, application: str, name: str) -> None:
-        """Republish one deployment (and the routes) after it changed."""
-        live = self._goals()
-        self._publish_routes(live)
-        record = next((r for r in live if (r.spec.application, r.spec.name)
-                       == (application, name)), None)
+        """Republish one deployment after it changed, and the routes if what they
+        take of it changed: not for a replica's coming or going, the most
+        common change (building them reads every deployment: docs/scale.md)."""
+        record = self._goal(application, name)
+        routed = None if record is None else _route_inputs(record)
+        if routed != self._routed.get((application, name)):
+            self._publish_routes(self._goals())
         if record is None:
             self._publisher.remove(replicas_key(application, name))
             self._publisher.remove(config_key(application, name))
@@ -338,6 +355,7 @@ class StatePublisher:
             self._publish_deployment(record)
 
     def _publish_routes(self, live: list[records_pb2.DeploymentRecord]) -> None:
+        self._routed = {(r.spec.application, r.spec.name): _route_inputs(r) for r in live}
         routes = sorted((r.spec.route_prefix, r.spec.application, r.spec.name)
                         for r in live if r.spec.HasField("route_prefix"))
         options = self._http_options()

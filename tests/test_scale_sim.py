@@ -15,13 +15,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from servefleet._private.wire import ROUTES_KEY, replicas_key
 from servefleet.controller.reconcile.replica_client import GrpcReplicaClient, ReplicaCallError
 from servefleet.controller.runtime.base import ReplicaLaunch
 from servefleet.controller.runtime.sim import SimRuntime, socket_path
-from servefleet.v1 import replica_pb2
+from servefleet.controller.watch import Publisher, StatePublisher
+from servefleet.v1 import application_pb2, deployment_pb2, records_pb2, replica_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASE = replica_pb2.ReplicaPhase
@@ -145,3 +148,56 @@ def test_the_benchmarks_quick_point_measures_every_figure():
                  "failover: every replica adopted"):
         value = figures[prefix + name]["samples"][0]
         assert math.isfinite(value) and value > 0, (name, value)
+
+
+# -- what one change costs (docs/scale.md, "What breaks first") -----------------------
+
+
+def test_a_replica_change_republishes_its_deployment_without_rebuilding_the_routes():
+    """A replica becoming ready republished the route table, built from every
+    deployment: each change cost O(deployments). The routes are rebuilt only
+    when what they take of the deployment changed, or it came or went."""
+    records = {("app", f"d{i}"): records_pb2.DeploymentRecord(spec=deployment_pb2.DeploymentSpec(
+        application="app", name=f"d{i}", route_prefix=f"/d{i}")) for i in range(5)}
+    running: dict[tuple[str, str], list] = {key: [] for key in records}
+    full_reads, route_builds = [], []
+
+    def goals():
+        full_reads.append(1)
+        return [r for _, r in sorted(records.items())]
+
+    def http_options():  # read once per route table built
+        route_builds.append(1)
+        return application_pb2.HttpOptions()
+
+    publisher = Publisher()
+    state = StatePublisher(publisher, goals, lambda app, name: running[(app, name)],
+                           http_options=http_options, goal=lambda app, name: records.get(
+                               (app, name)))
+    state.refresh_all()
+    full_reads.clear()
+    route_builds.clear()
+
+    running[("app", "d3")] = [SimpleNamespace(
+        record=replica_pb2.ReplicaRecord(replica_id="d3-1", http_address="127.0.0.1:1"),
+        view=SimpleNamespace(cleared=0))]
+    state.refresh("app", "d3")
+    assert (full_reads, route_builds) == ([], [])
+    endpoints = publisher.snapshot(replicas_key("app", "d3")).replicas.endpoints
+    assert [e.replica_id for e in endpoints] == ["d3-1"]
+
+    def prefixes() -> list[str]:
+        return [r.route_prefix for r in publisher.snapshot(ROUTES_KEY).routes.routes]
+
+    records[("app", "d3")].spec.route_prefix = "/three"
+    state.refresh("app", "d3")
+    assert prefixes() == ["/d0", "/d1", "/d2", "/d4", "/three"]
+    del records[("app", "d1")]
+    state.refresh("app", "d1")
+    assert prefixes() == ["/d0", "/d2", "/d4", "/three"]
+    assert publisher.snapshot(replicas_key("app", "d1")) is None
+    records[("app", "d9")] = records_pb2.DeploymentRecord(spec=deployment_pb2.DeploymentSpec(
+        application="app", name="d9", route_prefix="/d9"))
+    running[("app", "d9")] = []
+    state.refresh("app", "d9")
+    assert "/d9" in prefixes()
