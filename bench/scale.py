@@ -23,8 +23,9 @@ bench/scale_load.py processes (scale_cluster.py). At each point, in order:
    has the first update it sends (a scale sent as soon as it leads).
 
 --quick is one small point (20 replicas, 5 watchers) in seconds, for
-tests/test_scale_sim.py. Where the points' costs grow faster than the
-replica count, the exponent says so (docs/scale.md).
+tests/test_scale_sim.py. Between each point and the next, each cost's
+exponent in the replicas (or watchers, or deployments) says how it grows
+(docs/scale.md).
 """
 
 from __future__ import annotations
@@ -258,15 +259,23 @@ def summarise(point: Point, measured: Measured, lease_ttl: float,
 
 
 def exponents(points: list[Point], rows: list[dict[str, float]]) -> None:
-    """The slope of log(cost) over log(replicas) between the first and last point."""
-    if len(points) < 2 or points[0].replicas == points[-1].replicas:
-        return
-    span = math.log(points[-1].replicas / points[0].replicas)
-    print(f"\nexponent of each cost in replicas, {points[0].replicas} -> {points[-1].replicas}")
-    for label, first in rows[0].items():
-        last = rows[-1][label]
-        if first > 0 and last > 0:
-            print(f"  {label:45} {math.log(last / first) / span:6.2f}")
+    """Between each point and the next, each cost's exponent: log(cost ratio)
+    over log(growth), the growth being that of replicas, or else of watchers,
+    or else of deployments."""
+    for i in range(1, len(points)):
+        (a, first), (b, last) = (points[i - 1], rows[i - 1]), (points[i], rows[i])
+        growth = next(((name, y / x) for name, x, y in (
+            ("replicas", a.replicas, b.replicas), ("watchers", a.watchers, b.watchers),
+            ("deployments", a.deployments, b.deployments)) if x != y), None)
+        if growth is None:
+            continue
+        print(f"\nexponent of each cost in {growth[0]}, "
+              f"{a.replicas}:{a.deployments}:{a.watchers} -> "
+              f"{b.replicas}:{b.deployments}:{b.watchers}")
+        for label, before in first.items():
+            after = last[label]
+            if before > 0 and after > 0:
+                print(f"  {label:45} {math.log(after / before) / math.log(growth[1]):6.2f}")
 
 
 def main() -> None:
