@@ -184,10 +184,24 @@ def test_a_go_program_outside_the_repository(cluster_env, tmp_path) -> None:
         print("".join(seen))
 
 
-def test_the_java_client(cluster_env) -> None:
-    """Built with Debian's jars by clients/java/build, JUnit 4."""
-    assert shutil.which("javac"), "a JDK is missing: run scripts/setup"
-    out = subprocess.run([str(ROOT / "clients" / "java" / "build"), "test"], cwd=ROOT,
-                         env=cluster_env, capture_output=True, text=True, timeout=600)
+def test_the_java_client(cluster_env, tls_cluster_env) -> None:
+    """`mvn verify` of clients/java (pom.xml): the unit tests, then ClusterIT
+    against the plain cluster and the TLS one. Maven Central's artifacts are
+    downloaded into ~/.m2 on the first run and read from there after."""
+    assert shutil.which("mvn"), "Maven is missing: run scripts/setup"
+    out = subprocess.run(["mvn", "-B", "-ntp", "verify"], cwd=ROOT / "clients" / "java",
+                         env={**cluster_env, **tls_cluster_env}, capture_output=True,
+                         text=True, timeout=900)
     _show(out)
-    assert out.returncode == 0 and "OK (3 tests)" in out.stdout
+    assert out.returncode == 0
+    # Both cluster tests ran (a missing variable would skip them).
+    assert re.search(r"Tests run: 2, Failures: 0, Errors: 0, Skipped: 0, .* in "
+                     r"io\.servefleet\.client\.ClusterIT$", out.stdout, re.M), "ClusterIT"
+
+
+def test_the_java_page_shows_the_program_the_cluster_test_runs() -> None:
+    """docs/guides/java.md's complete program is clients/java's Fleet.java,
+    which ClusterIT runs through a failover, character for character."""
+    page = (ROOT / "docs" / "guides" / "java.md").read_text()
+    program = (ROOT / "clients" / "java" / "src" / "test" / "java" / "Fleet.java").read_text()
+    assert program in re.findall(r"^```java\n(.*?)^```$", page, re.M | re.S)

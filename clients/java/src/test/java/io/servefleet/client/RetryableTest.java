@@ -1,17 +1,17 @@
 package io.servefleet.client;
 
-import static org.junit.Assert.assertFalse;
-import static org.junit.Assert.assertTrue;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.grpc.Status;
 import java.io.IOException;
 import java.nio.channels.ClosedChannelException;
-import org.junit.Test;
+import org.junit.jupiter.api.Test;
 
 /** Which failed calls the client takes to the next controller (pure logic, no cluster). */
-public class RetryableTest {
+class RetryableTest {
   @Test
-  public void transportFailuresAreRetried() {
+  void transportFailuresAreRetried() {
     assertTrue(ControllerClient.retryable(Status.UNAVAILABLE.asRuntimeException()));
     assertTrue(ControllerClient.retryable(Status.DEADLINE_EXCEEDED.asRuntimeException()));
     // What grpc-java's Netty transport gives when the connection closes under a new call
@@ -24,7 +24,7 @@ public class RetryableTest {
   }
 
   @Test
-  public void answersFromTheServerAreNot() {
+  void answersFromTheServerAreNot() {
     assertFalse(ControllerClient.retryable(Status.UNKNOWN.withDescription("boom")
         .asRuntimeException()));
     assertFalse(ControllerClient.retryable(Status.UNKNOWN
