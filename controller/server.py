@@ -102,9 +102,10 @@ class ControllerServer:
                                      config.lease_ttl, self._clock)
         self._members: asyncio.Task[None] | None = None
         # Where each live controller serves /metrics (for scrape discovery).
+        metrics_at = config.metrics_advertised()
         self.metrics_members = (
-            Membership(self._store, keys.metrics_endpoints, config.metrics_advertised(),
-                       config.lease_ttl, self._clock) if config.metrics_listen else None)
+            Membership(self._store, keys.metrics_endpoints, metrics_at,
+                       config.lease_ttl, self._clock) if metrics_at else None)
         self._metrics_task: asyncio.Task[None] | None = None
         self._http: Any = None
         TERM.identity = config.advertised()

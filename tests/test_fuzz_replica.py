@@ -372,6 +372,7 @@ def test_a_handle_call_body_of_another_shape_is_a_bad_request(watched: Replica) 
     no strings failed in the call, a 500 and a traceback at ERROR as if the
     method had raised; a string as args was split into letters and run."""
     marked = watched.marked()
+    value: tuple[object, object]
     for value in (((1,), {1: 2}), ("ab", {}), ((), [])):
         reply = httpx.post(f"http://127.0.0.1:{watched.http}/", content=frame(value),
                            headers={"x-servefleet-hop": watched.admin_pass,

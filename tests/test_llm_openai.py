@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import numpy as np
@@ -281,7 +282,8 @@ def test_embeddings_through_the_openai_client(llm) -> None:
 
 
 def test_embedding_errors_name_the_parameter(llm) -> None:
-    refusals = [({"model": "minilm", "input": "x", "dimensions": 128}, "dimensions"),
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"model": "minilm", "input": "x", "dimensions": 128}, "dimensions"),
                 ({"model": "minilm", "input": ["ok", "word " * 300]}, "input[1]"),
                 ({"model": "genesis", "input": "x"}, "model")]
     for kwargs, param in refusals:

@@ -53,6 +53,7 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 from servefleet._private.wire import HOP_KEY, REPLICAS_KIND, ROUTES_KEY, parse_watch_key
@@ -351,7 +352,8 @@ class AggregatedDiscovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         resources = self._cache.get(publisher)
         out = []
         for type_url, sub in client.subscriptions.items():
-            available, shown = resources.by_type[type_url], {}
+            available = resources.by_type[type_url]
+            shown: dict[str, any_pb2.Any] = {}
             if type_url == ROUTE and client.hop is not None:
                 trust = publisher.snapshot(HOP_KEY)
                 available, shown = client.hop.routes(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_pb2
@@ -124,7 +124,16 @@ def term_passes(hop: Callable[[], HopAuthority | None], subjects: Subjects,
     return lambda context: stream_pass(context, hop(), subjects, now)
 
 
-def stream_pass(context: Any, hop: HopAuthority | None, subjects: Subjects,
+class PassIssuer(Protocol):
+    """What stream_pass needs of the term's HopAuthority (hop_keys.py)."""
+
+    @property
+    def required(self) -> bool: ...
+
+    def issue(self, subject: str, role: str) -> tuple[str, float]: ...
+
+
+def stream_pass(context: Any, hop: PassIssuer | None, subjects: Subjects,
                 now: Callable[[], float]) -> StreamPass | None:
     """The pass of the xDS client calling with `context`; None in a cluster
     without credentials (no replica checks a pass) or with no term serving."""

@@ -28,8 +28,11 @@ OVERLAP = 200
 
 
 class Chunk(Protocol):
-    replica_id: str
-    lines: Iterable[str]
+    @property
+    def replica_id(self) -> str: ...
+
+    @property
+    def lines(self) -> Iterable[str]: ...
 
 
 class _Resume:
