@@ -46,7 +46,7 @@ from servefleet._private.security.hop import HOP_HEADER
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
 from .grpc_streams import request_stream_handler
-from .hop_gate import HopGate
+from .hop_gate import HopGate, metadata_without_pass
 from .http import Admission
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
@@ -245,7 +245,7 @@ class GrpcIngress:
         if not target.takes_context:
             return target, None, served, request
         remaining = context.time_remaining()
-        return target, GrpcContext(tuple(metadata), None if remaining is None
+        return target, GrpcContext(metadata_without_pass(metadata), None if remaining is None
                                    else time.monotonic() + remaining), served, request
 
     async def _finish(self, user: GrpcContext | None,

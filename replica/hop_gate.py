@@ -20,12 +20,17 @@ is read, unknown methods included.
 from __future__ import annotations
 
 from base64 import b64decode
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
 
-from servefleet._private.security.hop import HOP_HEADER, HopRefused, HopVerifier
+from servefleet._private.security.hop import (
+    HOP_HEADER,
+    HOP_HEADER_BYTES,
+    HopRefused,
+    HopVerifier,
+)
 from servefleet.v1 import watch_pb2
 
 
@@ -92,3 +97,19 @@ class ControlPassCheck(grpc.aio.ServerInterceptor):
 
         # Takes the request stream unread, whatever the method's kind.
         return grpc.stream_stream_rpc_method_handler(refuse)
+
+
+def without_pass(scope: dict[str, Any]) -> dict[str, Any]:
+    """`scope` with the caller's hop pass taken out of its headers: user code
+    never sees it (a deployment that answers with its request headers would
+    hand a proxy's pass to whoever called the proxy)."""
+    headers = scope["headers"]
+    if any(name == HOP_HEADER_BYTES for name, _ in headers):
+        scope["headers"] = [(name, value) for name, value in headers
+                            if name != HOP_HEADER_BYTES]
+    return scope
+
+
+def metadata_without_pass(metadata: Iterable[tuple[str, Any]]) -> tuple[tuple[str, Any], ...]:
+    """gRPC metadata without the caller's hop pass, for user code."""
+    return tuple((key, value) for key, value in metadata if key != HOP_HEADER)

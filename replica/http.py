@@ -79,7 +79,7 @@ from .answers import (
 )
 from .handle_calls import arguments, method_of
 from .head import Head
-from .hop_gate import HopGate
+from .hop_gate import HopGate, without_pass
 from .loader import UserDeployment
 from .metrics import ReplicaMetrics
 from .user_calls import in_thread, is_async_callable, traced
@@ -169,7 +169,8 @@ class ReplicaApp:
                     self.metrics.rejected["unauthenticated"].inc()
                     await send({"type": "websocket.close", "code": 1008, "reason": refused})
                     return
-                await serve_websocket(self, _under_route_prefix(scope), receive, send)
+                await serve_websocket(self, _under_route_prefix(without_pass(scope)), receive,
+                                      send)
             elif scope["type"] == "lifespan":
                 await self._lifespan(receive, send)
             return
@@ -188,6 +189,8 @@ class ReplicaApp:
                     "connection": "close", "www-authenticate": "servefleet-hop"})(
                     scope, receive, send)
                 return
+            if head.hop is not None:
+                scope = without_pass(scope)
         if reason is not None:
             self.metrics.rejected[reason].inc()
             headers = {_REJECTED: reason}

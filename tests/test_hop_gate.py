@@ -65,6 +65,8 @@ def test_replicas_serve_only_the_clusters_callers(tmp_path, cluster) -> None:
                               credentials=Credentials(token=issued["admin"])) as client:
             client.deploy_applications([apb.ApplicationSpec(
                 name="calc", import_path="graph_app:app", route_prefix="/calc",
+                runtime=d.RuntimeOptions(working_dir=APPS)), apb.ApplicationSpec(
+                name="headers", import_path="headers_app:app", route_prefix="/headers",
                 runtime=d.RuntimeOptions(working_dir=APPS))])
             os.environ["SERVEFLEET_TOKEN"] = issued["proxy"]  # the proxies', inherited
             try:
@@ -80,6 +82,12 @@ def test_replicas_serve_only_the_clusters_callers(tmp_path, cluster) -> None:
                                            timeout=30).status_code == 200, 90,
                          f"{front.url} serves")
                 assert httpx.get(front.url + "/calc", params={"x": 2}).json()["call"] == 12
+                # User code never sees the proxy's pass (an app that answers
+                # with its request headers gave it to anyone who asked).
+                shown = wait_for(lambda: httpx.get(front.url + "/headers",  # noqa: B023
+                                                   timeout=30), 60, "the headers app")
+                assert shown.status_code == 200 and "x-request-id" in shown.json()
+                assert "x-servefleet-hop" not in shown.json(), shown.json()
             engine.stop()
             adder = next(r.record for r in client.replicas("calc", "Adder")
                          if r.state == replica_pb2.REPLICA_STATE_RUNNING)
@@ -207,3 +215,15 @@ def test_websockets_and_grpc_need_a_pass_too(tmp_path, cluster) -> None:
         if proxy is not None:
             proxy.stop()
         controller.stop()
+
+
+def test_user_code_gets_no_pass_in_a_scope_or_grpc_metadata() -> None:
+    """What WebSockets and gRPC methods taking grpc_context see (the HTTP path:
+    test_replicas_serve_only_the_clusters_callers)."""
+    from servefleet.replica.hop_gate import metadata_without_pass, without_pass
+
+    scope = {"headers": [(b"host", b"x"), (b"x-servefleet-hop", b"sfh1.a.b"),
+                         (b"x-custom", b"1")]}
+    assert without_pass(scope)["headers"] == [(b"host", b"x"), (b"x-custom", b"1")]
+    assert metadata_without_pass([("x-servefleet-hop", "sfh1.a.b"), ("application", "a")]) \
+        == (("application", "a"),)
