@@ -36,6 +36,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+import psutil
 from figures import Figure, emit
 from scale_cluster import SimCluster, total
 
@@ -111,15 +112,35 @@ def watchers_seen(cluster: SimCluster, key: str, after: float, timeout: float,
     return seen
 
 
+class CpuMeter:
+    """Cores a process used between `__init__` and `cores()`."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.proc = proc
+        self.began, self.cpu = time.monotonic(), self._cpu()
+
+    def _cpu(self) -> float:
+        times = self.proc.cpu_times()
+        return times.user + times.system
+
+    def cores(self) -> float:
+        return (self._cpu() - self.cpu) / (time.monotonic() - self.began)
+
+
 def steady_state(cluster: SimCluster, window_s: float, out: Measured) -> None:
     leader = cluster.leader()
     proc = cluster.usage(leader)
     etcd0, ctl0 = cluster.etcd_metrics(), cluster.controller_metrics(leader)
-    cpu0, t0 = proc.cpu_times(), time.monotonic()
+    meters = [CpuMeter(proc), CpuMeter(cluster.sim_process()),
+              *(CpuMeter(psutil.Process(load.proc.pid)) for load in cluster.loads)]
+    t0 = time.monotonic()
     time.sleep(window_s)
-    cpu1, t1 = proc.cpu_times(), time.monotonic()
+    t1 = time.monotonic()
     etcd1, ctl1 = cluster.etcd_metrics(), cluster.controller_metrics(leader)
-    out.add("controller CPU", (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0))
+    out.add("controller CPU", meters[0].cores())
+    # Neither should near a core: the cluster would measure its simulation.
+    out.add("sim host CPU", meters[1].cores())
+    out.add("load generators CPU", sum(m.cores() for m in meters[2:]))
     out.add("controller RSS", proc.memory_info().rss / 2**20)
     out.add("etcd database", etcd1.get("etcd_mvcc_db_total_size_in_bytes", 0) / 2**20)
     writes = r"etcd_mvcc_(put|delete)_total.*"
@@ -173,7 +194,7 @@ def status_latency(client: ControllerClient, calls: int, out: Measured) -> None:
 def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
              timeout: float, out: Measured) -> None:
     old = cluster.leader()
-    began = time.time()
+    began, sim = time.time(), CpuMeter(cluster.sim_process())
     old.kill()
     cluster.leader(timeout)
     out.add("failover: leading", time.time() - began)
@@ -185,6 +206,7 @@ def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int
     out.add("failover: first update at every watcher", max(seen))
     wait_running(client, sum(sizes.values()), timeout)
     out.add("failover: every replica adopted", time.time() - began)
+    out.add("sim host CPU in failover", sim.cores())
 
 
 def run_point(point: Point, args: argparse.Namespace) -> Measured:
@@ -224,6 +246,8 @@ REPORTED = [
     ("start every replica", "s", "", ""),
     ("controller CPU", "cores", "", "<= 1"),
     ("controller RSS", "MB", "", "<= 2048"),
+    ("sim host CPU", "cores", "", ""),
+    ("load generators CPU", "cores", "", ""),
     ("etcd database", "MB", "", ""),
     ("etcd writes", "/s", "", ""),
     ("reconcile pass", "ms", "", ""),
@@ -237,6 +261,7 @@ REPORTED = [
     ("failover: Deploy answered", "s", "", ""),
     ("failover: first update at every watcher", "s", "", ""),
     ("failover: every replica adopted", "s", "", ""),
+    ("sim host CPU in failover", "cores", "", ""),
 ]
 
 

@@ -149,6 +149,10 @@ class SimCluster:
         assert proc.proc is not None
         return psutil.Process(proc.proc.pid)
 
+    def sim_process(self) -> psutil.Process:
+        assert self.sim is not None
+        return psutil.Process(self.sim.pid)
+
     def sim_ask(self, request: dict[str, Any]) -> Any:
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(socket_path(self.runtime_dir)))
