@@ -98,6 +98,24 @@ async def test_sim_replicas_answer_the_controllers_calls_as_real_ones_do(sim_dir
         runtime.close()
 
 
+async def test_a_sim_replica_fails_its_start_on_command_then_exits(sim_dir):
+    runtime, client = SimRuntime(sim_dir), GrpcReplicaClient()
+    try:
+        await runtime._ask({"op": "set", "values": {"fail_next_starts": 1}})
+        failed, fine = await runtime.start(launch("r1")), await runtime.start(launch("r2"))
+        meta = await client.metadata(failed.control_address, 2.0)
+        assert meta.phase == PHASE.REPLICA_PHASE_FAILED
+        assert "start failed on command" in meta.error
+        assert (await client.metadata(fine.control_address, 2.0)).phase == \
+            PHASE.REPLICA_PHASE_LOADING
+        await asyncio.sleep(1.2)
+        gone = await runtime.inspect(failed.handle)
+        assert gone is not None and (gone.alive, gone.exit_code) == (False, 1)
+    finally:
+        await client.close()
+        runtime.close()
+
+
 async def test_a_new_leaders_runtime_lists_the_replicas_another_started(sim_dir):
     first, second = SimRuntime(sim_dir), SimRuntime(sim_dir)
     try:
