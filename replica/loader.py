@@ -11,7 +11,12 @@ What `attr` names decides the kind of deployment:
 
 The optional `reconfigure(user_config)` and `check_health()` methods of a
 class are found here too. Sync user code is run in a thread pool by the
-caller, never on the event loop.
+caller, never on the event loop, with one exception, Ray's: the class's
+constructor runs on the replica's loop (`build_on_loop`), so that code
+there may start tasks on it (`asyncio.get_running_loop()`,
+`asyncio.create_task`); an `async def __init__` is awaited there. The
+controller's health checks and probes are answered on the control loop
+meanwhile (replica/control_loop.py), so a slow constructor fails none.
 """
 
 from __future__ import annotations
@@ -96,25 +101,62 @@ def unpickle_init_args(data: bytes, working_dir: str, handle: Callable[[dict[str
 
 
 def build(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:
-    """Construct the deployment `obj` names (this runs the user's constructor)."""
+    """Construct the deployment `obj` names here and now (this runs the
+    user's constructor in the calling thread; an `async def __init__` is
+    refused: `build_on_loop` awaits it)."""
+    obj = _unwrapped(obj)
+    if inspect.isclass(obj):
+        if inspect.iscoroutinefunction(obj.__init__):
+            raise LoadError(f"{obj.__name__}.__init__ is async def: it needs the replica's "
+                            "event loop")
+        return _from_instance(obj, obj(*args, **kwargs), has_user_config)
+    return _not_a_class(obj, args, kwargs, has_user_config)
+
+
+async def build_on_loop(obj: Any, args: list, kwargs: dict,
+                        has_user_config: bool) -> UserDeployment:
+    """Construct the deployment `obj` names on the running loop, as Ray's
+    replica does: a plain `__init__` is called right here (it holds the loop
+    while it runs), an `async def __init__` is awaited on an instance made by
+    `__new__`. LoadError when `obj` cannot be served; what the constructor
+    raises propagates."""
+    obj = _unwrapped(obj)
+    if not inspect.isclass(obj):
+        return _not_a_class(obj, args, kwargs, has_user_config)
+    if inspect.iscoroutinefunction(obj.__init__):
+        instance = obj.__new__(obj)
+        returned = await instance.__init__(*args, **kwargs)
+        if returned is not None:
+            raise LoadError(f"{obj.__name__}.__init__ returned {returned!r}: it must return None")
+    else:
+        instance = obj(*args, **kwargs)
+    return _from_instance(obj, instance, has_user_config)
+
+
+def _unwrapped(obj: Any) -> Any:
     from servefleet._private.api import Deployment
 
     if isinstance(obj, Deployment):  # an @deployment-decorated class or function
-        obj = obj.func_or_class
-    if inspect.isclass(obj):
-        instance = obj(*args, **kwargs)
-        reconfigure = getattr(instance, "reconfigure", None)
-        if has_user_config and reconfigure is None:
-            raise LoadError(f"user_config is set but {obj.__name__} has no reconfigure() method")
-        if _is_asgi(instance):
-            target, is_asgi = instance, True
-        elif callable(instance):
-            target, is_asgi = instance, False
-        else:
-            target, is_asgi = None, False  # reachable through handle method calls only
-        return UserDeployment(target=target, is_asgi=is_asgi, reconfigure=reconfigure,
-                              check_health=getattr(instance, "check_health", None),
-                              instance=instance)
+        return obj.func_or_class
+    return obj
+
+
+def _from_instance(cls: type, instance: Any, has_user_config: bool) -> UserDeployment:
+    reconfigure = getattr(instance, "reconfigure", None)
+    if has_user_config and reconfigure is None:
+        raise LoadError(f"user_config is set but {cls.__name__} has no reconfigure() method")
+    if _is_asgi(instance):
+        target, is_asgi = instance, True
+    elif callable(instance):
+        target, is_asgi = instance, False
+    else:
+        target, is_asgi = None, False  # reachable through handle method calls only
+    return UserDeployment(target=target, is_asgi=is_asgi, reconfigure=reconfigure,
+                          check_health=getattr(instance, "check_health", None),
+                          instance=instance)
+
+
+def _not_a_class(obj: Any, args: list, kwargs: dict, has_user_config: bool) -> UserDeployment:
     if args or kwargs:
         raise LoadError("init args are given but the import path names a function or an app, "
                         "not a class")

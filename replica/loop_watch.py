@@ -95,6 +95,11 @@ class LoopWatch:
         assert self._loop is not None
         self._loop.call_later(BEAT_S, self._beat)
 
+    def excuse(self) -> None:
+        """Forget the hold under way (call on the loop, before it turns again):
+        one that is expected, such as the user's constructor, is not reported."""
+        self._beat_at = self._clock()
+
     def blocked_for(self) -> float:
         """How long the loop has been held now (0 while it turns)."""
         return max(0.0, self._clock() - self._beat_at - BEAT_S)

@@ -137,6 +137,7 @@ async def run(settings: ReplicaSettings, tls: TlsFiles | None) -> int:
     replica = Replica(settings)
     loop_watch = LoopWatch()
     loop_watch.start()
+    replica.loop_watch = loop_watch
     control = ControlLoop(asyncio.get_running_loop())
     try:
         await control.start(lambda: control_server(replica, control, loop_watch, tls, edge))

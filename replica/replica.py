@@ -4,8 +4,10 @@
 deployment, admission and the config in force, and does the steps that
 change them:
 
-- load: import the user's code and run the constructor in a worker thread,
-  then `reconfigure(user_config)` when one is set. Success: READY, and
+- load: import the user's code (in a worker thread) and run the constructor
+  on the replica's loop, as Ray does (loader.build_on_loop: code there may
+  use the running loop; an `async def __init__` is awaited), then
+  `reconfigure(user_config)` when one is set. Success: READY, and
   requests are admitted. Failure: FAILED, with the exception and its
   traceback kept for the controller (GetMetadata) until it drains the
   replica or FAILED_LINGER_S passes;
@@ -45,6 +47,7 @@ from . import loader
 from .grpc_ingress import GrpcIngress
 from .hop_gate import HopGate
 from .http import Admission, ReplicaApp
+from .loop_watch import LoopWatch
 from .metrics import ReplicaMetrics
 from .user_calls import call_user
 
@@ -143,6 +146,8 @@ class Replica:
             if settings.hop_required else None
         self.app.hop_gate = self.grpc.hop_gate = self.hop_gate
         self.grpc_services: list[str] = []
+        # The main loop's watch (main.py), told when the constructor held the loop.
+        self.loop_watch: LoopWatch | None = None
         self._drain = asyncio.Event()
         self._config_lock = asyncio.Lock()
         # The newest config from the Watch stream not yet applied.
@@ -172,8 +177,7 @@ class Replica:
             if s.grpc_servicer_functions:
                 self.grpc_services = await loop.run_in_executor(
                     self.executor, self.grpc.register, s.grpc_servicer_functions, s.working_dir)
-            self.deployment = await loop.run_in_executor(
-                self.executor, loader.build, obj, args, kwargs, bool(s.user_config_json))
+            self.deployment = await self._construct(obj, args, kwargs)
             # An ingress app's startup handlers, before the replica says it is ready:
             # one that fails fails the load, as Ray's does.
             await ingress.start_app(self.deployment.instance)
@@ -195,6 +199,19 @@ class Replica:
         self.phase = PHASE.REPLICA_PHASE_READY
         logger.info("replica %s ready: %s version %s", s.replica_id, s.import_path, s.version)
         self._follow_config()
+
+    async def _construct(self, obj: Any, args: list[Any], kwargs: dict[str, Any]
+                         ) -> loader.UserDeployment:
+        """The user's object, built on this loop (loader.build_on_loop). A
+        plain constructor holds the loop while it runs, as in Ray: nothing is
+        served yet, and the control loop answers the controller meanwhile; the
+        loop watch is told, so that the hold is not reported as a handler's."""
+        try:
+            return await loader.build_on_loop(obj, args, kwargs,
+                                              bool(self.settings.user_config_json))
+        finally:
+            if self.loop_watch is not None:
+                self.loop_watch.excuse()
 
     def _init_args(self) -> tuple[list[Any], dict[str, Any]]:
         """The constructor's arguments; bound deployments among them arrive as handles."""
