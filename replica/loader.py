@@ -124,7 +124,7 @@ async def build_on_loop(obj: Any, args: list, kwargs: dict,
     if not inspect.isclass(obj):
         return _not_a_class(obj, args, kwargs, has_user_config)
     if inspect.iscoroutinefunction(obj.__init__):
-        instance = obj.__new__(obj)
+        instance: Any = obj.__new__(obj)
         returned = await instance.__init__(*args, **kwargs)
         if returned is not None:
             raise LoadError(f"{obj.__name__}.__init__ returned {returned!r}: it must return None")
