@@ -17,7 +17,10 @@ bench/scale_load.py processes (scale_cluster.py). At each point, in order:
    ready, until every watcher has the new replica set (p50, p99);
 4. failures: a replica exits, --failures times: time until every watcher
    has a set without it;
-5. GetStatus latency under that load;
+5. autoscaling: 20 requests in flight appear on a deployment that
+   autoscales (at 1 replica, target 1 request each, no delay): time until
+   the controller decides more replicas, and until every watcher has them;
+   then GetStatus latency under that load;
 6. failover: the leader SIGKILLed; time until the standby leads, until it
    has adopted every replica (all RUNNING again), and until every watcher
    has the first update it sends (a scale sent as soon as it leads).
@@ -46,6 +49,11 @@ from servefleet.v1 import replica_pb2
 
 RUNNING = replica_pb2.REPLICA_STATE_RUNNING
 WATCHERS_PER_LOAD_PROCESS = 2000
+AUTOSCALED = "auto"
+# Scales on each second's load, at once: the decision's delay is the controller's own.
+AUTOSCALING = d.AutoscalingConfig(min_replicas=1, max_replicas=50, target_ongoing_requests=1,
+                                  upscale_delay_s=0, metrics_interval_s=0.5,
+                                  look_back_period_s=1)
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,9 @@ def spec(name: str, replicas: int) -> d.DeploymentSpec:
 
 
 def running(client: ControllerClient) -> list:
-    return [r for r in client.replicas() if r.state == RUNNING]
+    """The RUNNING replicas of the point's deployments (not the autoscaled one)."""
+    return [r for r in client.replicas()
+            if r.state == RUNNING and r.record.deployment != AUTOSCALED]
 
 
 def wait_running(client: ControllerClient, count: int, timeout: float) -> float:
@@ -184,6 +194,33 @@ def failures(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int
         wait_running(client, sum(sizes.values()), timeout)
 
 
+def autoscaled_target(client: ControllerClient) -> int:
+    for application in client.status().applications:
+        for deployment in application.deployments:
+            if deployment.name == AUTOSCALED:
+                return deployment.autoscaling.target_replicas
+    return 0
+
+
+def autoscaling(cluster: SimCluster, client: ControllerClient, app: str, reporters: int,
+                timeout: float, out: Measured) -> None:
+    """Load of 20 requests in flight appears on the autoscaled deployment (at 1
+    replica): time until the controller decides more replicas, and until every
+    watcher has them."""
+    before = autoscaled_target(client)
+    began = time.time()
+    cluster.ask_loads({"op": "load", "deployment": f"{app}/{AUTOSCALED}",
+                       "ongoing": math.ceil(20 / reporters)})
+    while autoscaled_target(client) <= before:
+        if time.time() - began > timeout:
+            raise TimeoutError(f"no autoscaling decision within {timeout:.0f}s")
+        time.sleep(0.02)
+    out.add("autoscaling: decision", time.time() - began)
+    seen = watchers_seen(cluster, f"replicas/{app}/{AUTOSCALED}", began, timeout,
+                         more_than=before)
+    out.add("autoscaling: every watcher has the new replicas", max(seen))
+
+
 def status_latency(client: ControllerClient, calls: int, out: Measured) -> None:
     for _ in range(calls):
         began = time.perf_counter()
@@ -222,6 +259,9 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
         began = time.monotonic()
         for name, size in sizes.items():
             client.deploy(spec(name, size))
+        client.deploy(d.DeploymentSpec(name=AUTOSCALED, import_path="examples.model:Model",
+                                       replica_config=d.ReplicaConfig(
+                                           autoscaling_config=AUTOSCALING)))
         wait_running(client, point.replicas, timeout)
         out.add("start every replica", time.monotonic() - began)
         app = client.replicas()[0].record.application
@@ -233,6 +273,7 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
         steady_state(cluster, args.window_s, out)
         updates(cluster, client, sizes, app, args.updates, timeout, out)
         failures(cluster, client, sizes, app, args.failures, timeout, out)
+        autoscaling(cluster, client, app, point.watchers, timeout, out)
         status_latency(client, args.status_calls, out)
         failover(cluster, client, sizes, app, timeout, out)
         client.close()
@@ -256,6 +297,8 @@ REPORTED = [
     ("Deploy to every watcher", "ms", "p99", ""),
     ("ready to every watcher", "ms", "p99", "<= 2000"),
     ("exit to every watcher", "ms", "p99", ""),
+    ("autoscaling: decision", "s", "", ""),
+    ("autoscaling: every watcher has the new replicas", "s", "", ""),
     ("GetStatus", "ms", "p99", ""),
     ("failover: leading", "s", "", ""),
     ("failover: Deploy answered", "s", "", ""),
@@ -276,7 +319,7 @@ def summarise(point: Point, measured: Measured, lease_ttl: float,
         label = f"{name} {stat}".strip()
         if name.startswith("failover") and goal == "":
             goal = f"<= {lease_ttl + 5:g}"
-        print(f"  {label:45} {value:10.2f} {unit:6} {'goal ' + goal if goal else ''}")
+        print(f"  {label:50} {value:10.2f} {unit:6} {'goal ' + goal if goal else ''}")
         row[label] = value
         figures[f"scale {point.label}: {label}"] = Figure(
             [value], unit, goal=goal, headline=False)
@@ -300,7 +343,7 @@ def exponents(points: list[Point], rows: list[dict[str, float]]) -> None:
         for label, before in first.items():
             after = last[label]
             if before > 0 and after > 0:
-                print(f"  {label:45} {math.log(after / before) / math.log(growth[1]):6.2f}")
+                print(f"  {label:50} {math.log(after / before) / math.log(growth[1]):6.2f}")
 
 
 def main() -> None:

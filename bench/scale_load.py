@@ -15,11 +15,14 @@ watcher applied, as a proxy does.
 Commands come on stdin, one JSON object a line, and are answered on stdout
 in order, one JSON line each:
     {"op": "ready", "timeout": S}     every watcher has its first route table
-    {"op": "seen", "key": K, "after": T, "has"|"lacks": ID or "count": N, "timeout": S}
+    {"op": "seen", "key": K, "after": T, "timeout": S,
+     "has"|"lacks": ID, or "count"|"more_than": N}
         per watcher, seconds from T (wall clock) to the first snapshot of K
-        after T that has (lacks) replica ID, or has N endpoints; null if none
-        came within the timeout
-    {"op": "stats"}                   snapshots received, reports sent
+        after T that has (lacks) replica ID, or has N (more than N)
+        endpoints; null if none came within the timeout
+    {"op": "load", "deployment": "app/d", "ongoing": N}
+                                      each reporter has N more requests in flight there
+    {"op": "stats"}                   snapshots received, report periods
     {"op": "quit"}
 A bad command is answered {"error": "..."}.
 """
@@ -106,13 +109,15 @@ class Reporters:
             for i, client in enumerate(watchers.clients[:count])]
         self.sent = 0
         self.tasks: list[asyncio.Task[None]] = []
+        # Requests in flight each reporter adds, by deployment ("load" command).
+        self.extra: dict[str, tuple[int, int]] = {}
 
     def _load(self, index: int):
         mine = {self.deployments[(index + k) % len(self.deployments)]: (0, 1) for k in range(3)}
 
         async def load() -> EngineLoad:
             self.sent += 1
-            return EngineLoad(counts=mine)
+            return EngineLoad(counts={**mine, **self.extra})
         return load
 
     @staticmethod
@@ -140,7 +145,9 @@ def test_of(command: dict[str, Any]):
         return lambda ids: command["lacks"] not in ids
     if "count" in command:
         return lambda ids: len(ids) == int(command["count"])
-    raise ValueError("seen: one of has, lacks or count is needed")
+    if "more_than" in command:
+        return lambda ids: len(ids) > int(command["more_than"])
+    raise ValueError("seen: one of has, lacks, count or more_than is needed")
 
 
 async def answer(command: dict[str, Any], watchers: Watchers, reporters: Reporters) -> Any:
@@ -152,6 +159,9 @@ async def answer(command: dict[str, Any], watchers: Watchers, reporters: Reporte
     if op == "seen":
         return await watchers.wait_seen(str(command["key"]), float(command["after"]),
                                         test_of(command), timeout)
+    if op == "load":
+        reporters.extra[str(command["deployment"])] = (0, int(command["ongoing"]))
+        return len(reporters.reporters)
     if op == "stats":
         return {"snapshots": watchers.snapshots, "reports": reporters.sent}
     raise ValueError(f"unknown op {op!r}")

@@ -162,7 +162,7 @@ def test_the_benchmarks_quick_point_measures_every_figure():
     prefix = "scale 20 replicas, 5 watchers: "
     for name in ("controller CPU", "controller RSS", "Deploy p99", "Deploy to every watcher p99",
                  "ready to every watcher p99", "exit to every watcher p99",
-                 "failover: first update at every watcher",
+                 "autoscaling: decision", "failover: first update at every watcher",
                  "failover: every replica adopted"):
         value = figures[prefix + name]["samples"][0]
         assert math.isfinite(value) and value > 0, (name, value)
