@@ -52,13 +52,23 @@ def cluster_env(etcd_fleet, tmp_path):
         client.shutdown()
 
 
-def test_the_node_client(cluster_env, node_grpc) -> None:
-    assert shutil.which("node"), "node is missing: run scripts/setup"
-    out = subprocess.run(["node", "--test", "test/"], cwd=ROOT / "clients" / "node",
-                         env={**cluster_env, "NODE_PATH": node_grpc}, capture_output=True,
-                         text=True, timeout=180)
+def test_the_node_client(cluster_env, tls_cluster_env) -> None:
+    """`npm test` of the package clients/node (scripts/setup ran `npm ci`
+    there, whose prepare step generated its types): the type check (tsc),
+    the unit tests, then the cluster tests against the plain cluster and the
+    TLS one."""
+    package = ROOT / "clients" / "node"
+    assert shutil.which("npm"), "npm is missing: run scripts/setup"
+    built = (package / "node_modules" / ".package-lock.json", package / "types" / "controller.d.ts")
+    assert all(p.is_file() for p in built), "run scripts/setup (npm ci in clients/node)"
+    out = subprocess.run(["npm", "test"], cwd=package, env={**cluster_env, **tls_cluster_env},
+                         capture_output=True, text=True, timeout=300)
     _show(out)
-    assert out.returncode == 0 and "# pass 1" in out.stdout and "# fail 0" in out.stdout
+    assert out.returncode == 0
+    # The cluster tests ran and passed (a missing variable would skip them: "# SKIP").
+    for name in ("the docs' program through a failover", "TLS and tokens"):
+        assert re.search(rf"^ok \d+ - {re.escape(name)}$", out.stdout, re.M), name
+    assert re.search(r"^# fail 0$", out.stdout, re.M)
 
 
 @pytest.fixture
@@ -205,3 +215,12 @@ def test_the_java_page_shows_the_program_the_cluster_test_runs() -> None:
     page = (ROOT / "docs" / "guides" / "java.md").read_text()
     program = (ROOT / "clients" / "java" / "src" / "test" / "java" / "Fleet.java").read_text()
     assert program in re.findall(r"^```java\n(.*?)^```$", page, re.M | re.S)
+
+
+def test_the_node_page_shows_the_program_the_cluster_test_runs() -> None:
+    """docs/guides/node.md's complete program is clients/node's
+    examples/fleet.js, which the package's cluster test runs through a
+    failover, character for character."""
+    page = (ROOT / "docs" / "guides" / "node.md").read_text()
+    program = (ROOT / "clients" / "node" / "examples" / "fleet.js").read_text()
+    assert program in re.findall(r"^```js\n(.*?)^```$", page, re.M | re.S)
