@@ -14,8 +14,9 @@ user's code, so a handler that holds that loop does not fail the checks:
   on the user's, and waits for it), or the main loop has been held for
   longer than the check's own deadline (the controller's
   health_check_timeout_s): then it fails, naming what holds the loop;
-- Reconfigure runs the user's reconfigure on the main loop; Drain is handed
-  to it; GetMetadata reads the replica's state from here.
+- Reconfigure runs the user's reconfigure on the main loop, and brings the
+  replica's rank and world size; Drain is handed to it; GetMetadata reads
+  the replica's state (its rank and world size too) from here.
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
     async def GetMetadata(self, request: rpb.GetMetadataRequest,
                           context: Any) -> rpb.GetMetadataResponse:
         r = self._replica
+        placement = r.identity.placement
         return rpb.GetMetadataResponse(
             phase=r.phase, replica_id=r.settings.replica_id, version=r.settings.version,
             pid=os.getpid(), ongoing_requests=r.admission.ongoing,
             user_config_json=r.user_config_json, max_ongoing_requests=r.admission.max_ongoing,
-            error=r.error, traceback=r.traceback)
+            error=r.error, traceback=r.traceback, rank=placement.rank,
+            world_size=placement.world_size)
 
     async def CheckHealth(self, request: rpb.CheckHealthRequest,
                           context: grpc.aio.ServicerContext) -> rpb.CheckHealthResponse:
@@ -115,8 +118,9 @@ class ReplicaControl(replica_pb2_grpc.ReplicaServiceServicer):
         if r.phase != PHASE.REPLICA_PHASE_READY:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "replica is not ready")
         try:
-            changed = await self._control.on_main(r.apply_config(request.user_config_json,
-                                                                 request.max_ongoing_requests))
+            changed = await self._control.on_main(r.apply_config(
+                request.user_config_json, request.max_ongoing_requests,
+                request.rank if request.HasField("rank") else None, request.world_size))
         except Exception as e:
             logger.exception("reconfigure failed")
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,

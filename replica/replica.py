@@ -14,7 +14,10 @@ change them:
 - follow config: apply each new user_config and max_ongoing_requests meant
   for this replica's version and code, from the Watch stream or the
   Reconfigure RPC; applying is idempotent, so whichever comes second does
-  nothing;
+  nothing. Reconfigure also brings the replica's rank and world size when
+  they change (the controller's: controller/reconcile/ranks.py); a new rank
+  calls `reconfigure(user_config, rank)` when a user_config is set and
+  reconfigure takes a rank, as Ray Serve does (ray_reconfigure.py);
 - drain: serve for one graceful_shutdown_wait_loop_s (callers that have
   not yet heard of the stop), then refuse new requests and wait for those
   in flight, checking every wait loop, for at most graceful_shutdown_timeout_s.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import traceback
@@ -37,6 +41,7 @@ from typing import Any
 from servefleet._private import handle, ingress, replica_context
 from servefleet._private.api import HANDLE_MARKER
 from servefleet._private.batching import batch_sizes
+from servefleet._private.ray_reconfigure import reconfigure_arguments, takes_rank
 from servefleet._private.replica_context import ReplicaIdentity
 from servefleet._private.security.revocation import RevokedSerials
 from servefleet._private.wire import HOP_KEY
@@ -115,6 +120,10 @@ class ReplicaSettings:
     # Serial numbers of client certificates refused on every TLS port
     # (security/revocation.py); the Watch stream's `hop` key brings changes.
     revoked_certs: list[str] = field(default_factory=list)
+    # Its rank among its deployment's replicas (-1: none given) and their
+    # target count, as the controller assigned them when it started it.
+    rank: int = -1
+    world_size: int = 0
 
 
 class Replica:
@@ -126,6 +135,8 @@ class Replica:
         self.identity = ReplicaIdentity(settings.cluster, settings.application,
                                         settings.deployment, settings.replica_id,
                                         tuple(settings.controllers))
+        self.identity.placement.rank = settings.rank if settings.rank >= 0 else None
+        self.identity.placement.world_size = settings.world_size
         replica_context.set_current(self.identity)
         self.phase = PHASE.REPLICA_PHASE_LOADING
         self.error = ""
@@ -238,22 +249,41 @@ class Replica:
         reconfigure = self.deployment.reconfigure if self.deployment else None
         if reconfigure is not None:
             config = json.loads(user_config_json) if user_config_json else None
-            await call_user(reconfigure, self.executor, config)
+            args, kwargs = reconfigure_arguments(reconfigure, config,
+                                                 self.identity.placement.rank)
+            await call_user(functools.partial(reconfigure, **kwargs) if kwargs else reconfigure,
+                            self.executor, *args)
         self.user_config_json = user_config_json
 
     # -- 3. follow config ---------------------------------------------------------
 
-    async def apply_config(self, user_config_json: str, max_ongoing_requests: int) -> bool:
-        """Apply a lightweight config once loaded; True if user_config changed.
+    async def apply_config(self, user_config_json: str, max_ongoing_requests: int,
+                           rank: int | None = None, world_size: int = 0) -> bool:
+        """Apply a lightweight config once loaded; True if the user's
+        reconfigure was called (a new user_config, or a new rank for a
+        reconfigure that takes one). `rank` None and `world_size` 0 keep those
+        in force.
 
         Serialized and idempotent: the Watch stream and the Reconfigure RPC
         may both deliver the same config. Raises what the user's reconfigure
-        raises, leaving the previous user_config in force.
+        raises, leaving the previous user_config in force (the new rank and
+        world size stay: they are the controller's, not the user's).
         """
         async with self._config_lock:
             if max_ongoing_requests:
                 self.admission.max_ongoing = max_ongoing_requests
-            if user_config_json == self.user_config_json:
+            placement = self.identity.placement
+            if world_size:
+                placement.world_size = world_size
+            new_rank = rank is not None and rank != placement.rank
+            if new_rank:
+                logger.info("rank %s -> %d (world size %d)", placement.rank, rank,
+                            placement.world_size)
+                placement.rank = rank
+            reconfigure = self.deployment.reconfigure if self.deployment else None
+            tell_rank = (new_rank and bool(self.user_config_json) and reconfigure is not None
+                         and takes_rank(reconfigure))
+            if user_config_json == self.user_config_json and not tell_rank:
                 return False
             try:
                 await self.apply_user_config(user_config_json)

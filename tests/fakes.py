@@ -60,7 +60,7 @@ class FlakyStore:
         return getattr(self._inner, name)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FakeLaunch:
     """What the fake replica client needs of a launch (kept small: the tick
     benchmark holds 10,000 of them)."""
@@ -69,6 +69,9 @@ class FakeLaunch:
     import_path: str
     user_config_json: str
     max_ongoing_requests: int
+    # Its rank (-1: none) and world size, as a replica reports them (ranks).
+    rank: int = -1
+    world_size: int = 0
 
 
 class FakeRuntime:
@@ -93,7 +96,8 @@ class FakeRuntime:
         self.replicas[replica.handle] = replica
         self.launches[replica.control_address] = FakeLaunch(
             replica.handle, launch.settings["import_path"],
-            launch.settings["user_config_json"], launch.settings["max_ongoing_requests"])
+            launch.settings["user_config_json"], launch.settings["max_ongoing_requests"],
+            launch.settings.get("rank", -1), launch.settings.get("world_size", 0))
         return replica
 
     async def stop(self, handle: str, timeout_s: float) -> None:
@@ -160,7 +164,8 @@ class FakeReplicaClient:
             return replica_pb2.GetMetadataResponse(phase=replica_pb2.REPLICA_PHASE_LOADING)
         return replica_pb2.GetMetadataResponse(
             phase=replica_pb2.REPLICA_PHASE_READY, user_config_json=launch.user_config_json,
-            max_ongoing_requests=launch.max_ongoing_requests)
+            max_ongoing_requests=launch.max_ongoing_requests,
+            rank=launch.rank if launch.rank >= 0 else None, world_size=launch.world_size)
 
     async def check_health(self, address: str, timeout: float, replica_id: str = "") -> None:
         self._find(address)
@@ -174,9 +179,14 @@ class FakeReplicaClient:
 
     async def reconfigure(self, address: str, user_config_json: str,
                           max_ongoing_requests: int, timeout: float,
-                          replica_id: str = "") -> None:
-        self._find(address)
+                          replica_id: str = "", rank: int | None = None,
+                          world_size: int = 0) -> None:
+        launch = self._find(address)
         self.reconfigured.append(address)
+        if rank is not None:
+            launch.rank = rank
+        if world_size:
+            launch.world_size = world_size
 
     async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
                     replica_id: str = "") -> None:

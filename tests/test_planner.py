@@ -28,8 +28,9 @@ def goal(target: int = 3, version: str = "v1", config: str = "c1") -> Goal:
 
 def replica(rid: str, slot: int, version: str = "v1", state: RS = RUNNING,
             config: str = "c1") -> ReplicaView:
+    # Ranked as its slot: the planner leaves such ranks alone (test_ranks.py).
     return ReplicaView(replica_id=rid, slot=slot, version=version, code_hash="h-" + version,
-                       state=state, config_hash=config)
+                       state=state, config_hash=config, rank=slot)
 
 
 def plan_of(g: Goal, views: list[ReplicaView], failures: StartupFailures,

@@ -21,7 +21,11 @@ The rules, after Ray Serve's deployment state manager:
   count stays at or above the target. Old replicas that are not running are
   stopped at once: they serve nothing.
 - Lightweight changes (user_config, max_ongoing_requests): running current
-  replicas whose applied config differs are reconfigured in place.
+  replicas whose applied config differs are reconfigured in place; so are
+  those whose rank or world size (the target) is not the one they were told.
+- Ranks (ranks.py): once the deployment is HEALTHY, replicas ranked at or
+  past the target move down to the free ranks below it (`Plan.rerank`), and
+  are reconfigured with them.
 - Failures: a replica that failed (startup error, died, 3 failed health
   checks in a row) is stopped and replaced. Startup failures back off
   exponentially and stop after min(3 x target, 20) attempts for the same
@@ -45,6 +49,7 @@ from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
 from ..goals.spec import target_replicas
 from .loop import BACKOFF
+from .ranks import NO_RANK, compacted
 
 # Plain ints: enum attribute lookups on the generated wrapper cost more than
 # the rest of a plan (the tick benchmark showed it).
@@ -118,10 +123,23 @@ class ReplicaView:
     # Times a check made because proxies or handles ejected it found it healthy
     # (published with its endpoint: they take it back).
     cleared: int = 0
+    # Its rank (its record's; NO_RANK: none), and the (rank, world size) it
+    # said it runs with; None until known, and for replicas that know nothing
+    # of ranks (they report no world size): those are not chased with them.
+    rank: int = NO_RANK
+    placed: tuple[int, int] | None = None
+    # False while a new rank (Plan.rerank) is not yet in its record.
+    rank_recorded: bool = True
 
     def is_current(self, goal: Goal | None) -> bool:
         return (goal is not None and self.version == goal.version
                 and self.code_hash == goal.code_hash)
+
+    def misplaced(self, target: int) -> bool:
+        """Whether its rank is yet to be recorded, or it was told another rank
+        or world size than it should have."""
+        return not self.rank_recorded or (
+            self.placed is not None and self.placed != (self.rank, target))
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +203,9 @@ class Plan:
     # The error of the goal's last start when it failed and no replica serves:
     # no replica is to be expected soon, so callers are not kept waiting.
     start_error: str = ""
+    # Replicas whose rank changes (ranks.py), with their new ranks; each is
+    # in `reconfigure` too.
+    rerank: dict[str, int] = field(default_factory=dict)
 
 
 def _by_slot_desc(views: list[ReplicaView]) -> list[ReplicaView]:
@@ -198,11 +219,14 @@ def _settled(goal: Goal, replicas: list[ReplicaView], failures: StartupFailures)
     if (goal.deleted or len(replicas) != goal.target or failures.count
             or failures.incident or failures.token != goal.token):
         return False
+    ranks = 0
     for r in replicas:
         if (r.state != RUNNING or r.failure or r.health_failures
-                or r.config_hash != goal.config_hash or not r.is_current(goal)):
+                or r.config_hash != goal.config_hash or not r.is_current(goal)
+                or r.misplaced(goal.target) or not 0 <= r.rank < goal.target):
             return False
-    return True
+        ranks |= 1 << r.rank
+    return ranks == (1 << goal.target) - 1  # each of 0..n-1 once
 
 
 def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
@@ -261,9 +285,15 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
 
     # 4. Reconfigure running current replicas in place.
     plan.reconfigure = [r.replica_id for r in running
-                        if r.replica_id not in stopped and r.config_hash != goal.config_hash]
+                        if r.replica_id not in stopped and (
+                            r.config_hash != goal.config_hash or r.misplaced(goal.target))]
 
-    return plan, _set_status(plan, goal, current, running, old, broken, failures, exhausted)
+    failures = _set_status(plan, goal, current, running, old, broken, failures, exhausted)
+    # 5. Settled: ranks become 0..n-1 again.
+    if plan.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY:
+        plan.rerank = compacted({r.replica_id: r.rank for r in running}, goal.target)
+        plan.reconfigure.extend(i for i in plan.rerank if i not in plan.reconfigure)
+    return plan, failures
 
 
 def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: list[ReplicaView],

@@ -30,7 +30,8 @@ class ReplicaClient(Protocol):
 
     async def reconfigure(self, address: str, user_config_json: str,
                           max_ongoing_requests: int, timeout: float,
-                          replica_id: str = "") -> None: ...
+                          replica_id: str = "", rank: int | None = None,
+                          world_size: int = 0) -> None: ...
 
     async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
                     replica_id: str = "") -> None: ...
@@ -83,10 +84,11 @@ class GrpcReplicaClient:
 
     async def reconfigure(self, address: str, user_config_json: str,
                           max_ongoing_requests: int, timeout: float,
-                          replica_id: str = "") -> None:
+                          replica_id: str = "", rank: int | None = None,
+                          world_size: int = 0) -> None:
         await self._call(address, "Reconfigure", rpb.ReconfigureRequest(
             user_config_json=user_config_json, max_ongoing_requests=max_ongoing_requests,
-            replica_id=replica_id), timeout)
+            replica_id=replica_id, rank=rank, world_size=world_size), timeout)
 
     async def drain(self, address: str, wait_loop_s: float, timeout_s: float,
                     replica_id: str = "") -> None:

@@ -39,11 +39,13 @@ from servefleet.v1 import records_pb2, replica_pb2
 from ..drain_fence import DrainFence
 from ..election import FencedStore
 from ..errors import NotLeader, StoreDiskFull, Unavailable
+from ..goals.spec import target_replicas
 from ..hop_keys import HopAuthority
 from ..keys import ClusterKeys
 from ..runtime import ReplicaLaunch, Runtime
 from ..store import Delete, Put
 from .planner import config_hash
+from .ranks import NO_RANK
 from .replica_client import ReplicaCallError, ReplicaClient
 from .transitions import (
     Exited,
@@ -175,6 +177,9 @@ class ReplicaOps:
                 "by_value_target": b64encode(spec.by_value.target).decode(),
                 "by_value_init_args": b64encode(spec.by_value.init_args).decode(),
                 "token": token,
+                # Ray's replica rank, known to its constructor (ranks.py).
+                "rank": record.rank if record.HasField("rank") else -1,
+                "world_size": target_replicas(goal),
                 **self._hop_settings(record.replica_id),
             }))
         record.handle = launched.handle
@@ -287,7 +292,7 @@ class ReplicaOps:
             return Probed(failure=f"{meta.error}\n{meta.traceback.strip()}")
         if meta.phase == PHASE.REPLICA_PHASE_READY:
             return Probed(ready=True, config_hash=config_hash(
-                meta.user_config_json, meta.max_ongoing_requests))
+                meta.user_config_json, meta.max_ongoing_requests), placed=placed(meta))
         return Probed(loading=meta.phase == PHASE.REPLICA_PHASE_LOADING)
 
     async def check_health(self, record: replica_pb2.ReplicaRecord,
@@ -300,35 +305,56 @@ class ReplicaOps:
             return HealthChecked(f"health check failed: {e}", suspect=suspect)
 
     async def reconfigure(self, record: replica_pb2.ReplicaRecord,
-                          goal: records_pb2.DeploymentRecord) -> Reconfigured:
-        """Apply the goal's lightweight config: Reconfigured with the new config
-        hash, or with the error. NotLeader propagates.
+                          goal: records_pb2.DeploymentRecord, rank: int) -> Reconfigured:
+        """Apply the goal's lightweight config, and the replica's rank (`rank`,
+        NO_RANK: none) and world size: Reconfigured with the new config hash
+        and placement, or with the error. NotLeader propagates.
 
-        A replica with a live Watch stream gets the config from it: wait up to
-        CONFIG_WATCH_GRACE_S for it to report the new config, then (or at once
-        for a replica without a stream) send Reconfigure, which is idempotent
-        and returns the user's reconfigure error if there is one.
+        A new rank is written to the replica's record (fenced) before the
+        replica hears of it: a leader after this one finds the rank the
+        replica may have. A replica with a live Watch stream gets a new config
+        from it: when nothing else changed, wait up to CONFIG_WATCH_GRACE_S
+        for it to report the new config, then (or at once for a replica
+        without a stream) send Reconfigure, which is idempotent and returns
+        the user's reconfigure error if there is one.
         """
         config = goal.spec.replica_config
         wanted = config_hash(config.user_config_json, config.max_ongoing_requests)
+        world = target_replicas(goal)
+        ranked = record
+        if rank != NO_RANK and (not record.HasField("rank") or record.rank != rank):
+            ranked = replica_pb2.ReplicaRecord()
+            ranked.CopyFrom(record)
+            ranked.rank = rank
+            await self._put(ranked)
+            logger.info("replica %s of %s/%s: rank %s -> %d", record.replica_id,
+                        record.application, record.deployment,
+                        record.rank if record.HasField("rank") else "none", rank)
         try:
-            if self.watching(record.replica_id) and await self._config_arrives(record, wanted):
+            if (ranked is record and self.watching(record.replica_id)
+                    and await self._config_arrives(record, wanted, (rank, world))):
                 logger.info("replica %s of %s/%s applied its new config from the watch "
                             "stream", record.replica_id, record.application, record.deployment)
-                return Reconfigured(wanted)
+                return Reconfigured(wanted, placed=(rank, world), record=ranked)
             self.check_leading()
             await self.client.reconfigure(record.control_address, config.user_config_json,
                                           config.max_ongoing_requests, timeout=30.0,
-                                          replica_id=record.replica_id)
+                                          replica_id=record.replica_id,
+                                          rank=None if rank == NO_RANK else rank,
+                                          world_size=world)
         except NotLeader:
             raise
         except Exception as e:
-            return Reconfigured(error=str(e))
+            return Reconfigured(error=str(e), record=ranked)
         logger.info("reconfigured replica %s of %s/%s", record.replica_id, record.application,
                     record.deployment)
-        return Reconfigured(wanted)
+        return Reconfigured(wanted, placed=(rank, world), record=ranked)
 
-    async def _config_arrives(self, record: replica_pb2.ReplicaRecord, wanted: str) -> bool:
+    async def _config_arrives(self, record: replica_pb2.ReplicaRecord, wanted: str,
+                              placement: tuple[int, int]) -> bool:
+        """Whether the replica reports the `wanted` config within the grace;
+        False at once when its rank or world size is not `placement` (the
+        Watch stream does not bring those)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONFIG_WATCH_GRACE_S
         while loop.time() < deadline:
@@ -336,10 +362,20 @@ class ReplicaOps:
                 meta = await self.client.metadata(record.control_address, timeout=1.0)
             except ReplicaCallError:
                 return False
+            if placed(meta) not in (None, placement):
+                return False
             if config_hash(meta.user_config_json, meta.max_ongoing_requests) == wanted:
                 return True
             await asyncio.sleep(CONFIG_POLL_S)
         return False
+
+
+def placed(meta: replica_pb2.GetMetadataResponse) -> tuple[int, int] | None:
+    """The (rank, world size) a replica reports; None from one that reports
+    no world size (it knows nothing of ranks: started before them)."""
+    if not meta.world_size:
+        return None
+    return (meta.rank if meta.HasField("rank") else NO_RANK, meta.world_size)
 
 
 def _attributes(record: replica_pb2.ReplicaRecord) -> dict[str, str]:

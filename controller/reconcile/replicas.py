@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from functools import partial
 
 from servefleet._private.messages import error_summary
@@ -43,10 +44,12 @@ from .planner import (
     StartupFailures,
     plan_deployment,
 )
+from .ranks import NO_RANK, lowest_free
 from .replica_ops import ReplicaOps
 from .transitions import (
     Observation,
     Outcome,
+    Reconfigured,
     Started,
     apply,
     learned,
@@ -117,7 +120,8 @@ class ReplicaReconciler:
             # A stop under way is finished by the loop (with the goal's timings).
             self._track(record, ReplicaView(
                 record.replica_id, record.slot, record.version, record.code_hash,
-                state=STOPPING if record.stopping else RECOVERING, since=now))
+                state=STOPPING if record.stopping else RECOVERING, since=now,
+                rank=record.rank if record.HasField("rank") else NO_RANK))
         self.end_pass(now)
 
     def _track(self, record: replica_pb2.ReplicaRecord, view: ReplicaView) -> None:
@@ -168,7 +172,7 @@ class ReplicaReconciler:
             view = self._views.get(key, {}).get(replica_id)
             if view is None:
                 continue
-            if isinstance(seen, Started):
+            if isinstance(seen, Started | Reconfigured) and seen.record is not None:
                 self._record(seen.record)
             current = view.is_current(self._goals.last_goal(key))
             alone = not any(serving(v) for v in self._views[key].values() if v is not view)
@@ -235,16 +239,26 @@ class ReplicaReconciler:
             if view.state == STOPPING and not self._loop.busy(view.replica_id):
                 self._stop(key, view.replica_id, record, now)
         if record is not None and not record.deleted:
+            self._rerank(key, plan.rerank)
             for slot in plan.start_slots:
                 self._start(key, slot, record, now)
             for replica_id in plan.reconfigure:
                 if not self._loop.busy(replica_id):
                     self._run(replica_id, partial(self._ops.reconfigure,
-                                                  self._records[replica_id], record))
+                                                  self._records[replica_id], record,
+                                                  views[replica_id].rank))
         if not views and (record is None or record.deleted):
             for table in (self._views, self._plans, self._failures):
                 table.pop(key, None)
             self._goals.forget(key)
+            self._dirty.add(key)
+
+    def _rerank(self, key: DKey, ranks: dict[str, int]) -> None:
+        """Give replicas their new ranks (ranks.py), to be recorded and told
+        by their reconfigure; new starts take the ranks left free."""
+        for replica_id, rank in ranks.items():
+            views = self._views[key]
+            views[replica_id] = replace(views[replica_id], rank=rank, rank_recorded=False)
             self._dirty.add(key)
 
     def gave_up(self, key: DKey) -> bool:
@@ -311,13 +325,15 @@ class ReplicaReconciler:
     def _start(self, key: DKey, slot: int, goal: records_pb2.DeploymentRecord,
                now: float) -> None:
         replica_id = f"{goal.spec.name}-{secrets.token_hex(4)}"
+        rank = lowest_free(v.rank for v in self._views.get(key, {}).values()
+                           if v.state != STOPPING)
         record = replica_pb2.ReplicaRecord(
             replica_id=replica_id, application=key[0], deployment=key[1], slot=slot,
-            version=goal.version, code_hash=goal.code_hash)
+            version=goal.version, code_hash=goal.code_hash, rank=rank)
         self._track(record, ReplicaView(replica_id, slot, goal.version, goal.code_hash,
-                                        state=STARTING, since=now))
-        logger.info("starting replica %s of %s/%s (slot %d, version %s)", replica_id, *key,
-                    slot, goal.version)
+                                        state=STARTING, since=now, rank=rank))
+        logger.info("starting replica %s of %s/%s (slot %d, rank %d, version %s)", replica_id,
+                    *key, slot, rank, goal.version)
         self._starting.add(replica_id)
 
         async def start() -> Observation:

@@ -70,6 +70,8 @@ class Probed:
     bind_failure: bool = False
     # Alive and answering, but its constructor is still running.
     loading: bool = False
+    # The (rank, world size) it runs with, when it reports one (ReplicaView.placed).
+    placed: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,10 @@ class HealthChecked:
 class Reconfigured:
     config_hash: str = ""
     error: str = ""  # the user's reconfigure error, or why the call failed
+    # The (rank, world size) it was told, and its record as it stands (a new
+    # rank is written to it first).
+    placed: tuple[int, int] | None = None
+    record: replica_pb2.ReplicaRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,16 +188,24 @@ def apply(view: ReplicaView, seen: Observation, *, current: bool, now: float,
     if isinstance(seen, HealthChecked):
         return _health_checked(view, seen, alone)
     if seen.error:
-        return fail(view, f"reconfigure failed: {seen.error}", counted=True, current=current)
-    return Outcome(replace(view, config_hash=seen.config_hash))
+        return fail(replace(view, rank_recorded=_rank_recorded(view, seen.record)),
+                    f"reconfigure failed: {seen.error}", counted=True, current=current)
+    return Outcome(replace(view, config_hash=seen.config_hash,
+                           placed=seen.placed if seen.placed is not None else view.placed,
+                           rank_recorded=_rank_recorded(view, seen.record)))
+
+
+def _rank_recorded(view: ReplicaView, record: replica_pb2.ReplicaRecord | None) -> bool:
+    return view.rank_recorded or (record is not None and record.HasField("rank")
+                                  and record.rank == view.rank)
 
 
 def _probed(view: ReplicaView, seen: Probed, current: bool, now: float) -> Outcome:
     if seen.failure:
         return fail(view, seen.failure, counted=not seen.bind_failure, current=current)
     if seen.ready:
-        return Outcome(replace(view, state=RUNNING, config_hash=seen.config_hash),
-                       started=current, serving_changed=True)
+        return Outcome(replace(view, state=RUNNING, config_hash=seen.config_hash,
+                               placed=seen.placed), started=current, serving_changed=True)
     if view.state == RECOVERING and seen.loading:
         # It was still starting when the old leader died.
         return Outcome(replace(view, state=STARTING, since=now), serving_changed=True)

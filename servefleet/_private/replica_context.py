@@ -4,12 +4,24 @@ at start (replica/replica.py), read by user code's helpers.
 `current()` is None outside replicas. Handles made inside a replica
 (`get_deployment_handle` without controllers) call this replica's own
 controllers, and `servefleet.serve.get_replica_context()` answers from it.
+Its `placement` (rank and world size) changes while the replica runs: the
+controller assigns ranks (controller/reconcile/ranks.py) and sends changes
+with Reconfigure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Placement:
+    """The replica's rank among its deployment's replicas (None: not given
+    one, as outside a cluster), and their target count."""
+
+    rank: int | None = None
+    world_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,7 @@ class ReplicaIdentity:
     controllers: tuple[str, ...] = ()
     # The user's object once loaded (the instance of the class, or the function).
     servable: list[Any] = field(default_factory=list, compare=False)
+    placement: Placement = field(default_factory=Placement, compare=False)
 
 
 _current: ReplicaIdentity | None = None

@@ -1,8 +1,9 @@
 """`serve.get_replica_context()`: who is running this code, in Ray's shape.
 
 In a replica the answer comes from servefleet._private.replica_context (set by the
-replica at start). In local testing mode (local_testing.py) every
-deployment runs in the calling process, so the answer is per call: the
+replica at start; its rank and world size as the controller last said).
+In local testing mode (local_testing.py) every deployment runs in the
+calling process, so the answer is per call: the
 context variable `LOCAL_REPLICA` is set while a local deployment's code
 runs (its constructor, its methods) and read first here.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from servefleet._private import replica_context
 
 from .exceptions import RayServeException
+from .schema import ReplicaRank
 
 __all__ = ["DeploymentID", "ReplicaContext", "ReplicaID", "get_replica_context"]
 
@@ -44,11 +46,15 @@ class ReplicaID:
 
 @dataclass
 class ReplicaContext:
-    """Ray's ReplicaContext: the replica's id and the user's object it runs
-    (the instance of the deployment's class, or its function)."""
+    """Ray's ReplicaContext: the replica's id, the user's object it runs
+    (the instance of the deployment's class, or its function), its rank
+    among its deployment's replicas and their target count (world_size).
+    Each `get_replica_context()` call answers with the rank in force then."""
 
     replica_id: ReplicaID
     servable_object: Any
+    rank: ReplicaRank | None = None
+    world_size: int = 0
 
     @property
     def app_name(self) -> str:
@@ -80,13 +86,25 @@ def current_app_name() -> str | None:
 def get_replica_context() -> ReplicaContext:
     """The running replica's context; RayServeException outside a deployment's
     code (as Ray's)."""
+    context = internal_replica_context()
+    if context is None:
+        raise RayServeException("serve.get_replica_context() may only be called from within "
+                                "a deployment's code (a replica, or local testing mode)")
+    return context
+
+
+def internal_replica_context() -> ReplicaContext | None:
+    """The running replica's context, None outside one (Ray's
+    `ray.serve.context._get_internal_replica_context`)."""
     local = LOCAL_REPLICA.get()
     if local is not None:
         return local
     identity = replica_context.current()
     if identity is None:
-        raise RayServeException("serve.get_replica_context() may only be called from within "
-                                "a deployment's code (a replica, or local testing mode)")
+        return None
     servable = identity.servable[0] if identity.servable else None
     deployment = DeploymentID(identity.deployment, identity.application)
-    return ReplicaContext(ReplicaID(identity.replica_id, deployment), servable)
+    placement = identity.placement
+    rank = ReplicaRank(placement.rank) if placement.rank is not None else None
+    return ReplicaContext(ReplicaID(identity.replica_id, deployment), servable, rank,
+                         placement.world_size)

@@ -31,11 +31,13 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from servefleet._private.multiplex import MODEL_ID
+from servefleet._private.ray_reconfigure import reconfigure_arguments
 from servefleet._private.responses import DeploymentResponseGenerator
 
 from ._context import LOCAL_REPLICA, DeploymentID, ReplicaContext, ReplicaID
 from ._local_handle import END, LocalDeploymentResponse
 from .exceptions import RayServeException
+from .schema import ReplicaRank
 
 # How long stopping a replica waits for its tasks to end once cancelled.
 STOP_TIMEOUT_S = 5.0
@@ -50,8 +52,10 @@ class LocalReplica:
     def __init__(self, application: str, name: str, target: Any, args: tuple, kwargs: dict,
                  user_config: Any = None, has_user_config: bool = False) -> None:
         self.application, self.name = application, name
+        # One replica per deployment here: rank 0 of 1.
         self.context = ReplicaContext(ReplicaID(uuid.uuid4().hex[:8],
-                                                DeploymentID(name, application)), None)
+                                                DeploymentID(name, application)), None,
+                                      ReplicaRank(0), 1)
         self.instance: Any = None
         self.is_class = inspect.isclass(target)
         self.loop = asyncio.new_event_loop()
@@ -99,7 +103,8 @@ class LocalReplica:
             if reconfigure is None:
                 raise ValueError(f"deployment {self.name} has a user_config but no "
                                  "reconfigure() method")
-            result = reconfigure(user_config)
+            args, kwargs = reconfigure_arguments(reconfigure, user_config, 0)
+            result = reconfigure(*args, **kwargs)
             if inspect.isawaitable(result):
                 await result
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/replica.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x02\n\rReplicaRecord\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\x12\x12\n\ndeployment\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\r\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x11\n\tcode_hash\x18\x06 \x01(\t\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12\x0e\n\x06handle\x18\x08 \x01(\t\x12\x17\n\x0f\x63ontrol_address\x18\t \x01(\t\x12\x14\n\x0chttp_address\x18\n \x01(\t\x12\x30\n\x0c\x63reated_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08stopping\x18\x0c \x01(\x08\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\x12\x14\n\x0cgrpc_address\x18\x0e \x01(\t\x12\x14\n\x0ctoken_sha256\x18\x0f \x01(\t\x12\x10\n\x08http_tls\x18\x10 \x01(\x08\"x\n\x0bReplicaInfo\x12,\n\x06record\x18\x01 \x01(\x0b\x32\x1c.servefleet.v1.ReplicaRecord\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.servefleet.v1.ReplicaState\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x14\n\x12GetMetadataRequest\"\xe7\x01\n\x13GetMetadataResponse\x12*\n\x05phase\x18\x01 \x01(\x0e\x32\x1b.servefleet.v1.ReplicaPhase\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12\x18\n\x10ongoing_requests\x18\x05 \x01(\r\x12\x18\n\x10user_config_json\x18\x06 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x07 \x01(\r\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x11\n\ttraceback\x18\t \x01(\t\"(\n\x12\x43heckHealthRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\"\x15\n\x13\x43heckHealthResponse\"`\n\x12ReconfigureRequest\x12\x18\n\x10user_config_json\x18\x01 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x02 \x01(\r\x12\x12\n\nreplica_id\x18\x03 \x01(\t\"\x15\n\x13ReconfigureResponse\"J\n\x0c\x44rainRequest\x12\x13\n\x0bwait_loop_s\x18\x01 \x01(\x01\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\x12\x12\n\nreplica_id\x18\x03 \x01(\t\"\x0f\n\rDrainResponse*\x9e\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPLICA_STATE_STARTING\x10\x01\x12\x19\n\x15REPLICA_STATE_RUNNING\x10\x02\x12\x1a\n\x16REPLICA_STATE_STOPPING\x10\x03\x12\x1c\n\x18REPLICA_STATE_RECOVERING\x10\x04*\x97\x01\n\x0cReplicaPhase\x12\x1d\n\x19REPLICA_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_PHASE_LOADING\x10\x01\x12\x17\n\x13REPLICA_PHASE_READY\x10\x02\x12\x18\n\x14REPLICA_PHASE_FAILED\x10\x03\x12\x1a\n\x16REPLICA_PHASE_DRAINING\x10\x04\x32\xd6\x02\n\x0eReplicaService\x12T\n\x0bGetMetadata\x12!.servefleet.v1.GetMetadataRequest\x1a\".servefleet.v1.GetMetadataResponse\x12T\n\x0b\x43heckHealth\x12!.servefleet.v1.CheckHealthRequest\x1a\".servefleet.v1.CheckHealthResponse\x12T\n\x0bReconfigure\x12!.servefleet.v1.ReconfigureRequest\x1a\".servefleet.v1.ReconfigureResponse\x12\x42\n\x05\x44rain\x12\x1b.servefleet.v1.DrainRequest\x1a\x1c.servefleet.v1.DrainResponseBf\n\x10io.servefleet.v1B\x0cReplicaProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bservefleet/v1/replica.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x03\n\rReplicaRecord\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pplication\x18\x02 \x01(\t\x12\x12\n\ndeployment\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\r\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x11\n\tcode_hash\x18\x06 \x01(\t\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x12\x0e\n\x06handle\x18\x08 \x01(\t\x12\x17\n\x0f\x63ontrol_address\x18\t \x01(\t\x12\x14\n\x0chttp_address\x18\n \x01(\t\x12\x30\n\x0c\x63reated_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08stopping\x18\x0c \x01(\x08\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\x12\x14\n\x0cgrpc_address\x18\x0e \x01(\t\x12\x14\n\x0ctoken_sha256\x18\x0f \x01(\t\x12\x10\n\x08http_tls\x18\x10 \x01(\x08\x12\x11\n\x04rank\x18\x11 \x01(\rH\x00\x88\x01\x01\x42\x07\n\x05_rank\"x\n\x0bReplicaInfo\x12,\n\x06record\x18\x01 \x01(\x0b\x32\x1c.servefleet.v1.ReplicaRecord\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.servefleet.v1.ReplicaState\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x14\n\x12GetMetadataRequest\"\x97\x02\n\x13GetMetadataResponse\x12*\n\x05phase\x18\x01 \x01(\x0e\x32\x1b.servefleet.v1.ReplicaPhase\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12\x18\n\x10ongoing_requests\x18\x05 \x01(\r\x12\x18\n\x10user_config_json\x18\x06 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x07 \x01(\r\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x11\n\ttraceback\x18\t \x01(\t\x12\x11\n\x04rank\x18\n \x01(\rH\x00\x88\x01\x01\x12\x12\n\nworld_size\x18\x0b \x01(\rB\x07\n\x05_rank\"(\n\x12\x43heckHealthRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\t\"\x15\n\x13\x43heckHealthResponse\"\x90\x01\n\x12ReconfigureRequest\x12\x18\n\x10user_config_json\x18\x01 \x01(\t\x12\x1c\n\x14max_ongoing_requests\x18\x02 \x01(\r\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x11\n\x04rank\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x12\n\nworld_size\x18\x05 \x01(\rB\x07\n\x05_rank\"\x15\n\x13ReconfigureResponse\"J\n\x0c\x44rainRequest\x12\x13\n\x0bwait_loop_s\x18\x01 \x01(\x01\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\x12\x12\n\nreplica_id\x18\x03 \x01(\t\"\x0f\n\rDrainResponse*\x9e\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPLICA_STATE_STARTING\x10\x01\x12\x19\n\x15REPLICA_STATE_RUNNING\x10\x02\x12\x1a\n\x16REPLICA_STATE_STOPPING\x10\x03\x12\x1c\n\x18REPLICA_STATE_RECOVERING\x10\x04*\x97\x01\n\x0cReplicaPhase\x12\x1d\n\x19REPLICA_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_PHASE_LOADING\x10\x01\x12\x17\n\x13REPLICA_PHASE_READY\x10\x02\x12\x18\n\x14REPLICA_PHASE_FAILED\x10\x03\x12\x1a\n\x16REPLICA_PHASE_DRAINING\x10\x04\x32\xd6\x02\n\x0eReplicaService\x12T\n\x0bGetMetadata\x12!.servefleet.v1.GetMetadataRequest\x1a\".servefleet.v1.GetMetadataResponse\x12T\n\x0b\x43heckHealth\x12!.servefleet.v1.CheckHealthRequest\x1a\".servefleet.v1.CheckHealthResponse\x12T\n\x0bReconfigure\x12!.servefleet.v1.ReconfigureRequest\x1a\".servefleet.v1.ReconfigureResponse\x12\x42\n\x05\x44rain\x12\x1b.servefleet.v1.DrainRequest\x1a\x1c.servefleet.v1.DrainResponseBf\n\x10io.servefleet.v1B\x0cReplicaProtoP\x01ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,30 +33,30 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'servefleet.v1.replica_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020io.servefleet.v1B\014ReplicaProtoP\001ZBgithub.com/servefleet/servefleet/gen/go/servefleet/v1;servefleetv1'
-  _globals['_REPLICASTATE']._serialized_start=1101
-  _globals['_REPLICASTATE']._serialized_end=1259
-  _globals['_REPLICAPHASE']._serialized_start=1262
-  _globals['_REPLICAPHASE']._serialized_end=1413
+  _globals['_REPLICASTATE']._serialized_start=1226
+  _globals['_REPLICASTATE']._serialized_end=1384
+  _globals['_REPLICAPHASE']._serialized_start=1387
+  _globals['_REPLICAPHASE']._serialized_end=1538
   _globals['_REPLICARECORD']._serialized_start=80
-  _globals['_REPLICARECORD']._serialized_end=441
-  _globals['_REPLICAINFO']._serialized_start=443
-  _globals['_REPLICAINFO']._serialized_end=563
-  _globals['_GETMETADATAREQUEST']._serialized_start=565
-  _globals['_GETMETADATAREQUEST']._serialized_end=585
-  _globals['_GETMETADATARESPONSE']._serialized_start=588
-  _globals['_GETMETADATARESPONSE']._serialized_end=819
-  _globals['_CHECKHEALTHREQUEST']._serialized_start=821
-  _globals['_CHECKHEALTHREQUEST']._serialized_end=861
-  _globals['_CHECKHEALTHRESPONSE']._serialized_start=863
-  _globals['_CHECKHEALTHRESPONSE']._serialized_end=884
-  _globals['_RECONFIGUREREQUEST']._serialized_start=886
-  _globals['_RECONFIGUREREQUEST']._serialized_end=982
-  _globals['_RECONFIGURERESPONSE']._serialized_start=984
-  _globals['_RECONFIGURERESPONSE']._serialized_end=1005
-  _globals['_DRAINREQUEST']._serialized_start=1007
-  _globals['_DRAINREQUEST']._serialized_end=1081
-  _globals['_DRAINRESPONSE']._serialized_start=1083
-  _globals['_DRAINRESPONSE']._serialized_end=1098
-  _globals['_REPLICASERVICE']._serialized_start=1416
-  _globals['_REPLICASERVICE']._serialized_end=1758
+  _globals['_REPLICARECORD']._serialized_end=469
+  _globals['_REPLICAINFO']._serialized_start=471
+  _globals['_REPLICAINFO']._serialized_end=591
+  _globals['_GETMETADATAREQUEST']._serialized_start=593
+  _globals['_GETMETADATAREQUEST']._serialized_end=613
+  _globals['_GETMETADATARESPONSE']._serialized_start=616
+  _globals['_GETMETADATARESPONSE']._serialized_end=895
+  _globals['_CHECKHEALTHREQUEST']._serialized_start=897
+  _globals['_CHECKHEALTHREQUEST']._serialized_end=937
+  _globals['_CHECKHEALTHRESPONSE']._serialized_start=939
+  _globals['_CHECKHEALTHRESPONSE']._serialized_end=960
+  _globals['_RECONFIGUREREQUEST']._serialized_start=963
+  _globals['_RECONFIGUREREQUEST']._serialized_end=1107
+  _globals['_RECONFIGURERESPONSE']._serialized_start=1109
+  _globals['_RECONFIGURERESPONSE']._serialized_end=1130
+  _globals['_DRAINREQUEST']._serialized_start=1132
+  _globals['_DRAINREQUEST']._serialized_end=1206
+  _globals['_DRAINRESPONSE']._serialized_start=1208
+  _globals['_DRAINRESPONSE']._serialized_end=1223
+  _globals['_REPLICASERVICE']._serialized_start=1541
+  _globals['_REPLICASERVICE']._serialized_end=1883
 # @@protoc_insertion_point(module_scope)

@@ -36,7 +36,7 @@ REPLICA_PHASE_FAILED: ReplicaPhase
 REPLICA_PHASE_DRAINING: ReplicaPhase
 
 class ReplicaRecord(_message.Message):
-    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address", "grpc_address", "token_sha256", "http_tls")
+    __slots__ = ("replica_id", "application", "deployment", "slot", "version", "code_hash", "runtime", "handle", "control_address", "http_address", "created_time", "stopping", "metrics_address", "grpc_address", "token_sha256", "http_tls", "rank")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class ReplicaRecord(_message.Message):
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_SHA256_FIELD_NUMBER: _ClassVar[int]
     HTTP_TLS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     application: str
     deployment: str
@@ -69,7 +70,8 @@ class ReplicaRecord(_message.Message):
     grpc_address: str
     token_sha256: str
     http_tls: bool
-    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., token_sha256: _Optional[str] = ..., http_tls: _Optional[bool] = ...) -> None: ...
+    rank: int
+    def __init__(self, replica_id: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., slot: _Optional[int] = ..., version: _Optional[str] = ..., code_hash: _Optional[str] = ..., runtime: _Optional[str] = ..., handle: _Optional[str] = ..., control_address: _Optional[str] = ..., http_address: _Optional[str] = ..., created_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stopping: _Optional[bool] = ..., metrics_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., token_sha256: _Optional[str] = ..., http_tls: _Optional[bool] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("record", "state", "message")
@@ -86,7 +88,7 @@ class GetMetadataRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetMetadataResponse(_message.Message):
-    __slots__ = ("phase", "replica_id", "version", "pid", "ongoing_requests", "user_config_json", "max_ongoing_requests", "error", "traceback")
+    __slots__ = ("phase", "replica_id", "version", "pid", "ongoing_requests", "user_config_json", "max_ongoing_requests", "error", "traceback", "rank", "world_size")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +98,8 @@ class GetMetadataResponse(_message.Message):
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     phase: ReplicaPhase
     replica_id: str
     version: str
@@ -105,7 +109,9 @@ class GetMetadataResponse(_message.Message):
     max_ongoing_requests: int
     error: str
     traceback: str
-    def __init__(self, phase: _Optional[_Union[ReplicaPhase, str]] = ..., replica_id: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., ongoing_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+    rank: int
+    world_size: int
+    def __init__(self, phase: _Optional[_Union[ReplicaPhase, str]] = ..., replica_id: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., ongoing_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., error: _Optional[str] = ..., traceback: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...
 
 class CheckHealthRequest(_message.Message):
     __slots__ = ("replica_id",)
@@ -118,14 +124,18 @@ class CheckHealthResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ReconfigureRequest(_message.Message):
-    __slots__ = ("user_config_json", "max_ongoing_requests", "replica_id")
+    __slots__ = ("user_config_json", "max_ongoing_requests", "replica_id", "rank", "world_size")
     USER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     user_config_json: str
     max_ongoing_requests: int
     replica_id: str
-    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
+    rank: int
+    world_size: int
+    def __init__(self, user_config_json: _Optional[str] = ..., max_ongoing_requests: _Optional[int] = ..., replica_id: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...
 
 class ReconfigureResponse(_message.Message):
     __slots__ = ()

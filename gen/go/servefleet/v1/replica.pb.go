@@ -184,7 +184,14 @@ type ReplicaRecord struct {
 	// cluster's certificates (the controller's --replica-tls): callers connect
 	// with TLS, present a certificate of the cluster's CA and expect the name
 	// replica.servefleet.
-	HttpTls       bool `protobuf:"varint,16,opt,name=http_tls,json=httpTls,proto3" json:"http_tls,omitempty"`
+	HttpTls bool `protobuf:"varint,16,opt,name=http_tls,json=httpTls,proto3" json:"http_tls,omitempty"`
+	// Its rank among its deployment's replicas (Ray Serve's replica rank):
+	// unique among the replicas not stopping, the lowest free one when it
+	// started, kept for its life but for one case: once the deployment is
+	// healthy, replicas ranked at or past the target count move down to the
+	// free ranks below it, so that ranks are 0..n-1 again. Written here
+	// before the replica is told. Unset for replicas started before ranks.
+	Rank          *uint32 `protobuf:"varint,17,opt,name=rank,proto3,oneof" json:"rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +338,13 @@ func (x *ReplicaRecord) GetHttpTls() bool {
 	return false
 }
 
+func (x *ReplicaRecord) GetRank() uint32 {
+	if x != nil && x.Rank != nil {
+		return *x.Rank
+	}
+	return 0
+}
+
 // ReplicaInfo is a replica as ListReplicas reports it.
 type ReplicaInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -441,8 +455,12 @@ type GetMetadataResponse struct {
 	UserConfigJson     string `protobuf:"bytes,6,opt,name=user_config_json,json=userConfigJson,proto3" json:"user_config_json,omitempty"`
 	MaxOngoingRequests uint32 `protobuf:"varint,7,opt,name=max_ongoing_requests,json=maxOngoingRequests,proto3" json:"max_ongoing_requests,omitempty"`
 	// For FAILED: the exception line and the full traceback.
-	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	Traceback     string `protobuf:"bytes,9,opt,name=traceback,proto3" json:"traceback,omitempty"`
+	Error     string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	Traceback string `protobuf:"bytes,9,opt,name=traceback,proto3" json:"traceback,omitempty"`
+	// The rank and world size in force (ReplicaRecord.rank; world_size is the
+	// deployment's target replica count); rank unset when it was given none.
+	Rank          *uint32 `protobuf:"varint,10,opt,name=rank,proto3,oneof" json:"rank,omitempty"`
+	WorldSize     uint32  `protobuf:"varint,11,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -540,6 +558,20 @@ func (x *GetMetadataResponse) GetTraceback() string {
 	return ""
 }
 
+func (x *GetMetadataResponse) GetRank() uint32 {
+	if x != nil && x.Rank != nil {
+		return *x.Rank
+	}
+	return 0
+}
+
+func (x *GetMetadataResponse) GetWorldSize() uint32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
 type CheckHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// When set, a replica with another id refuses the call (FAILED_PRECONDITION):
@@ -627,7 +659,14 @@ type ReconfigureRequest struct {
 	UserConfigJson     string                 `protobuf:"bytes,1,opt,name=user_config_json,json=userConfigJson,proto3" json:"user_config_json,omitempty"`
 	MaxOngoingRequests uint32                 `protobuf:"varint,2,opt,name=max_ongoing_requests,json=maxOngoingRequests,proto3" json:"max_ongoing_requests,omitempty"`
 	// As in CheckHealthRequest.
-	ReplicaId     string `protobuf:"bytes,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	ReplicaId string `protobuf:"bytes,3,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The replica's rank and its deployment's world size (GetMetadataResponse),
+	// when the controller sends them: a replica whose rank changes calls the
+	// user's reconfigure(user_config, rank) when it takes a rank and a
+	// user_config is set, as Ray Serve does. Unset rank, world_size 0: keep
+	// the ones in force.
+	Rank          *uint32 `protobuf:"varint,4,opt,name=rank,proto3,oneof" json:"rank,omitempty"`
+	WorldSize     uint32  `protobuf:"varint,5,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,6 +720,20 @@ func (x *ReconfigureRequest) GetReplicaId() string {
 		return x.ReplicaId
 	}
 	return ""
+}
+
+func (x *ReconfigureRequest) GetRank() uint32 {
+	if x != nil && x.Rank != nil {
+		return *x.Rank
+	}
+	return 0
+}
+
+func (x *ReconfigureRequest) GetWorldSize() uint32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
 }
 
 type ReconfigureResponse struct {
@@ -822,7 +875,7 @@ var File_servefleet_v1_replica_proto protoreflect.FileDescriptor
 
 const file_servefleet_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x1bservefleet/v1/replica.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x04\n" +
+	"\x1bservefleet/v1/replica.proto\x12\rservefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x04\n" +
 	"\rReplicaRecord\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12 \n" +
@@ -843,12 +896,14 @@ const file_servefleet_v1_replica_proto_rawDesc = "" +
 	"\x0fmetrics_address\x18\r \x01(\tR\x0emetricsAddress\x12!\n" +
 	"\fgrpc_address\x18\x0e \x01(\tR\vgrpcAddress\x12!\n" +
 	"\ftoken_sha256\x18\x0f \x01(\tR\vtokenSha256\x12\x19\n" +
-	"\bhttp_tls\x18\x10 \x01(\bR\ahttpTls\"\x90\x01\n" +
+	"\bhttp_tls\x18\x10 \x01(\bR\ahttpTls\x12\x17\n" +
+	"\x04rank\x18\x11 \x01(\rH\x00R\x04rank\x88\x01\x01B\a\n" +
+	"\x05_rank\"\x90\x01\n" +
 	"\vReplicaInfo\x124\n" +
 	"\x06record\x18\x01 \x01(\v2\x1c.servefleet.v1.ReplicaRecordR\x06record\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.servefleet.v1.ReplicaStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\x14\n" +
-	"\x12GetMetadataRequest\"\xce\x02\n" +
+	"\x12GetMetadataRequest\"\x8f\x03\n" +
 	"\x13GetMetadataResponse\x121\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x1b.servefleet.v1.ReplicaPhaseR\x05phase\x12\x1d\n" +
 	"\n" +
@@ -859,16 +914,25 @@ const file_servefleet_v1_replica_proto_rawDesc = "" +
 	"\x10user_config_json\x18\x06 \x01(\tR\x0euserConfigJson\x120\n" +
 	"\x14max_ongoing_requests\x18\a \x01(\rR\x12maxOngoingRequests\x12\x14\n" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\x1c\n" +
-	"\ttraceback\x18\t \x01(\tR\ttraceback\"3\n" +
+	"\ttraceback\x18\t \x01(\tR\ttraceback\x12\x17\n" +
+	"\x04rank\x18\n" +
+	" \x01(\rH\x00R\x04rank\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\v \x01(\rR\tworldSizeB\a\n" +
+	"\x05_rank\"3\n" +
 	"\x12CheckHealthRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\"\x15\n" +
-	"\x13CheckHealthResponse\"\x8f\x01\n" +
+	"\x13CheckHealthResponse\"\xd0\x01\n" +
 	"\x12ReconfigureRequest\x12(\n" +
 	"\x10user_config_json\x18\x01 \x01(\tR\x0euserConfigJson\x120\n" +
 	"\x14max_ongoing_requests\x18\x02 \x01(\rR\x12maxOngoingRequests\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x03 \x01(\tR\treplicaId\"\x15\n" +
+	"replica_id\x18\x03 \x01(\tR\treplicaId\x12\x17\n" +
+	"\x04rank\x18\x04 \x01(\rH\x00R\x04rank\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x05 \x01(\rR\tworldSizeB\a\n" +
+	"\x05_rank\"\x15\n" +
 	"\x13ReconfigureResponse\"j\n" +
 	"\fDrainRequest\x12\x1e\n" +
 	"\vwait_loop_s\x18\x01 \x01(\x01R\twaitLoopS\x12\x1b\n" +
@@ -949,6 +1013,9 @@ func file_servefleet_v1_replica_proto_init() {
 	if File_servefleet_v1_replica_proto != nil {
 		return
 	}
+	file_servefleet_v1_replica_proto_msgTypes[0].OneofWrappers = []any{}
+	file_servefleet_v1_replica_proto_msgTypes[3].OneofWrappers = []any{}
+	file_servefleet_v1_replica_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
