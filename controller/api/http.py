@@ -12,6 +12,8 @@
 - GET /-/dashboard: a live page of the cluster; GET /api/status and
   GET /api/history: its data (dashboard.py). A standby answers both 503
   with the leader.
+- PUT, GET and DELETE /api/serve/applications/ (Ray Serve's REST API) and
+  GET /api/openapi.json: rest.py.
 
 Who may read it, and under which host names: http_gate.py.
 """
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from servefleet._private.exposition import send_body, send_metrics
 from servefleet.v1 import watch_pb2
 
-from . import dashboard
+from . import dashboard, rest
 from .http_gate import HttpGate
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class ControllerHttp:
         self._cluster = cluster
         self._identity = identity
         self._grpc_controllers = grpc_controllers
+        self._rest = rest.RestApi(term, leader, identity)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -79,7 +82,14 @@ class ControllerHttp:
             await send_body(send, status, why.encode() + b"\n", b"text/plain; charset=utf-8")
             return
         path = scope["path"]
-        if path == "/metrics":
+        if path in rest.PATHS:
+            role = self._gate.caller_role(scope) if self._gate is not None else "admin"
+            await self._rest(scope, receive, send, role)
+        elif scope["method"] not in ("GET", "HEAD"):  # the rest only reads
+            await send({"type": "http.response.start", "status": 405,
+                        "headers": [(b"allow", b"GET, HEAD"), (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/metrics":
             await send_metrics(send)
         elif path in ("/-/dashboard", "/-/dashboard/"):
             await send_body(send, 200, dashboard.page(), b"text/html; charset=utf-8")
@@ -104,4 +114,5 @@ class ControllerHttp:
             await send_body(send, 200, body, b"application/json")
         else:
             await send_body(send, 404, b"servefleet controller: /metrics, /-/metrics-targets, "
-                        b"/-/dashboard, /api/status, /api/history\n", b"text/plain")
+                        b"/-/dashboard, /api/status, /api/history, /api/serve/applications/, "
+                        b"/api/openapi.json\n", b"text/plain")

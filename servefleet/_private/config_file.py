@@ -352,8 +352,12 @@ def _override_data(override: apb.DeploymentOverride) -> dict[str, Any]:
             out["user_config"] = json.loads(value)
         elif field.name == "autoscaling_config":
             out["autoscaling_config"] = {f.name: v for f, v in value.ListFields()}
-        elif field.name == "resources":
-            out["resources"] = {f.name: v for f, v in value.ListFields()}
+        elif field.name == "resources":  # custom: none a config can ask for
+            out["resources"] = {f.name: v for f, v in value.ListFields() if f.name != "custom"}
+        elif field.name == "request_router_kwargs_json":
+            out["request_router_kwargs"] = json.loads(value)
+        elif field.name == "retry_methods":
+            out["retry_methods"] = list(value)
         else:
             out[field.name] = value
     if override.HasField("version"):

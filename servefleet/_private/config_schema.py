@@ -20,6 +20,10 @@ the schema uses only keywords draft-07 has, besides `$defs` (which it
 reaches by JSON pointer) and `deprecated` (an annotation), so its verdicts
 are the same there (tested).
 
+`openapi_schemas()` gives the same schema as OpenAPI 3.1 components: the
+body of the controller's PUT /api/serve/applications/ in its
+/api/openapi.json (controller/api/rest_openapi.py).
+
 What the schema cannot say, the validator still checks: JSON has one kind
 of number, so `num_replicas: 2.0` is an integer to the schema and refused
 by the validator; values inside user_config and args must be JSON; Ray's
@@ -165,3 +169,28 @@ def _description(spec: Field) -> str:
     elif spec.ray:
         parts.append(f"Ray Serve compatibility: {spec.ray}.")
     return " ".join(parts)
+
+
+# Where an OpenAPI document keeps its schemas.
+OPENAPI_SCHEMAS = "#/components/schemas/"
+
+
+def openapi_schemas(root_name: str) -> dict[str, Schema]:
+    """The config's schema as OpenAPI 3.1 components (whose schemas are JSON
+    Schema 2020-12): the whole file as `root_name`, each `$defs` entry under
+    its own name, every `$ref` pointing into components/schemas."""
+    schema = config_schema()
+    defs = schema.pop("$defs")
+    for key in ("$schema", "$comment"):
+        schema.pop(key, None)
+    return _rebased({root_name: schema, **defs})
+
+
+def _rebased(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: (OPENAPI_SCHEMAS + v.removeprefix("#/$defs/")
+                    if k == "$ref" and isinstance(v, str) else _rebased(v))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_rebased(v) for v in node]
+    return node
