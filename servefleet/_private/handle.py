@@ -42,6 +42,7 @@ from servefleet._private.api import Deployment as BoundDeployment
 from servefleet._private.envelope import Carried
 from servefleet._private.handle_loop import use_loop
 from servefleet._private.handle_router import close_routers, router
+from servefleet._private.ray_handle_options import note_handle_options
 from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
 from servefleet.client import resolve_addresses
 
@@ -82,11 +83,16 @@ class DeploymentHandle:
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None,
                 multiplexed_model_id: str | None = None,
-                routing_key: str | None = None) -> DeploymentHandle:
+                routing_key: str | None = None, use_new_handle_api: bool | None = None,
+                _prefer_local_routing: bool | None = None,
+                _by_reference: bool | None = None) -> DeploymentHandle:
         """A handle calling another method, or (stream=True) a generator method
         whose yields `remote()` returns as an iterator, or for a multiplexed
         model (sent where it is loaded; multiplex.py), or with a key for the
-        deployment's request router (a prompt, a session: docs/routing.md)."""
+        deployment's request router (a prompt, a session: docs/routing.md).
+        Ray's `use_new_handle_api`, `_prefer_local_routing` and `_by_reference`
+        are accepted; what servefleet does not do is said once (ray_handle_options.py)."""
+        note_handle_options(use_new_handle_api, _prefer_local_routing, _by_reference)
         return DeploymentHandle(self.deployment, self.application, self.controllers,
                                 method_name or self.method,
                                 self.stream if stream is None else stream,

@@ -29,6 +29,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from servefleet._private.handle import DeploymentHandle
+from servefleet._private.ray_handle_options import note_handle_options
 from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
 
 from .exceptions import RayServeException, RequestCancelledError
@@ -180,6 +181,8 @@ class LocalDeploymentHandle(DeploymentHandle):
         if unknown:
             raise TypeError(f"handle.options() got an unexpected keyword argument "
                             f"{unknown[0]!r}")
+        note_handle_options(ignored.get("use_new_handle_api"),
+                            ignored.get("_prefer_local_routing"), ignored.get("_by_reference"))
         return LocalDeploymentHandle(
             self.application, self.deployment, method_name or self.method,
             self.stream if stream is None else stream,
