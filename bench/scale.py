@@ -277,8 +277,11 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
         status_latency(client, args.status_calls, out)
         failover(cluster, client, sizes, app, timeout, out)
         client.close()
-    finally:
-        cluster.close()
+    except BaseException:
+        cluster.close(keep=True)  # its logs say why
+        print(f"{point.label}: failed; logs kept in {cluster.dir}", flush=True)
+        raise
+    cluster.close()
     return out
 
 

@@ -183,7 +183,8 @@ class SimCluster:
             load.send(command)
         return [load.receive() for load in self.loads]
 
-    def close(self) -> None:
+    def close(self, keep: bool = False) -> None:
+        """Stop every process; remove the logs unless `keep` or SERVEFLEET_SCALE_KEEP."""
         for load in self.loads:
             load.close()
         for proc in self.controllers:
@@ -197,5 +198,5 @@ class SimCluster:
                 self.sim.wait()
         if self.etcd is not None:
             self.etcd.stop()
-        if not os.environ.get("SERVEFLEET_SCALE_KEEP"):
+        if not keep and not os.environ.get("SERVEFLEET_SCALE_KEEP"):
             shutil.rmtree(self.dir, ignore_errors=True)
