@@ -20,11 +20,13 @@ sending it with every status poll would multiply what the page fetches by
 several times for nothing. Failed requests stay in /api/status, so one
 shows within a second of its proxy's report.
 
-`models` (on a deployment whose replicas record llm_* metrics): per model,
-time to first token p50/p99, time per output token p50 and tokens per
-second over the last seconds, from the RUNNING replicas' /metrics, scraped
-while the page is polled (model_scrape.py, model_figures.py). Soft state of
-the serving term: a new leader starts without it.
+`models` (on a deployment whose replicas record llm_* or embedding_*
+metrics): per model, time to first token p50/p99, time per output token p50
+and tokens per second over the last seconds (an embedding model: batch
+size, tokens per batch, padding share, queue wait, inputs per second), from
+the RUNNING replicas' /metrics, scraped while the page is polled
+(model_scrape.py, model_figures.py). Soft state of the serving term: a new
+leader starts without it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Model serving figures for the dashboard, from replicas' llm_* metrics.
+"""Model serving figures for the dashboard, from replicas' llm_* and embedding_* metrics.
 
 What a language-model deployment records per model (tag `model`) with
 servefleet.metrics, and the dashboard reads: MODEL_METRICS, the one list.
@@ -11,7 +11,10 @@ derives per (application, deployment, model), over that window:
   (linear interpolation inside the bucket the rank falls in; the highest
   finite bound when it falls in +Inf);
 - generated and prompt tokens per second: each replica's counter increase
-  over its own span, summed.
+  over its own span, summed;
+- for an embedding model (servefleet/_private/embeddings/embedding_metrics.py,
+  `"kind": "embedding"`): the mean batch size and padded tokens per batch,
+  the padding share, the queue wait p50 and p99, inputs per second.
 
 A counter or bucket that went down means the process restarted: its new
 value is the increase (as Prometheus' rate() does). A series missing from
@@ -33,8 +36,13 @@ TTFT = "llm_time_to_first_token_seconds"
 TPOT = "llm_time_per_output_token_seconds"
 GENERATED = "llm_generated_tokens_total"
 PROMPT = "llm_prompt_tokens_total"
-HISTOGRAMS = (TTFT, TPOT)
-COUNTERS = (GENERATED, PROMPT)
+EMBED_WAIT = "embedding_queue_wait_seconds"
+EMBED_BATCHES = "embedding_batches_total"
+EMBED_INPUTS = "embedding_inputs_total"
+EMBED_TOKENS = "embedding_input_tokens_total"
+EMBED_PADDED = "embedding_padded_tokens_total"
+HISTOGRAMS = (TTFT, TPOT, EMBED_WAIT)
+COUNTERS = (GENERATED, PROMPT, EMBED_BATCHES, EMBED_INPUTS, EMBED_TOKENS, EMBED_PADDED)
 # The sample names read from /metrics: everything else there is skipped.
 MODEL_METRICS = frozenset([*(h + "_bucket" for h in HISTOGRAMS), *COUNTERS])
 
@@ -194,13 +202,34 @@ class ModelFigures:
         return self._figures.get((application, deployment), [])
 
 
+def _ms(q: float, buckets: dict[float, float]) -> float | None:
+    value = histogram_quantile(q, buckets)
+    return None if value is None else round(value * 1000, 3)
+
+
+def _embedding_figures(model: str, window: _Window) -> dict[str, Any]:
+    rate = window.per_s
+
+    def ratio(a: str, b: str) -> float | None:
+        return round(rate[a] / rate[b], 3) if rate.get(b) and a in rate else None
+
+    padded = ratio(EMBED_TOKENS, EMBED_PADDED)
+    wait = window.buckets.get(EMBED_WAIT, {})
+    return {"model": model, "kind": "embedding",
+            "batch_size_mean": ratio(EMBED_INPUTS, EMBED_BATCHES),
+            "batch_tokens_mean": ratio(EMBED_PADDED, EMBED_BATCHES),
+            "padding_share": None if padded is None else round(1 - padded, 3),
+            "queue_wait_p50_ms": _ms(0.5, wait), "queue_wait_p99_ms": _ms(0.99, wait),
+            "inputs_per_s": round(rate.get(EMBED_INPUTS, 0.0), 3),
+            "window_s": round(window.span_s, 1), "replicas": window.replicas}
+
+
 def _figures(model: str, window: _Window) -> dict[str, Any]:
+    if EMBED_BATCHES in window.per_s:
+        return _embedding_figures(model, window)
     ttft = window.buckets.get(TTFT, {})
     tpot = window.buckets.get(TPOT, {})
-
-    def ms(q: float, buckets: dict[float, float]) -> float | None:
-        value = histogram_quantile(q, buckets)
-        return None if value is None else round(value * 1000, 3)
+    ms = _ms
 
     def per_s(name: str) -> float | None:
         value = window.per_s.get(name)

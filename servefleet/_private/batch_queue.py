@@ -11,7 +11,11 @@ A worker task, started by the first call that finds none, loops:
    with `batch_size_fn`, the longest run of calls whose inputs it sizes
    within `max_batch_size` (a call that does not fit waits, first in line,
    for the next batch; one that alone is too large fails with a
-   RuntimeError);
+   RuntimeError); with `sort_key`, not the front of the queue but the
+   oldest call and the calls whose keys are nearest to its, one at a time
+   from either side of it in key order while the batch stays within
+   `max_batch_size` (so inputs of similar sizes go together, and no call
+   waits behind newer ones for ever: the oldest always goes);
 4. send it in a task of its own that gives the slot back when done: one call
    of the user's function per multiplexed model id among the calls (each
    with its id in `get_multiplexed_model_id()`), usually one.
@@ -53,6 +57,7 @@ class Settings:
     batch_wait_timeout_s: float
     max_concurrent_batches: int = 1
     batch_size_fn: Callable[[list[Any]], int] | None = None
+    sort_key: Callable[[Any], float] | None = None
 
 
 @dataclass(eq=False)
@@ -159,6 +164,10 @@ class BatchQueue:
         return [c for c in batch if not c.gone]
 
     def _full(self, limit: int) -> bool:
+        if self.settings.sort_key is not None:
+            chosen = self._nearest(limit)
+            return len(chosen) < len(self.calls) or (
+                bool(chosen) and self._measure([self.calls[i] for i in chosen]) >= limit)
         if self.settings.batch_size_fn is None:
             return len(self.calls) >= limit
         fitting = self._fitting(limit)
@@ -166,17 +175,49 @@ class BatchQueue:
             self.calls[:fitting]) >= limit)
 
     def _take(self, limit: int) -> list[Call]:
-        if self.settings.batch_size_fn is None:
-            count = limit
-        else:
-            while self.calls and self._fitting(limit) == 0:
+        if self.settings.batch_size_fn is not None:
+            while self.calls and self._measure(self.calls[:1]) > limit:
                 too_big = self.calls.pop(0)  # alone over the limit: it can never go
                 too_big.fail(RuntimeError(
                     f"batch_size_fn sizes this input at {self._size([too_big])}, more than "
                     f"max_batch_size ({limit}): raise max_batch_size or check batch_size_fn"))
-            count = self._fitting(limit)
+        if self.settings.sort_key is not None:
+            chosen = set(self._nearest(limit))
+            batch = [c for i, c in enumerate(self.calls) if i in chosen]
+            self.calls = [c for i, c in enumerate(self.calls) if i not in chosen]
+            return batch
+        count = limit if self.settings.batch_size_fn is None else self._fitting(limit)
         batch, self.calls = self.calls[:count], self.calls[count:]
         return batch
+
+    def _measure(self, calls: list[Call]) -> int:
+        """A batch's size: batch_size_fn's, else its number of calls."""
+        return len(calls) if self.settings.batch_size_fn is None else self._size(calls)
+
+    def _nearest(self, limit: int) -> list[int]:
+        """With sort_key: the positions in the queue of the oldest call and of
+        the calls nearest to it by key, taken one at a time (the nearer side
+        of it in key order first, the other when that one does not fit)
+        while the batch measures within `limit`. [] for an empty queue."""
+        if not self.calls:
+            return []
+        key = self.settings.sort_key
+        assert key is not None
+        keys = [key(c.item) for c in self.calls]
+        order = sorted(range(len(self.calls)), key=lambda i: (keys[i], i))
+        at = order.index(0)
+        low, high, chosen = at - 1, at + 1, [0]
+        while low >= 0 or high < len(order):
+            sides = [i for i in (low, high) if 0 <= i < len(order)]
+            sides.sort(key=lambda i: (abs(keys[order[i]] - keys[0]), order[i]))
+            for side in sides:
+                if self._measure([self.calls[j] for j in (*chosen, order[side])]) <= limit:
+                    chosen.append(order[side])
+                    low, high = (low - 1, high) if side == low else (low, high + 1)
+                    break
+            else:
+                break
+        return sorted(chosen)
 
     def _fitting(self, limit: int) -> int:
         """How many calls from the front batch_size_fn sizes within `limit`."""

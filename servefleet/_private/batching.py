@@ -25,6 +25,12 @@ run is batch_queue.py's.
   first argument) instead of counting calls, e.g. total tokens; a batch
   then takes calls while their size stays within `max_batch_size`. A call
   that alone is over it fails with a RuntimeError saying so.
+- `sort_key(item) -> number`: batches inputs of similar keys together
+  instead of in arrival order: the oldest waiting call and those whose keys
+  are nearest to its. With `batch_size_fn` measuring padded tokens (calls x
+  the longest input) and `sort_key` an input's length, this is batching by
+  token budget: sequences of similar lengths, so little padding
+  (servefleet's embedding server batches so: embeddings/batched.py).
 - Streaming: an `async def` generator batch method yields, per step, a list
   with one item per call of the batch; each caller iterates its own stream
   (`async for token in self.generate(prompt)`). Yielding `StopIteration` (or
@@ -68,7 +74,7 @@ DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.01
 
 
 def _check(max_batch_size: Any, batch_wait_timeout_s: Any, max_concurrent_batches: Any = 1,
-           batch_size_fn: Any = None) -> None:
+           batch_size_fn: Any = None, sort_key: Any = None) -> None:
     if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) \
             or max_batch_size < 1:
         raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -84,6 +90,9 @@ def _check(max_batch_size: Any, batch_wait_timeout_s: Any, max_concurrent_batche
     if batch_size_fn is not None and not callable(batch_size_fn):
         raise TypeError(f"batch_size_fn must be a function of the batch's inputs returning "
                         f"an integer, or None; got {type(batch_size_fn).__name__}")
+    if sort_key is not None and not callable(sort_key):
+        raise TypeError(f"sort_key must be a function of one input returning a number, or "
+                        f"None; got {type(sort_key).__name__}")
 
 
 def _whole(value: Any) -> Any:
@@ -111,7 +120,8 @@ class _Batched:
             # Per instance: its own settings (set_* on one replica's model) and queue.
             s = self._settings
             bound = type(self)(self._fn, Settings(s.max_batch_size, s.batch_wait_timeout_s,
-                                                  s.max_concurrent_batches, s.batch_size_fn),
+                                                  s.max_concurrent_batches, s.batch_size_fn,
+                                                  s.sort_key),
                                instance, {})
             instance.__dict__[self._fn.__name__] = bound
         return bound
@@ -235,18 +245,19 @@ def batch(_fn: Callable[..., Any] | None = None, /, *,
           max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
           batch_wait_timeout_s: float = DEFAULT_BATCH_WAIT_TIMEOUT_S,
           max_concurrent_batches: int = 1,
-          batch_size_fn: Callable[[list[Any]], int] | None = None) -> Any:
+          batch_size_fn: Callable[[list[Any]], int] | None = None,
+          sort_key: Callable[[Any], float] | None = None) -> Any:
     """Gather concurrent calls of an async method (or function) into batches.
 
-    ValueError for a setting out of range, TypeError for a batch_size_fn that
-    is not callable or a target that is not an `async def` (or async generator).
+    ValueError for a setting out of range, TypeError for a batch_size_fn or
+    sort_key that is not callable or a target that is not an `async def` (or async generator).
     """
     max_batch_size = _whole(max_batch_size)
-    _check(max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn)
+    _check(max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn, sort_key)
 
     def wrap(fn: Callable[..., Any]) -> _Batched:
         settings = Settings(max_batch_size, float(batch_wait_timeout_s),
-                            max_concurrent_batches, batch_size_fn)
+                            max_concurrent_batches, batch_size_fn, sort_key)
         if inspect.isasyncgenfunction(fn):
             return _StreamingBatched(fn, settings)
         if inspect.iscoroutinefunction(fn):

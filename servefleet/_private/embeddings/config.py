@@ -14,6 +14,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from servefleet._private.api import Application, deployment
+from servefleet._private.embeddings.batched import (
+    DEFAULT_BATCH_WAIT_TIMEOUT_S,
+    DEFAULT_MAX_BATCH_TOKENS,
+    check_settings,
+)
 from servefleet._private.embeddings.model_files import DEFAULT_MODEL_ID
 from servefleet._private.embeddings.server import DEFAULT_MODEL, EmbeddingServer
 from servefleet._private.options import OptionError
@@ -30,6 +35,12 @@ class EmbeddingConfig:
       cache_dir for SentenceEncoder);
     - `truncate`: cut inputs longer than the model takes (256 word pieces for
       MiniLM) instead of refusing them with a 400 (default False);
+    - `max_batch_tokens`: batching by token budget: the padded tokens (its
+      sequences x its longest) of one batch at most, default 8192; similar
+      lengths are batched together; 0: no batching (each request's inputs
+      run on their own, concurrently with other requests');
+    - `batch_wait_timeout_s`: the longest a sequence waits for its batch to
+      fill (default 0.002);
     - `deployment_config`: the options of the model's deployment, as
       `@servefleet.deployment` takes them (num_replicas, autoscaling_config,
       max_ongoing_requests, ...).
@@ -39,22 +50,28 @@ class EmbeddingConfig:
     model: str = DEFAULT_MODEL
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     truncate: bool = False
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    batch_wait_timeout_s: float = DEFAULT_BATCH_WAIT_TIMEOUT_S
     deployment_config: dict[str, Any] = field(default_factory=dict)
 
 
 def embedding_config(value: Any, index: int) -> EmbeddingConfig:
     """`value` as an EmbeddingConfig; OptionError naming what is wrong."""
-    if isinstance(value, EmbeddingConfig):
-        return value
     if isinstance(value, Mapping):
         known = {f.name for f in fields(EmbeddingConfig)}
         unknown = set(value) - known
         if unknown or not isinstance(value.get("model_id", DEFAULT_MODEL_ID), str):
             raise OptionError(f"embedding_configs[{index}]: model_id must be a string; "
                               f"unknown keys: {sorted(unknown)} (known: {sorted(known)})")
-        return EmbeddingConfig(**value)
-    raise OptionError(f"embedding_configs[{index}]: an EmbeddingConfig or a mapping, "
-                      f"not {value!r}")
+        value = EmbeddingConfig(**value)
+    if not isinstance(value, EmbeddingConfig):
+        raise OptionError(f"embedding_configs[{index}]: an EmbeddingConfig or a mapping, "
+                          f"not {value!r}")
+    try:  # the budget against the model's longest input: in its replica
+        check_settings(value.max_batch_tokens, value.batch_wait_timeout_s, 0)
+    except ValueError as e:
+        raise OptionError(f"embedding_configs[{index}]: {e}") from None
+    return value
 
 
 def bind_embedding_servers(configs: Sequence[EmbeddingConfig]) -> dict[str, Application]:
@@ -63,5 +80,6 @@ def bind_embedding_servers(configs: Sequence[EmbeddingConfig]) -> dict[str, Appl
     for c in configs:
         name = "EmbeddingServer_" + re.sub(r"[^A-Za-z0-9_]", "_", c.model_id)
         server = deployment(name=name, **c.deployment_config)(EmbeddingServer)
-        bound[c.model_id] = server.bind(c.model_id, c.model, c.model_kwargs, c.truncate)
+        bound[c.model_id] = server.bind(c.model_id, c.model, c.model_kwargs, c.truncate,
+                                        c.max_batch_tokens, c.batch_wait_timeout_s)
     return bound

@@ -9,7 +9,13 @@ deployment's constructor before it says READY.
 The ingress (routes.py) calls `embed` and `rerank` through handles. Inputs
 longer than the model takes (its `max_tokens` word pieces) are refused
 naming the input, or cut to it with `truncate: true`. Tokenizing and the
-model's run happen in a worker thread, so the replica's event loop stays free.
+model's run happen in worker threads, so the replica's event loop stays free.
+
+The sequences of concurrent requests are batched by token budget
+(batched.py: similar lengths together, at most `max_batch_tokens` padded
+tokens a batch, one batch at a time); `max_batch_tokens: 0` runs each
+request's inputs as one run of their own, concurrently with the others'.
+Every run is recorded per model (embedding_metrics.py).
 
 A model is any object with what `SentenceEncoder` offers: `dimensions`,
 `max_tokens`, `vocab_size`, `tokenize(texts) -> ids`, `truncate(ids)`,
@@ -23,9 +29,19 @@ model with `score` and no `embed` only reranks.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from servefleet._private.embeddings.batched import (
+    DEFAULT_BATCH_WAIT_TIMEOUT_S,
+    DEFAULT_MAX_BATCH_TOKENS,
+    TokenBatcher,
+    check_settings,
+)
+from servefleet._private.embeddings.embedding_metrics import record_run
 from servefleet._private.embeddings.protocol import BadInput
 from servefleet._private.import_paths import colon_form
 from servefleet._private.user_code import import_user_object
@@ -54,14 +70,23 @@ class EmbeddingServer:
     - `model`, `model_kwargs`: the model class ("module:Class") and its
       constructor's JSON arguments (default all-MiniLM-L6-v2);
     - `truncate`: cut inputs longer than the model takes instead of refusing
-      them (default False: a 400 naming the input).
+      them (default False: a 400 naming the input);
+    - `max_batch_tokens`, `batch_wait_timeout_s`: batching by token budget
+      (batched.py); 0 tokens: no batching.
     """
 
     def __init__(self, model_id: str, model: str = DEFAULT_MODEL,
-                 model_kwargs: dict[str, Any] | None = None, truncate: bool = False) -> None:
+                 model_kwargs: dict[str, Any] | None = None, truncate: bool = False,
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+                 batch_wait_timeout_s: float = DEFAULT_BATCH_WAIT_TIMEOUT_S) -> None:
         self.model_id = model_id
         self.truncate = bool(truncate)
         self.model = load_model(model, dict(model_kwargs or {}))
+        check_settings(max_batch_tokens, batch_wait_timeout_s, self.model.max_tokens)
+        self.batcher = None if not max_batch_tokens or not callable(
+            getattr(self.model, "embed", None)) else TokenBatcher(
+                self.model, model_id, max_batch_tokens, batch_wait_timeout_s)
+        self.tags = {"model": model_id}
         self.model.warm()
         self.inputs = 0
         self.tokens = 0
@@ -91,7 +116,7 @@ class EmbeddingServer:
                                              f"{self.model_id}'s vocabulary [0, {vocabulary})")
         return [self._fit(s, where(i)) for i, s in enumerate(ids)]
 
-    def _embed(self, inputs: Sequence[Any], dimensions: int | None) -> dict[str, Any]:
+    def _checked(self, inputs: Sequence[Any], dimensions: int | None) -> list[list[int]]:
         if not callable(getattr(self.model, "embed", None)):
             raise BadInput("model", f"{self.model_id} only scores (a cross-encoder): "
                                     "ask it POST /v1/rerank")
@@ -100,37 +125,54 @@ class EmbeddingServer:
                 f"{self.model_id} gives {self.model.dimensions}-dimensional vectors only; "
                 f"it was not trained for shorter ones (as OpenAI's text-embedding-3 "
                 f"models were), so dimensions {dimensions} is refused"))
-        sequences = self._sequences(inputs)
-        vectors = self.model.embed(sequences)
-        tokens = sum(len(s) for s in sequences)
-        self.inputs += len(sequences)
-        self.tokens += tokens
-        return {"vectors": vectors, "prompt_tokens": tokens}
+        return self._sequences(inputs)
+
+    def _run(self, sequences: list[list[int]]) -> tuple[np.ndarray, float]:
+        """One run of the model over `sequences` (no batching), and its seconds."""
+        started = time.perf_counter()
+        return self.model.embed(sequences), time.perf_counter() - started
+
+    async def _vectors(self, sequences: list[list[int]]) -> np.ndarray:
+        """The sequences' vectors: batched with other requests', or one run of their own."""
+        if self.batcher is not None:
+            return await self.batcher.embed(sequences)
+        vectors, seconds = await asyncio.to_thread(self._run, sequences)
+        record_run(self.tags, [len(s) for s in sequences], seconds)
+        return vectors
 
     async def embed(self, inputs: Sequence[str] | Sequence[Sequence[int]],
                     dimensions: int | None = None) -> dict[str, Any]:
         """{"vectors": float32 [len(inputs), dimensions], "prompt_tokens": N} for
         texts or token id sequences. Raises BadInput naming what it refuses."""
-        return await asyncio.to_thread(self._embed, inputs, dimensions)
+        if inputs and isinstance(inputs[0], str):  # tokenized in a thread
+            sequences = await asyncio.to_thread(self._checked, inputs, dimensions)
+        else:
+            sequences = self._checked(inputs, dimensions)
+        vectors = await self._vectors(sequences)
+        tokens = sum(len(s) for s in sequences)
+        self.inputs += len(sequences)
+        self.tokens += tokens
+        return {"vectors": vectors, "prompt_tokens": tokens}
 
-    def _rerank(self, query: str, documents: Sequence[str]) -> dict[str, Any]:
+    def _rerank_sequences(self, query: str, documents: Sequence[str]) -> list[list[int]]:
         [query_ids] = self._sequences([query], "query")
-        document_ids = self._sequences(documents, "documents")
+        return [query_ids, *self._sequences(documents, "documents")]
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> dict[str, Any]:
+        """{"scores": one per document, in order; "total_tokens": N}."""
+        [query_ids, *document_ids] = await asyncio.to_thread(self._rerank_sequences, query,
+                                                             documents)
         score = getattr(self.model, "score", None)
         if callable(score):  # a cross-encoder: the query and each document read together
-            scores = [float(s) for s in score(query, list(documents))]
+            scores = [float(s) for s in await asyncio.to_thread(score, query, list(documents))]
             tokens = len(query_ids) * len(documents) + sum(len(d) for d in document_ids)
         else:  # cosine: the vectors are unit vectors
-            vectors = self.model.embed([query_ids, *document_ids])
+            vectors = await self._vectors([query_ids, *document_ids])
             scores = [float(s) for s in vectors[1:] @ vectors[0]]
             tokens = len(query_ids) + sum(len(d) for d in document_ids)
         self.inputs += 1 + len(documents)
         self.tokens += tokens
         return {"scores": scores, "total_tokens": tokens}
-
-    async def rerank(self, query: str, documents: Sequence[str]) -> dict[str, Any]:
-        """{"scores": one per document, in order; "total_tokens": N}."""
-        return await asyncio.to_thread(self._rerank, query, documents)
 
     async def stats(self) -> dict[str, Any]:
         """This replica's model and what it embedded."""
