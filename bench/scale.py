@@ -266,10 +266,15 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
         out.add("start every replica", time.monotonic() - began)
         app = client.replicas()[0].record.application
         cluster.start_load(point.watchers, point.watchers, [f"{app}/{n}" for n in sizes],
-                           max(1, math.ceil(point.watchers / WATCHERS_PER_LOAD_PROCESS)))
+                           max(1, math.ceil((point.watchers + point.replicas)
+                                            / WATCHERS_PER_LOAD_PROCESS)),
+                           args.replica_streams)
         ready = sum(cluster.ask_loads({"op": "ready", "timeout": timeout}))
         if ready != point.watchers:
             raise TimeoutError(f"{ready} of {point.watchers} watchers got the route table")
+        streams = sum(cluster.ask_loads({"op": "replicas ready", "timeout": timeout}))
+        if args.replica_streams and streams < point.replicas:
+            raise TimeoutError(f"{streams} of {point.replicas} replicas' Watch streams open")
         steady_state(cluster, args.window_s, out)
         updates(cluster, client, sizes, app, args.updates, timeout, out)
         failures(cluster, client, sizes, app, args.failures, timeout, out)
@@ -361,6 +366,8 @@ def main() -> None:
     parser.add_argument("--lease-ttl", type=float, default=5.0)
     parser.add_argument("--ready-delay-s", type=float, default=0.2,
                         help="seconds a simulated replica takes to be ready (default 0.2)")
+    parser.add_argument("--no-replica-streams", dest="replica_streams", action="store_false",
+                        help="leave out the Watch stream each replica holds (a real one does)")
     args = parser.parse_args()
     if args.quick:
         args.points, args.updates, args.failures = "20:2:5", 2, 1

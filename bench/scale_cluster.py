@@ -54,12 +54,12 @@ class LoadProcess:
     """One bench/scale_load.py process, asked questions over its stdin."""
 
     def __init__(self, controllers: list[str], watchers: int, reporters: int,
-                 deployments: list[str], name: str, log: Path) -> None:
+                 deployments: list[str], name: str, log: Path, replicas: list[str]) -> None:
         self._log = open(log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "scale_load.py"), "--controllers", ",".join(controllers),
              "--watchers", str(watchers), "--reporters", str(reporters), "--name", name,
-             "--deployments", ",".join(deployments)],
+             "--deployments", ",".join(deployments), *replicas],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
 
     def send(self, command: dict[str, Any]) -> None:
@@ -169,14 +169,18 @@ class SimCluster:
         return answer["ok"]
 
     def start_load(self, watchers: int, reporters: int, deployments: list[str],
-                   processes: int) -> None:
+                   processes: int, replica_streams: bool = True) -> None:
+        """`processes` load generators share the watchers, the reporters and,
+        with `replica_streams`, the simulated replicas' Watch streams."""
         def share(n: int, p: int) -> int:
             return n // processes + (1 if p < n % processes else 0)
 
         for p in range(processes):
+            replicas = ["--sim-socket", str(socket_path(self.runtime_dir)),
+                        "--replica-share", f"{p}/{processes}"] if replica_streams else []
             self.loads.append(LoadProcess(self.addresses, share(watchers, p),
                                           share(reporters, p), deployments, f"load{p}",
-                                          self.dir / f"load{p}.log"))
+                                          self.dir / f"load{p}.log", replicas))
 
     def ask_loads(self, command: dict[str, Any]) -> list[Any]:
         for load in self.loads:

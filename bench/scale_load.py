@@ -10,7 +10,8 @@ snapshot it gets (the client keeps the latest of each key) and records when
 it saw it. The first --reporters of them also run servefleet's load
 reporter (a StreamLoad stream to the leader), each with load on three
 deployments, so it reports every interval, and naming the replica sets its
-watcher applied, as a proxy does.
+watcher applied, as a proxy does. With --sim-socket it also holds the
+Watch stream each simulated replica would (scale_replica_watch.py).
 
 Commands come on stdin, one JSON object a line, and are answered on stdout
 in order, one JSON line each:
@@ -20,6 +21,8 @@ in order, one JSON line each:
         per watcher, seconds from T (wall clock) to the first snapshot of K
         after T that has (lacks) replica ID, or has N (more than N)
         endpoints; null if none came within the timeout
+    {"op": "replicas ready", "timeout": S}
+                                      the simulated replicas' Watch streams answered
     {"op": "load", "deployment": "app/d", "ongoing": N}
                                       each reporter has N more requests in flight there
     {"op": "stats"}                   snapshots received, report periods
@@ -36,6 +39,8 @@ import sys
 import time
 from types import SimpleNamespace
 from typing import Any
+
+from scale_replica_watch import ReplicaWatchers
 
 from servefleet._private.dataplane.load_report import EngineLoad, LoadReporter
 from servefleet._private.security.tls import PLAIN
@@ -150,12 +155,15 @@ def test_of(command: dict[str, Any]):
     raise ValueError("seen: one of has, lacks, count or more_than is needed")
 
 
-async def answer(command: dict[str, Any], watchers: Watchers, reporters: Reporters) -> Any:
+async def answer(command: dict[str, Any], watchers: Watchers, reporters: Reporters,
+                 replicas: ReplicaWatchers | None) -> Any:
     op = command.get("op")
     timeout = float(command.get("timeout", 60))
     if op == "ready":
         found = await watchers.wait_seen("routes", 0.0, lambda ids: True, timeout)
         return sum(v is not None for v in found)
+    if op == "replicas ready":
+        return await replicas.connected(timeout) if replicas is not None else 0
     if op == "seen":
         return await watchers.wait_seen(str(command["key"]), float(command["after"]),
                                         test_of(command), timeout)
@@ -175,13 +183,22 @@ async def main() -> None:
     parser.add_argument("--report-interval-s", type=float, default=1.0)
     parser.add_argument("--deployments", default="", help="app/deployment,... to report on")
     parser.add_argument("--name", default="load")
+    parser.add_argument("--sim-socket", default="",
+                        help="the sim host's admin socket: hold its replicas' Watch streams")
+    parser.add_argument("--replica-share", default="0/1", metavar="I/N",
+                        help="of those, the replicas whose id hashes to I modulo N")
     args = parser.parse_args()
     controllers = args.controllers.split(",")
+    share, _, shares = args.replica_share.partition("/")
+    replicas = ReplicaWatchers(controllers, args.sim_socket, int(share), int(shares)
+                               ) if args.sim_socket else None
     watchers = Watchers(controllers, args.watchers, args.name)
     reporters = Reporters(watchers, args.reporters,
                           [d for d in args.deployments.split(",") if d], args.report_interval_s)
     watchers.start()
     reporters.start()
+    if replicas is not None:
+        replicas.start()
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -191,13 +208,15 @@ async def main() -> None:
             if command.get("op") == "quit":
                 break
             try:
-                reply = {"ok": await answer(command, watchers, reporters)}
+                reply = {"ok": await answer(command, watchers, reporters, replicas)}
             except (ValueError, KeyError, TypeError) as e:
                 reply = {"error": str(e)}
             print(json.dumps(reply), flush=True)
     finally:
         await reporters.close()
         await watchers.close()
+        if replicas is not None:
+            await replicas.close()
 
 
 if __name__ == "__main__":
