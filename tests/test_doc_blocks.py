@@ -17,8 +17,9 @@ says how to write them):
 `servefleet up ...` starts in the background, as in a terminal of its own,
 and the next command runs once it says it is ready; it is stopped with
 Ctrl-C (SIGINT) when the page is done, and must exit 0. The cluster takes
-free ports: the blocks' 127.0.0.1:8000 (HTTP) and 127.0.0.1:7373 (the
-controller) are replaced with them before a command runs.
+free ports: the blocks' 127.0.0.1:8000 (HTTP), 127.0.0.1:7373 (the
+controller) and 127.0.0.1:8265 (its HTTP face: dashboard, REST API) are
+replaced with them before a command runs.
 """
 
 from __future__ import annotations
@@ -125,13 +126,15 @@ class Cluster:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.http, self.listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        self.dashboard = f"127.0.0.1:{free_port()}"  # the controller's HTTP face (REST)
         self.ups: list[tuple[subprocess.Popen, list[str], threading.Thread]] = []
         bin_dir = str(Path(sys.executable).parent)
         self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                     "SERVEFLEET_CONTROLLER": self.listen}
 
     def fill(self, text: str) -> str:
-        return text.replace("127.0.0.1:8000", self.http).replace("127.0.0.1:7373", self.listen)
+        return text.replace("127.0.0.1:8000", self.http).replace(
+            "127.0.0.1:7373", self.listen).replace("127.0.0.1:8265", self.dashboard)
 
     def run(self, command: str, where: str) -> str:
         command = self.fill(command)
@@ -148,7 +151,7 @@ class Cluster:
         proc = subprocess.Popen(
             [sys.executable, "-m", "servefleet", "up", *args, "--state-dir",
              str(self.workdir / f".state-{len(self.ups)}"), "--http", self.http,
-             "--listen", self.listen, "--dashboard", "off"],
+             "--listen", self.listen, "--dashboard", self.dashboard],
             cwd=self.workdir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         lines: list[str] = []

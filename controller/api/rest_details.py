@@ -21,7 +21,8 @@ a fixed value (docs/guides/rest.md's table says which):
 - A deployment's `status_trigger` is derived from its status (servefleet
   records no trigger); `required_resources` uses Ray's names (CPU, GPU,
   memory); a replica's `actor_id` is the runtime's handle (a pid, a
-  container id), `pid` the process id under the process runtime.
+  container id), `pid` the process id under the process runtime (null
+  under others).
 
 Readers see specs as ListApplications shows them to readers: environment
 values masked, user_config left out (redact.py).
@@ -161,8 +162,9 @@ def deployment_details(info: status_pb2.DeploymentStatusInfo,
 
 def replica_details(info: replica_pb2.ReplicaInfo) -> dict[str, Any]:
     record = info.record
-    pid = int(record.handle) if record.runtime == "process" and record.handle.isdigit() \
-        else None
+    # The process runtime's handle is "PID:START_TIME".
+    head = record.handle.partition(":")[0]
+    pid = int(head) if record.runtime == "process" and head.isdigit() else None
     return {**NO_ACTOR,
             "node_ip": _host(record.http_address or record.control_address),
             "actor_id": record.handle or None,
