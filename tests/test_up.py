@@ -147,7 +147,7 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
     readme = (ROOT / "README.md").read_text()
     tries = [line for line in (ROOT / "examples" / "try.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert len(tries) == 10
+    assert len(tries) == 12
     for line in tries:
         assert line.replace("{http}", "127.0.0.1:8000").replace("{grpc}", "127.0.0.1:9000") \
             in readme
@@ -162,6 +162,21 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
                    if line.startswith("up") and ("curl" in line or "client.py" in line)]
         assert printed == [line.replace("{http}", up.http).replace("{grpc}", grpc)
                            for line in tries]
+        # First, the embedding model, by curl itself: the document that
+        # answers the query ranks first, and two sentences' vectors.
+        ranked, embedded = (_run_json(line) for line in printed[:2])
+        assert [r["index"] for r in ranked["results"]] == [1, 0, 2], ranked
+        assert ranked["results"][0]["document"]["text"].startswith("Forgot your password?")
+        assert [len(d["embedding"]) for d in embedded["data"]] == [384, 384], embedded.keys()
+        assert embedded["usage"]["prompt_tokens"] > 10
+        # The README's openai-client call, against this demo.
+        client = _readme_python().replace("127.0.0.1:8000", up.http)
+        by_client = subprocess.run([sys.executable, "-c", client], capture_output=True,
+                                   text=True, timeout=60)
+        assert by_client.returncode == 0, by_client.stderr
+        cosines = [float(x) for x in by_client.stdout.strip(" []\n").split()]
+        assert cosines[0] == pytest.approx(1.0, abs=1e-4) and cosines[1] > 0.5 > cosines[2]
+        printed = printed[2:]
         # The digits: a PNG of the repository posted as curl posts it.
         digits = [_curl_post(line) for line in printed[:3]]
         assert [a.status_code for a in digits] == [200] * 3, [a.text for a in digits]
@@ -347,6 +362,21 @@ def _curl_stream(line: str) -> list[str]:
         assert answer.status_code == 200, answer.read()
         return [line.removeprefix("data: ") for line in answer.iter_lines()
                 if line.startswith("data: ")]
+
+
+def _run_json(line: str) -> dict:
+    """What a command line prints, run by bash from the repository root, as JSON."""
+    done = subprocess.run(line, shell=True, executable="/bin/bash", cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _readme_python() -> str:
+    """The README quick start's Python block (the openai client's call)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\n# The same model through the openai client")
+    return readme[start + len("```python\n"):readme.index("```\n", start + 9)]
 
 
 def _curl_post(line: str) -> httpx.Response:
