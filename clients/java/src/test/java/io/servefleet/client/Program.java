@@ -26,7 +26,7 @@ final class Program implements AutoCloseable {
   Program(Map<String, String> env, String mainClass, String... args) throws IOException {
     List<String> command = new ArrayList<>(List.of(
         System.getProperty("java.home") + File.separator + "bin" + File.separator + "java",
-        "-cp", System.getProperty("java.class.path"), mainClass));
+        "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"), mainClass));
     command.addAll(List.of(args));
     ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
     builder.environment().putAll(env);
