@@ -48,7 +48,7 @@ from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2
 
 RUNNING = replica_pb2.REPLICA_STATE_RUNNING
-WATCHERS_PER_LOAD_PROCESS = 2000
+WATCHERS_PER_LOAD_PROCESS = 1000
 AUTOSCALED = "auto"
 # Scales on each second's load, at once: the decision's delay is the controller's own.
 AUTOSCALING = d.AutoscalingConfig(min_replicas=1, max_replicas=50, target_ongoing_requests=1,
