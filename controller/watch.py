@@ -406,6 +406,9 @@ class StatePublisher:
             retry_methods=config.retry_methods,
             request_router=config.request_router,
             request_router_kwargs_json=config.request_router_kwargs_json,
+            backpressure_status_code=config.backpressure.status_code,
+            backpressure_retry_after_s=config.backpressure.retry_after_s
+            if config.backpressure.HasField("retry_after_s") else None,
             unavailable="" if endpoints else self._unavailable(record)))
         self._publisher.publish(config_key(app, name), config=watch_pb2.DeploymentConfig(
             user_config_json=config.user_config_json,

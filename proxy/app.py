@@ -43,7 +43,12 @@ from functools import partial
 from starlette.types import Message, Receive, Scope, Send
 
 from servefleet._private import envelope, tracing
-from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.balancer import (
+    Overloaded,
+    QueueFull,
+    ReplicaPool,
+    Unservable,
+)
 from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
@@ -290,6 +295,9 @@ class ProxyApp:
                     "http_options.request_timeout_s sets a limit of your own)"), request_id)
         except Unservable as e:
             await reply(send, 503, str(e), request_id)
+        except QueueFull as e:  # answered as the deployment's backpressure_config says
+            await reply(send, pool.backpressure.status, f"{deployment} is overloaded: {e}",
+                        request_id, extra=pool.backpressure.headers())
         except Overloaded as e:
             await reply(send, 503, f"{deployment} is overloaded: {e}", request_id)
         except BodyTooLarge as e:

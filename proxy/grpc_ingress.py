@@ -21,13 +21,14 @@ of the users' protos. Per call:
    the call's status. A client that cancels cancels the replica's call.
 
 Statuses of the proxy's own: NOT_FOUND (no route), UNAUTHENTICATED,
-UNAVAILABLE (no replica yet, overloaded past max_queued_requests, no replica
-took it: all retryable), DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED for a
-request message past GRPC_MAX_REQUEST_BYTES (4 MiB, what replicas take;
-gRPC's own refusal, before any of this runs: "Received message larger than
-max (N vs. 4194304)"). The port also serves
-grpc.health.v1 and servefleet.v1.IngressService (ListApplications, for
-whom --admin-paths lets read /-/routes: grpc_edge.py; Healthz).
+UNAVAILABLE (no replica yet, no replica took it: all retryable),
+RESOURCE_EXHAUSTED past max_queued_requests (Ray's answer to backpressure),
+DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED for a request message past
+GRPC_MAX_REQUEST_BYTES (4 MiB, what replicas take; gRPC's own refusal,
+before any of this runs: "Received message larger than max (N vs.
+4194304)"). The port also serves grpc.health.v1 and
+servefleet.v1.IngressService (ListApplications, for whom --admin-paths
+lets read /-/routes: grpc_edge.py; Healthz).
 Every shape is forwarded: unary and server-streaming calls with their one
 request (retried whole), client-streaming and bidirectional ones with their
 messages relayed as they come, none before a replica took the call
@@ -47,7 +48,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from servefleet._private import tracing
-from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.balancer import (
+    Overloaded,
+    QueueFull,
+    ReplicaPool,
+    Unservable,
+)
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook
 from servefleet._private.dataplane.grpc_forward import (
     Answer,
@@ -301,6 +307,9 @@ class GrpcProxy:
                          f"{timeout or self.answer_start_s:g}s") from None
         except Unservable as e:
             raise _Abort(_Code.UNAVAILABLE, str(e)) from None
+        except QueueFull as e:  # Ray's answer to backpressure over gRPC
+            raise _Abort(_Code.RESOURCE_EXHAUSTED, f"{pool.key[0]}/{pool.key[1]} is "
+                         f"overloaded: {e}") from None
         except Overloaded as e:
             raise _Abort(_Code.UNAVAILABLE, f"{pool.key[0]}/{pool.key[1]} is overloaded: "
                          f"{e}") from None

@@ -42,7 +42,12 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from servefleet._private.dataplane.balancer import Overloaded, ReplicaPool, Unservable
+from servefleet._private.dataplane.balancer import (
+    Overloaded,
+    QueueFull,
+    ReplicaPool,
+    Unservable,
+)
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, set_aside
 from servefleet._private.dataplane.upstream import NotDelivered
 from servefleet._private.hop_client import HOP_PASS
@@ -254,6 +259,10 @@ class WebSockets:
             return
         except Unservable as e:
             await deny(scope, send, 503, str(e))
+            return
+        except QueueFull as e:  # as the deployment's backpressure_config says
+            await deny(scope, send, pool.backpressure.status,
+                       f"{pool.key[1]} is overloaded: {e}", list(pool.backpressure.headers()))
             return
         except Overloaded as e:
             await deny(scope, send, 503, f"{pool.key[1]} is overloaded: {e}")

@@ -206,6 +206,22 @@ def _normalize_replica_config(field: str, config: pb.ReplicaConfig) -> None:
     _normalize_resources(f"{field}.resources", config.resources)
     _check_retry_methods(f"{field}.retry_methods", config.retry_methods)
     _check_router(field, config)
+    _check_backpressure(f"{field}.backpressure", config)
+
+
+def _check_backpressure(field: str, config: pb.ReplicaConfig) -> None:
+    """Ray's BackpressureConfig: status 503 (0: the default) or 429, a
+    Retry-After of at least 0 s; an empty one is none, so specs compare equal."""
+    backpressure = config.backpressure
+    if backpressure.status_code not in (0, 429, 503):
+        raise InvalidArgument(f"{field}.status_code",
+                              f"must be 503 or 429, got {backpressure.status_code}")
+    if backpressure.status_code == 503:
+        backpressure.status_code = 0
+    if backpressure.HasField("retry_after_s"):
+        _check_range(f"{field}.retry_after_s", backpressure.retry_after_s, 0, MAX_SECONDS)
+    if not backpressure.status_code and not backpressure.HasField("retry_after_s"):
+        config.ClearField("backpressure")
 
 
 def _check_router(field: str, config: pb.ReplicaConfig) -> None:

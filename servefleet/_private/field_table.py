@@ -125,10 +125,9 @@ def check_field(path: str, spec: Field, value: Any) -> Any:
         return None
     if value in spec.also and not isinstance(value, bool):
         return value
-    if spec.kind == "int":
-        return check_int(path, value, spec.bounds)
-    if spec.kind in _SCALAR_CHECKS:
-        checked = _SCALAR_CHECKS[spec.kind](path, value)
+    if spec.kind in _SCALAR_CHECKS or spec.kind == "int":
+        checked = check_int(path, value, spec.bounds) if spec.kind == "int" \
+            else _SCALAR_CHECKS[spec.kind](path, value)
         if spec.choices and checked not in spec.choices:
             raise OptionError(f"{path}: must be one of "
                               f"{', '.join(map(str, spec.choices))}, got {value!r}")

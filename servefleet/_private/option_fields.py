@@ -159,6 +159,16 @@ ROUTER_CONFIG = Section("request_router_config", "Ray Serve's RequestRouterConfi
                    "request_routing_stats_period_s", "request_routing_stats_timeout_s")),
 ))
 
+BACKPRESSURE = Section("backpressure_config", "How a proxy answers an HTTP request refused "
+                       "because max_queued_requests are already waiting (Ray Serve's "
+                       "BackpressureConfig); gRPC calls get RESOURCE_EXHAUSTED and handle "
+                       "calls BackPressureError whatever it says.", (
+    Field("status_code", "int", "503 (the default) or 429.", choices=(503, 429),
+          bounds=(429, 503), nullable=True),
+    Field("retry_after_s", "non_negative", "When set, a Retry-After header of these "
+          "seconds, rounded up.", nullable=True),
+))
+
 _BUNDLES = {"type": "array", "minItems": 1, "items": {
     "type": "object", "propertyNames": {"type": "string"},
     "additionalProperties": {"type": "number", "minimum": 0}}}
@@ -200,6 +210,9 @@ DEPLOYMENT_OPTIONS = Section("deployment_options", "A deployment's options.", (
           "prefix_affinity or 'module:Class' (docs/routing.md).", nullable=True),
     Field("request_router_kwargs", "mapping", "Arguments of the request router.",
           nullable=True),
+    Field("backpressure_config", "section", "The HTTP answer to requests refused past "
+          "max_queued_requests: 503 or 429, and a Retry-After.", nullable=True,
+          section=BACKPRESSURE),
     Field("route_prefix", "str", "", nullable=True, schema={
         "type": "string", "pattern": ROUTE_PREFIX_PATTERN},
         ray="deprecated on a deployment: give route_prefix to the application; a prefix "

@@ -40,6 +40,7 @@ from .option_checks import (
 )
 from .option_fields import (
     AUTOSCALING,
+    BACKPRESSURE,
     DEPLOYMENT_OPTIONS,
     MAX_ONGOING,
     MAX_QUEUED,
@@ -128,6 +129,17 @@ def to_override(path: str, options: dict[str, Any], name: str = "",
         config.request_router_kwargs_json = to_json(
             f"{path}.request_router_kwargs",
             check_mapping(f"{path}.request_router_kwargs", options["request_router_kwargs"]))
+    if options.get("backpressure_config") is not None:
+        bpath = f"{path}.backpressure_config"
+        backpressure = check_mapping(bpath, options["backpressure_config"])
+        check_keys(bpath, backpressure, BACKPRESSURE.keys)
+        if backpressure.get("status_code") is not None:
+            config.backpressure.status_code = check_field(
+                f"{bpath}.status_code", BACKPRESSURE["status_code"], backpressure["status_code"])
+        if backpressure.get("retry_after_s") is not None:
+            config.backpressure.retry_after_s = check_field(
+                f"{bpath}.retry_after_s", BACKPRESSURE["retry_after_s"],
+                backpressure["retry_after_s"])
     if options.get("version") is not None:
         out.version = check_str(f"{path}.version", options["version"])
     if options.get("runtime") is not None:

@@ -157,6 +157,9 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
         elif key == "request_router_config":
             if value is not None:
                 out.update(_router_config(where, value, notes))
+        elif key == "backpressure_config":
+            if value is not None:  # Ray's BackpressureConfig, or its fields
+                out[key] = config_dict(where, value)
         elif key in ("num_replicas", "user_config", "version", "runtime", "retry_methods",
                      "resources"):
             if value is not None:

@@ -24,6 +24,7 @@ from ._options import OptionsModel, number
 
 __all__ = [
     "AutoscalingConfig",
+    "BackpressureConfig",
     "DeploymentMode",
     "HTTPOptions",
     "ProxyLocation",
@@ -223,3 +224,21 @@ class gRPCOptions(OptionsModel):
             raise ValueError("gRPCOptions.grpc_servicer_functions: expected a list of import "
                              f"paths, got {functions!r}")
         number("gRPCOptions", "request_timeout_s", self.request_timeout_s, optional=True)
+
+
+class BackpressureConfig(OptionsModel):
+    """How a deployment's HTTP requests are refused once max_queued_requests
+    wait already (Ray's fields and defaults): `status_code` 503 or 429, and a
+    Retry-After header of `retry_after_s` seconds (rounded up) when set.
+    gRPC calls refused so get RESOURCE_EXHAUSTED, handle calls raise
+    BackPressureError, whatever it says (as in Ray)."""
+
+    FIELDS: ClassVar[dict[str, Any]] = {"status_code": 503, "retry_after_s": None}
+
+    def _validate(self) -> None:
+        if self.status_code not in (503, 429) or isinstance(self.status_code, bool):
+            raise ValueError(f"BackpressureConfig.status_code: must be 503 or 429, got "
+                             f"{self.status_code!r}")
+        number("BackpressureConfig", "retry_after_s", self.retry_after_s, optional=True)
+        if self.retry_after_s is not None and self.retry_after_s == float("inf"):
+            raise ValueError("BackpressureConfig.retry_after_s: must be finite")

@@ -49,7 +49,7 @@ class CodeByValue(_message.Message):
     def __init__(self, target: _Optional[bytes] = ..., init_args: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaConfig(_message.Message):
-    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s", "retry_methods", "request_router", "request_router_kwargs_json")
+    __slots__ = ("num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config_json", "autoscaling_config", "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s", "health_check_period_s", "health_check_timeout_s", "resources", "startup_timeout_s", "retry_methods", "request_router", "request_router_kwargs_json", "backpressure")
     NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_ONGOING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class ReplicaConfig(_message.Message):
     RETRY_METHODS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     num_replicas: int
     max_ongoing_requests: int
     max_queued_requests: int
@@ -78,7 +79,16 @@ class ReplicaConfig(_message.Message):
     retry_methods: _containers.RepeatedScalarFieldContainer[str]
     request_router: str
     request_router_kwargs_json: str
-    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ..., retry_methods: _Optional[_Iterable[str]] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
+    backpressure: BackpressureConfig
+    def __init__(self, num_replicas: _Optional[int] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., user_config_json: _Optional[str] = ..., autoscaling_config: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., graceful_shutdown_timeout_s: _Optional[float] = ..., graceful_shutdown_wait_loop_s: _Optional[float] = ..., health_check_period_s: _Optional[float] = ..., health_check_timeout_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., startup_timeout_s: _Optional[float] = ..., retry_methods: _Optional[_Iterable[str]] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ..., backpressure: _Optional[_Union[BackpressureConfig, _Mapping]] = ...) -> None: ...
+
+class BackpressureConfig(_message.Message):
+    __slots__ = ("status_code", "retry_after_s")
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    status_code: int
+    retry_after_s: float
+    def __init__(self, status_code: _Optional[int] = ..., retry_after_s: _Optional[float] = ...) -> None: ...
 
 class AutoscalingConfig(_message.Message):
     __slots__ = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s", "metrics_interval_s", "look_back_period_s", "upscaling_factor", "downscaling_factor", "downscale_to_zero_delay_s", "aggregation_function", "policy")

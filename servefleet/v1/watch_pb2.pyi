@@ -162,7 +162,7 @@ class Route(_message.Message):
     def __init__(self, route_prefix: _Optional[str] = ..., application: _Optional[str] = ..., deployment: _Optional[str] = ..., split: _Optional[_Iterable[_Union[_application_pb2.WeightedDeployment, _Mapping]]] = ..., shadow: _Optional[_Union[_application_pb2.ShadowTarget, _Mapping]] = ..., require_token: _Optional[bool] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
 
 class ReplicaSet(_message.Message):
-    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods", "unavailable", "request_router", "request_router_kwargs_json")
+    __slots__ = ("application", "deployment", "endpoints", "max_ongoing_requests", "max_queued_requests", "retry_methods", "unavailable", "request_router", "request_router_kwargs_json", "backpressure_status_code", "backpressure_retry_after_s")
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,8 @@ class ReplicaSet(_message.Message):
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ROUTER_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     application: str
     deployment: str
     endpoints: _containers.RepeatedCompositeFieldContainer[ReplicaEndpoint]
@@ -181,7 +183,9 @@ class ReplicaSet(_message.Message):
     unavailable: str
     request_router: str
     request_router_kwargs_json: str
-    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ...) -> None: ...
+    backpressure_status_code: int
+    backpressure_retry_after_s: float
+    def __init__(self, application: _Optional[str] = ..., deployment: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[ReplicaEndpoint, _Mapping]]] = ..., max_ongoing_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., retry_methods: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ..., request_router: _Optional[str] = ..., request_router_kwargs_json: _Optional[str] = ..., backpressure_status_code: _Optional[int] = ..., backpressure_retry_after_s: _Optional[float] = ...) -> None: ...
 
 class ReplicaEndpoint(_message.Message):
     __slots__ = ("replica_id", "http_address", "grpc_address", "cleared", "http_tls")

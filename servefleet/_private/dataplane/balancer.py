@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backpressure import Backpressure
 from .routers import ReplicaInfo, RequestInfo, RequestRouter, choose_safely, place_model
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,10 @@ RETRY_SAFE = frozenset({"GET", "HEAD"})
 
 class Overloaded(Exception):
     """Every replica is busy and the queue is full."""
+
+
+class QueueFull(Overloaded):
+    """max_queued_requests wait already (backpressure.py says how proxies answer)."""
 
 
 class PoolClosed(Overloaded):
@@ -98,6 +103,8 @@ class Replica:
 class ReplicaPool:
     max_ongoing: int = 5
     max_queued: int = -1
+    # How an HTTP request refused by a full queue is answered.
+    backpressure: Backpressure = field(default_factory=Backpressure)
     replicas: dict[str, Replica] = field(default_factory=dict)
     _down: set[str] = field(default_factory=set)
     # Queued requests, oldest first; each is handed its replica when one frees up.
@@ -334,7 +341,7 @@ class ReplicaPool:
         if self.unavailable:
             raise Unservable(self.unavailable)
         if 0 <= self.max_queued <= len(self._waiters):
-            raise Overloaded(f"{len(self._waiters)} requests already queued")
+            raise QueueFull(f"{len(self._waiters)} requests already queued")
         waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         if model_id:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from servefleet._private.wire import REPLICAS_KIND, parse_watch_key
 from servefleet.v1 import watch_pb2
 
+from .backpressure import Backpressure
 from .balancer import ReplicaPool
 from .grpc_forward import GrpcChannels
 from .metrics import EJECTIONS, POOLS
@@ -89,6 +90,7 @@ class ReplicaSets:
                          if e.grpc_address}, replicas.retry_methods,
                         {e.replica_id: e.cleared for e in replicas.endpoints},
                         replicas.unavailable)
+            pool.backpressure = Backpressure.of(replicas)
             spec = (replicas.request_router, replicas.request_router_kwargs_json)
             if spec != pool.router_spec:
                 pool.use_router(self.routers.make(*spec, where=f"{app}/{name}"), spec)

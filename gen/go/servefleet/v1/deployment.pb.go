@@ -323,8 +323,13 @@ type ReplicaConfig struct {
 	RequestRouter string `protobuf:"bytes,13,opt,name=request_router,json=requestRouter,proto3" json:"request_router,omitempty"`
 	// The router's keyword arguments: a JSON object; empty means none.
 	RequestRouterKwargsJson string `protobuf:"bytes,14,opt,name=request_router_kwargs_json,json=requestRouterKwargsJson,proto3" json:"request_router_kwargs_json,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// How a proxy answers an HTTP request refused because max_queued_requests
+	// are already waiting (Ray Serve's BackpressureConfig). Unset: 503, no
+	// Retry-After. gRPC calls refused so get RESOURCE_EXHAUSTED whatever this
+	// says, handle calls BackPressureError, as in Ray.
+	Backpressure  *BackpressureConfig `protobuf:"bytes,15,opt,name=backpressure,proto3" json:"backpressure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaConfig) Reset() {
@@ -455,6 +460,69 @@ func (x *ReplicaConfig) GetRequestRouterKwargsJson() string {
 	return ""
 }
 
+func (x *ReplicaConfig) GetBackpressure() *BackpressureConfig {
+	if x != nil {
+		return x.Backpressure
+	}
+	return nil
+}
+
+// BackpressureConfig is the HTTP answer to requests a full queue refuses.
+type BackpressureConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 503 or 429; 0 means the default, 503.
+	StatusCode uint32 `protobuf:"varint,1,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	// When set, the answer's Retry-After header: these seconds rounded up to
+	// a whole number; at least 0.
+	RetryAfterS   *float64 `protobuf:"fixed64,2,opt,name=retry_after_s,json=retryAfterS,proto3,oneof" json:"retry_after_s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackpressureConfig) Reset() {
+	*x = BackpressureConfig{}
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackpressureConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackpressureConfig) ProtoMessage() {}
+
+func (x *BackpressureConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackpressureConfig.ProtoReflect.Descriptor instead.
+func (*BackpressureConfig) Descriptor() ([]byte, []int) {
+	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BackpressureConfig) GetStatusCode() uint32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *BackpressureConfig) GetRetryAfterS() float64 {
+	if x != nil && x.RetryAfterS != nil {
+		return *x.RetryAfterS
+	}
+	return 0
+}
+
 // AutoscalingConfig bounds and tunes the replica count.
 type AutoscalingConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -494,7 +562,7 @@ type AutoscalingConfig struct {
 
 func (x *AutoscalingConfig) Reset() {
 	*x = AutoscalingConfig{}
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[3]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +574,7 @@ func (x *AutoscalingConfig) String() string {
 func (*AutoscalingConfig) ProtoMessage() {}
 
 func (x *AutoscalingConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[3]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +587,7 @@ func (x *AutoscalingConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalingConfig.ProtoReflect.Descriptor instead.
 func (*AutoscalingConfig) Descriptor() ([]byte, []int) {
-	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{3}
+	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AutoscalingConfig) GetMinReplicas() uint32 {
@@ -630,7 +698,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[4]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +710,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[4]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +723,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{4}
+	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Resources) GetNumCpus() float64 {
@@ -721,7 +789,7 @@ type RuntimeOptions struct {
 
 func (x *RuntimeOptions) Reset() {
 	*x = RuntimeOptions{}
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[5]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +801,7 @@ func (x *RuntimeOptions) String() string {
 func (*RuntimeOptions) ProtoMessage() {}
 
 func (x *RuntimeOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[5]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +814,7 @@ func (x *RuntimeOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeOptions.ProtoReflect.Descriptor instead.
 func (*RuntimeOptions) Descriptor() ([]byte, []int) {
-	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{5}
+	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RuntimeOptions) GetWorkingDir() string {
@@ -807,7 +875,7 @@ type Placement struct {
 
 func (x *Placement) Reset() {
 	*x = Placement{}
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[6]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +887,7 @@ func (x *Placement) String() string {
 func (*Placement) ProtoMessage() {}
 
 func (x *Placement) ProtoReflect() protoreflect.Message {
-	mi := &file_servefleet_v1_deployment_proto_msgTypes[6]
+	mi := &file_servefleet_v1_deployment_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +900,7 @@ func (x *Placement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Placement.ProtoReflect.Descriptor instead.
 func (*Placement) Descriptor() ([]byte, []int) {
-	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{6}
+	return file_servefleet_v1_deployment_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Placement) GetConstraints() []string {
@@ -875,7 +943,7 @@ const file_servefleet_v1_deployment_proto_rawDesc = "" +
 	"\r_route_prefix\"B\n" +
 	"\vCodeByValue\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\fR\x06target\x12\x1b\n" +
-	"\tinit_args\x18\x02 \x01(\fR\binitArgs\"\xdc\a\n" +
+	"\tinit_args\x18\x02 \x01(\fR\binitArgs\"\xa3\b\n" +
 	"\rReplicaConfig\x12&\n" +
 	"\fnum_replicas\x18\x01 \x01(\rH\x00R\vnumReplicas\x88\x01\x01\x125\n" +
 	"\x14max_ongoing_requests\x18\x02 \x01(\rH\x01R\x12maxOngoingRequests\x88\x01\x01\x123\n" +
@@ -891,7 +959,8 @@ const file_servefleet_v1_deployment_proto_rawDesc = "" +
 	"\x11startup_timeout_s\x18\v \x01(\x01H\aR\x0fstartupTimeoutS\x88\x01\x01\x12#\n" +
 	"\rretry_methods\x18\f \x03(\tR\fretryMethods\x12%\n" +
 	"\x0erequest_router\x18\r \x01(\tR\rrequestRouter\x12;\n" +
-	"\x1arequest_router_kwargs_json\x18\x0e \x01(\tR\x17requestRouterKwargsJsonB\x0f\n" +
+	"\x1arequest_router_kwargs_json\x18\x0e \x01(\tR\x17requestRouterKwargsJson\x12E\n" +
+	"\fbackpressure\x18\x0f \x01(\v2!.servefleet.v1.BackpressureConfigR\fbackpressureB\x0f\n" +
 	"\r_num_replicasB\x17\n" +
 	"\x15_max_ongoing_requestsB\x16\n" +
 	"\x14_max_queued_requestsB\x1e\n" +
@@ -899,7 +968,12 @@ const file_servefleet_v1_deployment_proto_rawDesc = "" +
 	"\x1e_graceful_shutdown_wait_loop_sB\x18\n" +
 	"\x16_health_check_period_sB\x19\n" +
 	"\x17_health_check_timeout_sB\x14\n" +
-	"\x12_startup_timeout_s\"\xa4\a\n" +
+	"\x12_startup_timeout_s\"p\n" +
+	"\x12BackpressureConfig\x12\x1f\n" +
+	"\vstatus_code\x18\x01 \x01(\rR\n" +
+	"statusCode\x12'\n" +
+	"\rretry_after_s\x18\x02 \x01(\x01H\x00R\vretryAfterS\x88\x01\x01B\x10\n" +
+	"\x0e_retry_after_s\"\xa4\a\n" +
 	"\x11AutoscalingConfig\x12&\n" +
 	"\fmin_replicas\x18\x01 \x01(\rH\x00R\vminReplicas\x88\x01\x01\x12&\n" +
 	"\fmax_replicas\x18\x02 \x01(\rH\x01R\vmaxReplicas\x88\x01\x01\x12.\n" +
@@ -965,32 +1039,34 @@ func file_servefleet_v1_deployment_proto_rawDescGZIP() []byte {
 	return file_servefleet_v1_deployment_proto_rawDescData
 }
 
-var file_servefleet_v1_deployment_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_servefleet_v1_deployment_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_servefleet_v1_deployment_proto_goTypes = []any{
-	(*DeploymentSpec)(nil),    // 0: servefleet.v1.DeploymentSpec
-	(*CodeByValue)(nil),       // 1: servefleet.v1.CodeByValue
-	(*ReplicaConfig)(nil),     // 2: servefleet.v1.ReplicaConfig
-	(*AutoscalingConfig)(nil), // 3: servefleet.v1.AutoscalingConfig
-	(*Resources)(nil),         // 4: servefleet.v1.Resources
-	(*RuntimeOptions)(nil),    // 5: servefleet.v1.RuntimeOptions
-	(*Placement)(nil),         // 6: servefleet.v1.Placement
-	nil,                       // 7: servefleet.v1.Resources.CustomEntry
-	nil,                       // 8: servefleet.v1.RuntimeOptions.EnvEntry
+	(*DeploymentSpec)(nil),     // 0: servefleet.v1.DeploymentSpec
+	(*CodeByValue)(nil),        // 1: servefleet.v1.CodeByValue
+	(*ReplicaConfig)(nil),      // 2: servefleet.v1.ReplicaConfig
+	(*BackpressureConfig)(nil), // 3: servefleet.v1.BackpressureConfig
+	(*AutoscalingConfig)(nil),  // 4: servefleet.v1.AutoscalingConfig
+	(*Resources)(nil),          // 5: servefleet.v1.Resources
+	(*RuntimeOptions)(nil),     // 6: servefleet.v1.RuntimeOptions
+	(*Placement)(nil),          // 7: servefleet.v1.Placement
+	nil,                        // 8: servefleet.v1.Resources.CustomEntry
+	nil,                        // 9: servefleet.v1.RuntimeOptions.EnvEntry
 }
 var file_servefleet_v1_deployment_proto_depIdxs = []int32{
 	2, // 0: servefleet.v1.DeploymentSpec.replica_config:type_name -> servefleet.v1.ReplicaConfig
-	5, // 1: servefleet.v1.DeploymentSpec.runtime:type_name -> servefleet.v1.RuntimeOptions
+	6, // 1: servefleet.v1.DeploymentSpec.runtime:type_name -> servefleet.v1.RuntimeOptions
 	1, // 2: servefleet.v1.DeploymentSpec.by_value:type_name -> servefleet.v1.CodeByValue
-	3, // 3: servefleet.v1.ReplicaConfig.autoscaling_config:type_name -> servefleet.v1.AutoscalingConfig
-	4, // 4: servefleet.v1.ReplicaConfig.resources:type_name -> servefleet.v1.Resources
-	7, // 5: servefleet.v1.Resources.custom:type_name -> servefleet.v1.Resources.CustomEntry
-	8, // 6: servefleet.v1.RuntimeOptions.env:type_name -> servefleet.v1.RuntimeOptions.EnvEntry
-	6, // 7: servefleet.v1.RuntimeOptions.placement:type_name -> servefleet.v1.Placement
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	4, // 3: servefleet.v1.ReplicaConfig.autoscaling_config:type_name -> servefleet.v1.AutoscalingConfig
+	5, // 4: servefleet.v1.ReplicaConfig.resources:type_name -> servefleet.v1.Resources
+	3, // 5: servefleet.v1.ReplicaConfig.backpressure:type_name -> servefleet.v1.BackpressureConfig
+	8, // 6: servefleet.v1.Resources.custom:type_name -> servefleet.v1.Resources.CustomEntry
+	9, // 7: servefleet.v1.RuntimeOptions.env:type_name -> servefleet.v1.RuntimeOptions.EnvEntry
+	7, // 8: servefleet.v1.RuntimeOptions.placement:type_name -> servefleet.v1.Placement
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_servefleet_v1_deployment_proto_init() }
@@ -1001,13 +1077,14 @@ func file_servefleet_v1_deployment_proto_init() {
 	file_servefleet_v1_deployment_proto_msgTypes[0].OneofWrappers = []any{}
 	file_servefleet_v1_deployment_proto_msgTypes[2].OneofWrappers = []any{}
 	file_servefleet_v1_deployment_proto_msgTypes[3].OneofWrappers = []any{}
+	file_servefleet_v1_deployment_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_servefleet_v1_deployment_proto_rawDesc), len(file_servefleet_v1_deployment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -964,6 +964,10 @@ type ReplicaSet struct {
 	// The deployment's request router and its kwargs (ReplicaConfig).
 	RequestRouter           string `protobuf:"bytes,8,opt,name=request_router,json=requestRouter,proto3" json:"request_router,omitempty"`
 	RequestRouterKwargsJson string `protobuf:"bytes,9,opt,name=request_router_kwargs_json,json=requestRouterKwargsJson,proto3" json:"request_router_kwargs_json,omitempty"`
+	// The HTTP status and Retry-After header of a request refused past
+	// max_queued_requests (ReplicaConfig.backpressure): status 0 means 503.
+	BackpressureStatusCode  uint32   `protobuf:"varint,10,opt,name=backpressure_status_code,json=backpressureStatusCode,proto3" json:"backpressure_status_code,omitempty"`
+	BackpressureRetryAfterS *float64 `protobuf:"fixed64,11,opt,name=backpressure_retry_after_s,json=backpressureRetryAfterS,proto3,oneof" json:"backpressure_retry_after_s,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
 }
@@ -1059,6 +1063,20 @@ func (x *ReplicaSet) GetRequestRouterKwargsJson() string {
 		return x.RequestRouterKwargsJson
 	}
 	return ""
+}
+
+func (x *ReplicaSet) GetBackpressureStatusCode() uint32 {
+	if x != nil {
+		return x.BackpressureStatusCode
+	}
+	return 0
+}
+
+func (x *ReplicaSet) GetBackpressureRetryAfterS() float64 {
+	if x != nil && x.BackpressureRetryAfterS != nil {
+		return *x.BackpressureRetryAfterS
+	}
+	return 0
 }
 
 type ReplicaEndpoint struct {
@@ -1294,7 +1312,7 @@ const file_servefleet_v1_watch_proto_rawDesc = "" +
 	"\rrequire_token\x18\x06 \x01(\bR\frequireToken\x12 \n" +
 	"\vunavailable\x18\a \x01(\tR\vunavailable\x12%\n" +
 	"\x0erequest_router\x18\b \x01(\tR\rrequestRouter\x12;\n" +
-	"\x1arequest_router_kwargs_json\x18\t \x01(\tR\x17requestRouterKwargsJson\"\x99\x03\n" +
+	"\x1arequest_router_kwargs_json\x18\t \x01(\tR\x17requestRouterKwargsJson\"\xb4\x04\n" +
 	"\n" +
 	"ReplicaSet\x12 \n" +
 	"\vapplication\x18\x01 \x01(\tR\vapplication\x12\x1e\n" +
@@ -1307,7 +1325,11 @@ const file_servefleet_v1_watch_proto_rawDesc = "" +
 	"\rretry_methods\x18\x06 \x03(\tR\fretryMethods\x12 \n" +
 	"\vunavailable\x18\a \x01(\tR\vunavailable\x12%\n" +
 	"\x0erequest_router\x18\b \x01(\tR\rrequestRouter\x12;\n" +
-	"\x1arequest_router_kwargs_json\x18\t \x01(\tR\x17requestRouterKwargsJson\"\xab\x01\n" +
+	"\x1arequest_router_kwargs_json\x18\t \x01(\tR\x17requestRouterKwargsJson\x128\n" +
+	"\x18backpressure_status_code\x18\n" +
+	" \x01(\rR\x16backpressureStatusCode\x12@\n" +
+	"\x1abackpressure_retry_after_s\x18\v \x01(\x01H\x00R\x17backpressureRetryAfterS\x88\x01\x01B\x1d\n" +
+	"\x1b_backpressure_retry_after_s\"\xab\x01\n" +
 	"\x0fReplicaEndpoint\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
@@ -1404,6 +1426,7 @@ func file_servefleet_v1_watch_proto_init() {
 		(*Snapshot_Config)(nil),
 		(*Snapshot_Hop)(nil),
 	}
+	file_servefleet_v1_watch_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
