@@ -170,7 +170,7 @@ def test_roles_as_over_grpc(secured) -> None:
             runtime=dpb.RuntimeOptions(working_dir=APPS, env={"API_KEY": SECRET}),
             replica_config=dpb.ReplicaConfig(num_replicas=1,
                                               user_config_json='{"password": "hunter22"}')))
-    empty = {"applications": []}
+    empty: dict[str, list[Any]] = {"applications": []}
     for method in ("GET", "PUT", "DELETE"):
         assert call(method, None, empty).status_code == 401, method
     assert httpx.get(base + PATH, timeout=10,

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")
 # Per operation and mode (valid, invalid): enough to reach every branch of
 # the PUT's parser, few enough for a few seconds per operation.
-EXAMPLES = 30
+EXAMPLES = 25
 
 
 @pytest.fixture(scope="module")

@@ -112,13 +112,18 @@ _EMPTY = {"description": "Done (an empty body, as Ray Serve answers)."}
 _COMMON = {
     "401": _text("Credentials needed (the cluster has tokens or TLS), or unreadable."),
     "421": _text("The Host header names a host this controller does not answer to."),
-    "503": _json("Not the leader: ask the leader.", _ref("Standby")),
+    "503": {"description": "Not the leader (JSON: ask the leader), or the store is "
+                           "unavailable or the controller shutting down (text): try again.",
+            "content": {"application/json": {"schema": _ref("Standby")},
+                        "text/plain": {"schema": {"type": "string"}}}},
 }
 _WRITE = {"403": _text("The caller's role may not change applications (deployer or "
                        "admin may), or the operator's policy refuses what the body asks "
                        "to run (the field is named)."),
           "409": _text("The change conflicts with the cluster's state (a route another "
                        "deployment serves, a controller that runs no code)."),
+          "504": _text("The store did not answer in time: the change may or may not be "
+                       "stored (a PUT is safe to repeat)."),
           **_COMMON}
 _BEARER: list[dict[str, list[str]]] = [{}, {"bearer": []}]
 
