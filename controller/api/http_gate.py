@@ -17,7 +17,8 @@ address, the cluster's status with its error texts) is for operators, so:
   client certificate of one of those roles. Refused: 401, also for an
   Authorization header that cannot be read (not `Bearer TOKEN`, several of
   them), whatever certificate comes with it. Only a cluster with neither
-  (the local, loopback default) keeps the face open.
+  (the local, loopback default) keeps the face open. The REST API's writes
+  (PUT, DELETE) also need a role that may deploy (rest.py, `caller_role`).
 """
 
 from __future__ import annotations
