@@ -90,8 +90,11 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
 
 
-def spec(name: str, replicas: int) -> d.DeploymentSpec:
+def spec(name: str, replicas: int, routed: bool) -> d.DeploymentSpec:
+    """With `routed`, a route of its own: the route table, which goes to every
+    proxy and replica, holds one route per deployment."""
     return d.DeploymentSpec(name=name, import_path="examples.model:Model",
+                            route_prefix=f"/{name}" if routed else None,
                             replica_config=d.ReplicaConfig(num_replicas=replicas))
 
 
@@ -164,13 +167,13 @@ def steady_state(cluster: SimCluster, window_s: float, out: Measured) -> None:
 
 
 def updates(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
-            count: int, timeout: float, out: Measured) -> None:
+            count: int, timeout: float, routed: bool, out: Measured) -> None:
     names = sorted(sizes)
     for u in range(count):
         name = names[u // 2 % len(names)]
         sizes[name] += 1 if u % 2 == 0 else -1
         began = time.time()
-        client.deploy(spec(name, sizes[name]))
+        client.deploy(spec(name, sizes[name], routed))
         out.add("Deploy", 1000 * (time.time() - began))
         seen = watchers_seen(cluster, f"replicas/{app}/{name}", began, timeout,
                              count=sizes[name])
@@ -229,7 +232,7 @@ def status_latency(client: ControllerClient, calls: int, out: Measured) -> None:
 
 
 def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int], app: str,
-             timeout: float, out: Measured) -> None:
+             timeout: float, routed: bool, out: Measured) -> None:
     old = cluster.leader()
     began, sim = time.time(), CpuMeter(cluster.sim_process())
     old.kill()
@@ -237,7 +240,7 @@ def failover(cluster: SimCluster, client: ControllerClient, sizes: dict[str, int
     out.add("failover: leading", time.time() - began)
     name = sorted(sizes)[0]
     sizes[name] += 1
-    client.deploy(spec(name, sizes[name]))
+    client.deploy(spec(name, sizes[name], routed))
     out.add("failover: Deploy answered", time.time() - began)
     seen = watchers_seen(cluster, f"replicas/{app}/{name}", began, timeout, count=sizes[name])
     out.add("failover: first update at every watcher", max(seen))
@@ -258,7 +261,7 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
                  for i in range(point.deployments)}
         began = time.monotonic()
         for name, size in sizes.items():
-            client.deploy(spec(name, size))
+            client.deploy(spec(name, size, args.routes))
         client.deploy(d.DeploymentSpec(name=AUTOSCALED, import_path="examples.model:Model",
                                        replica_config=d.ReplicaConfig(
                                            autoscaling_config=AUTOSCALING)))
@@ -276,11 +279,11 @@ def run_point(point: Point, args: argparse.Namespace) -> Measured:
         if args.replica_streams and streams < point.replicas:
             raise TimeoutError(f"{streams} of {point.replicas} replicas' Watch streams open")
         steady_state(cluster, args.window_s, out)
-        updates(cluster, client, sizes, app, args.updates, timeout, out)
+        updates(cluster, client, sizes, app, args.updates, timeout, args.routes, out)
         failures(cluster, client, sizes, app, args.failures, timeout, out)
         autoscaling(cluster, client, app, point.watchers, timeout, out)
         status_latency(client, args.status_calls, out)
-        failover(cluster, client, sizes, app, timeout, out)
+        failover(cluster, client, sizes, app, timeout, args.routes, out)
         client.close()
     except BaseException:
         cluster.close(keep=True)  # its logs say why
@@ -368,6 +371,8 @@ def main() -> None:
                         help="seconds a simulated replica takes to be ready (default 0.2)")
     parser.add_argument("--no-replica-streams", dest="replica_streams", action="store_false",
                         help="leave out the Watch stream each replica holds (a real one does)")
+    parser.add_argument("--no-routes", dest="routes", action="store_false",
+                        help="deployments without a route (by default each has one)")
     args = parser.parse_args()
     if args.quick:
         args.points, args.updates, args.failures = "20:2:5", 2, 1

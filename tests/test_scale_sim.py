@@ -9,6 +9,7 @@ here, only that each piece does what the benchmark relies on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import subprocess
@@ -131,6 +132,40 @@ async def test_a_new_leaders_runtime_lists_the_replicas_another_started(sim_dir)
         assert {r.replica_id for r in await second.list("c")} == {"r2"}
     finally:
         second.close()
+
+
+async def test_a_call_cancelled_before_its_answer_leaves_the_next_its_own(tmp_path):
+    """The controller cancels runtime calls (a probe replaced by a stop, a term
+    ending). A call cancelled after its request went out left its answer to
+    be read by the next call: a start got a list, and two replicas one
+    address. A host that answers late shows it."""
+    async def late_host(reader, writer):
+        while line := await reader.readline():
+            await asyncio.sleep(0.1)
+            request = json.loads(line)
+            answer = [] if request["op"] == "list" else {
+                "replica_id": request["launch"]["replica_id"], "cluster": "c",
+                "application": "app", "deployment": "d", "version": "v1",
+                "handle": "h", "control_address": "127.64.0.9:1", "http_address": ""}
+            writer.write(json.dumps({"ok": answer}).encode() + b"\n")
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(late_host, str(socket_path(tmp_path)))
+    runtime = SimRuntime(tmp_path)
+    try:
+        assert await runtime.list("c") == []
+        listing = asyncio.create_task(runtime.list("c"))
+        await asyncio.sleep(0.02)  # sent, not answered
+        listing.cancel()
+        started = await runtime.start(launch("r9"))
+        assert started.replica_id == "r9"
+    finally:
+        runtime.close()
+        await asyncio.sleep(0.2)  # the host's side of each connection ends
+        server.close()
+        await server.wait_closed()
 
 
 async def test_bad_requests_are_refused_naming_the_problem(sim_dir, tmp_path_factory):

@@ -57,7 +57,14 @@ class SimRuntime:
                 line = await reader.readline()
             except (OSError, asyncio.IncompleteReadError):
                 line = b""
+            except BaseException:
+                # Cancelled between the request and its answer: the answer
+                # would be read as the next request's, so the connection goes.
+                writer.close()
+                self._streams = None
+                raise
             if not line:
+                writer.close()
                 self._streams = None
                 raise OSError(f"the sim host at {self._socket} went away")
         answer = json.loads(line)
