@@ -38,6 +38,14 @@ from typing import Any, overload
 from .by_value import check_size, dumps_init, dumps_target, is_by_value
 from .option_notes import quiet_notes
 from .options import OptionError, to_json, to_override
+from .ray_actors import (
+    ACTORS_ENV,
+    actor_configs,
+    actor_env,
+    actor_options,
+    actor_target,
+    deployment_name,
+)
 from .ray_options import merge_options, normalize_options
 
 # A JSON object standing for a handle in init args and handle-call arguments.
@@ -57,7 +65,12 @@ class Deployment:
                 not isinstance(route, str) or not route.startswith("/")):
             raise OptionError(f"deployment {name}: route_prefix must be a path starting with "
                               f"'/', or None for no HTTP route, got {route!r}")
-        to_override(f"deployment {name}", options)  # raises on a bad option now, in code
+        actors = options.get("deployment_actors")
+        if actors is not None:  # Ray's deployment-scoped actors (ray_actors.py)
+            actor_configs(f"deployment {name}.deployment_actors", actors)
+        # Raises on a bad option now, in code.
+        to_override(f"deployment {name}", {k: v for k, v in options.items()
+                                            if k != "deployment_actors"})
         self.func_or_class = target
         self.name = name
         self._options = options
@@ -181,6 +194,11 @@ def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str,
             _add_by_value(entry, node, visit)
         else:
             _add_json_args(entry, node, visit)
+        actors = entry["options"].pop("deployment_actors", None)
+        if actors:  # each a hidden deployment of one replica (ray_actors.py)
+            entry["actors"] = {config["name"]: visit(_actor_node(name, config))
+                               for config in actor_configs(f"deployment {name}.deployment_actors",
+                                                           actors)}
         return name
 
     ingress = visit(app)
@@ -188,8 +206,19 @@ def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str,
         # (Ray's config objects become dicts; the user was warned at @deployment).
         entry["options"] = normalize_options(f"deployment {entry['name']} options",
                                              entry["options"], quiet_notes)
+        actors = entry.pop("actors", None)
+        if actors:  # the replicas' map of their actors, part of their code
+            runtime = entry["options"]["runtime"] = dict(entry["options"].get("runtime") or {})
+            runtime["env"] = {**(runtime.get("env") or {}), ACTORS_ENV: actor_env(actors)}
         to_json(f"deployment {entry['name']} options", entry["options"])
     return {"ingress": ingress, "deployments": nodes}
+
+
+def _actor_node(parent: str, config: dict[str, Any]) -> Application:
+    """A deployment-scoped actor as a bound deployment of one replica."""
+    hidden = Deployment(actor_target(config), deployment_name(parent, config["name"]),
+                        actor_options(f"deployment {parent}.deployment_actors", config))
+    return hidden.bind(*config["init_args"], **config["init_kwargs"])
 
 
 def _add_json_args(entry: dict[str, Any], node: Application,

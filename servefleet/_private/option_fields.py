@@ -223,6 +223,10 @@ DEPLOYMENT_OPTIONS = Section("deployment_options", "A deployment's options.", (
           ray="runtime_env, num_gpus and num_cpus are used; the rest is not"),
     Field("request_router_config", "section", "", nullable=True, section=ROUTER_CONFIG,
           ray="read as request_router and request_router_kwargs"),
+    Field("deployment_actors", "refused", "give deployment_actors in code "
+          "(@serve.deployment(deployment_actors=[...])), where each actor becomes a hidden "
+          "deployment of one replica; a config file cannot name an actor's class",
+          ray="in code only"),
     Field("placement_group_bundles", "any", "", nullable=True, schema=_BUNDLES,
           unused="servefleet has no placement groups (each replica is a process or "
                  "container; see runtime.placement on Swarm)"),

@@ -129,6 +129,9 @@ def normalize_options(path: str, options: Any, notes: Notes | None = None) -> di
     kept. Giving the same option under its old and new name is an error."""
     notes = default_notes if notes is None else notes
     options = check_mapping(path, options)
+    if "deployment_actors" in options:  # code's are taken out first (api.py, ray_actors.py)
+        check_field(f"{path}.deployment_actors", DEPLOYMENT_OPTIONS["deployment_actors"],
+                    options["deployment_actors"])
     check_keys(path, options, DEPLOYMENT_OPTIONS.keys)
     out: dict[str, Any] = {}
     cpus = 0.0

@@ -25,7 +25,8 @@ from servefleet._private.api import Application, Deployment
 from servefleet._private.batching import batch
 from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
 
-from . import config, exceptions, handle, metrics, schema
+from . import config, context, exceptions, handle, metrics, schema
+from ._actors import get_deployment_actor
 from ._api import (
     delete,
     deployment,
@@ -51,7 +52,8 @@ def ingress(app: Any) -> Any:
 
 __all__ = ["Application", "AutoscalingConfig", "Deployment", "DeploymentHandle",
            "DeploymentResponse", "DeploymentResponseGenerator", "HTTPOptions",
-           "ReplicaContext", "batch", "config", "delete", "deployment", "exceptions",
-           "gRPCOptions", "get_app_handle", "get_deployment_handle",
-           "get_multiplexed_model_id", "get_replica_context", "handle", "ingress", "metrics",
-           "multiplexed", "run", "schema", "shutdown", "start", "status"]
+           "ReplicaContext", "batch", "config", "context", "delete", "deployment",
+           "exceptions", "gRPCOptions", "get_app_handle", "get_deployment_actor",
+           "get_deployment_handle", "get_multiplexed_model_id", "get_replica_context",
+           "handle", "ingress", "metrics", "multiplexed", "run", "schema", "shutdown",
+           "start", "status"]

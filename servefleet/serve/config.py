@@ -25,6 +25,7 @@ from ._options import OptionsModel, number
 __all__ = [
     "AutoscalingConfig",
     "BackpressureConfig",
+    "DeploymentActorConfig",
     "DeploymentMode",
     "HTTPOptions",
     "ProxyLocation",
@@ -242,3 +243,23 @@ class BackpressureConfig(OptionsModel):
         number("BackpressureConfig", "retry_after_s", self.retry_after_s, optional=True)
         if self.retry_after_s is not None and self.retry_after_s == float("inf"):
             raise ValueError("BackpressureConfig.retry_after_s: must be finite")
+
+
+class DeploymentActorConfig(OptionsModel):
+    """One deployment-scoped actor (Ray's fields): `name`, `actor_class` (a
+    class or its import path), its `init_args` and `init_kwargs`, and
+    `actor_options` (max_concurrency; num_cpus, num_gpus, memory, resources,
+    runtime_env as a deployment's ray_actor_options). It runs as a hidden
+    deployment of one replica of the same application
+    (servefleet/_private/ray_actors.py); `serve.get_deployment_actor(name)`
+    in a replica is its handle."""
+
+    FIELDS: ClassVar[dict[str, Any]] = {"name": None, "actor_class": None, "init_args": (),
+                                        "init_kwargs": {}, "actor_options": {}}
+
+    def _validate(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"DeploymentActorConfig.name: expected a name, got {self.name!r}")
+        if self.actor_class is None:
+            raise ValueError("DeploymentActorConfig.actor_class: give the actor's class (or "
+                             "its import path)")
