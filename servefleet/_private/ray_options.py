@@ -340,6 +340,10 @@ def _router_config(path: str, value: Any, notes: Notes) -> dict[str, Any]:
     name = out.get("request_router", "")
     if name.startswith(("ray.serve.", "ray.serve:")):
         out.update(_ray_router(path, name, out.get("request_router_kwargs"), notes))
+    for key in sorted(set(config) - {"request_router_class", "request_router_kwargs"}):
+        if config[key] is not None:  # Ray's backoff and routing-stats settings
+            notes(Note(key, f"{path}.{key}: not used: servefleet's routers take no backoff or "
+                            "routing-stats settings", False))
     return out
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from servefleet._private import api as sf_api
 from servefleet._private import handle as sf_handle
 from servefleet._private import local
+from servefleet._private.ray_run_notes import note_run, note_start
 from servefleet.client import ControllerClient
 
 from ._cluster import (
@@ -127,6 +128,7 @@ def run(target: sf_api.Application, blocking: bool = False, name: str = DEFAULT_
     application already running under `name` is replaced. `blocking` waits
     until Ctrl-C (then raises KeyboardInterrupt, as Ray does)."""
     _check_run_args(target, name, route_prefix, logging_config)
+    note_run(logging_config)
     if os.environ.get("RAY_SERVE_FORCE_LOCAL_TESTING_MODE", "0") not in ("", "0"):
         _local_testing_mode = True
     if _local_testing_mode:
@@ -155,8 +157,9 @@ def start(proxy_location: ProxyLocation | str | None = None,
     """Start the embedded cluster with these HTTP options (host, port; port 0
     picks a free one); the first `run` otherwise starts it with Ray's defaults
     (127.0.0.1:8000). proxy_location, the gRPC and logging options and the
-    other HTTP fields are checked, not applied: the embedded cluster always
-    runs one proxy (servefleet up serves gRPC, from a config file)."""
+    other HTTP fields are checked, not applied (a warning line says so:
+    ray_run_notes.py): the embedded cluster always runs one proxy (servefleet
+    up serves gRPC, from a config file)."""
     unknown = [k for k in kwargs if k not in _OLD_START_KEYWORDS]
     if unknown:
         raise TypeError(f"serve.start() got an unexpected keyword argument {unknown[0]!r}")
@@ -167,6 +170,7 @@ def start(proxy_location: ProxyLocation | str | None = None,
         LoggingConfig.parse_obj(logging_config)
     if proxy_location is not None:
         ProxyLocation(proxy_location)  # a bad name raises ValueError
+    note_start(proxy_location, http.explicit(), grpc_options, logging_config, list(kwargs))
     local.start(http_host=http.host or local.DEFAULT_HTTP_HOST, http_port=http.port)
 
 
