@@ -20,7 +20,7 @@ is read, unknown methods included.
 from __future__ import annotations
 
 from base64 import b64decode
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 import grpc
@@ -99,7 +99,7 @@ class ControlPassCheck(grpc.aio.ServerInterceptor):
         return grpc.stream_stream_rpc_method_handler(refuse)
 
 
-def without_pass(scope: dict[str, Any]) -> dict[str, Any]:
+def without_pass(scope: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """`scope` with the caller's hop pass taken out of its headers: user code
     never sees it (a deployment that answers with its request headers would
     hand a proxy's pass to whoever called the proxy)."""
