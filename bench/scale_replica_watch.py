@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from typing import Any
 
 from servefleet._private.security.tls import PLAIN
 from servefleet._private.watch_client import WatchClient
@@ -30,14 +31,15 @@ class ReplicaWatchers:
         self.clients: dict[str, WatchClient] = {}
         self.synced = asyncio.Event()  # the first sync is done
         self._task: asyncio.Task[None] | None = None
+        self._version = -1
 
     def _mine(self, replica_id: str) -> bool:
         return zlib.crc32(replica_id.encode()) % self._shares == self._share
 
-    async def _replicas(self) -> list[dict]:
+    async def _ask(self, op: str) -> Any:
         reader, writer = await asyncio.open_unix_connection(self._socket, limit=1 << 26)
         try:
-            writer.write(b'{"op": "replicas"}\n')
+            writer.write(json.dumps({"op": op}).encode() + b"\n")
             await writer.drain()
             answer = json.loads(await reader.readline())
         finally:
@@ -47,7 +49,12 @@ class ReplicaWatchers:
         return answer["ok"]
 
     async def _sync(self) -> None:
-        live = {r["replica_id"]: r for r in await self._replicas() if self._mine(r["replica_id"])}
+        version = await self._ask("version")
+        if version == self._version:
+            return  # no replica started or exited: listing them all again is the cost
+        self._version = version
+        live = {r["replica_id"]: r for r in await self._ask("replicas")
+                if self._mine(r["replica_id"])}
         for replica_id in set(self.clients) - set(live):
             await self.clients.pop(replica_id).close()
         for replica_id in set(live) - set(self.clients):

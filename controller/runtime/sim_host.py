@@ -12,7 +12,7 @@ exits), exits, hangs (answers nothing) or fails its health checks.
 
 Two callers use the admin socket (a Unix socket, one JSON object per line,
 answered in order): the controller's sim runtime (runtime/sim.py: start,
-stop, list, inspect) and the benchmark (set, act, replicas, stats). The
+stop, list, inspect) and the benchmark (set, act, replicas, version, stats). The
 host holds the replicas across controller failovers, so a new leader lists
 and adopts them as it adopts processes. Bad requests are answered with
 {"error": "..."} naming the problem.
@@ -108,6 +108,8 @@ class SimHost:
     by_address: dict[str, SimReplica] = field(default_factory=dict)  # by IP
     gone: OrderedDict[str, SimReplica] = field(default_factory=OrderedDict)
     calls: Counter[str] = field(default_factory=Counter)
+    # Bumped when a replica starts or exits: a poller lists again only then.
+    version: int = 0
     _next: int = 1
     _server: LoopbackGrpcServer | None = None
 
@@ -161,6 +163,7 @@ class SimHost:
         if not replica.alive:
             return
         replica.alive, replica.exit_code = False, code
+        self.version += 1
         self.live.pop(replica.replica_id, None)
         self.by_address.pop(replica.address.rpartition(":")[0], None)
         self.gone[replica.replica_id] = replica
@@ -193,6 +196,7 @@ class SimHost:
             self._act(replica, "fail")
         self.live[replica_id] = replica
         self.by_address[ip] = replica
+        self.version += 1
         return replica.seen()
 
     def stop(self, handle: str) -> dict[str, Any]:
@@ -255,6 +259,8 @@ class SimHost:
         if op == "replicas":
             return [{**r.seen(), "ready_at": r.ready_at, "created": r.created}
                     for r in self.live.values()]
+        if op == "version":
+            return self.version
         if op == "stats":
             connections = len(self._server.connections) if self._server else 0
             return {"live": len(self.live), "connections": connections,
