@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from servefleet._private.option_notes import Note
 from servefleet._private.ray_options import normalize_options
 from servefleet._private.ray_run_notes import note_run, note_start
 from servefleet.serve.config import HTTPOptions, ProxyLocation
 
 
-def heard() -> tuple[list[Note], object]:
+def heard() -> tuple[list[Note], Callable[[Note], None]]:
     notes: list[Note] = []
     return notes, notes.append
 

@@ -22,7 +22,7 @@ class StartsATask:
 
 
 class AwaitsInInit:
-    async def __init__(self, value: int) -> None:
+    async def __init__(self, value: int) -> None:  # type: ignore[misc]  # Ray allows it
         await asyncio.sleep(0.01)
         self.value = value
         self.loop = asyncio.get_running_loop()
