@@ -1,0 +1,162 @@
+"""A real Kubernetes on this machine (issue 55, part 1): scripts/k8s builds
+kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+and kubectl from the Kubernetes Go modules (cached by Go's build cache),
+starts the control plane and two nodes on containerd, each node in a
+network namespace of its own; the scheduler places a pause Pod and a Pod of
+the servefleet image on each node, a Pod on one node answers one on the
+other over the Pod network, the API server reads a Pod's log from its
+kubelet; then scripts/k8s stop leaves no process, namespace, cgroup, mount
+or container log link behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_compose import _unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(3600)]
+ROOT = Path(__file__).resolve().parent.parent
+K8S = ROOT / "scripts" / "k8s"
+RUN = ROOT / ".build" / "k8s" / "run"
+KUBECTL = ROOT / ".build" / "k8s" / "bin" / "kubectl"
+IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
+NODES = ("node-a", "node-b")
+SERVE = ("import http.server, importlib.metadata as m; "
+         "print('servefleet', m.version('servefleet'), flush=True); "
+         "http.server.HTTPServer(('', 8080), http.server.SimpleHTTPRequestHandler).serve_forever()")
+
+
+def _kubectl(*args: str, input: str | None = None) -> str:
+    done = subprocess.run([str(KUBECTL), "--kubeconfig", str(RUN / "admin.kubeconfig"), *args],
+                          capture_output=True, text=True, input=input, timeout=120)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def _leftovers() -> list[str]:
+    found = [f"netns {n}" for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                   text=True).stdout.split() if "sfk8s" in n]
+    found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/sfk8s-*")]
+    found += [f"mount {line.split()[4]}" for line in
+              Path("/proc/self/mountinfo").read_text().splitlines() if "/.build/k8s/" in line]
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+            if b"/.build/k8s/" in argv or b"k8scluster/relay.py" in argv:
+                found.append(f"process {proc.name}")
+        except OSError:
+            pass
+    found += [f"CNI result {p}" for p in Path("/var/lib/cni/results").glob("servefleet-k8s-*")]
+    if RUN.exists():
+        found.append(f"directory {RUN}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.skip("scripts/k8s needs root (network namespaces, cgroups, mounts)")
+    built = subprocess.run([str(K8S), "build"], capture_output=True, text=True, timeout=3300)
+    if built.returncode:
+        pytest.skip(f"the Kubernetes commands could not be built: {built.stderr[-2000:]}")
+    with_image = subprocess.run(["docker", "image", "inspect", IMAGE],
+                                capture_output=True).returncode == 0
+    began = time.monotonic()
+    started = subprocess.run([str(K8S), "start", *(["--image", IMAGE] if with_image else [])],
+                             capture_output=True, text=True, timeout=600)
+    print(f"scripts/k8s build: {built.stdout.strip()}; start: {time.monotonic() - began:.0f} s")
+    try:
+        assert started.returncode == 0, started.stderr[-4000:]
+        yield with_image
+    finally:
+        stopped = subprocess.run([str(K8S), "stop"], capture_output=True, text=True, timeout=300)
+        assert stopped.returncode == 0, stopped.stderr[-3000:]
+        assert _leftovers() == []
+
+
+def _pod(name: str, node: str, image: str, args: list[str]) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": image, "args": args,
+                                     "imagePullPolicy": "Never"}]}}
+
+
+def _wait_running(names: list[str], timeout: float = 180) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {p["metadata"]["name"]: p for p in json.loads(_kubectl(
+            "get", "pods", "-o", "json"))["items"]}
+        phases = {n: pods.get(n, {}).get("status", {}) for n in names}
+        if all(s.get("phase") == "Running" and s.get("podIP") for s in phases.values()):
+            return {n: pods[n] for n in names}
+        assert time.monotonic() < deadline, json.dumps(phases, indent=1)[-3000:]
+        time.sleep(1)
+
+
+def test_two_nodes_ready_run_pods_of_both_images_and_stop_clean(cluster) -> None:
+    nodes = json.loads(_kubectl("get", "nodes", "-o", "json"))["items"]
+    ready = {n["metadata"]["name"]: next(c["status"] for c in n["status"]["conditions"]
+                                         if c["type"] == "Ready") for n in nodes}
+    assert ready == {"node-a": "True", "node-b": "True"}
+    pods = [_pod(f"pause-{n}", n, "localhost/servefleet/pause:1", []) for n in NODES]
+    if cluster:
+        pods += [_pod(f"serve-{n}", n, IMAGE, ["python3", "-c", SERVE]) for n in NODES]
+    _kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                   "items": pods}))
+    running = _wait_running([p["metadata"]["name"] for p in pods])
+    for name, pod in running.items():
+        assert name.endswith("-" + pod["spec"]["nodeName"]), (name, pod["spec"]["nodeName"])
+    assert len({pod["status"]["podIP"] for pod in running.values()}) == len(pods)
+    if not cluster:
+        _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
+    # node-a's namespace reaches the Pod on node-b over the Pod network.
+    target = running["serve-node-b"]["status"]["podIP"]
+    fetched = subprocess.run(
+        ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "10",
+         "-o", "/dev/null", "-w", "%{http_code}", f"http://{target}:8080/"],
+        capture_output=True, text=True, timeout=30)
+    assert fetched.stdout == "200", fetched.stderr
+    # The API server reads a log from the kubelet (its serving certificate checked).
+    assert _kubectl("logs", "serve-node-a").startswith("servefleet ")
+
+
+def test_a_replica_pod_from_the_pod_builder_serves_and_its_secret_goes_with_it(cluster) -> None:
+    """controller/runtime/kubernetes_pods.py's Pod and Secret, accepted by the
+    real API server: the replica runs the servefleet image with tests/apps from
+    a hostPath volume, turns Ready by its probe, answers on its Pod IP from the
+    other node, and the garbage collector deletes its Secret with the Pod."""
+    if not cluster:
+        _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
+    from servefleet.controller.runtime.base import ReplicaLaunch
+    from servefleet.controller.runtime.kubernetes_pods import build_pod, settings_secret
+
+    launch = ReplicaLaunch(cluster="k8s-test", application="app", deployment="Hello",
+                           replica_id="r1", version="v1",
+                           settings={"import_path": "echo_app:hello",
+                                     "working_dir": str(ROOT / "tests" / "apps"),
+                                     "graceful_shutdown_timeout_s": 1.0},
+                           working_dir=str(ROOT / "tests" / "apps"))
+    pod = build_pod(launch, image=IMAGE, pull_policy="Never")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-b"}
+    name = pod["metadata"]["name"]
+    created = json.loads(_kubectl("create", "-o", "json", "-f", "-", input=json.dumps(pod)))
+    secret = settings_secret(pod, created["metadata"]["uid"],
+                             {"settings.json": json.dumps(launch.settings).encode()})
+    _kubectl("create", "-f", "-", input=json.dumps(secret))
+    _kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=180s")
+    address = json.loads(_kubectl("get", "pod", name, "-o", "json"))["status"]["podIP"]
+    fetched = subprocess.run(
+        ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "10",
+         f"http://{address}:7401/?name=kubernetes"], capture_output=True, text=True, timeout=30)
+    assert fetched.stdout == "hello kubernetes", fetched.stderr + _kubectl("logs", name)
+    _kubectl("delete", "pod", name, "--wait=true", "--timeout=60s")
+    deadline = time.monotonic() + 60
+    while _kubectl("get", "secrets", "-o", "name").count(f"secret/{name}"):
+        assert time.monotonic() < deadline, "the Secret outlived its Pod"
+        time.sleep(0.5)
