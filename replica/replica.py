@@ -52,6 +52,7 @@ from . import loader
 from .grpc_ingress import GrpcIngress
 from .hop_gate import HopGate
 from .http import Admission, ReplicaApp
+from .loading_signals import stop_signals_exit
 from .loop_watch import LoopWatch
 from .metrics import ReplicaMetrics
 from .user_calls import call_user
@@ -216,13 +217,16 @@ class Replica:
         """The user's object, built on this loop (loader.build_on_loop). A
         plain constructor holds the loop while it runs, as in Ray: nothing is
         served yet, and the control loop answers the controller meanwhile; the
-        loop watch is told, so that the hold is not reported as a handler's."""
-        try:
-            return await loader.build_on_loop(obj, args, kwargs,
-                                              bool(self.settings.user_config_json))
-        finally:
-            if self.loop_watch is not None:
-                self.loop_watch.excuse()
+        loop watch is told, so that the hold is not reported as a handler's.
+        A stop signal meanwhile, which the held loop could not handle, ends
+        the process at once: there is nothing to drain."""
+        with stop_signals_exit():
+            try:
+                return await loader.build_on_loop(obj, args, kwargs,
+                                                  bool(self.settings.user_config_json))
+            finally:
+                if self.loop_watch is not None:
+                    self.loop_watch.excuse()
 
     def _init_args(self) -> tuple[list[Any], dict[str, Any]]:
         """The constructor's arguments; bound deployments among them arrive as handles."""
@@ -367,3 +371,4 @@ class Replica:
                 await ingress.stop_app(self.deployment.instance)
             except Exception:
                 logger.exception("the ingress app's shutdown handlers failed")
+

@@ -104,3 +104,27 @@ async def test_the_controller_is_answered_while_a_slow_constructor_holds_the_loo
     assert took < 1.0, f"answered only after the constructor, in {took:.1f} s"
     # An expected hold: not reported as a handler blocking the loop.
     assert not [r for r in caplog.records if "event loop was blocked" in r.getMessage()]
+
+
+def test_a_replica_stopped_while_its_constructor_runs_exits_at_once(tmp_path) -> None:
+    """The constructor holds the replica's loop, where SIGTERM is handled:
+    nothing is served yet, so the signal ends the process there and then."""
+    import signal
+    import subprocess
+
+    from servefleet._private.testing import ReplicaProcess
+
+    replica = ReplicaProcess(tmp_path, "constructor_loop_app:Slow", working_dir=APPS,
+                             init_args_json="[60]", graceful_shutdown_timeout_s=30)
+    try:
+        replica.wait_phase(PHASE.REPLICA_PHASE_LOADING)
+        time.sleep(0.5)  # in the constructor by now
+        began = time.monotonic()
+        replica.proc.send_signal(signal.SIGTERM)
+        try:
+            code = replica.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("still running 10 s after SIGTERM") from None
+        assert code == 0 and time.monotonic() - began < 5
+    finally:
+        replica.close()
