@@ -73,10 +73,30 @@ def cluster():
     try:
         assert started.returncode == 0, started.stderr[-4000:]
         yield with_image
+        _refusals_and_a_killed_node()
     finally:
         stopped = subprocess.run([str(K8S), "stop"], capture_output=True, text=True, timeout=300)
         assert stopped.returncode == 0, stopped.stderr[-3000:]
         assert _leftovers() == []
+
+
+def _refusals_and_a_killed_node() -> None:
+    """A second start is refused, a node that does not exist is named, and
+    kill-node leaves no process of the node (the other node's run on)."""
+    again = subprocess.run([str(K8S), "start"], capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "a cluster is running already" in again.stderr
+    unknown = subprocess.run([str(K8S), "kill-node", "node-z"], capture_output=True,
+                             text=True, timeout=60)
+    assert "no node 'node-z' in this cluster (nodes: node-a, node-b)" in unknown.stderr
+    killed = subprocess.run([str(K8S), "kill-node", "node-b"], capture_output=True, text=True,
+                            timeout=60)
+    assert killed.returncode == 0, killed.stderr
+    tree = next(p for p in (Path("/sys/fs/cgroup/pids/sfk8s-node-b"),
+                            Path("/sys/fs/cgroup/sfk8s-node-b")) if p.is_dir())
+    assert [f.read_text() for f in tree.rglob("cgroup.procs") if f.read_text().strip()] == []
+    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
+    assert "kubelet-node-b: stopped" in status.stdout
+    assert "kubelet-node-a: running" in status.stdout, status.stdout
 
 
 def _pod(name: str, node: str, image: str, args: list[str]) -> dict:
