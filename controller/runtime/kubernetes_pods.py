@@ -36,7 +36,7 @@ from typing import Any
 
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 
-from .base import ReplicaLaunch
+from .base import ReplicaLaunch, RuntimeReplica
 
 GROUP = "io.servefleet/"
 IDENTITY = ("cluster", "application", "deployment", "replica-id", "version")
@@ -180,3 +180,30 @@ def settings_secret(pod: dict[str, Any], pod_uid: str, files: dict[str, bytes]) 
         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": metadata["name"],
                              "uid": pod_uid, "blockOwnerDeletion": True}]},
         "data": {k: base64.b64encode(v).decode() for k, v in files.items()}}
+
+
+def replica_from_pod(pod: dict[str, Any]) -> RuntimeReplica:
+    """What the runtime reports of a Pod: its identity, its addresses at the
+    Pod IP (none before it has one), alive until its container terminated
+    or the Pod ended (then the exit code, when the container has one)."""
+    metadata, status = pod["metadata"], pod.get("status") or {}
+    who = identity(metadata)
+    address = status.get("podIP", "")
+    argv = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("command") or []
+    parsed = ReplicaCommand.parse(argv)
+    terminated = next((c.get("state", {}).get("terminated") for c in
+                       status.get("containerStatuses") or [] if c.get("name") == "replica"),
+                      None)
+    ended = status.get("phase") in ("Succeeded", "Failed") or terminated is not None
+
+    def at(port: int) -> str:
+        return f"{address}:{port}" if address and port else ""
+
+    return RuntimeReplica(
+        replica_id=who["replica-id"], cluster=who["cluster"], application=who["application"],
+        deployment=who["deployment"], version=who["version"], handle=metadata["name"],
+        control_address=at(CONTROL_PORT), http_address=at(HTTP_PORT),
+        metrics_address=at(METRICS_PORT),
+        grpc_address=at(parsed.grpc_port if parsed else 0),
+        http_tls=bool(parsed and parsed.http_tls), alive=not ended,
+        exit_code=terminated.get("exitCode") if terminated else None)
