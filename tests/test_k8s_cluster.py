@@ -146,37 +146,56 @@ def test_two_nodes_ready_run_pods_of_both_images_and_stop_clean(cluster) -> None
     assert _kubectl("logs", "serve-node-a").startswith("servefleet ")
 
 
-def test_a_replica_pod_from_the_pod_builder_serves_and_its_secret_goes_with_it(cluster) -> None:
-    """controller/runtime/kubernetes_pods.py's Pod and Secret, accepted by the
-    real API server: the replica runs the servefleet image with tests/apps from
-    a hostPath volume, turns Ready by its probe, answers on its Pod IP from the
-    other node, and the garbage collector deletes its Secret with the Pod."""
+async def test_a_replica_pod_made_watched_and_deleted_through_the_runtime_pieces(cluster) -> None:
+    """The Kubernetes runtime's pieces on the real API server: a replica's Pod
+    and Secret from kubernetes_pods, made through kubernetes_api's client;
+    kubernetes_watch's cache sees it Ready with an IP and reports it as a
+    replica whose HTTP address answers (the servefleet image, tests/apps from a
+    hostPath volume) from the other node; deleted, the cache drops it, and
+    the garbage collector deletes the Secret the Pod owned."""
     if not cluster:
         _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
-    from servefleet.controller.runtime.base import ReplicaLaunch
-    from servefleet.controller.runtime.kubernetes_pods import build_pod, settings_secret
+    import asyncio
 
+    from servefleet.controller.runtime.base import ReplicaLaunch
+    from servefleet.controller.runtime.kubernetes_api import KubeApi
+    from servefleet.controller.runtime.kubernetes_pods import build_pod, selector, settings_secret
+    from servefleet.controller.runtime.kubernetes_watch import PodCache
+
+    apps = str(ROOT / "tests" / "apps")
     launch = ReplicaLaunch(cluster="k8s-test", application="app", deployment="Hello",
-                           replica_id="r1", version="v1",
-                           settings={"import_path": "echo_app:hello",
-                                     "working_dir": str(ROOT / "tests" / "apps"),
-                                     "graceful_shutdown_timeout_s": 1.0},
-                           working_dir=str(ROOT / "tests" / "apps"))
-    pod = build_pod(launch, image=IMAGE, pull_policy="Never")
-    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-b"}
-    name = pod["metadata"]["name"]
-    created = json.loads(_kubectl("create", "-o", "json", "-f", "-", input=json.dumps(pod)))
-    secret = settings_secret(pod, created["metadata"]["uid"],
-                             {"settings.json": json.dumps(launch.settings).encode()})
-    _kubectl("create", "-f", "-", input=json.dumps(secret))
-    _kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=180s")
-    address = json.loads(_kubectl("get", "pod", name, "-o", "json"))["status"]["podIP"]
-    fetched = subprocess.run(
-        ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "10",
-         f"http://{address}:7401/?name=kubernetes"], capture_output=True, text=True, timeout=30)
-    assert fetched.stdout == "hello kubernetes", fetched.stderr + _kubectl("logs", name)
-    _kubectl("delete", "pod", name, "--wait=true", "--timeout=60s")
+                           replica_id="r1", version="v1", working_dir=apps,
+                           settings={"import_path": "echo_app:hello", "working_dir": apps,
+                                     "graceful_shutdown_timeout_s": 1.0})
+    api = KubeApi.from_kubeconfig(RUN / "admin.kubeconfig")
+    cache = PodCache(api, selector("k8s-test"))
+    watching = asyncio.create_task(cache.run())
+    try:
+        await asyncio.wait_for(cache.synced(), 30)
+        pod = build_pod(launch, image=IMAGE, pull_policy="Never")
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-b"}
+        name = pod["metadata"]["name"]
+        created = await api.create("pods", pod)
+        await api.create("secrets", settings_secret(pod, created["metadata"]["uid"], {
+            "settings.json": json.dumps(launch.settings).encode()}))
+
+        def ready(pods: dict) -> bool:
+            conditions = pods.get(name, {}).get("status", {}).get("conditions", [])
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        await cache.wait_for(ready, 180)
+        (replica,) = cache.replicas()
+        assert (replica.replica_id, replica.deployment, replica.alive) == ("r1", "Hello", True)
+        fetched = await asyncio.to_thread(
+            subprocess.run, ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "10",
+                             f"http://{replica.http_address}/?name=kubernetes"],
+            capture_output=True, text=True, timeout=30)
+        assert fetched.stdout == "hello kubernetes", fetched.stderr + _kubectl("logs", name)
+        await api.delete("pods", name, grace_s=1)
+        await cache.wait_for(lambda pods: name not in pods, 60)
+    finally:
+        watching.cancel()
     deadline = time.monotonic() + 60
-    while _kubectl("get", "secrets", "-o", "name").count(f"secret/{name}"):
+    while f"secret/{name}" in _kubectl("get", "secrets", "-o", "name").split():
         assert time.monotonic() < deadline, "the Secret outlived its Pod"
-        time.sleep(0.5)
+        await asyncio.sleep(0.5)

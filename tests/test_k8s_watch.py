@@ -137,3 +137,14 @@ def test_a_pod_as_a_replica_before_and_after_it_runs_and_once_it_ended() -> None
     failed = _pod("r1", "4")
     failed["status"] = {"phase": "Failed"}
     assert not replica_from_pod(failed).alive
+
+
+def test_the_api_client_names_a_server_it_cannot_use() -> None:
+    import re
+    import ssl
+
+    from servefleet.controller.runtime.kubernetes_api import KubeApi
+
+    wrong = "http://127.0.0.1:6443"
+    with pytest.raises(ValueError, match=re.escape(f"must be an https:// URL, not {wrong!r}")):
+        KubeApi(wrong, "default", ssl.create_default_context())

@@ -1,0 +1,158 @@
+"""Just enough of the Kubernetes REST API for the Kubernetes runtime: Pods
+and Secrets in one namespace (create, delete, list, watch), over HTTPS with
+the API server's CA, as a client certificate (a kubeconfig's) or a
+ServiceAccount token (in a Pod). HTTP/1.1 on asyncio streams, parsed by
+httptools (a dependency already): a request per connection, a watch a
+connection held open with one JSON event per line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import urllib.parse
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import httptools
+import yaml
+
+from .kubernetes_watch import Gone
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+WATCH_TIMEOUT_S = 300  # the API server ends a watch after this; PodCache reopens it
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class _Response:
+    """httptools' callbacks, gathered: the status, then the body as it comes."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.body = bytearray()
+        self.complete = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_status(self, _: bytes) -> None:
+        self.status = self.parser.get_status_code()
+
+    def on_body(self, data: bytes) -> None:
+        self.body += data
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class KubeApi:
+    def __init__(self, server: str, namespace: str, context: ssl.SSLContext,
+                 token: str = "") -> None:
+        parsed = urllib.parse.urlsplit(server)
+        if parsed.scheme != "https" or not parsed.hostname:
+            raise ValueError(f"the API server must be an https:// URL, not {server!r}")
+        self._host, self._port = parsed.hostname, parsed.port or 443
+        self._namespace = namespace
+        self._context = context
+        self._token = token
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path, namespace: str = "default") -> KubeApi:
+        """From a kubeconfig's current context (file paths for the CA and a
+        client certificate and key, or a token)."""
+        config = yaml.safe_load(Path(path).read_text())
+        current = config.get("current-context")
+        context = next((c["context"] for c in config.get("contexts", [])
+                        if c["name"] == current), None)
+        if context is None:
+            raise ValueError(f"{path}: no context {current!r}")
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+        tls = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
+        if "client-certificate" in user:
+            tls.load_cert_chain(user["client-certificate"], user["client-key"])
+        return cls(cluster["server"], context.get("namespace", namespace), tls,
+                   user.get("token", ""))
+
+    @classmethod
+    def in_cluster(cls, host: str, port: int) -> KubeApi:
+        """In a Pod: its ServiceAccount's token, CA and namespace."""
+        tls = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        return cls(f"https://{host}:{port}", (SERVICE_ACCOUNT / "namespace").read_text().strip(),
+                   tls, (SERVICE_ACCOUNT / "token").read_text().strip())
+
+    def _path(self, kind: str, name: str = "", **query: str) -> str:
+        path = f"/api/v1/namespaces/{self._namespace}/{kind}" + (f"/{name}" if name else "")
+        return path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+
+    async def _open(self, method: str, path: str, body: bytes
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(
+            self._host, self._port, ssl=self._context, server_hostname=self._host)
+        headers = [f"{method} {path} HTTP/1.1", f"Host: {self._host}:{self._port}",
+                   "Accept: application/json", "Connection: close",
+                   f"Content-Length: {len(body)}"]
+        if body:
+            headers.append("Content-Type: application/json")
+        if self._token:
+            headers.append(f"Authorization: Bearer {self._token}")
+        writer.write(("\r\n".join(headers) + "\r\n\r\n").encode() + body)
+        await writer.drain()
+        return reader, writer
+
+    async def _call(self, method: str, path: str, obj: Any = None) -> dict[str, Any]:
+        body = json.dumps(obj).encode() if obj is not None else b""
+        reader, writer = await self._open(method, path, body)
+        response = _Response()
+        try:
+            while not response.complete and (data := await reader.read(65536)):
+                response.parser.feed_data(data)
+        finally:
+            writer.close()
+        decoded = json.loads(response.body or b"{}")
+        if response.status >= 400:
+            raise ApiError(response.status, decoded.get("message", response.body.decode()))
+        return decoded
+
+    async def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", self._path(kind), obj)
+
+    async def delete(self, kind: str, name: str, grace_s: int | None = None) -> None:
+        options = {"gracePeriodSeconds": grace_s} if grace_s is not None else None
+        try:
+            await self._call("DELETE", self._path(kind, name), options)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    async def list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        listed = await self._call("GET", self._path("pods", labelSelector=selector))
+        return listed.get("items", []), listed["metadata"]["resourceVersion"]
+
+    async def watch_pods(self, selector: str, resource_version: str
+                         ) -> AsyncGenerator[dict[str, Any], None]:
+        path = self._path("pods", watch="1", labelSelector=selector,
+                          resourceVersion=resource_version, allowWatchBookmarks="true",
+                          timeoutSeconds=str(WATCH_TIMEOUT_S))
+        reader, writer = await self._open("GET", path, b"")
+        response = _Response()
+        try:
+            while not response.complete and (data := await reader.read(65536)):
+                response.parser.feed_data(data)
+                if response.status == 410:
+                    raise Gone("resourceVersion too old")
+                if response.status >= 400:
+                    continue  # the whole body, for the error below
+                while (end := response.body.find(b"\n")) >= 0:
+                    line = bytes(response.body[:end])
+                    del response.body[:end + 1]
+                    if line.strip():
+                        yield json.loads(line)
+            if response.status >= 400:
+                raise ApiError(response.status, response.body.decode()[-500:])
+        finally:
+            writer.close()
