@@ -49,7 +49,32 @@ def preflight() -> None:
 
 
 def running() -> bool:
-    return bool(netns.existing()) or any(procs.alive(n) for n in _all_names())
+    """A cluster runs: a process of this checkout's, or any process in the
+    cluster's namespaces or node cgroups (another checkout's cluster).
+    Namespaces and cgroups without a process in them are what a run killed
+    without its stop left (a machine's session ended): removed here."""
+    if any(procs.alive(n) for n in _all_names()):
+        return True
+    inodes = set()
+    for ns in netns.existing():
+        try:
+            inodes.add(os.stat(f"/run/netns/{ns}").st_ino)
+        except OSError:
+            pass
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.stat(proc / "ns" / "net").st_ino in inodes:
+                return True
+        except OSError:
+            pass
+    if any(procs.cgroup_pids(each.cgroup) for each in NODES):
+        return True
+    if inodes:
+        _say(f"removing what a cluster killed without a stop left: {netns.existing()}")
+        netns.remove()
+    for each in NODES:
+        procs.remove_cgroup(each.cgroup)
+    return False
 
 
 def _all_names() -> list[str]:

@@ -27,7 +27,9 @@ def _start_time(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    # A zombie is dead (its parent, often init here, may reap it late).
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _load() -> dict[str, list]:
