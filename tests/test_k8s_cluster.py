@@ -137,11 +137,21 @@ def test_two_nodes_ready_run_pods_of_both_images_and_stop_clean(cluster) -> None
         _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
     # node-a's namespace reaches the Pod on node-b over the Pod network.
     target = running["serve-node-b"]["status"]["podIP"]
-    fetched = subprocess.run(
-        ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "10",
-         "-o", "/dev/null", "-w", "%{http_code}", f"http://{target}:8080/"],
-        capture_output=True, text=True, timeout=30)
-    assert fetched.stdout == "200", fetched.stderr
+
+    def fetch() -> str:
+        return subprocess.run(
+            ["ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "3",
+             "-o", "/dev/null", "-w", "%{http_code}", f"http://{target}:8080/"],
+            capture_output=True, text=True, timeout=30).stdout
+
+    assert fetch() == "200"
+    # node-b cut off from the others, then back.
+    subprocess.run([str(K8S), "cut", "node-b"], check=True, timeout=60)
+    try:
+        assert fetch() == "000"
+    finally:
+        subprocess.run([str(K8S), "heal", "node-b"], check=True, timeout=60)
+    assert fetch() == "200"
     # The API server reads a log from the kubelet (its serving certificate checked).
     assert _kubectl("logs", "serve-node-a").startswith("servefleet ")
 

@@ -71,11 +71,11 @@ def cut(ns: str) -> None:
     """Drop every packet of host `ns` on its link to the hub (until heal)."""
     run("ip", "netns", "exec", ns, "nft", "-f", "-", input=(
         f"table inet {PREFIX}_cut {{\n"
-        "  chain in { type filter hook input priority 0; policy accept; "
+        "  chain cut_in { type filter hook input priority 0; policy accept; "
         "iifname \"eth0\" drop; }\n"
-        "  chain out { type filter hook output priority 0; policy accept; "
+        "  chain cut_out { type filter hook output priority 0; policy accept; "
         "oifname \"eth0\" drop; }\n"
-        "  chain fwd { type filter hook forward priority 0; policy accept; "
+        "  chain cut_forward { type filter hook forward priority 0; policy accept; "
         "iifname \"eth0\" drop; oifname \"eth0\" drop; }\n"
         "}\n"))
 
