@@ -112,6 +112,11 @@ BENCHES = [
     # The share of a conversation's turns that find their prefix cached on the
     # replica that serves them, by power of two choices and by prefix affinity.
     Bench("llm_affinity", ["llm_affinity.py"], runs=1),
+    # A transformer on CPU (issue 56): all-MiniLM-L6-v2's /v1/embeddings by hand
+    # (the ceiling), servefleet with and without token-budget batching, and Ray
+    # Serve and BentoML when their venvs exist (bench/embeddings_peers.py --setup).
+    Bench("embeddings", ["embeddings.py", "--duration", "5"], runs=1, needs="wrk",
+          timeout_s=1500.0),
 ]
 
 

@@ -34,7 +34,10 @@ from servefleet._private.batching import batch
 from servefleet._private.embeddings import embedding_metrics as m
 
 DEFAULT_MAX_BATCH_TOKENS = 8192
-DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.002
+# 0: a batch goes as soon as the model is free. One batch runs at a time, and
+# what arrives while it runs gathers into the next: waiting longer when the
+# model is idle would only add latency (a lone request at low load).
+DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.0
 # A batch pads at most this share of its tokens, or PADDING_SLACK tokens
 # (short sentences of any lengths go together: padding them costs little).
 MAX_PADDING_SHARE = 0.25

@@ -40,7 +40,8 @@ class EmbeddingConfig:
       lengths are batched together; 0: no batching (each request's inputs
       run on their own, concurrently with other requests');
     - `batch_wait_timeout_s`: the longest a sequence waits for its batch to
-      fill (default 0.002);
+      fill once the model is free (default 0: it goes at once; what arrives
+      while a batch runs gathers into the next one anyway);
     - `deployment_config`: the options of the model's deployment, as
       `@servefleet.deployment` takes them (num_replicas, autoscaling_config,
       max_ongoing_requests, ...).
