@@ -20,8 +20,8 @@ Read when scraped (from the serving term; a standby reports only `leader`):
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -30,8 +30,15 @@ from prometheus_client.registry import Collector
 from servefleet._private.exposition import LATENCY_BUCKETS
 from servefleet.v1 import status_pb2, watch_pb2
 
-if TYPE_CHECKING:
-    from .term import LeaderTerm
+
+class ServingTerm(Protocol):
+    """What the collector reads of the serving term (term.LeaderTerm, which
+    imports this module through the reconcilers: a protocol, not an import)."""
+
+    def status(self) -> list[status_pb2.ApplicationStatusInfo]: ...
+
+    def watcher_kinds(self) -> Iterable[watch_pb2.WatcherKind]: ...
+
 
 TERMS = Counter("servefleet_controller_terms", "leader terms this controller began")
 RECONCILE = Histogram("servefleet_controller_reconcile_seconds", "one reconciler pass",
@@ -48,7 +55,7 @@ class TermCollector(Collector):
 
     def __init__(self) -> None:
         self.identity = ""
-        self.term: Callable[[], LeaderTerm | None] = lambda: None
+        self.term: Callable[[], ServingTerm | None] = lambda: None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         term = self.term()
@@ -76,8 +83,8 @@ class TermCollector(Collector):
                     current.add_metric([app.name, dep.name], dep.autoscaling.current_replicas)
         yield _family("servefleet_deployments", "deployments by status", "status", deployments)
         yield _family("servefleet_replicas", "replicas by state", "state", replicas)
-        watchers = Tally(watch_pb2.WatcherKind.Name(w.kind).removeprefix("WATCHER_KIND_")
-                         .lower() for w in list(term.publisher.watchers.values()))
+        watchers = Tally(watch_pb2.WatcherKind.Name(kind).removeprefix("WATCHER_KIND_")
+                         .lower() for kind in term.watcher_kinds())
         yield _family("servefleet_watchers", "open Watch streams by kind", "kind", watchers)
         yield target
         yield current

@@ -162,6 +162,10 @@ class LeaderTerm:
     def observed(self) -> ObservedState:
         return self.replicas.observed if self.replicas is not None else ObservedState()
 
+    def watcher_kinds(self) -> list[watch_pb2.WatcherKind]:
+        """The kind of every open Watch stream (metrics.TermCollector)."""
+        return [w.kind for w in list(self.publisher.watchers.values())]
+
     def status(self) -> list[status_pb2.ApplicationStatusInfo]:
         """Every application's status (GetStatus), from the goals, the observed
         replicas, the autoscaler's decisions and the load reports."""

@@ -22,7 +22,7 @@ from servefleet._private import loop_metrics
 from servefleet._private.dataplane.grpc_forward import GrpcChannels
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.metrics import publish_pools
-from servefleet._private.dataplane.routers import RouterLoader, allow_modules
+from servefleet._private.dataplane.router_loader import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
 from servefleet._private.edge_limits import connection_cap
 from servefleet._private.hop_client import HOP_PASS

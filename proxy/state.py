@@ -8,7 +8,7 @@ import logging
 import time
 
 from servefleet._private.dataplane.replica_sets import ReplicaSets
-from servefleet._private.dataplane.routers import RouterLoader, allow_modules
+from servefleet._private.dataplane.router_loader import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
 from servefleet._private.wire import ROUTES_KEY
 from servefleet.v1 import watch_pb2

@@ -27,15 +27,34 @@ import contextlib
 import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
 from servefleet._private.grpc_servicers import Rpc
 from servefleet._private.wire import ADMITTED_METADATA_KEY, STREAM_END_GRACE_S
 
-if TYPE_CHECKING:
-    from .grpc_ingress import GrpcContext, GrpcIngress, _Target
+
+class StreamIngress(Protocol):
+    """What a streaming call needs of the ingress (grpc_ingress.GrpcIngress,
+    which imports this module: a protocol, not an import of it). `admit`
+    gives the user's method (`.fn`, `.is_async`), its grpc_context, the
+    call's span and (for a request stream, none) its parsed request."""
+
+    async def admit(self, rpc: Rpc, context: grpc.aio.ServicerContext,
+                    raw: bytes | None = None) -> tuple[Any, Any, Any, Any]: ...
+
+    async def parse_or_abort(self, rpc: Rpc, raw: bytes,
+                             context: grpc.aio.ServicerContext) -> Any: ...
+
+    async def call_user(self, target: Any, request: Any, user: Any,
+                        on_cancel: Callable[[], None] | None = None) -> Any: ...
+
+    def items(self, rpc: Rpc, result: Any) -> AsyncIterator[Any]: ...
+
+    def accounted(self, rpc: Rpc, context: grpc.aio.ServicerContext, user: Any,
+                  served: Any) -> contextlib.AbstractAsyncContextManager[None]: ...
+
 
 _END = object()
 _ADMITTED = ((ADMITTED_METADATA_KEY, "1"),)
@@ -82,7 +101,7 @@ class BlockingRequests(Iterator[Any]):
                 self._pending.cancel()
 
 
-async def _until_cancelled(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterator[bytes],
+async def _until_cancelled(ingress: StreamIngress, rpc: Rpc, requests: AsyncIterator[bytes],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
     """The request messages, parsed (one that is none ends the call
     INVALID_ARGUMENT); their end is the client's (half-close) only: a
@@ -95,7 +114,7 @@ async def _until_cancelled(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterat
         raise asyncio.CancelledError
 
 
-def request_stream_handler(ingress: GrpcIngress, rpc: Rpc) -> grpc.RpcMethodHandler:
+def request_stream_handler(ingress: StreamIngress, rpc: Rpc) -> grpc.RpcMethodHandler:
     """The grpc.aio handler of a client-streaming or bidirectional RPC."""
     # Messages come as bytes, parsed only once the call is admitted (_until_cancelled).
     kwargs: dict[str, Any] = {"response_serializer": rpc.response_serializer}
@@ -121,9 +140,9 @@ def request_stream_handler(ingress: GrpcIngress, rpc: Rpc) -> grpc.RpcMethodHand
 
 
 @contextlib.asynccontextmanager
-async def _serving(ingress: GrpcIngress, rpc: Rpc, requests: AsyncIterator[Any],
+async def _serving(ingress: StreamIngress, rpc: Rpc, requests: AsyncIterator[Any],
                    context: grpc.aio.ServicerContext
-                   ) -> AsyncIterator[tuple[_Target, GrpcContext | None, Any,
+                   ) -> AsyncIterator[tuple[Any, Any, Any,
                                             Callable[[], None] | None]]:
     """Admit the call, say so, and account for it; yields the user method,
     its grpc_context, the requests in the form it takes, and what lets a

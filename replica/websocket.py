@@ -18,7 +18,7 @@ a message it sends after that raises as it would for a client that left
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
@@ -32,9 +32,39 @@ from .answers import refusal_status
 from .user_calls import traced
 
 if TYPE_CHECKING:
-    from .http import ReplicaApp
+    from .loader import UserDeployment
+    from .metrics import ReplicaMetrics
 
 logger = logging.getLogger(__name__)
+
+
+class _Admission(Protocol):
+    ongoing: int
+
+    def refusal(self, websocket: bool = False) -> str | None: ...
+
+
+class SocketHost(Protocol):
+    """What a WebSocket needs of the replica's app (http.ReplicaApp, which
+    imports this module: a protocol, not an import of it)."""
+
+    @property
+    def admission(self) -> _Admission: ...
+
+    @property
+    def metrics(self) -> ReplicaMetrics: ...
+
+    @property
+    def replica_id(self) -> str: ...
+
+    @property
+    def deployment(self) -> UserDeployment | None: ...
+
+    @property
+    def span_attributes(self) -> dict[str, str]: ...
+
+    @property
+    def websockets(self) -> OpenSockets: ...
 
 
 class OpenSocket:
@@ -86,7 +116,7 @@ class OpenSockets:
             await socket.go_away()
 
 
-async def serve_websocket(app: ReplicaApp, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve_websocket(app: SocketHost, scope: Scope, receive: Receive, send: Send) -> None:
     """One WebSocket, start to end; `scope` with the route prefix as root_path."""
     reason = app.admission.refusal(websocket=True)
     if reason is not None:

@@ -19,20 +19,17 @@ controller that answers but has no leader yet is still waited for.
 from __future__ import annotations
 
 import builtins
-import os
 import random
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from servefleet._private.config_file import load_config
 from servefleet._private.security.tls import Credentials, TlsFiles
-
-if TYPE_CHECKING:  # imported on first use (module __getattr__ below): they import this
-    from servefleet._private.config_file import load_config
-    from servefleet._private.watch_client import WatchClient
-from servefleet._private.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, LEADER_METADATA_KEY
+from servefleet._private.watch_client import WatchClient
+from servefleet._private.wire import LEADER_METADATA_KEY, resolve_addresses
 from servefleet.v1 import application_pb2, controller_pb2_grpc, deployment_pb2, records_pb2
 from servefleet.v1 import controller_pb2 as api
 
@@ -42,21 +39,6 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 __all__ = ["ControllerClient", "ControllerError", "ControllerUnreachable", "Credentials",
            "NoControllerRunning", "TlsFiles", "WatchClient", "load_config",
            "resolve_addresses"]
-
-
-def __getattr__(name: str) -> Any:
-    """`WatchClient` (a Watch stream that follows the leader) and `load_config`
-    (a config file as a DeployApplications request), public here; imported on
-    first use, as they import this module."""
-    if name == "WatchClient":
-        from servefleet._private.watch_client import WatchClient
-
-        return WatchClient
-    if name == "load_config":
-        from servefleet._private.config_file import load_config
-
-        return load_config
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ControllerError(Exception):
@@ -74,21 +56,6 @@ class ControllerUnreachable(ControllerError):
 
 class NoControllerRunning(ControllerUnreachable):
     """Every address refused connections for `refused_after` seconds."""
-
-
-def resolve_addresses(addresses: str | Sequence[str] | None = None) -> list[str]:
-    """Addresses from the argument, else $SERVEFLEET_CONTROLLER, else the default.
-
-    A string may hold several addresses separated by commas.
-    """
-    if addresses is None:
-        addresses = os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
-    if isinstance(addresses, str):
-        addresses = addresses.split(",")
-    found = [a.strip() for a in addresses if a.strip()]
-    if not found:
-        raise ValueError("no controller address given")
-    return found
 
 
 def _not_delivered(details: str) -> bool:

@@ -83,8 +83,8 @@ def test_answers_and_chunks_have_openais_shape() -> None:
 
 
 def test_failed_calls_map_to_openais_statuses() -> None:
+    from servefleet._private.handle_errors import HandleError
     from servefleet._private.llm.openai_ingress import api_error
-    from servefleet._private.responses import HandleError
     from servefleet.serve.exceptions import BackPressureError
 
     full = api_error(BackPressureError(num_queued_requests=8, max_queued_requests=8))

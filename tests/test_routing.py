@@ -13,12 +13,8 @@ import servefleet
 from servefleet import serve
 from servefleet._private.config_file import load_config
 from servefleet._private.dataplane.balancer import ReplicaPool
-from servefleet._private.dataplane.routers import (
-    RouterLoader,
-    allow_all,
-    allow_modules,
-    place_model,
-)
+from servefleet._private.dataplane.router_loader import RouterLoader, allow_all, allow_modules
+from servefleet._private.dataplane.routers import place_model
 from servefleet._private.option_checks import OptionError
 from servefleet._private.options import to_override
 from servefleet.routing import (

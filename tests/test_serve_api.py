@@ -12,7 +12,7 @@ import pytest
 
 from servefleet import serve
 from servefleet._private.api import graph_of
-from servefleet._private.responses import HandleError
+from servefleet._private.handle_errors import HandleError
 from servefleet.serve import config, exceptions, schema
 from servefleet.serve._status import to_serve_status
 from servefleet.v1 import controller_pb2, status_pb2

@@ -44,14 +44,14 @@ from servefleet._private.handle_loop import use_loop
 from servefleet._private.handle_router import close_routers, router
 from servefleet._private.ray_handle_options import note_handle_options
 from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
-from servefleet.client import resolve_addresses
+from servefleet._private.wire import resolve_addresses
 
 __all__ = ["DeploymentHandle", "close_routers", "decode", "get_deployment_handle", "use_loop"]
 
 
 def _own_controllers(controllers: str | Sequence[str] | None) -> list[str]:
     """The given controllers; else, in a replica, its own; else
-    $SERVEFLEET_CONTROLLER or the default (client.resolve_addresses)."""
+    $SERVEFLEET_CONTROLLER or the default (wire.resolve_addresses)."""
     if controllers is None:
         here = replica_context.current()
         if here is not None and here.controllers:

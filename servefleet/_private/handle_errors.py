@@ -1,14 +1,19 @@
-"""Why a handle call was not served, under the names Ray Serve gives it.
+"""Why a handle call failed, under servefleet's name (`HandleError`) and the
+names Ray Serve gives it.
 
 A Ray program catches these by name (`except BackPressureError`); they are
-also `HandleError`s (responses.py) with `status` 503, so code written for
-servefleet catches them the same way. The handle raises them by what went
+also `HandleError`s with `status` 503, so code written for servefleet
+catches them the same way. The handle raises them by what went
 wrong (handle_router.py): BackPressureError when the callers' queue for the
 deployment is full, DeploymentUnavailableError when no replica can take the
-call. Public as `servefleet.serve.exceptions` (with `RayServeException`)
-and `servefleet.DeploymentUnavailableError`; kept here, beside HandleError
-and away from the rest of servefleet.serve, so that a replica or a plain
-`import servefleet` does not load Ray's API to know them.
+call; RequestCancelledError when the call was cancelled. Public as
+`servefleet.serve.exceptions` (which re-exports them, with `RayServeException`
+and `from_handle_error`), `servefleet.HandleError` and
+`servefleet.DeploymentUnavailableError`. They live here, below both the
+handles (responses.py raises them) and the Ray-compatibility layer, so
+that internal code never imports `servefleet.serve` and a replica or a
+plain `import servefleet` does not load Ray's API to know them. Imports
+nothing of servefleet.
 
 Raised by a deployment's code and not caught, both are answered as Ray
 answers them (`unserved`): HTTP 503 with the message, gRPC UNAVAILABLE. The
@@ -18,7 +23,17 @@ user code": the code did nothing wrong, the call it made could not be served.
 
 from __future__ import annotations
 
-from .responses import HandleError
+import asyncio
+
+
+class HandleError(Exception):
+    """A handle call failed: no replica could take it (overloaded, unknown,
+    failed mid-call), the method does not exist, or what the target raised
+    cannot be unpickled here (then the message carries its type and text)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RayServeException(Exception):
@@ -69,3 +84,32 @@ def unserved(error: BaseException) -> bool:
     """Whether `error` says a handle call could not be served: one of the
     above, or a plain HandleError with their status (503)."""
     return isinstance(error, HandleError) and error.status == 503
+
+
+class RequestCancelledError(RayServeException, asyncio.CancelledError):
+    """The request was cancelled (`response.cancel()`, or its caller left).
+    A CancelledError too, so asyncio code that lets cancellation through
+    keeps doing so."""
+
+    def __init__(self, request_id: str | None = None) -> None:
+        super().__init__(request_id)
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        if self.request_id:
+            return f"request {self.request_id} was cancelled"
+        return "request was cancelled"
+
+
+def from_handle_error(error: HandleError) -> HandleError:
+    """The Ray-named error for a plain HandleError (the error itself when
+    no Ray name fits: the target raised, or the replica failed)."""
+    if type(error) is not HandleError or error.status != 503:
+        return error
+    text = str(error)
+    if "overloaded" in text:
+        out: HandleError = BackPressureError(text)
+    else:
+        out = DeploymentUnavailableError(text)
+    out.__cause__ = error.__cause__
+    return out

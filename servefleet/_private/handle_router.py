@@ -54,10 +54,14 @@ from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.replica_sets import ReplicaSets
 from servefleet._private.dataplane.routers import RequestInfo
 from servefleet._private.dataplane.upstream import Response, UpstreamError, UpstreamPool
-from servefleet._private.handle_errors import BackPressureError, DeploymentUnavailableError
+from servefleet._private.handle_errors import (
+    BackPressureError,
+    DeploymentUnavailableError,
+    HandleError,
+)
 from servefleet._private.hop_client import HOP_PASS
 from servefleet._private.logs import REQUEST_ID, new_request_id
-from servefleet._private.responses import _END, HandleError
+from servefleet._private.responses import _END
 from servefleet._private.security.hop_tls import client_context
 from servefleet._private.security.tls import Credentials
 from servefleet._private.watch_client import WatchClient

@@ -13,7 +13,7 @@
 
 Both raise what the target raised (its type, with the replica's traceback
 as the cause: handle_router.remote_error), or a HandleError when the call
-could not be routed.
+could not be routed (handle_errors.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 from typing import Any
+
+from .handle_errors import RequestCancelledError
 
 # How long `.result()` waits by default: no limit, as Ray's (a request
 # timeout, if the deployment's caller set one, still ends the call).
@@ -32,16 +34,6 @@ STREAM_BUFFER = 16
 _END = object()
 # No timeout given to result().
 _UNSET: Any = object()
-
-
-class HandleError(Exception):
-    """A handle call failed: no replica could take it (overloaded, unknown,
-    failed mid-call), the method does not exist, or what the target raised
-    cannot be unpickled here (then the message carries its type and text)."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class DeploymentResponse:
@@ -83,8 +75,6 @@ class DeploymentResponse:
             raise TimeoutError(f"no answer within {wait:g} s (result(timeout_s=...) waits "
                                "longer; None waits for ever)") from None
         except concurrent.futures.CancelledError:
-            from servefleet.serve.exceptions import RequestCancelledError
-
             raise RequestCancelledError() from None
 
     def cancelled(self) -> bool:

@@ -21,8 +21,7 @@ import grpc
 from prometheus_client import Counter
 
 from servefleet._private.security.tls import Credentials
-from servefleet._private.wire import LEADER_METADATA_KEY
-from servefleet.client import resolve_addresses
+from servefleet._private.wire import LEADER_METADATA_KEY, resolve_addresses
 from servefleet.v1 import controller_pb2_grpc, watch_pb2
 
 logger = logging.getLogger(__name__)

@@ -12,6 +12,8 @@ carry them (`.decode()` gives the str form).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
 # -- HTTP headers on the data hop (proxy or handle -> replica) ---------------------
@@ -93,6 +95,23 @@ ENV_CONTROLLER = "SERVEFLEET_CONTROLLER"
 # Where a controller listens, and clients look, when nothing else is said.
 DEFAULT_CONTROLLER_PORT = 7373
 DEFAULT_CONTROLLER = f"127.0.0.1:{DEFAULT_CONTROLLER_PORT}"
+
+
+def resolve_addresses(addresses: str | Sequence[str] | None = None) -> list[str]:
+    """Addresses from the argument, else $SERVEFLEET_CONTROLLER, else the default.
+
+    A string may hold several addresses separated by commas.
+    """
+    if addresses is None:
+        addresses = os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
+    if isinstance(addresses, str):
+        addresses = addresses.split(",")
+    found = [a.strip() for a in addresses if a.strip()]
+    if not found:
+        raise ValueError("no controller address given")
+    return found
+
+
 # Where a proxy listens, and `servefleet up` tells users to send requests, by default.
 DEFAULT_HTTP = "127.0.0.1:8000"
 

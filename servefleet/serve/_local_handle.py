@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from servefleet._private.handle import DeploymentHandle
 from servefleet._private.ray_handle_options import note_handle_options
@@ -34,8 +34,18 @@ from servefleet._private.responses import DeploymentResponse, DeploymentResponse
 
 from .exceptions import RayServeException, RequestCancelledError
 
-if TYPE_CHECKING:
-    from ._local_runtime import LocalReplica
+
+class LocalReplica(Protocol):
+    """What a handle calls: _local_runtime.LocalReplica, which makes this
+    module's responses (a protocol, not an import of it)."""
+
+    def call(self, method: str, args: tuple, kwargs: dict, model_id: str,
+             stream: bool) -> concurrent.futures.Future: ...
+
+    def next_item(self, opened: concurrent.futures.Future) -> concurrent.futures.Future: ...
+
+    def close_stream(self, opened: concurrent.futures.Future) -> None: ...
+
 
 # What next_item gives at the end of a stream (StopAsyncIteration cannot
 # travel through a future).

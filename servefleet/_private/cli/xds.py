@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from servefleet._private.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER
-from servefleet.client import resolve_addresses
+from servefleet._private.wire import DEFAULT_CONTROLLER, ENV_CONTROLLER, resolve_addresses
 
 from . import helptext
 from .errors import UsageError

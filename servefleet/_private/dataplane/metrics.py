@@ -23,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .replica_sets import ReplicaSets
+    from .balancer import ReplicaPool
 
 RETRIES = Counter("servefleet_retries", "requests sent again to another replica",
                   ["application", "deployment", "reason"])
@@ -50,13 +50,21 @@ def retry_reason(refused: bool, message: str) -> str:
     return message if message in REJECTION_REASONS else "rejected"
 
 
+class Pools(Protocol):
+    """What the gauges read of a process's pools (replica_sets.ReplicaSets,
+    which counts its retries here: a protocol, not an import)."""
+
+    @property
+    def pools(self) -> Mapping[tuple[str, str], ReplicaPool]: ...
+
+
 class _Pools(Collector):
     """Queued and in-flight requests of every live ReplicaSets in the process."""
 
     def __init__(self) -> None:
-        self._sets: weakref.WeakSet[ReplicaSets] = weakref.WeakSet()
+        self._sets: weakref.WeakSet[Pools] = weakref.WeakSet()
 
-    def add(self, sets: ReplicaSets) -> None:
+    def add(self, sets: Pools) -> None:
         self._sets.add(sets)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

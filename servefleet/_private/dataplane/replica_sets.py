@@ -18,7 +18,7 @@ from .backpressure import Backpressure
 from .balancer import ReplicaPool
 from .grpc_forward import GrpcChannels
 from .metrics import EJECTIONS, POOLS
-from .routers import RouterLoader
+from .router_loader import RouterLoader
 from .upstream import UpstreamPool
 
 logger = logging.getLogger(__name__)

@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from servefleet._private.disconnect import CancelOnDisconnect
 from servefleet._private.embeddings.routes import EmbeddingRoutes
+from servefleet._private.handle_errors import HandleError
 from servefleet._private.llm.openai_protocol import (
     APIError,
     GenerationRequest,
@@ -51,7 +52,6 @@ from servefleet._private.llm.openai_protocol import (
     completion_request,
 )
 from servefleet._private.llm.openai_responses import DONE, Choice, Reply, event
-from servefleet._private.responses import HandleError
 
 logger = logging.getLogger(__name__)
 
