@@ -1,10 +1,12 @@
 """The layout rules the README promises: no import cycle between servefleet's
-modules, no hand-written module over 400 lines, and public modules apart
-from internal ones (servefleet._private)."""
+modules, no hand-written module over 400 lines, public modules apart from
+internal ones (servefleet._private), and internal code never built on the
+Ray-compatibility layer (servefleet.serve)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +99,33 @@ def test_the_cycle_finder_finds_one() -> None:
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
+# Internal code: what users never import. The compatibility layer: Ray Serve's
+# names (servefleet.serve), built on the internals, never under them.
+INTERNAL = ("servefleet._private", "servefleet.controller", "servefleet.proxy",
+            "servefleet.replica")
+COMPAT = "servefleet.serve"
+
+
+def test_internal_code_never_imports_the_compatibility_layer() -> None:
+    """What both need (the handle errors Ray names) lives in the internals,
+    and servefleet.serve re-exports it: an internal module that imported
+    servefleet.serve would load Ray's API into every replica and proxy, and
+    tie the internals to a layer that exists to match someone else's names.
+    Module names in strings (importlib, subprocess -m) count too."""
+    found = modules()
+    graph = import_graph()
+    offenders = sorted(f"{name} -> {dep}" for name, deps in graph.items()
+                       if name.startswith(INTERNAL) for dep in deps
+                       if dep == COMPAT or dep.startswith(COMPAT + "."))
+    named = re.compile(rf"^{re.escape(COMPAT)}(\.|:|$)")
+    for name, path in found.items():
+        if name.startswith(INTERNAL):
+            offenders += [f"{name}: {node.value!r}" for node in ast.walk(ast.parse(
+                path.read_text())) if isinstance(node, ast.Constant)
+                and isinstance(node.value, str) and named.match(node.value)]
+    assert not offenders, offenders
+
+
 def test_imports_inside_functions_and_for_type_checkers_count(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\n"
@@ -175,7 +204,6 @@ PUBLIC = ["servefleet", "servefleet.serve", "servefleet.serve.handle", "servefle
 
 def test_public_modules_say_what_they_promise_and_users_never_import_internals() -> None:
     import importlib
-    import re
 
     for name in PUBLIC:
         module = importlib.import_module(name)

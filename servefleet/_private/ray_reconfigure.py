@@ -1,8 +1,8 @@
 """How a deployment's `reconfigure` is called, Ray Serve's way: with the
 user_config alone, or `reconfigure(user_config, rank)` when it has a
 parameter named `rank` (Ray's replica ranks: the rank is a
-`servefleet.serve.schema.ReplicaRank`). Used by replicas (replica/replica.py)
-and by local testing mode alike.
+`servefleet.serve.schema.ReplicaRank`, defined in replica_context.py). Used
+by replicas (replica/replica.py) and by local testing mode alike.
 
 When Ray calls it: at start once the constructor returned, and on each
 user_config change, if a user_config is set; and when the replica's rank
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import inspect
 from typing import Any
+
+from servefleet._private.replica_context import ReplicaRank
 
 
 def takes_rank(reconfigure: Any) -> bool:
@@ -31,6 +33,4 @@ def reconfigure_arguments(reconfigure: Any, user_config: Any,
     rank, as outside a cluster)."""
     if not takes_rank(reconfigure):
         return (user_config,), {}
-    from servefleet.serve.schema import ReplicaRank
-
     return (user_config,), {"rank": ReplicaRank(rank) if rank is not None else None}

@@ -6,13 +6,31 @@ at start (replica/replica.py), read by user code's helpers.
 controllers, and `servefleet.serve.get_replica_context()` answers from it.
 Its `placement` (rank and world size) changes while the replica runs: the
 controller assigns ranks (controller/reconcile/ranks.py) and sends changes
-with Reconfigure.
+with Reconfigure. `ReplicaRank` is how Ray names a rank to user code
+(`servefleet.serve.schema` re-exports it; it lives here so that replicas and
+ray_reconfigure.py need not import the Ray-compatibility layer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ReplicaRank:
+    """A replica's rank in its deployment (Ray's ReplicaRank): `rank` is
+    0..n-1 among the deployment's replicas. servefleet has no notion of
+    nodes shared by replicas: every replica counts as on one node, so
+    `node_rank` is 0 and `local_rank` equals `rank`."""
+
+    rank: int
+    node_rank: int = 0
+    local_rank: int = -1
+
+    def __post_init__(self) -> None:
+        if self.local_rank == -1:
+            object.__setattr__(self, "local_rank", self.rank)
 
 
 @dataclass

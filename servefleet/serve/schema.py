@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from servefleet._private.replica_context import ReplicaRank
+
 from ._config_schema import DeploymentSchema, ServeApplicationSchema, ServeDeploySchema
 from ._options import OptionsModel
 
@@ -21,22 +23,6 @@ __all__ = ["ApplicationStatus", "ApplicationStatusOverview", "DeploymentSchema",
            "DeploymentStatus", "DeploymentStatusOverview", "DeploymentStatusTrigger",
            "EncodingType", "LoggingConfig", "ProxyStatus", "ReplicaRank", "ReplicaState",
            "ServeApplicationSchema", "ServeDeploySchema", "ServeStatus"]
-
-
-@dataclass(frozen=True)
-class ReplicaRank:
-    """A replica's rank in its deployment (Ray's ReplicaRank): `rank` is
-    0..n-1 among the deployment's replicas. servefleet has no notion of
-    nodes shared by replicas: every replica counts as on one node, so
-    `node_rank` is 0 and `local_rank` equals `rank`."""
-
-    rank: int
-    node_rank: int = 0
-    local_rank: int = -1
-
-    def __post_init__(self) -> None:
-        if self.local_rank == -1:
-            object.__setattr__(self, "local_rank", self.rank)
 
 
 class ApplicationStatus(StrEnum):
