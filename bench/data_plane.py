@@ -88,9 +88,9 @@ from haproxy_changes import (
 from tls_hop import HOP_PASS, TLS_HOP, hop_pass_proxy, tls_hop_proxy
 from wrk_run import scraped, wrk
 
-from servefleet._private.otlp_sink import OtlpSink
 from servefleet._private.security.certs import init_certs
 from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet._private.tracing.otlp_sink import OtlpSink
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 

@@ -6,7 +6,7 @@ The proxy bounds each request it forwards and lifts the bound when the
 answer begins (proxy/app.py). This runs that pattern alone, 16 tasks at a
 time as wrk's 16 connections would, with no bound (the floor), with
 `asyncio.timeout` (a timer handle per request) and with
-servefleet/_private/deadlines.py (one timer for all), alternating, and
+servefleet/_private/edge/deadlines.py (one timer for all), alternating, and
 prints the time per request of each, and the bound's cost above the floor.
 """
 
@@ -17,7 +17,7 @@ import asyncio
 import statistics
 import time
 
-from servefleet._private.deadlines import Deadlines
+from servefleet._private.edge.deadlines import Deadlines
 
 CONCURRENT = 16
 

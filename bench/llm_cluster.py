@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
 

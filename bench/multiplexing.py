@@ -4,7 +4,7 @@ holding 2 each, with model-aware routing vs without.
     .venv/bin/python bench/multiplexing.py [--requests 1000] [--runs 5]
 
 The routing and the LRU are servefleet's own code (servefleet/_private/dataplane/
-balancer.py, servefleet/_private/multiplex.py), run in this one process: replicas
+balancer.py, servefleet/_private/batching/multiplex.py), run in this one process: replicas
 are LRUs of models behind a ReplicaPool, 8 requests in flight at a time,
 each model id drawn uniformly, and every answer tells the router what its
 replica holds (as `x-servefleet-models` does). No HTTP: the figure is about
@@ -21,8 +21,8 @@ import statistics
 
 from figures import Figure, emit
 
+from servefleet._private.batching.multiplex import _ModelCache
 from servefleet._private.dataplane.balancer import ReplicaPool
-from servefleet._private.multiplex import _ModelCache
 
 
 async def simulate(requests: int, model_aware: bool, seed: int, models: int = 8,

@@ -27,7 +27,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from servefleet._private.exposition import LATENCY_BUCKETS
+from servefleet._private.observability.exposition import LATENCY_BUCKETS
 from servefleet.v1 import status_pb2, watch_pb2
 
 

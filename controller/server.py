@@ -31,7 +31,6 @@ from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from servefleet._private import loop_metrics
 from servefleet._private.grpc_guard import Guard, Refused
 from servefleet._private.lifecycle import (
     can_bind,
@@ -40,7 +39,8 @@ from servefleet._private.lifecycle import (
     on_stop_signals,
     start_http_server,
 )
-from servefleet._private.logs import LEADER_TERM
+from servefleet._private.observability import loop_metrics
+from servefleet._private.observability.logs import LEADER_TERM
 from servefleet._private.security.certs import role_server_name
 from servefleet._private.security.tls import Credentials, add_port
 from servefleet.v1 import controller_pb2, controller_pb2_grpc

@@ -9,8 +9,8 @@ import logging
 from starlette.types import Scope, Send
 
 from servefleet._private.dataplane.upstream import Response, UpstreamError
-from servefleet._private.deadlines import Bound
-from servefleet._private.http_protocol import RAW_KEY, RawResponse
+from servefleet._private.edge.deadlines import Bound
+from servefleet._private.edge.http_protocol import RAW_KEY, RawResponse
 from servefleet._private.wire import MODELS_HEADER, REQUEST_ID_HEADER
 
 logger = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from functools import partial
 
 from starlette.types import Message, Receive, Scope, Send
 
-from servefleet._private import envelope, tracing
+from servefleet._private import envelope
 from servefleet._private.dataplane.balancer import (
     Overloaded,
     QueueFull,
@@ -52,13 +52,14 @@ from servefleet._private.dataplane.balancer import (
 from servefleet._private.dataplane.body import BodyTooLarge, ClientGone, StreamedBody, read_body
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, NoReplicaTook, forward
 from servefleet._private.dataplane.upstream import NotDelivered, UpstreamError, UpstreamPool
-from servefleet._private.deadlines import Deadlines
-from servefleet._private.disconnect import CancelOnDisconnect
-from servefleet._private.exposition import send_metrics
-from servefleet._private.logs import REQUEST_ID
+from servefleet._private.edge.deadlines import Deadlines
+from servefleet._private.edge.disconnect import CancelOnDisconnect
+from servefleet._private.edge.ws import deny
+from servefleet._private.observability.exposition import send_metrics
+from servefleet._private.observability.logs import REQUEST_ID
 from servefleet._private.security.tokens import TokenTable
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import MODEL_ID_HEADER, REQUEST_ID_HEADER
-from servefleet._private.ws import deny
 
 from .access import ADMIN_PATHS, AdminAccess, bearer_name
 from .answers import Started, refuse_token, reply, stream_back
@@ -278,7 +279,7 @@ class ProxyApp:
         # bound the whole exchange; without either, the wait for the answer's start.
         timeout = self._timeout or self._routes().request_timeout_s or None
         # In this task. The default bound, on nearly every request and lifted as
-        # the answer begins, is on the proxy's one timer (_private/deadlines.py:
+        # the answer begins, is on the proxy's one timer (_private/edge/deadlines.py:
         # at most 50 ms late); a limit set by the user is exact.
         if timeout is None:
             started.until_start = self._deadlines.bound(self.answer_start_s)

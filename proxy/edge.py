@@ -1,4 +1,4 @@
-"""The proxy's HTTP edge: the edge protocol (servefleet/_private/edge_protocol.py)
+"""The proxy's HTTP edge: the edge protocol (servefleet/_private/edge/protocol.py)
 with the proxy's limits, each named in refusals by the `servefleet proxy` flag
 that sets it (proxy/limits.py). Bodies are the app's: it streams them to
 replicas and answers 413 itself (app.py, dataplane/body.py).
@@ -6,7 +6,7 @@ replicas and answers 413 itself (app.py, dataplane/body.py).
 
 from __future__ import annotations
 
-from servefleet._private import edge_protocol
+from servefleet._private.edge import protocol as edge_protocol
 
 from .limits import EdgeLimits, flag_of
 

@@ -36,7 +36,7 @@ from urllib.parse import unquote
 import grpc
 
 from servefleet._private.dataplane.grpc_forward import GRPC_MAX_ANSWER_BYTES
-from servefleet._private.edge_limits import EdgeLimits, grpc_server_options
+from servefleet._private.edge.limits import EdgeLimits, grpc_server_options
 from servefleet._private.security.tokens import TokenTable
 
 from .access import AdminAccess

@@ -47,7 +47,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from servefleet._private import tracing
 from servefleet._private.dataplane.balancer import (
     Overloaded,
     QueueFull,
@@ -62,11 +61,12 @@ from servefleet._private.dataplane.grpc_forward import (
     forward_grpc,
 )
 from servefleet._private.dataplane.grpc_requests import forward_grpc_requests
-from servefleet._private.deadlines import Deadlines
-from servefleet._private.edge_limits import EdgeLimits
+from servefleet._private.edge.deadlines import Deadlines
+from servefleet._private.edge.limits import EdgeLimits
 from servefleet._private.grpc_guard import Guard
-from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.observability.logs import REQUEST_ID, new_request_id
 from servefleet._private.security.tokens import TokenTable
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import (
     APPLICATION_METADATA_KEY,
     CALLER_HEADER,
@@ -283,7 +283,7 @@ class GrpcProxy:
         try:
             # Without a deadline or request timeout, the wait for the answer's
             # start is bounded (routes.DEFAULT_ANSWER_START_S); a stream that began
-            # is not. That bound is on one timer (_private/deadlines.py: at most
+            # is not. That bound is on one timer (_private/edge/deadlines.py: at most
             # 50 ms late); a deadline, met a little early on purpose, is exact.
             default = self._deadlines.bound(self.answer_start_s) if timeout is None else None
             async with default or asyncio.timeout(timeout):

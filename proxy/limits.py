@@ -1,4 +1,4 @@
-"""The `servefleet proxy` flags of EdgeLimits (servefleet/_private/edge_limits.py),
+"""The `servefleet proxy` flags of EdgeLimits (servefleet/_private/edge/limits.py),
 one per field (`max_url_bytes` is `--max-url-bytes`; `add_edge_flags`,
 `edge_limits`), checked in one place (`EdgeLimits.problem`). edge.py
 enforces them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from servefleet._private.edge_limits import EdgeLimits
+from servefleet._private.edge.limits import EdgeLimits
 
 
 def flag_of(field: str) -> str:

@@ -18,20 +18,20 @@ import socket
 import uuid
 from dataclasses import dataclass, field, replace
 
-from servefleet._private import loop_metrics
 from servefleet._private.dataplane.grpc_forward import GrpcChannels
 from servefleet._private.dataplane.load_report import LoadReporter
 from servefleet._private.dataplane.metrics import publish_pools
 from servefleet._private.dataplane.router_loader import RouterLoader, allow_modules
 from servefleet._private.dataplane.upstream import UpstreamPool
-from servefleet._private.edge_limits import connection_cap
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.edge.limits import connection_cap
 from servefleet._private.lifecycle import (
     notify_ready,
     on_stop_signals,
     raise_open_file_limit,
     start_http_server,
 )
+from servefleet._private.observability import loop_metrics
+from servefleet._private.security.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import client_context
 from servefleet._private.security.tls import Credentials
 from servefleet._private.security.tokens import TokenFile

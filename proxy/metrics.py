@@ -34,12 +34,12 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from servefleet._private import tracing
 from servefleet._private.dataplane.recent_errors import RecentErrors
 from servefleet._private.dataplane.traffic import TrafficWindow
-from servefleet._private.exposition import LATENCY_BUCKETS
-from servefleet._private.logs import REQUEST_ID
-from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
+from servefleet._private.observability.exposition import LATENCY_BUCKETS
+from servefleet._private.observability.logs import REQUEST_ID
+from servefleet._private.observability.unlocked_metrics import UnlockedCounter, UnlockedHistogram
+from servefleet._private.tracing import spans as tracing
 
 _REQUESTS = ("servefleet_proxy_requests", "requests answered by the proxy")
 _DURATION = ("servefleet_proxy_request_duration_seconds", "from routing to the end of the answer")

@@ -15,7 +15,7 @@ import enum
 import random
 from dataclasses import dataclass
 
-from servefleet._private.edge_limits import DEFAULT_MAX_BODY_BYTES
+from servefleet._private.edge.limits import DEFAULT_MAX_BODY_BYTES
 from servefleet.v1 import watch_pb2
 
 

@@ -50,10 +50,10 @@ from servefleet._private.dataplane.balancer import (
 )
 from servefleet._private.dataplane.forward import MAX_ATTEMPTS, set_aside
 from servefleet._private.dataplane.upstream import NotDelivered
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.edge.ws import GOING_AWAY, NOT_SENDABLE, deny
+from servefleet._private.security.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.wire import REJECTED_HEADER
-from servefleet._private.ws import GOING_AWAY, NOT_SENDABLE, deny
 
 from .routes import DEFAULT_ANSWER_START_S
 

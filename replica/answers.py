@@ -24,9 +24,9 @@ from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-import servefleet._private.values as values
-from servefleet._private.http_protocol import RAW_KEY, RawResponse
-from servefleet._private.multiplex import loaded_model_ids
+import servefleet._private.handles.values as values
+from servefleet._private.batching.multiplex import loaded_model_ids
+from servefleet._private.edge.http_protocol import RAW_KEY, RawResponse
 from servefleet._private.wire import REFUSAL_STATUS_HEADER, REQUEST_ID_HEADER
 
 from .jsonable import jsonable
@@ -97,7 +97,7 @@ def _takes_request(fn: Any) -> bool:
 
 
 class FrameAnswer:
-    """A handle call's answer: a frame (servefleet/_private/values.py) whose segments
+    """A handle call's answer: a frame (servefleet/_private/handles/values.py) whose segments
     go out one by one, so an array's memory is written as it is."""
 
     def __init__(self, parts: list[values.Buffer], status_code: int = 200) -> None:

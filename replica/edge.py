@@ -2,7 +2,7 @@
 handle calls), metrics, the user's gRPC services and the control port.
 
 A replica's ports are reachable by address, past any proxy, so each refuses
-what the proxy's edge refuses (servefleet/_private/edge_limits.py): heads
+what the proxy's edge refuses (servefleet/_private/edge/limits.py): heads
 past the URL (414) and header (431) limits or slower than the head timeout
 (408), connections past a cap (503), bodies past the cluster's limit (413);
 gRPC ports the same in gRPC's terms (`grpc_server_options`). Where the
@@ -41,13 +41,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from servefleet._private.edge_limits import (
+from servefleet._private.edge.limits import (
     DEFAULT_MAX_BODY_BYTES,
     EdgeLimits,
     connection_cap,
     grpc_server_options,
 )
-from servefleet._private.edge_protocol import HeadClock, Headers
+from servefleet._private.edge.protocol import HeadClock, Headers
 from servefleet._private.wire import METHOD_HEADER, REJECTED_HEADER, ROUTES_KEY
 from servefleet.v1 import watch_pb2
 

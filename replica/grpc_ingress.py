@@ -1,7 +1,7 @@
 """The replica's gRPC face: the user's own services, served from the deployment's methods.
 
 The deployment's settings name generated `add_XServicer_to_server`
-functions (servefleet/_private/grpc_servicers.py learns their RPCs). Each RPC
+functions (servefleet/_private/applications/grpc_servicers.py learns their RPCs). Each RPC
 `/package.Service/Method` calls the deployment's method `Method` with the
 request message: it returns the response message (unary) or yields messages
 (server streaming); `async def` runs on the loop, plain methods in the
@@ -38,11 +38,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from servefleet._private import tracing
-from servefleet._private.grpc_servicers import Rpc, rpcs_of
+from servefleet._private.applications.grpc_servicers import Rpc, rpcs_of
 from servefleet._private.handle_errors import unserved
-from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.observability.logs import REQUEST_ID, new_request_id
 from servefleet._private.security.hop import HOP_HEADER
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import REJECTED_METADATA_KEY, REQUEST_ID_METADATA_KEY
 
 from .grpc_streams import request_stream_handler

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from servefleet._private.grpc_servicers import Rpc
+from servefleet._private.applications.grpc_servicers import Rpc
 from servefleet._private.wire import ADMITTED_METADATA_KEY, STREAM_END_GRACE_S
 
 

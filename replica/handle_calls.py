@@ -8,7 +8,7 @@ import inspect
 import reprlib
 from typing import Any
 
-from servefleet._private.ingress import is_ingress
+from servefleet._private.applications.ingress import is_ingress
 
 from .loader import UserDeployment
 

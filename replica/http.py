@@ -22,8 +22,8 @@ current while user code runs, and with tracing on the replica's handling
 and the user code are spans (tracing.py, user_calls.py).
 
 A request with the header `x-servefleet-method` is a handle call
-(servefleet/_private/handle_router.py), not an HTTP request for the user's code: its
-body is the pickled (args, kwargs) of the named method (servefleet/_private/values.py),
+(servefleet/_private/handles/handle_router.py), not an HTTP request for the user's code: its
+body is the pickled (args, kwargs) of the named method (servefleet/_private/handles/values.py),
 and the answer is the result's frame, an error frame (500) with what the
 method raised and its traceback, or `{"error": ...}` (4xx/5xx) when the call
 never reached it. It passes the same admission. Proxies strip the header
@@ -54,12 +54,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-import servefleet._private.values as values
-from servefleet._private import tracing
-from servefleet._private.disconnect import CancelOnDisconnect
+import servefleet._private.handles.values as values
+from servefleet._private.batching.multiplex import MODEL_ID, loaded_model_ids
+from servefleet._private.edge.disconnect import CancelOnDisconnect
 from servefleet._private.handle_errors import unserved
-from servefleet._private.logs import REQUEST_ID
-from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
+from servefleet._private.observability.logs import REQUEST_ID
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import (
     MODELS_HEADER,
     REJECTED_HEADER,

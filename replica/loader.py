@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from servefleet._private.by_value import loads_init, loads_target
-from servefleet._private.user_code import import_user_object
+from servefleet._private.applications.by_value import loads_init, loads_target
+from servefleet._private.applications.user_code import import_user_object
 
 
 class LoadError(Exception):
@@ -74,9 +74,10 @@ def import_attr(import_path: str, working_dir: str = "") -> Any:
 
 
 def unpickle_target(data: bytes, working_dir: str = "") -> Any:
-    """The class or function a local run sent by value (servefleet/_private/by_value.py),
-    with `working_dir` (the script's directory) first on sys.path so that the
-    modules it imports from there are found; LoadError when it cannot be loaded."""
+    """The class or function a local run sent by value
+    (servefleet/_private/applications/by_value.py), with `working_dir` (the
+    script's directory) first on sys.path so that the modules it imports from
+    there are found; LoadError when it cannot be loaded."""
     if working_dir and working_dir not in sys.path:
         sys.path.insert(0, working_dir)
     try:
@@ -134,7 +135,7 @@ async def build_on_loop(obj: Any, args: list, kwargs: dict,
 
 
 def _unwrapped(obj: Any) -> Any:
-    from servefleet._private.api import Deployment
+    from servefleet._private.applications.api import Deployment
 
     if isinstance(obj, Deployment):  # an @deployment-decorated class or function
         return obj.func_or_class

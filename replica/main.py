@@ -33,12 +33,14 @@ from typing import Any
 import grpc
 
 from servefleet import metrics
-from servefleet._private import handle, lifecycle, logs, loop_metrics, tracing_setup
-from servefleet._private.exposition import metrics_app
+from servefleet._private import lifecycle
 from servefleet._private.grpc_guard import Guard, Refused
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.handles import handle
 from servefleet._private.lifecycle import on_stop_signals, start_http_server
+from servefleet._private.observability import logs, loop_metrics
+from servefleet._private.observability.exposition import metrics_app
 from servefleet._private.replica_command import add_arguments
+from servefleet._private.security.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import server_context
 from servefleet._private.security.revocation_checks import RevokedCertInterceptor
 from servefleet._private.security.roles import REPLICA_CONTROL
@@ -49,6 +51,7 @@ from servefleet._private.security.tls import (
     peer_role,
     set_process_credentials,
 )
+from servefleet._private.tracing import sdk as tracing_setup
 from servefleet._private.watch_client import WatchClient
 from servefleet._private.wire import (
     EXIT_BAD_SETTINGS,

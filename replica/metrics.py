@@ -23,8 +23,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from servefleet._private.exposition import LATENCY_BUCKETS
-from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
+from servefleet._private.observability.exposition import LATENCY_BUCKETS
+from servefleet._private.observability.unlocked_metrics import UnlockedCounter, UnlockedHistogram
 
 LABELS = ("application", "deployment", "replica")
 # Changed on every request, only from the event loop (HTTP, gRPC and

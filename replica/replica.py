@@ -38,9 +38,11 @@ from base64 import b64decode
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet._private import handle, ingress, replica_context
-from servefleet._private.api import HANDLE_MARKER
-from servefleet._private.batching import batch_sizes
+from servefleet._private import replica_context
+from servefleet._private.applications import ingress
+from servefleet._private.applications.api import HANDLE_MARKER
+from servefleet._private.batching.batch import batch_sizes
+from servefleet._private.handles import handle
 from servefleet._private.ray_reconfigure import reconfigure_arguments, takes_rank
 from servefleet._private.replica_context import ReplicaIdentity
 from servefleet._private.security.revocation import RevokedSerials

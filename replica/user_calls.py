@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from servefleet._private import tracing
+from servefleet._private.tracing import spans as tracing
 
 QUEUED_SPAN_S = 0.001
 T = TypeVar("T")

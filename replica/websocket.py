@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
-from servefleet._private import envelope, tracing
-from servefleet._private.logs import REQUEST_ID
+from servefleet._private import envelope
+from servefleet._private.edge.ws import GOING_AWAY, deny
+from servefleet._private.observability.logs import REQUEST_ID
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import REJECTED_HEADER, REQUEST_ID_HEADER
-from servefleet._private.ws import GOING_AWAY, deny
 
 from .answers import refusal_status
 from .user_calls import traced

@@ -25,8 +25,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servefleet._private.otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for  # noqa: E402
+from servefleet._private.tracing.otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 from servefleet.client import ControllerClient  # noqa: E402
 from servefleet.v1 import application_pb2 as apb  # noqa: E402
 from servefleet.v1 import deployment_pb2 as dpb  # noqa: E402

@@ -19,13 +19,13 @@ libraries to import.
 
 __version__ = "0.1.0"
 
-from servefleet._private.api import Application, Deployment, deployment
-from servefleet._private.batching import batch
-from servefleet._private.handle import DeploymentHandle, get_deployment_handle
+from servefleet._private.applications.api import Application, Deployment, deployment
+from servefleet._private.batching.batch import batch
+from servefleet._private.batching.multiplex import get_multiplexed_model_id, multiplexed
 from servefleet._private.handle_errors import DeploymentUnavailableError, HandleError
-from servefleet._private.local import local_url, run, shutdown
-from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
-from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
+from servefleet._private.handles.handle import DeploymentHandle, get_deployment_handle
+from servefleet._private.handles.responses import DeploymentResponse, DeploymentResponseGenerator
+from servefleet._private.local.embedded import local_url, run, shutdown
 
 __all__ = ["Application", "Deployment", "DeploymentHandle", "DeploymentResponse",
            "DeploymentResponseGenerator", "DeploymentUnavailableError", "HandleError", "batch",

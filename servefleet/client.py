@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 from servefleet._private.security.tls import Credentials, TlsFiles
 from servefleet._private.watch_client import WatchClient
 from servefleet._private.wire import LEADER_METADATA_KEY, resolve_addresses

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import strategies as st
 from test_fuzz import exchange
 
-from servefleet._private import values
+from servefleet._private.handles import values
 
 GRPC_PATHS = ["/classifier.v1.Classifier/Predict", "/classifier.v1.Classifier/PredictStream",
               "/streams.v1.Streams/Upload", "/streams.v1.Streams/Echo",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from servefleet import deployment
-from servefleet._private.api import HANDLE_MARKER, graph_of
-from servefleet._private.build import build
-from servefleet._private.options import OptionError
+from servefleet._private.applications.api import HANDLE_MARKER, graph_of
+from servefleet._private.applications.build import build
+from servefleet._private.configuration.options import OptionError
 from servefleet.controller.errors import InvalidArgument
 from servefleet.controller.goals.app_specs import deployment_specs, normalize_application
 from servefleet.v1 import application_pb2 as apb

@@ -128,8 +128,8 @@ def test_a_newer_deploy_cancels_a_build_still_running(client) -> None:
 
 
 def _build_processes(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "servefleet._private.build"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["pgrep", "-af", "servefleet._private.applications.build"],
+                         capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line]
 
 

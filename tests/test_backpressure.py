@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from servefleet._private.configuration.option_checks import OptionError
+from servefleet._private.configuration.options import to_override
 from servefleet._private.dataplane.backpressure import Backpressure
-from servefleet._private.option_checks import OptionError
-from servefleet._private.options import to_override
 from servefleet.controller.errors import InvalidArgument
 from servefleet.controller.goals.spec import normalize_spec
 from servefleet.serve.config import BackpressureConfig

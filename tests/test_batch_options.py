@@ -1,4 +1,4 @@
-"""@batch's other options (servefleet/_private/batching.py, batch_queue.py): batch_size_fn,
+"""@batch's other options (servefleet/_private/batching/batch.py, batch_queue.py): batch_size_fn,
 max_concurrent_batches, keyword arguments, model ids; pure asyncio."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI
 
 from servefleet import batch
-from servefleet._private.batching import batch_sizes
-from servefleet._private.ingress import ingress
-from servefleet._private.multiplex import MODEL_ID, get_multiplexed_model_id
+from servefleet._private.applications.ingress import ingress
+from servefleet._private.batching.batch import batch_sizes
+from servefleet._private.batching.multiplex import MODEL_ID, get_multiplexed_model_id
 
 
 def total_length(items: list[str]) -> int:

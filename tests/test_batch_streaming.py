@@ -1,5 +1,5 @@
 """Streaming batch methods: an `async def` generator under @batch
-(servefleet/_private/batching.py); pure asyncio, then HTTP streams through a real proxy."""
+(servefleet/_private/batching/batch.py); pure asyncio, then HTTP streams through a real proxy."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servefleet import batch
-from servefleet._private.batching import batch_sizes
+from servefleet._private.batching.batch import batch_sizes
 
 
 class Model:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

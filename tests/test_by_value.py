@@ -1,5 +1,5 @@
-"""Code and init args by value (servefleet/_private/by_value.py) and the specs of a
-local run (servefleet/_private/local_specs.py): pure logic, no processes.
+"""Code and init args by value (servefleet/_private/applications/by_value.py) and the specs of a
+local run (servefleet/_private/local/specs.py): pure logic, no processes.
 
 What a run of a script does end to end is tests/test_local_script.py's."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servefleet._private import by_value
-from servefleet._private.api import deployment, graph_of
-from servefleet._private.local_specs import application_specs, route_of, working_dir
-from servefleet._private.options import OptionError
+from servefleet._private.applications import by_value
+from servefleet._private.applications.api import deployment, graph_of
+from servefleet._private.configuration.options import OptionError
+from servefleet._private.local.specs import application_specs, route_of, working_dir
 from servefleet.controller.api.redact import redacted_deployment
 from servefleet.controller.errors import InvalidArgument, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy

@@ -102,7 +102,7 @@ def test_a_handle_from_outside_and_its_errors(served) -> None:
             await adder.add.remote("not a number")
         assert "in add" in str(raised.value.__cause__)
         with pytest.raises(HandleError, match="unknown to the controller"):
-            from servefleet._private import handle_router
+            from servefleet._private.handles import handle_router
             handle_router.DISCOVERY_TIMEOUT_S = 1.0
             await get_deployment_handle("Nope", "calc", controllers).remote()
         return results

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from servefleet._private.config_file import (
+from servefleet._private.configuration.config_file import (
     ConfigError,
     dump_config,
     grpc_listen_of,

@@ -17,12 +17,12 @@ import jsonschema
 import pytest
 import yaml
 
-from servefleet._private.config_fields import TOP
-from servefleet._private.config_file import dump_config, load_config, parse_config
-from servefleet._private.config_schema import SCHEMA_PATH, config_schema, schema_text
-from servefleet._private.field_table import Field, Section
-from servefleet._private.option_checks import OptionError
-from servefleet._private.option_fields import AUTOSCALING, DEPLOYMENT_OPTIONS
+from servefleet._private.configuration.config_fields import TOP
+from servefleet._private.configuration.config_file import dump_config, load_config, parse_config
+from servefleet._private.configuration.config_schema import SCHEMA_PATH, config_schema, schema_text
+from servefleet._private.configuration.field_table import Field, Section
+from servefleet._private.configuration.option_checks import OptionError
+from servefleet._private.configuration.option_fields import AUTOSCALING, DEPLOYMENT_OPTIONS
 from servefleet.v1 import controller_pb2 as api
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Deadlines: asyncio.timeout's behaviour on one timer (servefleet/_private/deadlines.py)."""
+"""Deadlines: asyncio.timeout's behaviour on one timer (servefleet/_private/edge/deadlines.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from servefleet._private.deadlines import Deadlines
+from servefleet._private.edge.deadlines import Deadlines
 
 TICK = 0.02
 

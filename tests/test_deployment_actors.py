@@ -8,9 +8,9 @@ import json
 import pytest
 
 from servefleet import serve
-from servefleet._private.api import graph_of
-from servefleet._private.option_checks import OptionError
-from servefleet._private.options import to_override
+from servefleet._private.applications.api import graph_of
+from servefleet._private.configuration.option_checks import OptionError
+from servefleet._private.configuration.options import to_override
 from servefleet._private.ray_actors import ACTORS_ENV, deployment_name
 from servefleet.serve.config import DeploymentActorConfig
 from servefleet.serve.exceptions import RayServeException

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan

@@ -1,4 +1,4 @@
-"""servefleet/_private/disconnect.py: the current task is cancelled when the client
+"""servefleet/_private/edge/disconnect.py: the current task is cancelled when the client
 leaves, through the protocol's hook or, on other servers, a watcher task."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from servefleet._private.disconnect import SCOPE_KEY, CancelOnDisconnect, ConnectionHook
+from servefleet._private.edge.disconnect import SCOPE_KEY, CancelOnDisconnect, ConnectionHook
 
 
 async def _work_until_cancelled(gone_box: list[CancelOnDisconnect], scope, receive) -> str:

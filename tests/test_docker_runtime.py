@@ -253,7 +253,7 @@ def test_containers_no_goal_wants_are_removed(containers, fleet, docker_client,
 def test_a_container_replica_traces_as_its_controller_does(containers, sqlite_fleet,
                                                            monkeypatch, tmp_path) -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from servefleet._private.otlp_sink import OtlpSink
+    from servefleet._private.tracing.otlp_sink import OtlpSink
 
     sink = OtlpSink().start()
     # The controller's tracing settings reach its containers (runtime/docker.py).

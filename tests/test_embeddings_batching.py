@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
+from servefleet._private.configuration.options import OptionError
 from servefleet._private.embeddings.batched import MAX_PADDING_SHARE
 from servefleet._private.embeddings.config import embedding_config
 from servefleet._private.embeddings.server import EmbeddingServer
-from servefleet._private.options import OptionError
 
 WORDS = ("river bank money loan stream water fish boat market price the a of and to "
          "quickly slowly green house garden mountain").split()

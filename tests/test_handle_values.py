@@ -50,7 +50,7 @@ def cluster(sqlite_fleet, tmp_path):
                        for i in infos)
         wait_for(running, 90, "the applications RUNNING")
         yield client, controllers
-        servefleet._private.handle.close_routers(controllers)
+        servefleet._private.handles.handle.close_routers(controllers)
         client.shutdown()
 
 
@@ -147,7 +147,7 @@ def test_handles_after_shutdown_and_a_new_run_reach_the_new_cluster() -> None:
     """Routers were cached by loop and application name only: after
     shutdown() and run() in one process, the same application's handle went
     to the old controllers' router ("unknown to the controller")."""
-    from servefleet._private import handle_router
+    from servefleet._private.handles import handle_router
 
     handle_router.DISCOVERY_TIMEOUT_S, before = 10.0, handle_router.DISCOVERY_TIMEOUT_S
     try:
@@ -159,7 +159,7 @@ def test_handles_after_shutdown_and_a_new_run_reach_the_new_cluster() -> None:
         assert second.controllers != old
         assert second.total.remote(np.arange(4)).result(timeout_s=30) == 6.0
         # The old cluster's router is closed when asked, the new one stays.
-        servefleet._private.handle.close_routers(old)
+        servefleet._private.handles.handle.close_routers(old)
         keys = [key for routers in handle_router._routers.values() for key in routers]
         assert ("vals", tuple(old)) not in keys and ("vals", tuple(second.controllers)) in keys
     finally:

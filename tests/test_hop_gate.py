@@ -15,7 +15,7 @@ import grpc
 import httpx
 import pytest
 
-from servefleet._private import values
+from servefleet._private.handles import values
 from servefleet._private.security import tokens
 from servefleet._private.security.tls import Credentials
 from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for

@@ -1,11 +1,11 @@
-"""servefleet/_private/http_protocol.py: writes in one loop pass leave as one send,
+"""servefleet/_private/edge/http_protocol.py: writes in one loop pass leave as one send,
 in order, and closing sends what is buffered first."""
 
 from __future__ import annotations
 
 import asyncio
 
-from servefleet._private.http_protocol import CoalescingTransport
+from servefleet._private.edge.http_protocol import CoalescingTransport
 
 
 class RecordingTransport:

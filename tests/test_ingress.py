@@ -1,5 +1,5 @@
 """`ingress(app)` in one process, through the ASGI interface a replica uses
-(servefleet/_private/ingress.py); tests/test_ingress_served.py serves the same apps
+(servefleet/_private/applications/ingress.py); tests/test_ingress_served.py serves the same apps
 through real processes."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 
 from servefleet import deployment
-from servefleet._private.asgi_lifespan import LifespanError
-from servefleet._private.ingress import ingress, is_ingress, start_app, stop_app
+from servefleet._private.applications.asgi_lifespan import LifespanError
+from servefleet._private.applications.ingress import ingress, is_ingress, start_app, stop_app
 
 APPS = str(Path(__file__).parent / "apps")
 
@@ -255,7 +255,7 @@ SCRIPT = textwrap.dedent('''
     from fastapi import FastAPI
     from pydantic import BaseModel
     from servefleet import deployment
-    from servefleet._private.ingress import ingress
+    from servefleet._private.applications.ingress import ingress
 
     app = FastAPI()
     COUNTER = {"calls": 0}

@@ -126,6 +126,70 @@ def test_internal_code_never_imports_the_compatibility_layer() -> None:
     assert not offenders, offenders
 
 
+PRIVATE = "servefleet._private"
+# Names a room's "May import:" line may use besides other rooms.
+SERVICES = {"controller", "proxy", "replica"}
+
+
+def rooms() -> dict[str, Path]:
+    """_private's subpackages ("rooms"), by short name."""
+    return {name.rpartition(".")[2]: path for name, path in modules().items()
+            if name.rpartition(".")[0] == PRIVATE and path.name == "__init__.py"}
+
+
+def room_of(module: str, names: set[str]) -> str | None:
+    """The room a module belongs to: a _private subpackage, one of the
+    services, "public" (servefleet's user-facing modules); None for what any
+    room may import (_private's own top-level modules, the generated API)."""
+    parts = module.split(".")
+    if module.startswith(PRIVATE + "."):
+        return parts[2] if parts[2] in names else None
+    if module.startswith("servefleet.v1") or module == PRIVATE:
+        return None
+    if len(parts) > 1 and parts[1] in SERVICES:
+        return parts[1]
+    return "public"
+
+
+def allowed(docstring: str) -> set[str]:
+    """The rooms a room's docstring lets it import: its "May import:" line
+    (to the next full stop), names separated by commas and "and"."""
+    match = re.search(r"^May import:(.*?)\.(\s|$)", docstring, re.M | re.S)
+    assert match, "no 'May import:' line"
+    text = re.sub(r"\(.*?\)", "", match.group(1), flags=re.S)
+    names = {n.strip() for n in re.split(r",|\band\b", text.replace("\n", " "))}
+    return names - {"", "nothing"}
+
+
+def test_every_room_says_what_it_owns_and_may_import() -> None:
+    """Every subpackage of servefleet._private opens with a docstring saying
+    what it owns and, on a "May import:" line, which other rooms (or the
+    services, or `public` servefleet modules) its modules may import; the
+    import graph (function-level and type-only imports included) keeps to it."""
+    found = rooms()
+    assert {"configuration", "handles", "tracing", "local", "batching"} <= set(found)
+    graph = import_graph()
+    broken = []
+    for room, init in found.items():
+        docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(docstring.split()) > 12, f"{room}/__init__.py says too little of what it owns"
+        rule = allowed(docstring)
+        unknown = rule - set(found) - SERVICES - {"public"}
+        assert not unknown, f"{room}/__init__.py names no such room: {unknown}"
+        for module, deps in graph.items():
+            if not module.startswith(f"{PRIVATE}.{room}.") and module != f"{PRIVATE}.{room}":
+                continue
+            broken += [f"{module} -> {dep}" for dep in sorted(deps)
+                       if room_of(dep, set(found)) not in (None, room, *rule)]
+    assert not broken, broken
+
+
+def test_the_may_import_line_is_read() -> None:
+    text = "Owns things.\n\nMay import: dataplane, security (TLS,\nand more) and\ntracing.\nMore."
+    assert allowed(text) == {"dataplane", "security", "tracing"}
+    assert allowed("May import: nothing (only _private's top-level modules).") == set()
+
+
 def test_imports_inside_functions_and_for_type_checkers_count(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\n"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from servefleet import get_deployment_handle
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 from servefleet._private.security import tokens
 from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient

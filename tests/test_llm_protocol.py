@@ -102,7 +102,7 @@ def test_the_examples_build_the_model_kjv_trigram() -> None:
     import runpy
     from pathlib import Path
 
-    from servefleet._private.config_file import load_config
+    from servefleet._private.configuration.config_file import load_config
     from servefleet.llm import build_openai_app
 
     examples = Path(__file__).resolve().parent.parent / "examples" / "llm"

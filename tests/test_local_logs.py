@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servefleet._private.local_logs import ReplicaEcho, enabled
+from servefleet._private.local.logs import ReplicaEcho, enabled
 from servefleet._private.testing import wait_for
 
 

@@ -35,7 +35,7 @@ def _alive(pid: int) -> bool:
 def test_run_calls_and_shutdown_leave_nothing_behind() -> None:
     handle = servefleet.run(local_app.app, name="calc", route_prefix="/calc", http_port=0)
     try:
-        local = servefleet._private.local._cluster
+        local = servefleet._private.local.embedded._cluster
         assert local is not None
         pids = [local.cluster.controller.pid, local.cluster.proxy.pid]
         runtime = local.cluster.runtime_dir
@@ -75,12 +75,12 @@ def test_only_this_process_may_call_its_embedded_controller() -> None:
     handle = servefleet.run(graph_app.hello, name="hi", route_prefix="/hi", http_port=0)
     try:
         assert asyncio.run(_call_plain(handle)) == "hello"  # the process's own calls work
-        address = servefleet._private.local.controller_address()
+        address = servefleet._private.local.embedded.controller_address()
         with ControllerClient(address, timeout=5, credentials=Credentials()) as stranger:
             with pytest.raises(ControllerError) as refused:
                 stranger.deploy(deployment_pb2.DeploymentSpec(name="X", import_path="m:X"))
             assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
-        local = servefleet._private.local._cluster
+        local = servefleet._private.local.embedded._cluster
         assert local is not None and os.stat(local.dir).st_mode & 0o077 == 0
     finally:
         servefleet.shutdown()

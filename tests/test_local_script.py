@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-import servefleet._private.local
-from servefleet._private.local_logs import ENV as LOG_TO_DRIVER
+import servefleet._private.local.embedded
+from servefleet._private.local.logs import ENV as LOG_TO_DRIVER
 from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import deployment_pb2 as dpb
@@ -133,13 +133,13 @@ assert httpx.get(url, timeout=10).text == "second+inner"
 servefleet.run(First.bind(), name="app")  # back: Second and Inner go
 assert httpx.get(url, timeout=10).text == "first"
 from servefleet.client import ControllerClient
-with ControllerClient(servefleet._private.local.controller_address()) as client:
+with ControllerClient(servefleet._private.local.embedded.controller_address()) as client:
     apps = {a.name: sorted(d.name for d in a.deployments) for a in client.status().applications}
 assert apps == {"app": ["First"]}, apps
-servefleet._private.local.delete("app")
-servefleet._private.local.delete("app")  # gone already: nothing to do
+servefleet._private.local.embedded.delete("app")
+servefleet._private.local.embedded.delete("app")  # gone already: nothing to do
 assert httpx.get(url, timeout=10).status_code == 404
-with ControllerClient(servefleet._private.local.controller_address()) as client:
+with ControllerClient(servefleet._private.local.embedded.controller_address()) as client:
     assert not client.status().applications
 servefleet.shutdown()
 print("OK")
@@ -266,8 +266,8 @@ def test_log_to_driver_off_leaves_replicas_output_out_of_the_script(tmp_path) ->
 def test_a_bad_log_to_driver_value_is_named_before_anything_starts(monkeypatch) -> None:
     monkeypatch.setenv(LOG_TO_DRIVER, "sometimes")
     with pytest.raises(ValueError, match=f"{LOG_TO_DRIVER}='sometimes': 1 .* or 0"):
-        servefleet._private.local.start(http_port=0)
-    assert servefleet._private.local._cluster is None
+        servefleet._private.local.embedded.start(http_port=0)
+    assert servefleet._private.local.embedded._cluster is None
 
 
 def test_a_taken_http_port_is_named_before_anything_starts() -> None:
@@ -276,8 +276,8 @@ def test_a_taken_http_port_is_named_before_anything_starts() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(RuntimeError, match=f"port {port} is in use"):
-            servefleet._private.local.start(http_port=port)
-    assert servefleet._private.local._cluster is None
+            servefleet._private.local.embedded.start(http_port=port)
+    assert servefleet._private.local.embedded._cluster is None
 
 
 def _by_value_spec() -> dpb.DeploymentSpec:

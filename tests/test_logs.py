@@ -136,7 +136,7 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
 def test_request_ids_are_unique_hex_and_differ_in_a_forked_child() -> None:
     import os
 
-    from servefleet._private.logs import new_request_id
+    from servefleet._private.observability.logs import new_request_id
 
     ids = [new_request_id() for _ in range(1000)]
     assert len(set(ids)) == 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from servefleet._private import loop_metrics
+from servefleet._private.observability import loop_metrics
 
 
 def _value() -> float:

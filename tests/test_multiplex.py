@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from servefleet import get_multiplexed_model_id, multiplexed
+from servefleet._private.batching.multiplex import MODEL_ID, loaded_model_ids
 from servefleet._private.dataplane.balancer import ReplicaPool
-from servefleet._private.multiplex import MODEL_ID, loaded_model_ids
 
 
 class Model:

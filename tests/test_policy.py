@@ -50,7 +50,7 @@ def test_import_paths_name_user_code(tmp_path: Path) -> None:
     strict.check_import("p", "pkg.sub:App", str(tmp_path))
     for path, message in [("os:system", "standard library"),
                           ("subprocess:Popen", "standard library"),
-                          ("servefleet._private.api:deployment", "servefleet itself"),
+                          ("servefleet._private.applications.api:deployment", "servefleet itself"),
                           ("yaml:load", "is not a file or package")]:
         with pytest.raises(PermissionDenied, match=message):
             strict.check_import("p", path, str(tmp_path))

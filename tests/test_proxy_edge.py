@@ -21,7 +21,7 @@ import pytest
 from test_app_serving import running
 from websockets.asyncio.client import connect
 
-from servefleet._private.http_protocol import CoalescingTransport
+from servefleet._private.edge.http_protocol import CoalescingTransport
 from servefleet._private.lifecycle import start_http_server
 from servefleet._private.security import tokens
 from servefleet._private.testing import ProxyProcess, free_port, wait_for

@@ -8,9 +8,9 @@ import contextvars
 
 import pytest
 
-from servefleet._private import tracing
 from servefleet._private.dataplane.recent_errors import MAX_ERRORS, MAX_ID, RecentErrors
-from servefleet._private.logs import REQUEST_ID
+from servefleet._private.observability.logs import REQUEST_ID
+from servefleet._private.tracing import spans as tracing
 from servefleet.controller.load_reports import check_recent_errors
 from servefleet.proxy.metrics import ProxyMetrics
 

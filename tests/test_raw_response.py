@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from servefleet._private import multiplex
+from servefleet._private.batching import multiplex
 from servefleet._private.dataplane.balancer import ReplicaPool
 from servefleet._private.dataplane.upstream import UpstreamPool
 from servefleet._private.lifecycle import HttpServer, start_http_server

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from servefleet._private.config_file import ConfigError, ConfigWarning, load_config
+from servefleet._private.configuration.config_file import ConfigError, ConfigWarning, load_config
 from servefleet._private.testing import wait_for
 from servefleet.v1 import status_pb2
 
@@ -236,7 +236,7 @@ def test_the_controller_takes_rays_dotted_paths_from_any_client() -> None:
 def test_rays_gpus_are_written_back_as_servefleets_resources(tmp_path) -> None:
     import yaml
 
-    from servefleet._private.config_file import dump_config, parse_config
+    from servefleet._private.configuration.config_file import dump_config, parse_config
     from servefleet.v1 import controller_pb2 as api
 
     request = load_config(write(tmp_path, """

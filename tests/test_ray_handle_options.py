@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from servefleet._private import option_notes
+from servefleet._private.configuration import option_notes
 from servefleet.serve.handle import DeploymentHandle
 
 
@@ -18,7 +18,7 @@ def handle(monkeypatch) -> DeploymentHandle:
 
 
 def test_by_value_is_what_servefleet_does_and_by_reference_is_said_once(handle, caplog) -> None:
-    caplog.set_level(logging.WARNING, "servefleet._private.options")
+    caplog.set_level(logging.WARNING, "servefleet._private.configuration.options")
     assert handle.options(_by_reference=False).method == "__call__"
     assert not caplog.records
     for _ in range(3):
@@ -29,7 +29,7 @@ def test_by_value_is_what_servefleet_does_and_by_reference_is_said_once(handle, 
 
 
 def test_local_routing_is_said_and_the_new_api_is_the_only_one(handle, caplog) -> None:
-    caplog.set_level(logging.WARNING, "servefleet._private.options")
+    caplog.set_level(logging.WARNING, "servefleet._private.configuration.options")
     handle.options(_prefer_local_routing=True, use_new_handle_api=True)
     assert [r.getMessage() for r in caplog.records] == [
         "DeploymentHandle.options(_prefer_local_routing=True): not used: handles route over "

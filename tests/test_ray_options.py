@@ -9,11 +9,11 @@ import logging
 
 import pytest
 
-from servefleet._private.import_paths import colon_form
-from servefleet._private.option_checks import OptionError
-from servefleet._private.option_notes import Note, default_notes
-from servefleet._private.options import to_override
-from servefleet._private.ray_options import merge_options, normalize_options
+from servefleet._private.configuration.import_paths import colon_form
+from servefleet._private.configuration.option_checks import OptionError
+from servefleet._private.configuration.option_notes import Note, default_notes
+from servefleet._private.configuration.options import to_override
+from servefleet._private.configuration.ray_options import merge_options, normalize_options
 
 # Every keyword of Ray Serve 2.x's @serve.deployment (but the decorated object
 # and `name`), with a value a Ray user writes.
@@ -204,7 +204,7 @@ def test_options_not_used_are_noted_and_the_default_logs_each_once(caplog) -> No
     assert [(n.option, n.deprecated) for n in notes] == [("ray_actor_options.memory", False)]
     assert "logical amount" in notes[0].message
     note = Note("test-only option", "deployment D.x: not used: a test", False)
-    with caplog.at_level(logging.WARNING, logger="servefleet._private.options"):
+    with caplog.at_level(logging.WARNING, logger="servefleet._private.configuration.options"):
         default_notes(note)
         default_notes(note._replace(message="deployment E.x: not used: a test"))
     assert [r.getMessage() for r in caplog.records] == ["deployment D.x: not used: a test"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from servefleet._private.option_notes import Note
-from servefleet._private.ray_options import normalize_options
+from servefleet._private.configuration.option_notes import Note
+from servefleet._private.configuration.ray_options import normalize_options
 from servefleet._private.ray_run_notes import note_run, note_start
 from servefleet.serve.config import HTTPOptions, ProxyLocation
 

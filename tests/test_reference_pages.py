@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from servefleet._private import config_docs, proto_docs
-from servefleet._private.config_schema import config_schema
+from servefleet._private import proto_docs
+from servefleet._private.configuration import config_docs
+from servefleet._private.configuration.config_schema import config_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_config_page_is_current() -> None:
     committed = (ROOT / config_docs.PAGE_PATH).read_text()
     assert committed == config_docs.page(), (
-        f"{config_docs.PAGE_PATH} is stale: run `.venv/bin/python -m "
-        f"servefleet._private.config_docs {config_docs.PAGE_PATH}` and commit the result")
+        f"{config_docs.PAGE_PATH} is stale: run `.venv/bin/python -m servefleet._private."
+        f"configuration.config_docs {config_docs.PAGE_PATH}` and commit the result")
 
 
 def test_the_grpc_page_is_current() -> None:
@@ -55,7 +56,7 @@ def test_the_grpc_page_has_every_rpc_message_and_field_with_its_comment() -> Non
 
 
 def test_the_generators_write_their_pages(tmp_path) -> None:
-    for module in ("config_docs", "proto_docs"):
+    for module in ("configuration.config_docs", "proto_docs"):
         out = tmp_path / f"{module}.md"
         subprocess.run([sys.executable, "-m", f"servefleet._private.{module}", str(out)],
                        check=True, timeout=60)

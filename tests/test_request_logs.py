@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 
-from servefleet._private.logs import TEXT
+from servefleet._private.observability.logs import TEXT
 from servefleet.controller.api.request_lines import RequestLines
 
 

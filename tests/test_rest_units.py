@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from servefleet._private.config_file import dump_config
+from servefleet._private.configuration.config_file import dump_config
 from servefleet.controller.api import rest_openapi
 from servefleet.controller.api.rest import Refusal, parse_body
 from servefleet.controller.api.rest_details import deployment_details

@@ -11,12 +11,12 @@ import pytest
 
 import servefleet
 from servefleet import serve
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
+from servefleet._private.configuration.option_checks import OptionError
+from servefleet._private.configuration.options import to_override
 from servefleet._private.dataplane.balancer import ReplicaPool
 from servefleet._private.dataplane.router_loader import RouterLoader, allow_all, allow_modules
 from servefleet._private.dataplane.routers import place_model
-from servefleet._private.option_checks import OptionError
-from servefleet._private.options import to_override
 from servefleet.routing import (
     PowerOfTwoChoices,
     PrefixAffinity,

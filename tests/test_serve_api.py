@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from servefleet import serve
-from servefleet._private.api import graph_of
+from servefleet._private.applications.api import graph_of
 from servefleet._private.handle_errors import HandleError
 from servefleet.serve import config, exceptions, schema
 from servefleet.serve._status import to_serve_status

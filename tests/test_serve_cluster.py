@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from servefleet import serve
-from servefleet._private import local
+from servefleet._private.local import embedded as local
 from servefleet.serve.exceptions import RayServeException
 from servefleet.serve.schema import ServeStatus
 

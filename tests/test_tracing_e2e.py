@@ -32,7 +32,7 @@ from servefleet.v1 import deployment_pb2 as dpb
 from servefleet.v1 import status_pb2
 
 pytest.importorskip("opentelemetry.sdk")
-from servefleet._private.otlp_sink import OtlpSink, ReceivedSpan
+from servefleet._private.tracing.otlp_sink import OtlpSink, ReceivedSpan
 
 pytestmark = pytest.mark.slow
 APPS = str(Path(__file__).parent / "apps")

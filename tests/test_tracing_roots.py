@@ -1,4 +1,4 @@
-"""Where traces start (servefleet/_private/tracing.py): at the proxy, which
+"""Where traces start (servefleet/_private/tracing/spans.py): at the proxy, which
 sends what it did not sample on to a replica's HTTP port with no trace
 headers; never at a replica's HTTP port; at a handle call made outside any
 request. Unit tests with the OpenTelemetry SDK in this process."""
@@ -15,7 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
-from servefleet._private import envelope, tracing, tracing_setup
+from servefleet._private import envelope
+from servefleet._private.tracing import sdk as tracing_setup
+from servefleet._private.tracing import spans as tracing
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-import servefleet._private.exposition  # noqa: F401  (no _created series, as in every process)
-from servefleet._private.unlocked_metrics import UnlockedCounter, UnlockedHistogram
+import servefleet._private.observability.exposition  # noqa: F401  (no _created series, as in every process)
+from servefleet._private.observability.unlocked_metrics import UnlockedCounter, UnlockedHistogram
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0)
 # Below, on and between the bounds, past the last: every bucket and +Inf.

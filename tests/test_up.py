@@ -286,7 +286,7 @@ def test_a_second_up_leaves_the_first_alone(tmp_path) -> None:
                           f"127.0.0.1:{free_port()}", str(tmp_path / "d-runtime"))
         try:
             args = type("Args", (), {"wait_timeout": 30, "try_file": None})()
-            from servefleet._private.config_file import load_config
+            from servefleet._private.configuration.config_file import load_config
             assert not _start(cluster, load_config(str(config)), args, threading.Event())
         finally:
             cluster.stop()

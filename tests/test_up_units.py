@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from servefleet._private.build import build
+from servefleet._private.applications.build import build
 from servefleet._private.cli.errors import CommandFailed, UsageError
 from servefleet._private.cli.main import build_parser
 from servefleet._private.cli.up_report import failures_in_full, suggestions

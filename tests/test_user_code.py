@@ -14,8 +14,8 @@ import grpc
 import pytest
 from test_controller_api import store_revision
 
+from servefleet._private.applications.user_code import UserCodeError, import_user_object
 from servefleet._private.testing import ControllerProcess, wait_for
-from servefleet._private.user_code import UserCodeError, import_user_object
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.errors import FailedPrecondition, PermissionDenied
 from servefleet.controller.goals.policy import DeployPolicy
@@ -325,7 +325,7 @@ def test_a_walk_the_source_hides_is_refused_where_it_is_imported(code: Path, tmp
 def test_only_servefleets_named_deployables_pass_the_servefleet_rule() -> None:
     """servefleet.llm's builder and deployments are deployable by name; nothing
     else of servefleet is, their neighbours included."""
-    from servefleet._private.user_code import SERVEFLEET_DEPLOYABLE, refused_name
+    from servefleet._private.applications.user_code import SERVEFLEET_DEPLOYABLE, refused_name
 
     for path in SERVEFLEET_DEPLOYABLE:
         assert refused_name(*path.split(":")) is None, path
@@ -334,7 +334,7 @@ def test_only_servefleets_named_deployables_pass_the_servefleet_rule() -> None:
                               ("servefleet._private.llm.server", "load_engine"),
                               ("servefleet._private.llm.server", "import_user_object"),
                               ("servefleet.llm", "build_openai_app.__globals__"),
-                              ("servefleet._private.user_code", "import_user_object")]:
+                              ("servefleet._private.applications.user_code", "import_user_object")]:
         assert refused_name(module, attribute) is not None, (module, attribute)
 
 
@@ -342,7 +342,7 @@ def test_servefleets_deployables_pass_the_policy_from_any_working_dir(code: Path
                                                                       tmp_path: Path) -> None:
     """servefleet.llm's paths are servefleet's installed code, found in no
     working dir: a user's config naming them deploys from anywhere."""
-    from servefleet._private.user_code import SERVEFLEET_DEPLOYABLE
+    from servefleet._private.applications.user_code import SERVEFLEET_DEPLOYABLE
 
     for policy in (strict(code), ANYWHERE):
         for path in SERVEFLEET_DEPLOYABLE:

@@ -1,4 +1,4 @@
-"""Unit tests of the handle hop's framing (servefleet/_private/values.py), the
+"""Unit tests of the handle hop's framing (servefleet/_private/handles/values.py), the
 argument resolution and error rebuilding of handles, and the HTTP result
 encoding (replica/jsonable.py, answers.takes_request)."""
 
@@ -18,10 +18,11 @@ import pydantic
 import pytest
 
 from servefleet import HandleError
-from servefleet._private import replica_context, values
-from servefleet._private.handle import DeploymentHandle, call_frame
-from servefleet._private.handle_router import remote_error
-from servefleet._private.responses import DeploymentResponse
+from servefleet._private import replica_context
+from servefleet._private.handles import values
+from servefleet._private.handles.handle import DeploymentHandle, call_frame
+from servefleet._private.handles.handle_router import remote_error
+from servefleet._private.handles.responses import DeploymentResponse
 from servefleet.replica.answers import plain_answer, takes_request, to_response
 from servefleet.replica.jsonable import jsonable
 
@@ -109,7 +110,7 @@ async def test_responses_among_the_arguments_are_sent_as_their_results() -> None
 
 async def test_what_cannot_be_an_argument_is_named() -> None:
     from servefleet import deployment
-    from servefleet._private.responses import DeploymentResponseGenerator
+    from servefleet._private.handles.responses import DeploymentResponseGenerator
 
     with pytest.raises(TypeError, match="DeploymentResponseGenerator"):
         await call_frame((DeploymentResponseGenerator(None, None),), {})

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
-from servefleet._private import tracing
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import LEADER_METADATA_KEY
 
 from ..election import LeaderElection

@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from servefleet._private.exposition import send_body, send_metrics
+from servefleet._private.observability.exposition import send_body, send_metrics
 from servefleet.v1 import watch_pb2
 
 from . import dashboard, rest

@@ -29,7 +29,7 @@ import ssl
 from collections.abc import Iterable
 from typing import Any
 
-from servefleet._private.http_protocol import CoalescingHttpToolsProtocol
+from servefleet._private.edge.http_protocol import CoalescingHttpToolsProtocol
 from servefleet._private.security.bearer import MalformedCredential, header_bearer
 from servefleet._private.security.hop_tls import server_context
 from servefleet._private.security.revocation import RevokedSerials

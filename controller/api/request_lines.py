@@ -2,7 +2,7 @@
 
 - A JSON line (`--log-format json`) is a whole record: the request's when
   its `request_id` field is the id. A traceback is inside it (`error`).
-- A text record (servefleet._private.logs.TEXT) starts with its time,
+- A text record (servefleet._private.observability.logs.TEXT) starts with its time,
   `2026-12-03 10:31:02,114 ERROR ...`, and runs until the next record
   starts: `logger.exception` writes the traceback on the lines after the
   message, and those lines do not name the request. So a text record that

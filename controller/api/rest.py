@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from servefleet._private.config_file import parse_config
-from servefleet._private.exposition import send_body
-from servefleet._private.options import OptionError
+from servefleet._private.configuration.config_file import parse_config
+from servefleet._private.configuration.options import OptionError
+from servefleet._private.observability.exposition import send_body
 from servefleet._private.security.roles import may_call
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES
 from servefleet.v1 import controller_pb2 as api

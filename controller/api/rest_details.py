@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from servefleet._private.config_file import _app_data, _override_data
+from servefleet._private.configuration.config_file import _app_data, _override_data
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 

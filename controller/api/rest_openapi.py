@@ -1,7 +1,7 @@
 """GET /api/openapi.json: the OpenAPI 3.1 document of the controller's REST face.
 
 The request body of PUT /api/serve/applications/ is the config file's JSON
-Schema (servefleet/_private/config_schema.py, written from the same tables the
+Schema (servefleet/_private/configuration/config_schema.py, written from the same tables the
 validator checks with), under Ray's name ServeDeploySchema, its sections as
 components of their own. The answers' schemas (ServeInstanceDetails and
 its parts, rest_details.py) are written here, and name the config's
@@ -16,7 +16,7 @@ import functools
 import json
 from typing import Any
 
-from servefleet._private.config_schema import OPENAPI_SCHEMAS, openapi_schemas
+from servefleet._private.configuration.config_schema import OPENAPI_SCHEMAS, openapi_schemas
 
 Schema = dict[str, Any]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from servefleet._private.import_paths import colon_form
-from servefleet._private.option_notes import quiet_notes
-from servefleet._private.options import OptionError, to_override
+from servefleet._private.configuration.import_paths import colon_form
+from servefleet._private.configuration.option_notes import quiet_notes
+from servefleet._private.configuration.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb

@@ -30,7 +30,7 @@ choosing, so the operator bounds them with controller flags:
   - not found there: refused as installed code unless the roots are `/`
     (the operator trusts every directory); a typo is INVALID_ARGUMENT.
   Replicas, builds and policy runners check the walk again when they import
-  (servefleet/_private/user_code.py: no module, no class or function of another
+  (servefleet/_private/applications/user_code.py: no module, no class or function of another
   package along the way). With `--docker-code image` a deployment's code is
   inside the image, which --allow-image vouches for: only the names are
   checked.
@@ -60,7 +60,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servefleet._private.user_code import (
+from servefleet._private.applications.user_code import (
     SERVEFLEET_DEPLOYABLE,
     below,
     is_stdlib_file,

@@ -22,10 +22,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from servefleet._private.by_value import MAX_BY_VALUE_BYTES
+from servefleet._private.applications.by_value import MAX_BY_VALUE_BYTES
+from servefleet._private.configuration.import_paths import colon_form
+from servefleet._private.configuration.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet._private.dataplane.router_names import BUILTIN_ROUTERS
-from servefleet._private.import_paths import colon_form
-from servefleet._private.options import MAX_ONGOING, MAX_QUEUED, MAX_REPLICAS
 from servefleet.v1 import deployment_pb2 as pb
 from servefleet.v1 import records_pb2
 

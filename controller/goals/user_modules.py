@@ -2,7 +2,7 @@
 
 The controller never imports user code (a module's top level runs on
 import), so the policy (policy.py) judges an import path by its files; the
-finders it shares with the import-time check are in servefleet/_private/user_code.py
+finders it shares with the import-time check are in servefleet/_private/applications/user_code.py
 (`module_files`, `link_out`, `is_stdlib_file`). Here, what only the policy
 reads:
 
@@ -15,7 +15,7 @@ reads:
 
 What this cannot see (a name bound by assignment to a module, a module
 `__getattr__`, a star import) the import-time check refuses when the path
-is imported (servefleet/_private/user_code.py).
+is imported (servefleet/_private/applications/user_code.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import functools
 import importlib.machinery as machinery
 import os
 
-from servefleet._private.user_code import INSTALLED_DIR_NAMES, below
+from servefleet._private.applications.user_code import INSTALLED_DIR_NAMES, below
 
 # A module larger than this is not parsed (the import-time check still
 # holds): parsing stays cheap however many paths a request names.

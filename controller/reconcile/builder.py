@@ -1,4 +1,5 @@
-"""Running an application's build step (servefleet/_private/build.py) as a child process.
+"""Running an application's build step (servefleet/_private/applications/build.py)
+as a child process.
 
 The build imports user code, which may hang, crash or print; so it runs in
 a process of its own, in the application's working directory and with its
@@ -53,8 +54,9 @@ async def run_build(spec: application_pb2.ApplicationSpec,
         try:
             proc = await asyncio.create_subprocess_exec(
                 *sandbox.wrap([
-                    sys.executable, "-m", "servefleet._private.build", spec.import_path, "--output",
-                    output, "--working-dir", working_dir, "--args-file", args_file,
+                    sys.executable, "-m", "servefleet._private.applications.build",
+                    spec.import_path, "--output", output, "--working-dir", working_dir,
+                    "--args-file", args_file,
                     *(a for f in spec.grpc_servicer_functions
                       for a in ("--grpc-servicer-function", f))]),
                 cwd=working_dir or None, env=user_env(spec.runtime.env),

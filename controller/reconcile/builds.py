@@ -94,7 +94,7 @@ class BuildReconciler:
 
 
 def _warn_about_batches(application: str, specs: list, graph: dict) -> None:
-    """Batches never fill past max_ongoing_requests (servefleet/_private/batching.py)."""
+    """Batches never fill past max_ongoing_requests (servefleet/_private/batching/batch.py)."""
     sizes = {n["name"]: n.get("batch_sizes") or {} for n in graph.get("deployments") or []}
     for spec in specs:
         limit = spec.replica_config.max_ongoing_requests

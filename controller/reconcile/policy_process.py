@@ -2,7 +2,7 @@
 
 A policy (`autoscaling_config.policy: "module:function"`) is user code, so
 the controller does not import it: each deployment with one gets a child
-process (servefleet/_private/policy_runner.py), started as any user code is
+process (servefleet/_private/applications/policy_runner.py), started as any user code is
 (runtime/sandbox.py: no credentials in its environment, an unprivileged
 user, a session of its own), in the deployment's working dir and with its
 `runtime.env`. The controller sends it the AutoscalingContext of each
@@ -33,8 +33,8 @@ import socket
 import sys
 from collections.abc import Mapping
 
+from servefleet._private.applications.policy_runner import context_data
 from servefleet._private.messages import error_summary
-from servefleet._private.policy_runner import context_data
 
 from ..runtime.sandbox import Sandbox, user_env
 from .autoscale import AutoscalingContext, PolicyFailed
@@ -69,7 +69,7 @@ class PolicyProcess:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self._sandbox.wrap([
-                    sys.executable, "-m", "servefleet._private.policy_runner",
+                    sys.executable, "-m", "servefleet._private.applications.policy_runner",
                     "--policy", self.policy,
                     "--fd", str(theirs.fileno()), "--working-dir", self._working_dir]),
                 pass_fds=[theirs.fileno()], cwd=self._working_dir or None,

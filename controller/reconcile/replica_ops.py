@@ -30,9 +30,9 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from servefleet._private import tracing
 from servefleet._private.security.hop import hop_subject
 from servefleet._private.security.tokens import REPLICA_TOKEN_PREFIX, digest
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import EXIT_BIND_FAILURE
 from servefleet.v1 import records_pb2, replica_pb2
 

@@ -42,11 +42,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from servefleet._private.logs import ENV_FORMAT
+from servefleet._private.observability.logs import ENV_FORMAT
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
 from servefleet._private.security.hop_tls import replica_serves_tls
 from servefleet._private.security.tls import TlsFiles
-from servefleet._private.tracing_setup import ENV_TRACING
+from servefleet._private.tracing.sdk import ENV_TRACING
 
 from ..errors import Unavailable
 from .base import ReplicaLaunch, RuntimeReplica
@@ -67,9 +67,9 @@ DEFAULT_IMAGE = "servefleet:latest"
 
 def _inherited_env() -> dict[str, str]:
     """What a container replica takes from its controller's environment, as
-    a process replica does: the log format (servefleet/_private/logs.py) and
+    a process replica does: the log format (servefleet/_private/observability/logs.py) and
     the tracing settings (SERVEFLEET_TRACING and the OTEL_* variables:
-    servefleet/_private/tracing_setup.py)."""
+    servefleet/_private/tracing/sdk.py)."""
     return {k: v for k, v in os.environ.items()
             if k in (ENV_FORMAT, ENV_TRACING) or k.startswith("OTEL_")}
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from servefleet._private.dataplane.load_report import EngineLoad
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.security.hop_client import HOP_PASS
 
 from ..state import ProxyState
 from .cli import CliError

@@ -19,8 +19,8 @@ import contextlib
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
-from servefleet._private import tracing
-from servefleet._private.logs import REQUEST_ID, new_request_id
+from servefleet._private.observability.logs import REQUEST_ID, new_request_id
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import REQUEST_ID_HEADER, TRACE_HEADERS
 
 Headers = Iterable[tuple[bytes, bytes]]

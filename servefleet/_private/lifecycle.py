@@ -102,7 +102,7 @@ async def start_http_server(app: Any, host: str, port: int, reuse_port: bool = F
 
     Stop it with `await server.shutdown()`.
     """
-    from .http_protocol import CoalescingHttpToolsProtocol
+    from servefleet._private.edge.http_protocol import CoalescingHttpToolsProtocol
 
     options.setdefault("http", CoalescingHttpToolsProtocol)  # one send per response
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_level="warning",

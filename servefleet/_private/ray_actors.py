@@ -39,9 +39,14 @@ import os
 import re
 from typing import Any
 
-from .import_paths import colon_form
-from .option_checks import OptionError, check_mapping, check_str, type_name
-from .option_notes import Note, Notes, default_notes
+from servefleet._private.configuration.import_paths import colon_form
+from servefleet._private.configuration.option_checks import (
+    OptionError,
+    check_mapping,
+    check_str,
+    type_name,
+)
+from servefleet._private.configuration.option_notes import Note, Notes, default_notes
 
 ACTORS_ENV = "SERVEFLEET_DEPLOYMENT_ACTORS"
 # What of Ray's actor_options become ray_actor_options of the hidden deployment.

@@ -18,7 +18,7 @@ A value of the wrong type is a TypeError naming the option.
 
 from __future__ import annotations
 
-from .option_notes import Note, Notes, default_notes
+from servefleet._private.configuration.option_notes import Note, Notes, default_notes
 
 
 def note_handle_options(use_new_handle_api: bool | None, prefer_local_routing: bool | None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .option_notes import Note, Notes, default_notes
+from servefleet._private.configuration.option_notes import Note, Notes, default_notes
 
 APPLIED_HTTP_FIELDS = ("host", "port")
 WHY_NO_LOGGING = "processes log as servefleet's --log-format and --log-level say"

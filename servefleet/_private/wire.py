@@ -21,7 +21,7 @@ from typing import NamedTuple
 # The request's id, kept end to end: taken from the client, else made up by the
 # first hop (proxy, handle or replica), and echoed on the response.
 REQUEST_ID_HEADER = b"x-request-id"
-# W3C trace context (servefleet/_private/tracing.py): accepted from clients,
+# W3C trace context (servefleet/_private/tracing/spans.py): accepted from clients,
 # passed on by every hop next to x-request-id; the same names as gRPC metadata.
 TRACEPARENT_HEADER = b"traceparent"
 TRACESTATE_HEADER = b"tracestate"
@@ -39,7 +39,7 @@ REFUSAL_STATUS_HEADER = b"x-servefleet-refusal-status"
 # full), 503 while loading or draining.
 CHECK_HEADER = b"x-servefleet-check"
 # Marks a handle call; the value is the method to call (a proxy never forwards
-# it). Its body is pickled (servefleet/_private/values.py): replicas unpickle it.
+# it). Its body is pickled (servefleet/_private/handles/values.py): replicas unpickle it.
 METHOD_HEADER = b"x-servefleet-method"
 # The model a request is for (multiplex.py); Ray Serve's header name.
 MODEL_ID_HEADER = b"serve_multiplexed_model_id"
@@ -49,7 +49,7 @@ ROUTING_KEY_HEADER = b"x-servefleet-routing-key"
 # send a model's requests where it is loaded).
 MODELS_HEADER = b"x-servefleet-models"
 # On a handle call: stream the generator method's yields back as
-# length-prefixed pickled frames (servefleet/_private/values.py), not one answer.
+# length-prefixed pickled frames (servefleet/_private/handles/values.py), not one answer.
 STREAM_HEADER = b"x-servefleet-stream"
 # The route prefix the proxy matched; an ASGI deployment is served under it as
 # its root_path (a proxy sets it, never forwards a client's).

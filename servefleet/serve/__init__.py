@@ -21,9 +21,9 @@ from typing import Any
 import starlette.requests
 import starlette.responses  # noqa: F401
 
-from servefleet._private.api import Application, Deployment
-from servefleet._private.batching import batch
-from servefleet._private.multiplex import get_multiplexed_model_id, multiplexed
+from servefleet._private.applications.api import Application, Deployment
+from servefleet._private.batching.batch import batch
+from servefleet._private.batching.multiplex import get_multiplexed_model_id, multiplexed
 
 from . import config, context, exceptions, handle, metrics, schema
 from ._actors import get_deployment_actor
@@ -44,8 +44,8 @@ from .handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGene
 
 def ingress(app: Any) -> Any:
     """Wrap a deployment class around a FastAPI (or other ASGI) app, or a
-    function building one (servefleet._private.ingress)."""
-    from servefleet._private.ingress import ingress as make_ingress
+    function building one (servefleet._private.applications.ingress)."""
+    from servefleet._private.applications.ingress import ingress as make_ingress
 
     return make_ingress(app)
 

@@ -2,7 +2,7 @@
 get_app_handle, get_deployment_handle; same signatures and defaults as Ray
 Serve 2.x, on servefleet.
 
-`run` deploys on this process's embedded cluster (servefleet._private.local: a
+`run` deploys on this process's embedded cluster (servefleet._private.local.embedded: a
 controller and a proxy as child processes, started by the first `run` or by
 `start`), or, with `_local_testing_mode=True` (or the environment variable
 RAY_SERVE_FORCE_LOCAL_TESTING_MODE=1, as Ray reads it), in this process
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from servefleet._private import api as sf_api
-from servefleet._private import handle as sf_handle
-from servefleet._private import local
+from servefleet._private.applications import api as sf_api
+from servefleet._private.handles import handle as sf_handle
+from servefleet._private.local import embedded as local
 from servefleet._private.ray_run_notes import note_run, note_start
 from servefleet.client import ControllerClient
 

@@ -6,7 +6,7 @@ equivalent, in order:
 1. inside a replica, the controllers that replica follows
    (servefleet._private.replica_context);
 2. the embedded cluster `serve.run` / `serve.start` started in this process
-   (servefleet._private.local);
+   (servefleet._private.local.embedded);
 3. the controllers named by $SERVEFLEET_CONTROLLER, for a script that works
    with a cluster started elsewhere (`servefleet up`).
 
@@ -22,7 +22,8 @@ import os
 import threading
 from collections.abc import Sequence
 
-from servefleet._private import local, replica_context
+from servefleet._private import replica_context
+from servefleet._private.local import embedded as local
 from servefleet.client import ControllerClient
 
 from .exceptions import RayServeException

@@ -10,7 +10,7 @@ Ray users build these to write or check a `serve deploy` file in code:
 
 They take Ray's field names (dicts or the classes for nested entries) and
 check what they are given the way servefleet reads a config file
-(servefleet/_private/config_file.py), so an error names the same path `servefleet
+(servefleet/_private/configuration/config_file.py), so an error names the same path `servefleet
 deploy` would. A file is not deployed by building these: `servefleet
 deploy FILE` (or DeployApplications) does that.
 """
@@ -68,7 +68,7 @@ class DeploymentSchema(_Nested):
     FIELDS: ClassVar[dict[str, Any]] = {name: None for name in _DEPLOYMENT_FIELDS}
 
     def _validate(self) -> None:
-        from servefleet._private.options import to_override
+        from servefleet._private.configuration.options import to_override
 
         if not isinstance(self.name, str) or not self.name:
             raise ValueError("DeploymentSchema.name: required, a deployment name")
@@ -128,6 +128,6 @@ class ServeDeploySchema(_Nested):
 
 def _check(data: dict[str, Any]) -> None:
     """What servefleet deploy would say of `data` (a ValueError), quietly."""
-    from servefleet._private.config_file import parse_config
+    from servefleet._private.configuration.config_file import parse_config
 
     parse_config(data, os.getcwd(), warn=lambda line: None)

@@ -28,9 +28,9 @@ import concurrent.futures
 import uuid
 from typing import Any, Protocol
 
-from servefleet._private.handle import DeploymentHandle
+from servefleet._private.handles.handle import DeploymentHandle
+from servefleet._private.handles.responses import DeploymentResponse, DeploymentResponseGenerator
 from servefleet._private.ray_handle_options import note_handle_options
-from servefleet._private.responses import DeploymentResponse, DeploymentResponseGenerator
 
 from .exceptions import RayServeException, RequestCancelledError
 

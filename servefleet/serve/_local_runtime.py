@@ -30,9 +30,9 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 
-from servefleet._private.multiplex import MODEL_ID
+from servefleet._private.batching.multiplex import MODEL_ID
+from servefleet._private.handles.responses import DeploymentResponseGenerator
 from servefleet._private.ray_reconfigure import reconfigure_arguments
-from servefleet._private.responses import DeploymentResponseGenerator
 
 from ._context import LOCAL_REPLICA, DeploymentID, ReplicaContext, ReplicaID
 from ._local_handle import END, LocalDeploymentResponse

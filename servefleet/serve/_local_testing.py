@@ -12,7 +12,7 @@ environment). user_config is applied (`reconfigure`), as Ray does.
 
 Running an application under a name that already runs locally replaces it;
 `serve.delete(name)` and `serve.shutdown()` stop local applications too.
-Deployment names in an application follow servefleet._private.api.graph_of: a
+Deployment names in an application follow servefleet._private.applications.api.graph_of: a
 deployment bound twice with different arguments gets `Name`, `Name_1`, ...
 """
 
@@ -22,7 +22,7 @@ import logging
 import threading
 from typing import Any
 
-from servefleet._private.api import Application, Deployment
+from servefleet._private.applications.api import Application, Deployment
 
 from ._local_handle import REPLICAS, LocalDeploymentHandle
 from ._local_runtime import LocalReplica

@@ -4,7 +4,7 @@
 `.options(...)`; `HTTPOptions` and `gRPCOptions` to `serve.start`. Their
 fields, defaults and checks are Ray Serve 2.x's. `autoscaling_options`
 turns an AutoscalingConfig into the dict servefleet's deployment options
-take (servefleet/_private/options.py): only the fields the user set, under
+take (servefleet/_private/configuration/options.py): only the fields the user set, under
 servefleet's names, so that a config file's values still layer over them.
 
 Fields Ray has and servefleet does not act on are accepted and kept (so a
@@ -122,7 +122,7 @@ _SAME_NAME = ("min_replicas", "max_replicas", "initial_replicas", "target_ongoin
 
 def autoscaling_options(config: AutoscalingConfig | dict[str, Any]) -> dict[str, Any]:
     """The autoscaling_config dict servefleet's options take (a dict passes
-    through unchanged: servefleet/_private/options.py checks it)."""
+    through unchanged: servefleet/_private/configuration/options.py checks it)."""
     if isinstance(config, dict):
         return config
     given = config.explicit()

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel
 
 from servefleet import deployment
-from servefleet._private.ingress import ingress
+from servefleet._private.applications.ingress import ingress
 
 
 @contextlib.asynccontextmanager

@@ -32,7 +32,7 @@ from grpc_classifier.classifier_pb2 import PredictReply
 from grpc_streams.streams_pb2 import Chunk, Summary
 
 from servefleet import deployment
-from servefleet._private.ingress import ingress
+from servefleet._private.applications.ingress import ingress
 
 _MARKS: list[str] = []  # the folder, set by the instance (the routes have no `self`)
 

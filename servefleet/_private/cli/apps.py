@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from servefleet._private.config_file import ConfigError, dump_config, load_config
+from servefleet._private.configuration.config_file import ConfigError, dump_config, load_config
 from servefleet._private.messages import error_summary
 from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2 as api

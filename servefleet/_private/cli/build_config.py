@@ -2,7 +2,7 @@
 written in code (Ray Serve's `serve build`).
 
 Each import path is loaded here, as the controller's build step loads it
-(servefleet/_private/build.py: a bound application, a deployment or a builder
+(servefleet/_private/applications/build.py: a bound application, a deployment or a builder
 function), and becomes one application of the file with every deployment's
 options from code written out under `deployments`, so a code-first user can
 switch to config-managed deploys (`servefleet deploy FILE`) and edit options
@@ -17,9 +17,9 @@ import argparse
 import os
 import sys
 
-from servefleet._private.build import build
-from servefleet._private.config_file import dump_config
-from servefleet._private.options import OptionError, to_override
+from servefleet._private.applications.build import build
+from servefleet._private.configuration.config_file import dump_config
+from servefleet._private.configuration.options import OptionError, to_override
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 from servefleet.v1 import deployment_pb2 as dpb

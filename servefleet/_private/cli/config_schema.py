@@ -1,7 +1,7 @@
 """`servefleet config schema`: the config file's JSON Schema, on standard output.
 
 Written from the tables the config file is validated with
-(servefleet/_private/config_schema.py); the repository keeps its output in
+(servefleet/_private/configuration/config_schema.py); the repository keeps its output in
 docs/schema/config.schema.json, which the example configs name on their
 first line for editors (yaml-language-server).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servefleet._private.config_schema import SCHEMA_PATH, schema_text
+from servefleet._private.configuration.config_schema import SCHEMA_PATH, schema_text
 
 from . import helptext
 

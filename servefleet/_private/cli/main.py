@@ -21,7 +21,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from servefleet._private import logs, tracing_setup
+from servefleet._private.observability import logs
+from servefleet._private.tracing import sdk as tracing_setup
 from servefleet._private.wire import ENV_CONTROLLER
 from servefleet.client import ControllerError, NoControllerRunning
 

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from servefleet._private import state_dir as state_dirs
-from servefleet._private.config_file import grpc_listen_of
+from servefleet._private.configuration.config_file import grpc_listen_of
 from servefleet._private.lifecycle import NOTIFY_ENV, can_bind, is_loopback
 from servefleet._private.security.tls import Credentials
 from servefleet._private.wire import DEFAULT_CONTROLLER, DEFAULT_HTTP

@@ -23,9 +23,9 @@ import importlib.util
 import json
 import os
 
-from servefleet._private.config_file import DEFAULT_APP_NAME, ConfigError, load_config
-from servefleet._private.import_paths import colon_form
-from servefleet._private.ray_config import GRPC_LISTEN_KEYS, grpc_listen_note
+from servefleet._private.configuration.config_file import DEFAULT_APP_NAME, ConfigError, load_config
+from servefleet._private.configuration.import_paths import colon_form
+from servefleet._private.configuration.ray_config import GRPC_LISTEN_KEYS, grpc_listen_note
 from servefleet.controller.goals.grpc_fields import IMPORT_PATH_RE
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api

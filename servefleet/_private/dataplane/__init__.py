@@ -10,4 +10,6 @@
 
 The proxy (HTTP ingress) and handles (Python calls) differ only in how they
 frame a request and read its answer. Nothing here imports the proxy.
+
+May import: applications, security, tracing.
 """

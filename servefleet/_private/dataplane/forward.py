@@ -48,7 +48,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from servefleet._private import tracing
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import MODELS_HEADER, REJECTED_HEADER
 
 from .balancer import Replica, ReplicaPool

@@ -34,10 +34,10 @@ from typing import Any
 
 import grpc
 
-from servefleet._private import tracing
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.security.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.security.tls import TlsFiles
+from servefleet._private.tracing import spans as tracing
 from servefleet._private.wire import GRPC_MAX_REQUEST_BYTES, REJECTED_METADATA_KEY
 
 from .balancer import Replica, ReplicaPool

@@ -62,7 +62,7 @@ class RouterLoader:
             return None
 
     def _user_router(self, name: str, kwargs: dict[str, Any]) -> RequestRouter:
-        from servefleet._private.user_code import import_user_object
+        from servefleet._private.applications.user_code import import_user_object
 
         module = name.partition(":")[0]
         if not self.allows(module):

@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
-from servefleet._private.hop_client import HOP_PASS
+from servefleet._private.security.hop_client import HOP_PASS
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 
 from .body import StreamedBody, replayable

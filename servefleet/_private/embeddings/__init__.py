@@ -10,4 +10,8 @@
 - config.py: `EmbeddingConfig`, a model for build_openai_app (llm/app_builder.py);
 - protocol.py, routes.py: OpenAI's /v1/embeddings and the /v1/rerank shape,
   read, checked and answered, as routes of the OpenAI ingress.
+
+May import: applications, batching, configuration, public, llm (its OpenAI request
+types; llm imports this room's routes and config in turn, module by module
+without a circle).
 """

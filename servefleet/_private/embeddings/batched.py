@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from servefleet._private.batching import batch
+from servefleet._private.batching.batch import batch
 from servefleet._private.embeddings import embedding_metrics as m
 
 DEFAULT_MAX_BATCH_TOKENS = 8192

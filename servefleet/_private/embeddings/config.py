@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from servefleet._private.api import Application, deployment
+from servefleet._private.applications.api import Application, deployment
+from servefleet._private.configuration.options import OptionError
 from servefleet._private.embeddings.batched import (
     DEFAULT_BATCH_WAIT_TIMEOUT_S,
     DEFAULT_MAX_BATCH_TOKENS,
@@ -21,7 +22,6 @@ from servefleet._private.embeddings.batched import (
 )
 from servefleet._private.embeddings.model_files import DEFAULT_MODEL_ID
 from servefleet._private.embeddings.server import DEFAULT_MODEL, EmbeddingServer
-from servefleet._private.options import OptionError
 
 
 @dataclass

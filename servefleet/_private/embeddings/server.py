@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from servefleet._private.applications.user_code import import_user_object
+from servefleet._private.configuration.import_paths import colon_form
 from servefleet._private.embeddings.batched import (
     DEFAULT_BATCH_WAIT_TIMEOUT_S,
     DEFAULT_MAX_BATCH_TOKENS,
@@ -43,8 +45,6 @@ from servefleet._private.embeddings.batched import (
 )
 from servefleet._private.embeddings.embedding_metrics import record_run
 from servefleet._private.embeddings.protocol import BadInput
-from servefleet._private.import_paths import colon_form
-from servefleet._private.user_code import import_user_object
 
 DEFAULT_MODEL = "servefleet._private.embeddings.encoder:SentenceEncoder"
 MODEL_METHODS = ("tokenize", "truncate", "warm")

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servefleet._private.api import Application, deployment
+from servefleet._private.applications.api import Application, deployment
+from servefleet._private.configuration.options import OptionError
 from servefleet._private.embeddings.config import (
     EmbeddingConfig,
     bind_embedding_servers,
@@ -29,7 +30,6 @@ from servefleet._private.embeddings.config import (
 )
 from servefleet._private.llm.openai_ingress import OpenAIIngress
 from servefleet._private.llm.server import DEFAULT_ENGINE, LLMServer
-from servefleet._private.options import OptionError
 
 
 @dataclass

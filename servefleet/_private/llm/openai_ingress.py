@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from servefleet._private.disconnect import CancelOnDisconnect
+from servefleet._private.edge.disconnect import CancelOnDisconnect
 from servefleet._private.embeddings.routes import EmbeddingRoutes
 from servefleet._private.handle_errors import HandleError
 from servefleet._private.llm.openai_protocol import (

@@ -23,11 +23,11 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from servefleet._private.import_paths import colon_form
+from servefleet._private.applications.user_code import import_user_object
+from servefleet._private.batching.multiplex import _ModelCache, get_multiplexed_model_id
+from servefleet._private.configuration.import_paths import colon_form
 from servefleet._private.llm import llm_metrics as m
 from servefleet._private.llm.engine import ChatMessage, Engine, SamplingParams
-from servefleet._private.multiplex import _ModelCache, get_multiplexed_model_id
-from servefleet._private.user_code import import_user_object
 
 DEFAULT_ENGINE = "servefleet._private.llm.ngram:NGramEngine"
 
