@@ -35,7 +35,8 @@ import httpx
 import psutil
 from figures import Figure, emit
 
-from servefleet._private.testing import ControllerProcess, EtcdServer, ProxyProcess
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
 from servefleet.v1 import controller_pb2, controller_pb2_grpc, replica_pb2
 from servefleet.v1 import deployment_pb2 as d

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from figures import Figure, emit
 from replicas import echo, row, wait_healthy
 
-from servefleet._private.testing import ControllerProcess, EtcdServer
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient
 
 COUNTS = (1, 8)

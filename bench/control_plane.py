@@ -26,7 +26,8 @@ import time
 import psutil
 from figures import Figure, emit
 
-from servefleet._private.testing import ControllerProcess, EtcdServer
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient
 from servefleet.controller.store import Guard, Put
 from servefleet.controller.store.etcd import EtcdStore

@@ -89,7 +89,7 @@ from tls_hop import HOP_PASS, TLS_HOP, hop_pass_proxy, tls_hop_proxy
 from wrk_run import scraped, wrk
 
 from servefleet._private.security.certs import init_certs
-from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_tcp
 from servefleet._private.tracing.otlp_sink import OtlpSink
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
@@ -239,7 +239,7 @@ def main() -> None:
     try:
         controller.start()
         for h, port in raw_ports.items():
-            _wait_tcp(port, 30, raws[h], "hello app")
+            wait_tcp(port, 30, raws[h], "hello app")
         while not controller.is_leader():
             time.sleep(0.05)
         # 1% right after tracing off, 100% last: a row measured after the 100%

@@ -13,19 +13,13 @@ width is its share of the samples: where a request's time goes.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from data_plane import APPS, wait_ok
+from sampled import py_spy, record, serving
 from wrk_run import wrk
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess
-from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent
@@ -37,45 +31,24 @@ def main() -> None:
     parser.add_argument("--handler", choices=["async", "sync"], default="async")
     parser.add_argument("--seconds", type=int, default=10)
     args = parser.parse_args()
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not shutil.which("wrk") or not Path(spy).exists():
-        sys.exit("needs wrk (apt-get install wrk) and py-spy (pip install py-spy)")
+    spy = py_spy()
+    spec = d.DeploymentSpec(
+        name="Noop", route_prefix="/noop",
+        import_path="echo_app:async_noop" if args.handler == "async" else "echo_app:noop",
+        runtime=d.RuntimeOptions(working_dir=APPS),
+        replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100))
     work = tempfile.mkdtemp(prefix="servefleet-flame-")
-    controller = ControllerProcess(f"sqlite://{work}/state.db", log_dir=work,
-                                   extra_args=["--allow-working-dir", APPS]).start()
-    proxy = None
-    try:
-        while not controller.is_leader():
-            time.sleep(0.05)
-        with ControllerClient(controller.address) as client:
-            client.deploy(d.DeploymentSpec(
-                name="Noop", route_prefix="/noop",
-                import_path="echo_app:async_noop" if args.handler == "async" else "echo_app:noop",
-                runtime=d.RuntimeOptions(working_dir=APPS),
-                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=100)))
-            proxy = ProxyProcess([controller.address], log_dir=work).start()
-            wait_ok(proxy.url + "/noop")
-            (replica,) = client.replicas()
-            replica_pid = int(replica.record.handle.split(":")[0])  # "pid:start time"
+    with serving(spec, work, APPS, wait_ok) as (proxy, replica_pid):
         assert proxy.proc is not None
         wrk(proxy.url + "/noop", 16, 2)  # warm up
-        recorders = [subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(args.seconds), "--rate", "250",
-             "--format", "flamegraph", "--output", str(HERE / f"flame-{name}-{args.label}.svg"),
-             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for name, pid in (("proxy", proxy.proc.pid), ("replica", replica_pid))]
+        recorders = [record(spy, pid, args.seconds, "flamegraph",
+                            HERE / f"flame-{name}-{args.label}.svg")
+                     for name, pid in (("proxy", proxy.proc.pid), ("replica", replica_pid))]
         result = wrk(proxy.url + "/noop", 16, args.seconds)
         for recorder in recorders:
             recorder.wait(60)
-        print(f"{result['rps']:.0f} rps while sampling; wrote bench/flame-proxy-{args.label}.svg "
-              f"and bench/flame-replica-{args.label}.svg")
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        with contextlib.suppress(Exception), ControllerClient(controller.address,
-                                                              timeout=10) as client:
-            client.shutdown()
-        controller.stop()
+    print(f"{result['rps']:.0f} rps while sampling; wrote bench/flame-proxy-{args.label}.svg "
+          f"and bench/flame-replica-{args.label}.svg")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, _wait_tcp, free_port
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_tcp
 from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
 from servefleet.v1 import application_pb2 as apb
@@ -116,7 +116,7 @@ def main() -> None:
     metadata = (("application", "bench"),)
     results = {}
     try:
-        _wait_tcp(raw_port, 30, raw, "raw gRPC server")
+        wait_tcp(raw_port, 30, raw, "raw gRPC server")
         controller.start()
         while not controller.is_leader():
             time.sleep(0.05)

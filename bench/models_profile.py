@@ -15,18 +15,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from models import ready, start_controller, wrk_post
+from models import ready, wrk_post
+from sampled import py_spy, record, serving
 
-from servefleet._private.testing import ProxyProcess
-from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 
 HERE = Path(__file__).resolve().parent
@@ -52,39 +46,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
     args = parser.parse_args()
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not shutil.which("wrk") or not Path(spy).exists():
-        sys.exit("needs wrk (apt-get install wrk) and py-spy (pip install py-spy)")
+    spy = py_spy()
+    spec = d.DeploymentSpec(
+        name="Batched", import_path="models_app:Batched", route_prefix="/Batched",
+        runtime=d.RuntimeOptions(working_dir=str(HERE)),
+        replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=64))
     work = tempfile.mkdtemp(prefix="servefleet-models-profile-")
-    controller = start_controller(work)
-    proxy = None
     raw = Path(work) / "replica.txt"
-    try:
-        while not controller.is_leader():
-            time.sleep(0.05)
-        with ControllerClient(controller.address) as client:
-            client.deploy(d.DeploymentSpec(
-                name="Batched", import_path="models_app:Batched", route_prefix="/Batched",
-                runtime=d.RuntimeOptions(working_dir=str(HERE)),
-                replica_config=d.ReplicaConfig(num_replicas=1, max_ongoing_requests=64)))
-            proxy = ProxyProcess([controller.address], log_dir=work).start()
-            ready(f"{proxy.url}/Batched")
-            (replica,) = client.replicas()
-            pid = int(replica.record.handle.split(":")[0])
+    with serving(spec, work, str(HERE), ready) as (proxy, pid):
         wrk_post(f"{proxy.url}/Batched", 64, 2)  # warm up
-        recorder = subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(args.seconds), "--rate", "250",
-             "--format", "raw", "--output", str(raw), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        recorder = record(spy, pid, args.seconds, "raw", raw)
         result = wrk_post(f"{proxy.url}/Batched", 64, args.seconds)
         recorder.wait(60)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        with contextlib.suppress(Exception), ControllerClient(controller.address,
-                                                              timeout=10) as client:
-            client.shutdown()
-        controller.stop()
     shares: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")

@@ -28,7 +28,8 @@ from pathlib import Path
 import grpc
 from figures import Figure, emit
 
-from servefleet._private.testing import ControllerProcess, EtcdServer, free_port
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.client import ControllerClient
 from servefleet.controller.reconcile.loop import tune_gc
 from servefleet.controller.reconcile.planner import StartupFailures, plan_deployment

@@ -23,7 +23,8 @@ from typing import Any
 
 import psutil
 
-from servefleet._private.testing import ControllerProcess, EtcdServer, free_port
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess, free_port
 from servefleet.controller.runtime.sim import socket_path
 
 HERE = Path(__file__).resolve().parent

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from figures import Figure, emit
 
+from servefleet._private.external_servers import EtcdServer
 from servefleet._private.security import tokens
 from servefleet._private.security.certs import init_certs
 from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
-from servefleet._private.testing import ControllerProcess, EtcdServer
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 

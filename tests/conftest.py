@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from servefleet._private.testing import ControllerProcess, EtcdServer, ProxyProcess, free_port
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port
 from servefleet.client import ControllerClient
 from servefleet.controller.runtime.process import scan
 from servefleet.controller.store import Store

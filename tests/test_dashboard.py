@@ -12,7 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
@@ -47,10 +53,7 @@ def dashboard(tmp_path, cluster):
         proxy.start()
         yield client, f"http://{http}", proxy
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_the_json_snapshot(dashboard) -> None:

@@ -12,7 +12,13 @@ import httpx
 import pytest
 from test_dashboard import _browser
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
@@ -47,10 +53,7 @@ def llm_cluster(tmp_path, cluster):
         wait_for(lambda: httpx.get(proxy.url + "/chat").status_code == 200, 30, "routed")
         yield f"http://{http}", proxy
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_the_models_figures_in_the_snapshot_and_on_the_page(llm_cluster, tmp_path) -> None:

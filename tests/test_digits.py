@@ -10,13 +10,11 @@ there (about two seconds), and the config deploys all three applications.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import io
 import json
 import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,9 +29,8 @@ import yaml
 from PIL import Image
 
 from servefleet._private.configuration.config_file import load_config
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, stop_cluster, wait_for
 from servefleet.client import ControllerClient
-from servefleet.controller.runtime.process import scan
 from servefleet.v1 import replica_pb2
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "digits"
@@ -122,14 +119,7 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Digits]:
         expected = answers(folder / "model.onnx", images)
         yield Digits(proxy.url, client, folder, train, images, expected)
     finally:
-        proxy.stop()
-        with contextlib.suppress(Exception):
-            client.shutdown()
-        client.close()
-        controller.stop()
-        for replica, _ in scan(cluster):  # a failed shutdown leaves them running
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(replica.handle.split(":")[0]), signal.SIGKILL)
+        stop_cluster(controller, client, [proxy], kill_replicas=True)
 
 
 def test_every_held_out_image_gets_the_models_answer_as_json_and_as_png(digits) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 import pytest
 
-from servefleet._private.testing import ControllerProcess, EtcdServer
+from servefleet._private.external_servers import EtcdServer
+from servefleet._private.testing import ControllerProcess
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.controller.keys import ClusterKeys
 from servefleet.controller.store.etcd import EtcdStore

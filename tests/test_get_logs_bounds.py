@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from servefleet._private.testing import ControllerProcess, wait_for
+from servefleet._private.testing import ControllerProcess, stop_cluster, wait_for
 from servefleet.client import ControllerClient
 from servefleet.controller.api.log_bounds import GET_LOGS, LogBounds, cut_line
 from servefleet.controller.api.servicer import ControllerServicer
@@ -156,6 +156,4 @@ def test_a_replicas_5_mb_line_reaches_the_client_cut(tmp_path: Path, cluster: st
             f"... [{5_000_006 - 64 * 1024} bytes cut]"
         assert "after the long line" in lines
     finally:
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client)

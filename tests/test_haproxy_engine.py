@@ -15,7 +15,13 @@ import pytest
 from loadgen import SteadyLoad
 from test_proxy import all_healthy, app_spec, routed
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2, replica_pb2
 
@@ -108,10 +114,7 @@ def test_haproxy_counters_and_failures_reach_the_controller(tmp_path, cluster) -
                 and traffic["errors_per_s"] > 0 else None
         wait_for(traffic_with_errors, 10, "HAProxy's counters as the deployment's traffic")
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_connections_to_a_replica_added_at_run_time_are_kept_and_reused(sqlite_fleet,

@@ -21,7 +21,13 @@ from servefleet._private.security.hop_tls import (
     server_context,
 )
 from servefleet._private.security.tls import TlsFiles
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
@@ -67,10 +73,7 @@ def hop(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]
                  30, "the proxy reaching /graph")
         yield {"client": client, "proxy": proxy, "certs": certs}
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_requests_handles_streams_and_websockets_cross_the_tls_hop(hop: dict) -> None:

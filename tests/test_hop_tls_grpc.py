@@ -20,7 +20,13 @@ from grpc_streams import streams_pb2_grpc as pb_grpc
 from servefleet._private.security.certs import init_certs
 from servefleet._private.security.hop_tls import REPLICA_SERVER_NAME
 from servefleet._private.security.tls import TlsFiles
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet._private.xds_bootstrap import render
 from servefleet.client import ControllerClient
 from servefleet.v1 import replica_pb2, status_pb2
@@ -70,10 +76,7 @@ def hop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         yield {"client": client, "certs": certs, "target": target,
                "controller": controller.address}
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def _echo(channel: grpc.Channel, metadata=APP) -> list[int] | str:

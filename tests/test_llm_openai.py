@@ -6,9 +6,7 @@ embeddings and rerank), deployed from a config file that names
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +21,8 @@ import yaml
 from servefleet import get_deployment_handle
 from servefleet._private.configuration.config_file import load_config
 from servefleet._private.security import tokens
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, stop_cluster, wait_for
 from servefleet.client import ControllerClient
-from servefleet.controller.runtime.process import scan
 from servefleet.llm import ChatMessage, NGramEngine
 
 GENESIS, EXODUS = "Gen1:1-Gen50:26", "Ex1:1-Ex40:38"
@@ -85,14 +82,7 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLM]:
         yield LLM(proxy.url, openai.OpenAI(base_url=proxy.url + "/llm/v1", api_key=token,
                                            max_retries=0), controller.address, bearer)
     finally:
-        proxy.stop()
-        with contextlib.suppress(Exception):
-            client.shutdown()
-        client.close()
-        controller.stop()
-        for replica, _ in scan(cluster):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(replica.handle.split(":")[0]), signal.SIGKILL)
+        stop_cluster(controller, client, [proxy], kill_replicas=True)
 
 
 def test_models_are_listed_and_chat_answers_with_usage(llm) -> None:

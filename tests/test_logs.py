@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, stop_cluster, wait_for
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import status_pb2
@@ -127,10 +127,7 @@ def test_a_request_id_is_found_in_the_proxy_and_replica_json_logs(tmp_path, clus
         assert started["term"] == revision > 0
         check_servefleet_logs(client, controller, proxy, replica.record.replica_id)
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_request_ids_are_unique_hex_and_differ_in_a_forked_child() -> None:

@@ -8,11 +8,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from servefleet._private.external_servers import PrometheusServer
 from servefleet._private.testing import (
     ControllerProcess,
-    PrometheusServer,
     ProxyProcess,
     free_port,
+    stop_cluster,
     wait_for,
 )
 from servefleet.client import ControllerClient
@@ -59,10 +60,7 @@ def cluster_with_metrics(tmp_path, cluster):
         wait_for(lambda: httpx.get(proxy.url + "/m").status_code == 200, 30, "routed")
         yield client, proxy, f"http://{metrics}"
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def test_every_process_serves_its_metrics(cluster_with_metrics) -> None:

@@ -16,7 +16,13 @@ import httpx
 import pytest
 
 from servefleet._private.security.certs import init_certs, issue_cert
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import deployment_pb2 as dpb
 
@@ -65,10 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         proxy.start()
         yield {"base": base, "certs": certs, "metrics": metrics}
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def scraped(port: int, job: str, component: str) -> int:

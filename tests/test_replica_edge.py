@@ -22,7 +22,7 @@ import pytest
 from test_proxy_edge import _answer, _closed_by_proxy, _send_all_it_takes
 
 from servefleet._private.lifecycle import start_http_server
-from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, stop_cluster, wait_for
 from servefleet._private.wire import METHOD_HEADER, REJECTED_HEADER, ROUTES_KEY
 from servefleet.client import ControllerClient
 from servefleet.replica.edge import HOP_HEADROOM_BYTES, ReplicaEdge, limits_from_env
@@ -77,10 +77,7 @@ def ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                "grpc": record.grpc_address, "control": record.control_address,
                "proxy": proxy}
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def _address(host_port: str) -> tuple[str, int]:

@@ -23,7 +23,13 @@ import httpx
 import pytest
 
 from servefleet import get_deployment_handle
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient, ControllerError
 from servefleet.v1 import application_pb2 as a
 from servefleet.v1 import deployment_pb2 as d
@@ -56,10 +62,7 @@ def cluster(tmp_path_factory):
         yield tmp, controller, proxy, client
     finally:
         os.environ.pop("PYTHONPATH", None)
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
 
 
 def running(client: ControllerClient, name: str, count: int) -> bool:

@@ -14,9 +14,10 @@ import httpx
 import pytest
 from loadgen import answers
 
+from servefleet._private.external_servers import EtcdServer
 from servefleet._private.security.certs import init_certs, role_server_name
 from servefleet._private.security.tls import PLAIN, Credentials, TlsFiles
-from servefleet._private.testing import ControllerProcess, EtcdServer, ProxyProcess, wait_for
+from servefleet._private.testing import ControllerProcess, ProxyProcess, wait_for
 from servefleet.client import ControllerClient, ControllerUnreachable
 from servefleet.v1 import deployment_pb2 as d
 from servefleet.v1 import replica_pb2, replica_pb2_grpc, status_pb2

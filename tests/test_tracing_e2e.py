@@ -25,7 +25,13 @@ import grpc
 import httpx
 import pytest
 
-from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port, wait_for
+from servefleet._private.testing import (
+    ControllerProcess,
+    ProxyProcess,
+    free_port,
+    stop_cluster,
+    wait_for,
+)
 from servefleet.client import ControllerClient
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
@@ -76,10 +82,7 @@ def traced(tmp_path_factory):
         proxy.grpc_target = f"127.0.0.1:{grpc_port}"
         yield sink, controller, proxy, client, url
     finally:
-        proxy.stop()
-        client.shutdown()
-        client.close()
-        controller.stop()
+        stop_cluster(controller, client, [proxy])
         sink.stop()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from servefleet._private.testing import _wait_tcp, free_port
+from servefleet._private.testing import free_port, wait_tcp
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -89,7 +89,7 @@ class EtcdCluster:
             member.launch(self.initial)
         for member in self.members:
             assert member.proc is not None
-            _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
+            wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
                       member.host)
         return self
 
@@ -97,7 +97,7 @@ class EtcdCluster:
         """Start a member that is down again, with its data; wait until it listens."""
         member.launch(self.initial)
         assert member.proc is not None
-        _wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
+        wait_tcp(member.client_port, timeout, member.proc, f"etcd {member.name}",
                       member.host)
 
     def healthy(self) -> bool:

@@ -1,10 +1,11 @@
 """Real components on loopback, for tests and benchmarks.
 
-`EtcdServer` runs Debian's etcd binary on free loopback ports with its data in
-a temporary directory; `ControllerProcess` runs `servefleet controller`,
-`ProxyProcess` `servefleet proxy` and `ReplicaProcess` one replica (without
-a controller's runtime) as child processes. Each stops what it started, and
-all bind 127.0.0.1 unless told a host (the chaos suite's network namespaces).
+`ControllerProcess` runs `servefleet controller`, `ProxyProcess` `servefleet
+proxy` and `ReplicaProcess` one replica (without a controller's runtime) as
+child processes; `stop_cluster` takes down what a test started, in order,
+whatever state it is in. Each stops what it started, and all bind 127.0.0.1
+unless told a host (the chaos suite's network namespaces). etcd and
+Prometheus, which servefleet talks to, are in external_servers.py.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from servefleet._private.replica_command import REPLICA_ENV
+
+if TYPE_CHECKING:
+    from servefleet.client import ControllerClient
 
 
 def free_port() -> int:
@@ -34,7 +39,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _terminate(proc: subprocess.Popen | None, timeout: float) -> int | None:
+def terminate(proc: subprocess.Popen | None, timeout: float) -> int | None:
     """SIGTERM, then SIGKILL after `timeout` seconds; the exit code (None: never started)."""
     if proc is None or proc.poll() is not None:
         return proc.returncode if proc else None
@@ -57,7 +62,7 @@ def wait_for(predicate, timeout: float = 60, what: str = ""):
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
-def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str,
+def wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str,
               host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,55 +73,6 @@ def _wait_tcp(port: int, timeout: float, proc: subprocess.Popen, what: str,
                 return
         time.sleep(0.05)
     raise TimeoutError(f"{what} did not listen on {host}:{port} within {timeout}s")
-
-
-class EtcdServer:
-    """One etcd member on 127.0.0.1, started on free ports."""
-
-    def __init__(self, binary: str | None = None, certs: str | Path | None = None) -> None:
-        """With `certs` (a `servefleet certs init` directory): TLS with
-        DIR/etcd.crt, and clients must present a certificate of DIR/etcd-ca.crt."""
-        self.binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
-        self.certs = Path(certs) if certs else None
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.data_dir = tempfile.mkdtemp(prefix="servefleet-etcd-")
-        self.proc: subprocess.Popen | None = None
-        self.log_path = Path(self.data_dir) / "etcd.log"
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
-
-    @property
-    def url(self) -> str:
-        return f"{'etcds' if self.certs else 'etcd'}://{self.endpoint}"
-
-    def start(self) -> EtcdServer:
-        if not os.path.exists(self.binary):
-            raise FileNotFoundError(
-                f"etcd binary not found at {self.binary}: apt-get install etcd-server")
-        client = f"{'https' if self.certs else 'http'}://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        cmd = [
-            self.binary, "--name", "test", "--data-dir", str(Path(self.data_dir) / "data"),
-            "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"test={peer}", "--initial-cluster-state", "new",
-            "--log-level", "warn",
-        ]
-        if self.certs:
-            cmd += ["--cert-file", str(self.certs / "etcd.crt"),
-                    "--key-file", str(self.certs / "etcd.key"),
-                    "--trusted-ca-file", str(self.certs / "etcd-ca.crt"), "--client-cert-auth"]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        _wait_tcp(self.client_port, 30, self.proc, "etcd")
-        return self
-
-    def stop(self) -> None:
-        _terminate(self.proc, 10)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 class ControllerProcess:
@@ -177,7 +133,7 @@ class ControllerProcess:
     def wait_serving_health(self, timeout: float) -> None:
         """Wait until the process answers the gRPC health service (leader or not)."""
         assert self.proc is not None
-        _wait_tcp(self.port, timeout, self.proc, "controller", self.host)
+        wait_tcp(self.port, timeout, self.proc, "controller", self.host)
         deadline = time.monotonic() + timeout
         with self.credentials.channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -258,7 +214,7 @@ class ProxyProcess:
                      *self.extra_args], stdout=log, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
-                _wait_tcp(self.port, 30, self.proc, "proxy", self.host)
+                wait_tcp(self.port, 30, self.proc, "proxy", self.host)
                 return self
             except (RuntimeError, TimeoutError) as e:
                 self.stop(1)
@@ -268,7 +224,7 @@ class ProxyProcess:
         raise RuntimeError(f"proxy: no free port it could bind; {self.logs()[-3000:]}")
 
     def stop(self, timeout: float = 15) -> int | None:
-        return _terminate(self.proc, timeout)
+        return terminate(self.proc, timeout)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -343,50 +299,29 @@ class ReplicaProcess:
             self.proc.stdout.close()
 
 
-class PrometheusServer:
-    """Debian's prometheus on a free loopback port, scraping every second the
-    targets an http_sd URL lists (a controller's /-/metrics-targets)."""
+def stop_cluster(controller: ControllerProcess, client: ControllerClient | None = None,
+                 proxies: Iterable[ProxyProcess] = (), kill_replicas: bool = False) -> None:
+    """Take down what a test started, whatever state it is in: the proxies
+    (no new requests), the applications (`client.shutdown()`, which stops
+    their replicas), the client, the controller. With `kill_replicas`, then
+    SIGKILL the process runtime's replicas of the controller's cluster that
+    a failed shutdown left running (only for a cluster name of the test's
+    own: others' replicas may share a common one). Every step runs even
+    when one before it failed; a failure is raised once all have run."""
+    with contextlib.ExitStack() as steps:  # the steps run last pushed, first
+        if kill_replicas:
+            steps.callback(_kill_replicas, controller.cluster)
+        steps.callback(controller.stop)
+        if client is not None:
+            steps.callback(client.close)
+            steps.callback(client.shutdown)
+        for proxy in reversed(list(proxies)):
+            steps.callback(proxy.stop)
 
-    def __init__(self, sd_url: str, binary: str | None = None) -> None:
-        self.binary = binary or shutil.which("prometheus") or "/usr/bin/prometheus"
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="servefleet-prometheus-"))
-        (self.dir / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: servefleet\n"
-            f"    http_sd_configs: [{{url: '{sd_url}', refresh_interval: 1s}}]\n")
-        self.proc: subprocess.Popen | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+def _kill_replicas(cluster: str) -> None:
+    from servefleet.controller.runtime.process import scan
 
-    def start(self) -> PrometheusServer:
-        if not os.path.exists(self.binary):
-            raise FileNotFoundError(
-                f"prometheus not found at {self.binary}: apt-get install prometheus")
-        with open(self.dir / "prometheus.log", "wb") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.dir / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={self.dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
-                stdout=log, stderr=subprocess.STDOUT)
-        _wait_tcp(self.port, 30, self.proc, "prometheus")
-        return self
-
-    def query(self, promql: str) -> list[dict]:
-        """The result vector of an instant query (Prometheus's HTTP API)."""
-        import httpx
-
-        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
-        reply.raise_for_status()
-        return reply.json()["data"]["result"]
-
-    def stop(self) -> None:
-        _terminate(self.proc, 10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def logs(self) -> str:
-        path = self.dir / "prometheus.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+    for replica, _ in scan(cluster):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(replica.handle.split(":")[0]), signal.SIGKILL)

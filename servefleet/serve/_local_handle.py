@@ -30,7 +30,6 @@ from typing import Any, Protocol
 
 from servefleet._private.handles.handle import DeploymentHandle
 from servefleet._private.handles.responses import DeploymentResponse, DeploymentResponseGenerator
-from servefleet._private.ray_handle_options import note_handle_options
 
 from .exceptions import RayServeException, RequestCancelledError
 
@@ -175,33 +174,26 @@ class LocalDeploymentHandle(DeploymentHandle):
         self.controllers: list[str] = []
         self.method, self.stream = method, stream
         self.multiplexed_model_id = multiplexed_model_id
-
-    @property
-    def deployment_name(self) -> str:
-        return self.deployment
-
-    @property
-    def app_name(self) -> str:
-        return self.application
+        self.routing_key = ""  # one local replica: nothing to route
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None,
-                multiplexed_model_id: str | None = None,
-                **ignored: Any) -> LocalDeploymentHandle:
+                multiplexed_model_id: str | None = None, **ignored: Any) -> DeploymentHandle:
+        """DeploymentHandle.options, taking (and ignoring) Ray's options that
+        mean nothing in one process; TypeError for any other."""
         unknown = [name for name in ignored if name not in _IGNORED_OPTIONS]
         if unknown:
             raise TypeError(f"handle.options() got an unexpected keyword argument "
                             f"{unknown[0]!r}")
-        note_handle_options(ignored.get("use_new_handle_api"),
-                            ignored.get("_prefer_local_routing"), ignored.get("_by_reference"))
-        return LocalDeploymentHandle(
-            self.application, self.deployment, method_name or self.method,
-            self.stream if stream is None else stream,
-            self.multiplexed_model_id if multiplexed_model_id is None else multiplexed_model_id)
+        return super().options(method_name=method_name, stream=stream,
+                               multiplexed_model_id=multiplexed_model_id,
+                               use_new_handle_api=ignored.get("use_new_handle_api"),
+                               _prefer_local_routing=ignored.get("_prefer_local_routing"),
+                               _by_reference=ignored.get("_by_reference"))
 
-    def __getattr__(self, name: str) -> LocalDeploymentHandle:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return self.options(method_name=name)
+    def _copy(self, method: str, stream: bool, multiplexed_model_id: str,
+              routing_key: str) -> LocalDeploymentHandle:
+        return LocalDeploymentHandle(self.application, self.deployment, method, stream,
+                                     multiplexed_model_id)
 
     def _replica(self) -> LocalReplica:
         replica = REPLICAS.get((self.application, self.deployment))

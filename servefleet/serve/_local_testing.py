@@ -12,17 +12,17 @@ environment). user_config is applied (`reconfigure`), as Ray does.
 
 Running an application under a name that already runs locally replaces it;
 `serve.delete(name)` and `serve.shutdown()` stop local applications too.
-Deployment names in an application follow servefleet._private.applications.api.graph_of: a
-deployment bound twice with different arguments gets `Name`, `Name_1`, ...
+Deployments are met and named as everywhere (applications/api.py's
+GraphWalk): a deployment bound twice with different arguments gets `Name`,
+`Name_1`, ...
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from servefleet._private.applications.api import Application, Deployment
+from servefleet._private.applications.api import Application, GraphWalk, replace_bound
 
 from ._local_handle import REPLICAS, LocalDeploymentHandle
 from ._local_runtime import LocalReplica
@@ -36,23 +36,14 @@ _apps: dict[str, tuple[str, list[LocalReplica]]] = {}
 def run_local(app: Application, name: str) -> LocalDeploymentHandle:
     """Construct every deployment of `app` here; the ingress's handle."""
     replicas: list[LocalReplica] = []
-    names: dict[int, str] = {}
-    taken: set[str] = set()
-    keep: list[Application] = []  # keeps every node alive, so an id() is never reused
 
     def handle_of(node: Application) -> LocalDeploymentHandle:
-        if id(node) in names:
-            return LocalDeploymentHandle(name, names[id(node)])
-        base = node.deployment.name
-        deployment_name, n = base, 0
-        while deployment_name in taken:
-            n += 1
-            deployment_name = f"{base}_{n}"
-        taken.add(deployment_name)
-        names[id(node)] = deployment_name
-        keep.append(node)
-        args = tuple(replace(a) for a in node.args)
-        kwargs = {k: replace(v) for k, v in node.kwargs.items()}
+        return LocalDeploymentHandle(name, walk.name(node))
+
+    def enter(node: Application, deployment_name: str) -> None:
+        """Construct the deployment, its dependencies (met in its arguments) first."""
+        args = tuple(replace_bound(a, handle_of) for a in node.args)
+        kwargs = {k: replace_bound(v, handle_of) for k, v in node.kwargs.items()}
         options = node.deployment.options_dict
         if "num_gpus" in (options.get("ray_actor_options") or {}):
             logger.warning("%s asks for GPUs: local testing mode does not manage "
@@ -61,20 +52,8 @@ def run_local(app: Application, name: str) -> LocalDeploymentHandle:
                                      args, kwargs, options.get("user_config"),
                                      options.get("user_config") is not None))
         REPLICAS[(name, deployment_name)] = replicas[-1]
-        return LocalDeploymentHandle(name, deployment_name)
 
-    def replace(value: Any) -> Any:
-        """Bound deployments (also inside lists and dicts) as local handles."""
-        if isinstance(value, Deployment):
-            value = value.bind()
-        if isinstance(value, Application):
-            return handle_of(value)
-        if isinstance(value, list | tuple):
-            return type(value)(replace(v) for v in value)
-        if isinstance(value, dict):
-            return {k: replace(v) for k, v in value.items()}
-        return value
-
+    walk = GraphWalk(enter)
     with _lock:
         old = _apps.pop(name, None)
         _forget(name, old)

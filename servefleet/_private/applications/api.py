@@ -174,39 +174,24 @@ def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str,
         app = app.bind()
     if not isinstance(app, Application):
         raise TypeError(f"expected a bound deployment (Deployment.bind(...)), got {app!r}")
-    names: dict[int, str] = {}
-    # Keeps every node visited alive, so that an id() in `names` is never reused
-    # by a temporary (an unbound Deployment passed as an argument is bound here).
-    visited: list[Application] = []
-    taken: set[str] = set()
     nodes: list[dict[str, Any]] = []
 
-    def visit(node: Application) -> str:
-        if id(node) in names:
-            return names[id(node)]
-        base = node.deployment.name
-        name, n = base, 0
-        while name in taken:
-            n += 1
-            name = f"{base}_{n}"
-        taken.add(name)
-        names[id(node)] = name
-        visited.append(node)
+    def enter(node: Application, name: str) -> None:
         entry: dict[str, Any] = {"name": name, "import_path": node.deployment.import_path,
                                  "options": node.deployment.options_dict}
         nodes.append(entry)
         if by_value:
-            _add_by_value(entry, node, visit)
+            _add_by_value(entry, node, walk.name)
         else:
-            _add_json_args(entry, node, visit)
+            _add_json_args(entry, node, walk.name)
         actors = entry["options"].pop("deployment_actors", None)
         if actors:  # each a hidden deployment of one replica (ray_actors.py)
-            entry["actors"] = {config["name"]: visit(_actor_node(name, config))
+            entry["actors"] = {config["name"]: walk.name(_actor_node(name, config))
                                for config in actor_configs(f"deployment {name}.deployment_actors",
                                                            actors)}
-        return name
 
-    ingress = visit(app)
+    walk = GraphWalk(enter)
+    ingress = walk.name(app)
     for entry in nodes:  # servefleet's names, as JSON: they travel to the controller
         # (Ray's config objects become dicts; the user was warned at @deployment).
         entry["options"] = normalize_options(f"deployment {entry['name']} options",
@@ -224,6 +209,57 @@ def _actor_node(parent: str, config: dict[str, Any]) -> Application:
     hidden = Deployment(actor_target(config), deployment_name(parent, config["name"]),
                         actor_options(f"deployment {parent}.deployment_actors", config))
     return hidden.bind(*config["init_args"], **config["init_kwargs"])
+
+
+class GraphWalk:
+    """The one walk of an application graph, shared by everything that reads
+    one (graph_of, local testing mode, a local run's checks): each bound
+    deployment is named once, in the order met from the ingress, and
+    `enter(node, name)` is called then, before the nodes among its arguments
+    (which `enter` meets through `name`).
+
+    A deployment bound more than once with different arguments gets names
+    `Name`, `Name_1`, ...; the same bound object met again is the same
+    deployment, under the name it got first.
+    """
+
+    def __init__(self, enter: Callable[[Application, str], object]) -> None:
+        self._enter = enter
+        self._names: dict[int, str] = {}
+        self._taken: set[str] = set()
+        # Every node met, kept alive so that an id() in `_names` is never reused
+        # by a temporary (an unbound Deployment among arguments is bound on meeting).
+        self.nodes: list[Application] = []
+
+    def name(self, node: Application) -> str:
+        """`node`'s name in the graph, entering it the first time it is met."""
+        if id(node) in self._names:
+            return self._names[id(node)]
+        base = node.deployment.name
+        name, n = base, 0
+        while name in self._taken:
+            n += 1
+            name = f"{base}_{n}"
+        self._taken.add(name)
+        self._names[id(node)] = name
+        self.nodes.append(node)
+        self._enter(node, name)
+        return name
+
+
+def replace_bound(value: Any, replace: Callable[[Application], Any]) -> Any:
+    """`value` with each bound deployment in it, also inside lists, tuples,
+    sets and dicts, replaced by `replace(node)`; a Deployment passed unbound
+    counts as bound without arguments. Anything else is kept as it is."""
+    if isinstance(value, Deployment):
+        value = value.bind()
+    if isinstance(value, Application):
+        return replace(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return type(value)(replace_bound(v, replace) for v in value)
+    if isinstance(value, dict):
+        return {k: replace_bound(v, replace) for k, v in value.items()}
+    return value
 
 
 def _add_json_args(entry: dict[str, Any], node: Application,

@@ -93,12 +93,17 @@ class DeploymentHandle:
         Ray's `use_new_handle_api`, `_prefer_local_routing` and `_by_reference`
         are accepted; what servefleet does not do is said once (ray_handle_options.py)."""
         note_handle_options(use_new_handle_api, _prefer_local_routing, _by_reference)
-        return DeploymentHandle(self.deployment, self.application, self.controllers,
-                                method_name or self.method,
-                                self.stream if stream is None else stream,
-                                self.multiplexed_model_id if multiplexed_model_id is None
-                                else multiplexed_model_id,
-                                self.routing_key if routing_key is None else routing_key)
+        return self._copy(method_name or self.method, self.stream if stream is None else stream,
+                          self.multiplexed_model_id if multiplexed_model_id is None
+                          else multiplexed_model_id,
+                          self.routing_key if routing_key is None else routing_key)
+
+    def _copy(self, method: str, stream: bool, multiplexed_model_id: str,
+              routing_key: str) -> DeploymentHandle:
+        """A handle to the same deployment that calls as given (`options`);
+        a subclass (local testing mode's handle) makes one of its own kind."""
+        return DeploymentHandle(self.deployment, self.application, self.controllers, method,
+                                stream, multiplexed_model_id, routing_key)
 
     def __getattr__(self, name: str) -> DeploymentHandle:
         if name.startswith("_"):

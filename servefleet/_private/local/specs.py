@@ -19,9 +19,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from servefleet._private.applications.api import UNSET, Application, Deployment, graph_of
+from servefleet._private.applications.api import (
+    UNSET,
+    Application,
+    Deployment,
+    GraphWalk,
+    graph_of,
+    replace_bound,
+)
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import deployment_pb2 as dpb
 
@@ -61,22 +67,13 @@ def route_of(app: Application, route_prefix: str | None) -> str | None:
 
 def _nodes(app: Application) -> list[Application]:
     """Every bound deployment reachable from `app`, `app` first."""
-    seen: dict[int, Application] = {}
-    stack: list[Any] = [app]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, Deployment):
-            value = Application(value, (), {})
-        if isinstance(value, Application):
-            if id(value) in seen:
-                continue
-            seen[id(value)] = value
-            stack.extend(reversed([*value.args, *value.kwargs.values()]))
-        elif isinstance(value, list | tuple | set | frozenset):
-            stack.extend(value)
-        elif isinstance(value, dict):
-            stack.extend(value.values())
-    return list(seen.values())
+    def enter(node: Application, name: str) -> None:
+        for value in (*node.args, *node.kwargs.values()):
+            replace_bound(value, walk.name)
+
+    walk = GraphWalk(enter)
+    walk.name(app)
+    return walk.nodes
 
 
 def application_specs(target: Application | Deployment, name: str,
