@@ -184,6 +184,14 @@ def test_every_room_says_what_it_owns_and_may_import() -> None:
     assert not broken, broken
 
 
+def test_the_design_doc_maps_every_room() -> None:
+    """docs/design.md's map of the code links each room, and nothing that
+    is not one."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    linked = set(re.findall(r"\(\.\./servefleet/_private/(\w+)/__init__\.py\)", text))
+    assert linked == set(rooms())
+
+
 def test_the_may_import_line_is_read() -> None:
     text = "Owns things.\n\nMay import: dataplane, security (TLS,\nand more) and\ntracing.\nMore."
     assert allowed(text) == {"dataplane", "security", "tracing"}
