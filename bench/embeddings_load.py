@@ -25,7 +25,7 @@ import httpx
 import yaml
 from wrk_run import UNITS
 
-from servefleet._private.config_file import load_config
+from servefleet._private.configuration.config_file import load_config
 from servefleet._private.testing import ControllerProcess, ProxyProcess
 from servefleet.client import ControllerClient
 
