@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 from typing import Any
 
@@ -60,8 +59,7 @@ from .members import Membership
 from .metrics import TERM, TERMS
 from .reconcile.loop import tune_gc
 from .reconcile.replica_client import GrpcReplicaClient
-from .runtime import Runtime
-from .runtime.process import ProcessRuntime
+from .runtime.choose import make_runtime
 from .runtime.sandbox import tried
 from .store import Store, StoreOpenError, open_store
 from .term import LeaderTerm, TermParts
@@ -115,7 +113,7 @@ class ControllerServer:
             Credentials(config.tls, server_name=role_server_name("replica")),
             hop_metadata=lambda: self.term.hop.controller_metadata() if self.term else ())
         self._parts = TermParts(config.cluster, keys, self._store, self.election, self._clock,
-                                self._make_runtime(), self._replica_client,
+                                make_runtime(self.config, self._sandbox), self._replica_client,
                                 lambda: self.membership.addresses,
                                 policy=config.deploy_policy(), sandbox=self._sandbox,
                                 hop_required=self.authorizer.enabled,
@@ -129,34 +127,6 @@ class ControllerServer:
         self._stop_replicas = False
         self._stopped = False
         self.bound_port = 0
-
-    def _make_runtime(self) -> Runtime | None:
-        if self.config.runtime == "none":
-            return None
-        if self.config.runtime == "sim":
-            from .runtime.sim import SimRuntime
-
-            return SimRuntime(self.config.runtime_dir)
-        if self.config.runtime == "swarm":
-            from .runtime.swarm import SwarmRuntime
-
-            return SwarmRuntime(self.config.cluster, self.config.docker_image,
-                                self.config.docker_network,
-                                mount_working_dir=self.config.docker_code == "mount",
-                                replica_tls=self.config.replica_tls,
-                                http_tls=self.config.replica_http_tls)
-        if self.config.runtime == "docker":
-            from .runtime.docker import DockerRuntime
-
-            return DockerRuntime(self.config.cluster, self.config.docker_image,
-                                 self.config.docker_network,
-                                 mount_working_dir=self.config.docker_code == "mount",
-                                 replica_tls=self.config.replica_tls,
-                                http_tls=self.config.replica_http_tls)
-        runtime_dir = os.path.expanduser(self.config.runtime_dir)
-        return ProcessRuntime(runtime_dir, self.config.cluster, host=self.config.replica_host,
-                              replica_tls=self.config.replica_tls,
-                              sandbox=self._sandbox, http_tls=self.config.replica_http_tls)
 
     # -- 1. startup -------------------------------------------------------------
 

@@ -63,10 +63,11 @@ from .reconcile.replica_ops import ReplicaOps
 from .reconcile.replicas import ReplicaReconciler
 from .runtime import Runtime
 from .runtime.sandbox import Sandbox
+from .state_publisher import StatePublisher
 from .store import Store, StoreUnavailable
 from .traffic_history import HistorySampler, TrafficHistory
 from .unservable import application_unavailable, deployment_unavailable
-from .watch import Publisher, StatePublisher
+from .watch import Publisher
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from servefleet._private.wire import ROUTES_KEY, replicas_key
 from servefleet.controller.reconcile.replica_client import GrpcReplicaClient, ReplicaCallError
 from servefleet.controller.runtime.base import ReplicaLaunch
 from servefleet.controller.runtime.sim import SimRuntime, socket_path
-from servefleet.controller.watch import Publisher, StatePublisher
+from servefleet.controller.state_publisher import StatePublisher
+from servefleet.controller.watch import Publisher
 from servefleet.v1 import application_pb2, deployment_pb2, records_pb2, replica_pb2
 
 ROOT = Path(__file__).resolve().parent.parent

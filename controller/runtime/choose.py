@@ -1,0 +1,41 @@
+"""The runtime `--runtime` names, made from the controller's configuration
+(the Docker, Swarm and sim runtimes are imported only when chosen: their
+libraries are optional)."""
+
+from __future__ import annotations
+
+import os
+
+from ..config import ControllerConfig
+from .base import Runtime
+from .process import ProcessRuntime
+from .sandbox import Sandbox
+
+
+def make_runtime(config: ControllerConfig, sandbox: Sandbox) -> Runtime | None:
+    if config.runtime == "none":
+        return None
+    if config.runtime == "sim":
+        from .sim import SimRuntime
+
+        return SimRuntime(config.runtime_dir)
+    if config.runtime == "swarm":
+        from .swarm import SwarmRuntime
+
+        return SwarmRuntime(config.cluster, config.docker_image,
+                            config.docker_network,
+                            mount_working_dir=config.docker_code == "mount",
+                            replica_tls=config.replica_tls,
+                             http_tls=config.replica_http_tls)
+    if config.runtime == "docker":
+        from .docker import DockerRuntime
+
+        return DockerRuntime(config.cluster, config.docker_image,
+                             config.docker_network,
+                             mount_working_dir=config.docker_code == "mount",
+                             replica_tls=config.replica_tls,
+                             http_tls=config.replica_http_tls)
+    runtime_dir = os.path.expanduser(config.runtime_dir)
+    return ProcessRuntime(runtime_dir, config.cluster, host=config.replica_host,
+                          replica_tls=config.replica_tls,
+                          sandbox=sandbox, http_tls=config.replica_http_tls)
