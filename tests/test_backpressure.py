@@ -45,9 +45,9 @@ def test_the_controller_checks_it_and_keeps_only_what_differs_from_the_default()
     assert not normalize_spec(spec(503)).replica_config.HasField("backpressure")
     kept = normalize_spec(spec(429, 0.5)).replica_config.backpressure
     assert (kept.status_code, kept.retry_after_s) == (429, 0.5)
-    with pytest.raises(InvalidArgument, match="backpressure.status_code"):
+    with pytest.raises(InvalidArgument, match=r"backpressure\.status_code"):
         normalize_spec(spec(404))
-    with pytest.raises(InvalidArgument, match="backpressure.retry_after_s"):
+    with pytest.raises(InvalidArgument, match=r"backpressure\.retry_after_s"):
         normalize_spec(spec(429, -1.0))
 
 
