@@ -10,6 +10,7 @@ or container log link behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -205,7 +206,70 @@ async def test_a_replica_pod_made_watched_and_deleted_through_the_runtime_pieces
         await cache.wait_for(lambda pods: name not in pods, 60)
     finally:
         watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
     deadline = time.monotonic() + 60
     while f"secret/{name}" in _kubectl("get", "secrets", "-o", "name").split():
         assert time.monotonic() < deadline, "the Secret outlived its Pod"
         await asyncio.sleep(0.5)
+
+
+async def test_the_kubernetes_runtime_starts_lists_stops_and_prunes_replicas(cluster) -> None:
+    """controller/runtime/kubernetes.py on the real API server: a started
+    replica answers at the address inspect gives, a retried start finds the
+    same Pod, list shows it, its log is read, stop removes it; a replica that
+    exits while loading ends with its exit code, its output in logs, and
+    prune removes its Pod."""
+    if not cluster:
+        _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
+    import asyncio
+
+    from servefleet.controller.runtime.base import ReplicaLaunch
+    from servefleet.controller.runtime.kubernetes import KubernetesRuntime
+    from servefleet.controller.runtime.kubernetes_api import KubeApi
+
+    apps = str(ROOT / "tests" / "apps")
+
+    def launch(replica_id: str, import_path: str) -> ReplicaLaunch:
+        return ReplicaLaunch(cluster="k8s-rt", application="app", deployment="Hello",
+                             replica_id=replica_id, version="v1", working_dir=apps,
+                             settings={"import_path": import_path, "working_dir": apps,
+                                       "graceful_shutdown_timeout_s": 1.0})
+
+    runtime = KubernetesRuntime("k8s-rt", KubeApi.from_kubeconfig(RUN / "admin.kubeconfig"),
+                                IMAGE, pull_policy="Never")
+    try:
+        started = await runtime.start(launch("r1", "echo_app:hello"))
+        assert started.handle == "servefleet-k8s-rt-r1" and started.alive
+        assert (await runtime.start(launch("r1", "echo_app:hello"))).handle == started.handle
+        answer, deadline = "", time.monotonic() + 180
+        while answer != "hello kubernetes":
+            assert time.monotonic() < deadline, (answer, runtime.logs("r1"))
+            await asyncio.sleep(1)
+            seen = await runtime.inspect(started.handle)
+            if seen and seen.http_address:
+                answer = (await asyncio.to_thread(subprocess.run, [
+                    "ip", "netns", "exec", "sfk8s-node-a", "curl", "-sS", "-m", "5",
+                    f"http://{seen.http_address}/?name=kubernetes"],
+                    capture_output=True, text=True, timeout=30)).stdout
+        assert [r.replica_id for r in await runtime.list("k8s-rt")] == ["r1"]
+        text, cursor = await asyncio.to_thread(runtime.read_logs, "r1", "", 50)
+        assert cursor and isinstance(text, str)
+        await runtime.stop(started.handle, 2)
+        assert await runtime.inspect(started.handle) is None
+        assert await runtime.list("k8s-rt") == []
+
+        broken = await runtime.start(launch("r2", "exits_app:Gone"))  # exits with 7
+        deadline = time.monotonic() + 180
+        while (seen := await runtime.inspect(broken.handle)) is None or seen.alive:
+            assert time.monotonic() < deadline, runtime.logs("r2")
+            await asyncio.sleep(1)
+        assert seen.exit_code == 7
+        assert "exits_app: giving up on purpose" in runtime.logs("r2")
+        assert await runtime.prune("k8s-rt", keep=set()) == ["r2"]
+        deadline = time.monotonic() + 60
+        while await runtime.inspect(broken.handle) is not None:
+            assert time.monotonic() < deadline, "the pruned Pod stayed"
+            await asyncio.sleep(0.5)
+    finally:
+        await runtime.aclose()

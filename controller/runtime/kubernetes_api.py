@@ -8,6 +8,8 @@ connection held open with one JSON event per line."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import json
 import ssl
 import urllib.parse
@@ -22,6 +24,13 @@ from .kubernetes_watch import Gone
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 WATCH_TIMEOUT_S = 300  # the API server ends a watch after this; PodCache reopens it
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close a connection and wait (briefly) until TLS has closed it too."""
+    writer.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.wait_closed(), 2)
 
 
 class ApiError(Exception):
@@ -112,7 +121,7 @@ class KubeApi:
             while not response.complete and (data := await reader.read(65536)):
                 response.parser.feed_data(data)
         finally:
-            writer.close()
+            await _close(writer)
         decoded = json.loads(response.body or b"{}")
         if response.status >= 400:
             raise ApiError(response.status, decoded.get("message", response.body.decode()))
@@ -155,4 +164,27 @@ class KubeApi:
             if response.status >= 400:
                 raise ApiError(response.status, response.body.decode()[-500:])
         finally:
-            writer.close()
+            await _close(writer)
+
+    def pod_log(self, name: str, tail_lines: int = 0, since_time: str = "") -> str:
+        """A Pod's log (its last `tail_lines`, or what came since RFC 3339
+        `since_time`), blocking: the Runtime's logs calls are. "" when the Pod
+        or its log is not there."""
+        query = {"timestamps": "false"}
+        if tail_lines:
+            query["tailLines"] = str(tail_lines)
+        if since_time:
+            query["sinceTime"] = since_time
+        connection = http.client.HTTPSConnection(self._host, self._port, context=self._context,
+                                                 timeout=10)
+        try:
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+            connection.request("GET", self._path("pods", f"{name}/log", **query),
+                               headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            return data.decode(errors="replace") if response.status == 200 else ""
+        except OSError:
+            return ""
+        finally:
+            connection.close()
