@@ -63,7 +63,7 @@ def sweep(url: str, bodies: list[str], duration: float, stats_url: str = "",
     unanswered when it stopped are cancelled, yet a batch that runs them
     finishes; one answer after a pause says the model is free again. With
     `stats_url`, `stats` gets what its batches counted at 64 connections."""
-    results = {}
+    results: Results = {}
     for connections in (16, *CONNECTIONS):  # the first: warm, every length once
         time.sleep(2)
         ready(url, bodies[0])
@@ -94,8 +94,8 @@ def ceiling(batched: bool, texts: list[str], duration: float) -> tuple[Results, 
 
 
 def servefleet(texts: list[str], duration: float) -> dict[str, Results]:
-    variants = {"/batched": {"max_batch_tokens": 8192},
-                "/unbatched": {"max_batch_tokens": 0}}
+    variants: dict[str, dict[str, Any]] = {"/batched": {"max_batch_tokens": 8192},
+                                           "/unbatched": {"max_batch_tokens": 0}}
     for config in variants.values():
         config["deployment_config"] = {"max_ongoing_requests": 128}
     with EmbeddingsCluster(variants) as cluster:

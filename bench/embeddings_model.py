@@ -28,7 +28,10 @@ class Encoder:
         self.tokenizer = Tokenizer.from_file(tokenizer_path or os.environ["EMBEDDINGS_TOKENIZER"])
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        self.pad_id = int(self.tokenizer.token_to_id("[PAD]"))
+        pad = self.tokenizer.token_to_id("[PAD]")
+        if pad is None:
+            raise ValueError("the tokenizer has no [PAD] token")
+        self.pad_id = pad
         options = ort.SessionOptions()  # as SentenceEncoder's: threads that do not spin
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(onnx_path or os.environ["EMBEDDINGS_ONNX"], options,

@@ -110,7 +110,7 @@ async def test_a_broken_sort_key_fails_the_waiting_calls_with_its_error() -> Non
 
 def test_a_sort_key_that_is_not_a_function_is_refused() -> None:
     with pytest.raises(TypeError, match="sort_key must be a function"):
-        batch(sort_key=3)
+        batch(sort_key=3)  # type: ignore[arg-type]
 
 
 async def test_each_instance_keeps_its_sort_key() -> None:
