@@ -176,6 +176,7 @@ def test_the_demo_suggests_the_readmes_commands_and_they_answer(tmp_path) -> Non
         assert by_client.returncode == 0, by_client.stderr
         cosines = [float(x) for x in by_client.stdout.strip(" []\n").split()]
         assert cosines[0] == pytest.approx(1.0, abs=1e-4) and cosines[1] > 0.5 > cosines[2]
+        _embedding_figures_on_the_dashboard(up, printed[1])
         printed = printed[2:]
         # The digits: a PNG of the repository posted as curl posts it.
         digits = [_curl_post(line) for line in printed[:3]]
@@ -362,6 +363,32 @@ def _curl_stream(line: str) -> list[str]:
         assert answer.status_code == 200, answer.read()
         return [line.removeprefix("data: ") for line in answer.iter_lines()
                 if line.startswith("data: ")]
+
+
+def _embedding_figures_on_the_dashboard(up: Up, embed: str) -> None:
+    """The dashboard's figures of the demo's embedding model, from its replica's
+    metrics: they appear once scraped, and count what `embed` (a curl) sends."""
+    args = list(up.proc.args)  # type: ignore[arg-type]
+    status = f"http://{args[args.index('--dashboard') + 1]}/api/status"
+
+    def figures() -> dict | None:
+        for app in httpx.get(status, timeout=10).json()["applications"]:
+            for dep in app["deployments"]:
+                if dep["name"].startswith("EmbeddingServer") and dep.get("models"):
+                    return dep["models"][0]
+        return None
+
+    first = wait_for(figures, 30, "the embedding model's figures")
+    assert first["kind"] == "embedding" and first["model"] == "all-MiniLM-L6-v2", first
+
+    def counted() -> dict | None:  # the scrapes run while the page is polled
+        _run_json(embed)
+        found = figures()
+        return found if found and found["inputs_per_s"] > 0 else None
+
+    seen = wait_for(counted, 30, "the curl's inputs in the figures")
+    assert seen["batch_size_mean"] >= 1 and 0 <= seen["padding_share"] < 1, seen
+    assert seen["queue_wait_p50_ms"] is not None
 
 
 def _run_json(line: str) -> dict:
