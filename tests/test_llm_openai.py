@@ -189,16 +189,26 @@ def test_a_full_queue_is_a_429_streamed_or_not(llm) -> None:
 
 
 def test_the_model_replica_exposes_what_the_dashboard_reads(llm) -> None:
+    """What the dashboard reads (MODEL_METRICS): a language model's replica
+    exposes the llm_ series, an embedding model's the embedding_ ones."""
     from servefleet.controller.api.model_figures import MODEL_METRICS
 
     client = ControllerClient([llm.controller_address], timeout=30)
     try:
-        [replica] = client.replicas(deployment="LLMServer_genesis")
+        [language] = client.replicas(deployment="LLMServer_genesis")
+        [embedding] = client.replicas(deployment="EmbeddingServer_minilm")
     finally:
         client.close()
-    text = httpx.get(f"http://{replica.record.metrics_address}/metrics", timeout=10).text
-    exposed = {line.split("{")[0] for line in text.splitlines() if 'model="genesis"' in line}
-    assert MODEL_METRICS <= exposed, MODEL_METRICS - exposed
+    # Series that appear with their first samples: a few tokens, one embedding.
+    llm.client.completions.create(model="genesis", prompt="In the beginning", max_tokens=4)
+    llm.client.embeddings.create(model="minilm", input="counted")
+    for replica, model, prefix in ((language, "genesis", "llm_"),
+                                   (embedding, "minilm", "embedding_")):
+        text = httpx.get(f"http://{replica.record.metrics_address}/metrics", timeout=10).text
+        exposed = {line.split("{")[0] for line in text.splitlines()
+                   if f'model="{model}"' in line}
+        wanted = {name for name in MODEL_METRICS if name.startswith(prefix)}
+        assert wanted and wanted <= exposed, wanted - exposed
 
 
 def test_a_route_that_requires_a_token_refuses_a_wrong_key(llm) -> None:

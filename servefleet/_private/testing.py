@@ -112,6 +112,19 @@ class ControllerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, wait: bool = True) -> ControllerProcess:
+        """Start it and (`wait`) wait until it answers health checks; a first
+        start whose free port was taken meanwhile goes again on another."""
+        for _ in range(3):
+            first, logged = self.proc is None, len(self.logs())
+            try:
+                return self._start(wait)
+            except RuntimeError:
+                if not (first and "the address is in use" in self.logs()[logged:]):
+                    raise
+                self.proc, self.port = None, free_port()
+        raise RuntimeError(f"controller: no free port it could bind; {self.logs()[-3000:]}")
+
+    def _start(self, wait: bool) -> ControllerProcess:
         cmd = [*self.wrap, sys.executable, "-m", "servefleet", "controller",
                "--store", self.store_url,
                "--listen", self.address, "--cluster", self.cluster,
