@@ -199,9 +199,13 @@ def test_the_java_client(cluster_env, tls_cluster_env) -> None:
     against the plain cluster and the TLS one. Maven Central's artifacts are
     downloaded into ~/.m2 on the first run and read from there after."""
     assert shutil.which("mvn"), "Maven is missing: run scripts/setup"
+    # A shell runs a background command with SIGINT ignored, and a JVM started
+    # so installs no handler for it: the docs program's Ctrl-C test then waits
+    # in vain (a CI run launched with `cmd &` failed so). Default it again.
     out = subprocess.run(["mvn", "-B", "-ntp", "verify"], cwd=ROOT / "clients" / "java",
                          env={**cluster_env, **tls_cluster_env}, capture_output=True,
-                         text=True, timeout=900)
+                         text=True, timeout=900,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _show(out)
     assert out.returncode == 0
     # Both cluster tests ran (a missing variable would skip them).
