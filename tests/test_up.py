@@ -368,7 +368,7 @@ def _curl_stream(line: str) -> list[str]:
 def _embedding_figures_on_the_dashboard(up: Up, embed: str) -> None:
     """The dashboard's figures of the demo's embedding model, from its replica's
     metrics: they appear once scraped, and count what `embed` (a curl) sends."""
-    args = list(up.proc.args)  # type: ignore[arg-type]
+    args = [str(arg) for arg in up.proc.args]  # type: ignore[union-attr]
     status = f"http://{args[args.index('--dashboard') + 1]}/api/status"
 
     def figures() -> dict | None:
