@@ -46,11 +46,18 @@ class Pulls:
 
     times: list[float] = field(default_factory=list)
 
-    def longest_wait(self) -> tuple[float, int]:
-        """The longest time gRPC took no message, and how many it had taken before."""
-        times = self.times
-        gaps = [(times[i + 1] - times[i], i + 1) for i in range(len(times) - 1)]
-        return max(gaps, default=(0.0, 0))
+    def settled(self, total: int, quiet_s: float = 1.0, limit_s: float = 60) -> int:
+        """How many messages gRPC took once it stopped taking more for
+        `quiet_s` (or took all `total`): a stall is a wait for the peer's
+        flow-control window, or a client starved of CPU; either way it sent
+        no more than this before the peer read on."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            seen = len(self.times)
+            if seen >= total or (seen and time.monotonic() - self.times[-1] >= quiet_s):
+                return seen
+            time.sleep(0.05)
+        raise AssertionError(f"the client was still sending after {limit_s} s")
 
 
 def chunks(n: int, size: int, text: str, pulls: Pulls | None = None,
@@ -66,15 +73,20 @@ def chunks(n: int, size: int, text: str, pulls: Pulls | None = None,
         then.wait(60)
 
 
-def upload_with_back_pressure(stub, metadata: Metadata, n: int = 10_000, size: int = 16384,
-                              pause_s: float = 2.0, method: str = "Upload"
-                              ) -> tuple[pb.Summary, Pulls]:
-    """Upload n chunks to a replica that stops reading for `pause_s` after
-    100: the client's pulls show the wait (and how far ahead it got)."""
-    pulls = Pulls()
-    summary = getattr(stub, method)(chunks(n, size, f"pause:{pause_s}@100", pulls),
-                                    metadata=metadata, timeout=120)
-    return summary, pulls
+def upload_with_back_pressure(stub, metadata: Metadata, marks: Path, n: int = 10_000,
+                              size: int = 16384, after: int = 100, method: str = "Upload"
+                              ) -> tuple[pb.Summary, int]:
+    """Upload n chunks to a replica that stops reading after `after` until
+    told to read on (a file in `marks`): returns the summary and how many
+    chunks the client had sent while the replica was not reading."""
+    pulls, name = Pulls(), f"read-on-{method}-{time.monotonic_ns()}"
+    future = getattr(stub, method).future(chunks(n, size, f"until:{name}@{after}", pulls),
+                                          metadata=metadata, timeout=120)
+    try:
+        ahead = pulls.settled(n)
+    finally:
+        (marks / name).touch()
+    return future.result(timeout=120), ahead
 
 
 def echo(stub, metadata: Metadata, n: int = 1000, method: str = "Echo",

@@ -150,12 +150,13 @@ def test_client_and_bidirectional_streams_proxyless(xds_cluster, tmp_path) -> No
         for r in client.replicas("streams", "Streams")), 60, "the replica running")
     env = {**os.environ, "GRPC_XDS_BOOTSTRAP_CONFIG": render(controllers),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), APPS])}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "xds_streams.py"), "streams"],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "xds_streams.py"), "streams",
+                           str(tmp_path)],
                           capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.splitlines()[-1])
     assert got["upload"] == [10_000, 163_840_000, True]
-    assert got["waited"] > 1.0 and got["ahead"] < 5000
+    assert 100 <= got["ahead"] < 5000
     assert got["echoes"] == list(range(1000))
     assert got["stopped"][:3] == ["ABORTED", "stopped after 5 chunks", 5]
     assert got["stopped"][3] < 100_000

@@ -3,13 +3,14 @@
 the calls of tests/grpc_stream_calls.py against `xds:///<application>`, with
 no proxy between client and replica. Prints one JSON object of results.
 
-    python tests/xds_streams.py APPLICATION
+    python tests/xds_streams.py APPLICATION MARKS
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import grpc
 import grpc_stream_calls as calls
@@ -17,18 +18,17 @@ from grpc_streams import streams_pb2_grpc
 
 
 def main() -> None:
-    application = sys.argv[1]
+    application, marks = sys.argv[1], Path(sys.argv[2])
     with grpc.insecure_channel(f"xds:///{application}") as channel:
         stub = streams_pb2_grpc.StreamsStub(channel)
         grpc.channel_ready_future(channel).result(timeout=30)
-        summary, pulls = calls.upload_with_back_pressure(stub, ())
-        waited, ahead = pulls.longest_wait()
+        summary, ahead = calls.upload_with_back_pressure(stub, (), marks)
         echoes = calls.echo(stub, (), method="EchoSync")
         calls.cancel_held(stub, (), "proxyless-gone")
         code, details, echoed, sent = calls.stopped_by_the_replica(stub, ())
     print(json.dumps({
-        "upload": [summary.count, summary.bytes, summary.in_order], "waited": waited,
-        "ahead": ahead, "echoes": echoes, "stopped": [code.name, details, echoed, sent]}))
+        "upload": [summary.count, summary.bytes, summary.in_order], "ahead": ahead,
+        "echoes": echoes, "stopped": [code.name, details, echoed, sent]}))
 
 
 if __name__ == "__main__":

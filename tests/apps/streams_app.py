@@ -1,7 +1,8 @@
 """A deployment serving tests/apps/grpc_streams (client-streaming and
 bidirectional RPCs), with behaviours the tests choose by the first chunk's text:
 
-- "pause:S@N": after N chunks, stop reading for S seconds (back-pressure);
+- "until:NAME@N": after N chunks, stop reading until a file NAME exists in
+  `marks` (back-pressure: the test watches the client stop sending meanwhile);
 - "hold": after the first chunk, wait until the call ends; a cancelled call
   leaves a file named after its x-request-id in `marks`;
 - "fail@N": raise ValueError after N chunks;
@@ -23,11 +24,16 @@ from servefleet import deployment
 SERVICER = "grpc_streams.streams_pb2_grpc:add_StreamsServicer_to_server"
 
 
-def _plan(text: str) -> tuple[str, float, int]:
-    """(what, seconds, after N chunks) from a chunk's text: "pause:2@100"."""
+def _plan(text: str) -> tuple[str, str, int]:
+    """(what, its argument, after N chunks) from a chunk's text: "until:go@100"."""
     what, _, after = text.partition("@")
-    what, _, seconds = what.partition(":")
-    return what, float(seconds or 0), int(after or 0)
+    what, _, argument = what.partition(":")
+    return what, argument, int(after or 0)
+
+
+def _resumed(marks: str, name: str) -> bool:
+    """Whether the test said to read on (the callers give up after a minute)."""
+    return os.path.exists(os.path.join(marks, name))
 
 
 class _Tally:
@@ -57,15 +63,18 @@ class Streams:
                 pass
 
     async def Upload(self, requests, grpc_context) -> Summary:
-        tally, plan = _Tally(), ("", 0.0, 0)
+        tally, plan = _Tally(), ("", "", 0)
         try:
             async for chunk in requests:
                 if tally.count == 0:
                     plan = _plan(chunk.text)
                 tally.add(chunk)
-                what, seconds, after = plan
-                if what == "pause" and tally.count == after:
-                    await asyncio.sleep(seconds)
+                what, argument, after = plan
+                if what == "until" and tally.count == after:
+                    for _ in range(3000):
+                        if _resumed(self.marks, argument):
+                            break
+                        await asyncio.sleep(0.02)
                 elif what == "hold":
                     await asyncio.sleep(3600)
                 elif what == "fail" and tally.count == after:
@@ -76,7 +85,7 @@ class Streams:
         return tally.summary()
 
     async def Echo(self, requests, grpc_context):
-        tally, plan = _Tally(), ("", 0.0, 0)
+        tally, plan = _Tally(), ("", "", 0)
         try:
             async for chunk in requests:
                 if tally.count == 0:
@@ -95,12 +104,18 @@ class Streams:
             raise
 
     def UploadSync(self, requests, grpc_context) -> Summary:
-        tally = _Tally()
+        tally, plan = _Tally(), ("", "", 0)
         try:
             for chunk in requests:
+                if tally.count == 0:
+                    plan = _plan(chunk.text)
                 tally.add(chunk)
-                if _plan(chunk.text)[0] == "pause" and tally.count == 1:
-                    time.sleep(_plan(chunk.text)[1])
+                what, argument, after = plan
+                if what == "until" and tally.count == after:
+                    for _ in range(3000):
+                        if _resumed(self.marks, argument):
+                            break
+                        time.sleep(0.02)
         except Exception:  # the call ended while this thread waited for a chunk
             self._mark(grpc_context)
             raise
