@@ -67,6 +67,11 @@ def cluster():
         pytest.skip(f"the Kubernetes commands could not be built: {built.stderr[-2000:]}")
     with_image = subprocess.run(["docker", "image", "inspect", IMAGE],
                                 capture_output=True).returncode == 0
+    if _running_here():
+        # A cluster this checkout's scripts/k8s started (a developer's, or
+        # another test module's): used as it is, and left running.
+        yield with_image
+        return
     began = time.monotonic()
     started = subprocess.run([str(K8S), "start", *(["--image", IMAGE] if with_image else [])],
                              capture_output=True, text=True, timeout=600)
@@ -79,6 +84,15 @@ def cluster():
         stopped = subprocess.run([str(K8S), "stop"], capture_output=True, text=True, timeout=300)
         assert stopped.returncode == 0, stopped.stderr[-3000:]
         assert _leftovers() == []
+
+
+def _running_here() -> bool:
+    """Whether this checkout's cluster runs, every process of it."""
+    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
+    lines = status.stdout.split("\n")
+    return (status.returncode == 0 and (RUN / "admin.kubeconfig").exists()
+            and any(line.endswith(": running") for line in lines)
+            and not any(line.endswith(": stopped") for line in lines))
 
 
 def _refusals_and_a_killed_node() -> None:
