@@ -11,7 +11,10 @@ which routes each request by its `model` field; embedding models
 deployment behind the same ingress. As Ray's builder of the same name, it
 also takes `{"llm_configs": [...], "embedding_configs": [...]}` of plain
 dicts, so a config file can name it with `args` (import_path
-`servefleet.llm:build_openai_app`).
+`servefleet.llm:build_openai_app`); `ingress_options` (the ingress
+deployment's options, Ray's `ingress_deployment_config` too) the same way.
+The two forms take the same things: a key the mapping does not know is
+refused by name, never ignored.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class LLMConfig:
     max_models_per_replica: int = 0
 
 
+# What the mapping form takes (Ray's `ingress_deployment_config` is `ingress_options`).
+ARGS_KEYS = ("llm_configs", "embedding_configs", "ingress_options", "ingress_deployment_config")
+
+
 def _config(value: Any, index: int) -> LLMConfig:
     if isinstance(value, LLMConfig):
         return value
@@ -78,8 +85,14 @@ def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
     """The application: an OpenAI ingress over one deployment per model
     (language models, and embedding models serving /v1/embeddings and /v1/rerank)."""
     if isinstance(llm_configs, Mapping):
-        embedding_configs = llm_configs.get("embedding_configs") or embedding_configs
-        llm_configs = llm_configs.get("llm_configs") or []
+        llm_configs, embedding_configs, ingress_options = _from_args(
+            llm_configs, embedding_configs, ingress_options)
+    if ingress_options is not None and not isinstance(ingress_options, Mapping):
+        raise OptionError(f"ingress_options: the ingress deployment's options as a mapping "
+                          f"(max_ongoing_requests, num_replicas, ...), not {ingress_options!r}")
+    if ingress_options is not None and "name" in ingress_options:
+        raise OptionError("ingress_options: name is not an option here: the ingress is the "
+                          "deployment OpenAIIngress (config files override it by that name)")
     configs = [_config(c, i) for i, c in enumerate(llm_configs)]
     embedders = [embedding_config(c, i) for i, c in enumerate(embedding_configs)]
     if not configs and not embedders:
@@ -105,6 +118,30 @@ def build_openai_app(llm_configs: Sequence[LLMConfig | Mapping[str, Any]] |
         servers.update({c.model_id: bound for c in group})
     ingress = deployment(name="OpenAIIngress", **dict(ingress_options or {}))(OpenAIIngress)
     return ingress.bind(servers, shared, bind_embedding_servers(embedders))
+
+
+def _from_args(args: Mapping[str, Any], embedding_configs: Any,
+               ingress_options: Any) -> tuple[Any, Any, Any]:
+    """(llm_configs, embedding_configs, ingress_options) from the mapping
+    form, Ray's `ingress_deployment_config` as `ingress_options`; OptionError
+    for a key it does not know, or for one given both here and as a keyword."""
+    unknown = set(args) - set(ARGS_KEYS)
+    if unknown:
+        raise OptionError(f"build_openai_app: unknown keys {sorted(unknown)}; it takes "
+                          f"{', '.join(ARGS_KEYS)}")
+    given = {k: args[k] for k in ARGS_KEYS if args.get(k) is not None}
+    if "ingress_options" in given and "ingress_deployment_config" in given:
+        raise OptionError("build_openai_app: ingress_options and ingress_deployment_config "
+                          "name the same thing: give one")
+    ingress = given.get("ingress_options", given.get("ingress_deployment_config"))
+    for key, mapped, keyword in (("embedding_configs", given.get("embedding_configs"),
+                                  embedding_configs),
+                                 ("ingress_options", ingress, ingress_options)):
+        if mapped is not None and keyword:
+            raise OptionError(f"build_openai_app: {key} given twice, in the mapping and as a "
+                              "keyword: give it once")
+    return (given.get("llm_configs") or [], given.get("embedding_configs") or embedding_configs,
+            ingress if ingress is not None else ingress_options)
 
 
 def _name(text: str) -> str:
