@@ -9,8 +9,9 @@ How servefleet's semantics map onto HAProxy's (docs/guides/haproxy.md has the ta
   with the fewest in flight among those with room (what power of two
   choices approximates; HAProxy's `random(2)` may draw a full server and
   wait for it while another has room); past every maxconn requests wait in
-  the backend's queue, and past max_queued_requests they get 503 at once
-  (`queue()` in the frontend);
+  the backend's queue, and past max_queued_requests they get at once the
+  answer the Python path gives (`queue()` in the frontend): the
+  deployment's backpressure_config status (503 or 429) and Retry-After;
 - a replica's own refusal (loading, draining, full with other senders) is
   answered 425 to HAProxy, which retries it on another server
   (`retry-on conn-failure 425`, `option redispatch 1`) and says 503 after
@@ -49,7 +50,7 @@ from servefleet._private.wire import (
 from ..access import ADMIN_PATHS
 from ..limits import EdgeLimits
 from . import DEFAULT_BUFFER_BYTES
-from .layout import PYTHON_BACKEND, Layout, Server
+from .layout import PYTHON_BACKEND, Backend, Layout, Server
 from .logs import LOG_FORMAT
 
 # The Python proxy behind HAProxy learns the client's address and scheme from these.
@@ -299,16 +300,32 @@ def _frontend(layout: Layout, settings: EngineSettings) -> list[str]:
         for backend, high in route.backends:
             roll = "" if len(route.backends) == 1 else \
                 f" {{ var(txn.roll) -m int ge {low} }} {{ var(txn.roll) -m int lt {high} }}"
-            limit = next(b.max_queued for b in layout.backends if b.name == backend)
-            if limit > 0:
-                lines.append(
-                    "    http-request return status 503 content-type text/plain string "
-                    f"{_quoted(f'too many requests queued for {backend[2:]}')}{_RID} "
-                    f"if {on}{roll} {{ queue({backend}) ge {limit} }}")
+            lines += _queue_full(next(b for b in layout.backends if b.name == backend),
+                                 f"{on}{roll}")
             choices.append(f"    use_backend {backend} if {on}{roll} "
                            f"{{ nbsrv({backend}) gt 0 }}")
             low = high
     return [*lines, *choices, f"    default_backend {PYTHON_BACKEND}"]
+
+
+def _queue_full(backend: Backend, when: str) -> list[str]:
+    """The answer to a request past the backend's max_queued_requests, as the
+    Python path gives it (proxy/app.py, dataplane/backpressure.py): the
+    deployment's backpressure status (503 or 429), its Retry-After, and the
+    same text. With no queue allowed (0), a request no server has room for
+    now is refused so; with no limit (-1), none is."""
+    if backend.max_queued < 0:
+        return []
+    full = (f"{{ queue({backend.name}) ge {backend.max_queued} }}" if backend.max_queued else
+            # Free slots of the servers up; the backend's `timeout queue 1ms`
+            # still refuses a request that lost a race for the last one.
+            f"{{ be_conn_free({backend.name}) le 0 }} {{ nbsrv({backend.name}) gt 0 }}")
+    text = f"{backend.deployment} is overloaded: {backend.max_queued} requests already queued"
+    headers = "".join(f" hdr {name.decode()} {value.decode()}"
+                      for name, value in backend.backpressure.headers())
+    return [f"    http-request return status {backend.backpressure.status} content-type "
+            f"{_quoted('text/plain; charset=utf-8')} string {_quoted(text)}{_RID}{headers} "
+            f"if {when} {full}"]
 
 
 def _backend(name: str, max_queued: int, servers: Mapping[str, Server],

@@ -27,8 +27,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from servefleet._private.dataplane.backpressure import Backpressure
 from servefleet._private.dataplane.balancer import ReplicaPool
 from servefleet._private.dataplane.router_names import POWER_OF_TWO
 
@@ -62,8 +63,10 @@ class Backend:
     name: str
     application: str
     deployment: str
-    # Past this many queued requests, 503 (-1: no limit).
+    # Past this many queued requests, the backpressure answer (-1: no limit).
     max_queued: int
+    # That answer's status and Retry-After (the deployment's backpressure_config).
+    backpressure: Backpressure = field(default_factory=Backpressure)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def decide(table: RouteTable, pools: Mapping[tuple[str, str], ReplicaPool],
             backend = backends.setdefault(
                 backend_name(target.application, name),
                 Backend(backend_name(target.application, name), target.application, name,
-                        pool.max_queued))
+                        pool.max_queued, pool.backpressure))
             running += weight
             chosen.append((backend.name, round(SPLIT_SCALE * running / total)))
         routes.append(Route(target.route_prefix, tuple(chosen)))
