@@ -13,7 +13,7 @@ import sys
 
 from servefleet._private.configuration.config_schema import SCHEMA_PATH, schema_text
 
-from . import helptext
+from . import config_crd, helptext
 
 EXAMPLES = [f"servefleet config schema > {SCHEMA_PATH}   # what the repository keeps",
             "",
@@ -28,7 +28,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def add_command(config: argparse.ArgumentParser) -> None:
     """`schema` under `servefleet config` (which alone prints the deployed config)."""
-    commands = config.add_subparsers(dest="config_command", metavar="{schema}",
+    commands = config.add_subparsers(dest="config_command", metavar="{schema,crd}",
                                      title="subcommands")
     schema = helptext.add_command(
         commands, "schema", help="print the config file's JSON Schema (editors validate and "
@@ -39,3 +39,4 @@ def add_command(config: argparse.ArgumentParser) -> None:
                     "uses. Nothing is asked of a controller.",
         example=EXAMPLES)
     schema.set_defaults(run=cmd_schema)
+    config_crd.add_command(commands)
