@@ -51,6 +51,9 @@ class LocalReplica(Protocol):
 END: Any = object()
 # The local deployments of this process, by (application, deployment).
 REPLICAS: dict[tuple[str, str], LocalReplica] = {}
+# Their deployment-scoped actors, by (application, deployment): actor name ->
+# the name of the local deployment that runs it (local_testing.py).
+ACTORS: dict[tuple[str, str], dict[str, str]] = {}
 # Ray's handle.options() arguments that mean nothing in one process.
 # (routing_key: one local replica, nothing to route.)
 _IGNORED_OPTIONS = ("use_new_handle_api", "_prefer_local_routing", "_by_reference",

@@ -50,8 +50,11 @@ def _is_async(fn: Any) -> bool:
 
 class LocalReplica:
     def __init__(self, application: str, name: str, target: Any, args: tuple, kwargs: dict,
-                 user_config: Any = None, has_user_config: bool = False) -> None:
+                 user_config: Any = None, has_user_config: bool = False,
+                 max_concurrency: int | None = None) -> None:
         self.application, self.name = application, name
+        # Calls at once (a deployment-scoped actor's: local_testing.py); None: no limit.
+        self._limit = None if max_concurrency is None else asyncio.Semaphore(max_concurrency)
         # One replica per deployment here: rank 0 of 1.
         self.context = ReplicaContext(ReplicaID(uuid.uuid4().hex[:8],
                                                 DeploymentID(name, application)), None,
@@ -149,6 +152,12 @@ class LocalReplica:
         kwargs = {k: await resolve(v) for k, v in kwargs.items()}
         return cloudpickle.loads(cloudpickle.dumps((args, kwargs)))
 
+    async def _call(self, method: str, args: tuple, kwargs: dict, model_id: str) -> Any:
+        if self._limit is None:
+            return await self._run_call(method, args, kwargs, model_id)
+        async with self._limit:
+            return await self._run_call(method, args, kwargs, model_id)
+
     async def _enter(self, method: str, args: tuple, kwargs: dict,
                      model_id: str) -> tuple[Any, tuple, dict]:
         LOCAL_REPLICA.set(self.context)
@@ -166,7 +175,7 @@ class LocalReplica:
             result = await result
         return result
 
-    async def _call(self, method: str, args: tuple, kwargs: dict, model_id: str) -> Any:
+    async def _run_call(self, method: str, args: tuple, kwargs: dict, model_id: str) -> Any:
         fn, args, kwargs = await self._enter(method, args, kwargs, model_id)
         if inspect.isasyncgenfunction(fn):
             raise TypeError(f"{self.name}.{method} is a generator: call it with "

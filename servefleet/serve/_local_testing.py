@@ -10,6 +10,16 @@ HTTP (route_prefix is accepted and unused; call the ingress through its
 handle), no autoscaling, no replica options (resources, runtime
 environment). user_config is applied (`reconfigure`), as Ray does.
 
+A deployment's deployment-scoped actors (`deployment_actors=`) are
+constructed here too, before the deployment, each once, as a local
+deployment of its own (named as in a cluster: ray_actors.deployment_name)
+that runs its calls one at a time for a plain class (Ray's actor default,
+or actor_options' max_concurrency); `serve.get_deployment_actor(name)` in
+the deployment's code is a local handle to it (_actors.py). Ray 2.60's
+local testing mode starts no deployment actors (its get_deployment_actor
+looks up a Ray actor nobody started, and fails); here the program runs as
+it would on a cluster.
+
 Running an application under a name that already runs locally replaces it;
 `serve.delete(name)` and `serve.shutdown()` stop local applications too.
 Deployments are met and named as everywhere (applications/api.py's
@@ -21,10 +31,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from servefleet._private.applications.api import Application, GraphWalk, replace_bound
+from servefleet._private.ray_actors import (
+    actor_configs,
+    actor_options,
+    actor_target,
+    deployment_name,
+)
 
-from ._local_handle import REPLICAS, LocalDeploymentHandle
+from ._local_handle import ACTORS, REPLICAS, LocalDeploymentHandle
 from ._local_runtime import LocalReplica
 
 logger = logging.getLogger(__name__)
@@ -48,6 +65,9 @@ def run_local(app: Application, name: str) -> LocalDeploymentHandle:
         if "num_gpus" in (options.get("ray_actor_options") or {}):
             logger.warning("%s asks for GPUs: local testing mode does not manage "
                            "CUDA_VISIBLE_DEVICES", deployment_name)
+        if options.get("deployment_actors"):
+            ACTORS[(name, deployment_name)] = _start_actors(
+                name, deployment_name, options["deployment_actors"], replicas)
         replicas.append(LocalReplica(name, deployment_name, node.deployment.func_or_class,
                                      args, kwargs, options.get("user_config"),
                                      options.get("user_config") is not None))
@@ -66,11 +86,29 @@ def run_local(app: Application, name: str) -> LocalDeploymentHandle:
     return ingress
 
 
+def _start_actors(application: str, parent: str, configs: Any,
+                  replicas: list[LocalReplica]) -> dict[str, str]:
+    """Construct `parent`'s deployment-scoped actors, each a local deployment
+    (appended to `replicas`); actor name -> that deployment's name."""
+    where = f"deployment {parent}.deployment_actors"
+    actors: dict[str, str] = {}
+    for config in actor_configs(where, configs):
+        hidden = deployment_name(parent, config["name"])
+        concurrency = actor_options(where, config)["max_ongoing_requests"]
+        replicas.append(LocalReplica(application, hidden, actor_target(config),
+                                     config["init_args"], config["init_kwargs"],
+                                     max_concurrency=concurrency))
+        REPLICAS[(application, hidden)] = replicas[-1]
+        actors[config["name"]] = hidden
+    return actors
+
+
 def _forget(name: str, app: tuple[str, list[LocalReplica]] | None) -> None:
     if app is None:
         return
     for replica in app[1]:
         REPLICAS.pop((name, replica.name), None)
+        ACTORS.pop((name, replica.name), None)
         replica.stop()
 
 
