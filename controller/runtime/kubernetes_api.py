@@ -188,3 +188,66 @@ class KubeApi:
             return ""
         finally:
             connection.close()
+
+    # -- custom resources (ServeApplications): one resource of a group/version, in
+    # -- this namespace; `api` is "group/version", e.g. "servefleet.io/v1alpha1".
+
+    def _custom_path(self, api: str, plural: str, name: str = "", subresource: str = "",
+                     **query: str) -> str:
+        path = f"/apis/{api}/namespaces/{self._namespace}/{plural}"
+        path += "".join(f"/{part}" for part in (name, subresource) if part)
+        return path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+
+    async def get_custom(self, api: str, plural: str, name: str) -> dict[str, Any]:
+        return await self._call("GET", self._custom_path(api, plural, name))
+
+    async def list_custom(self, api: str, plural: str) -> tuple[list[dict[str, Any]], str]:
+        """(the objects, the list's resourceVersion)."""
+        listed = await self._call("GET", self._custom_path(api, plural))
+        return listed.get("items", []), listed["metadata"]["resourceVersion"]
+
+    def watch_custom(self, api: str, plural: str, resource_version: str
+                     ) -> AsyncGenerator[dict[str, Any], None]:
+        """Watch events after `resource_version`, bookmarks on; Gone when it is
+        too old, ApiError for another refusal."""
+        return self._watch_events(self._custom_path(
+            api, plural, watch="1", resourceVersion=resource_version,
+            allowWatchBookmarks="true", timeoutSeconds=str(WATCH_TIMEOUT_S)))
+
+    async def create_custom(self, api: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", self._custom_path(api, plural), obj)
+
+    async def replace_custom(self, api: str, plural: str, obj: dict[str, Any],
+                             subresource: str = "") -> dict[str, Any]:
+        """PUT `obj` (with its metadata.resourceVersion: 409 when the object
+        changed since); subresource "status" writes only its status."""
+        return await self._call("PUT", self._custom_path(api, plural, obj["metadata"]["name"],
+                                                         subresource), obj)
+
+    async def delete_custom(self, api: str, plural: str, name: str) -> None:
+        try:
+            await self._call("DELETE", self._custom_path(api, plural, name))
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    async def _watch_events(self, path: str) -> AsyncGenerator[dict[str, Any], None]:
+        """One watch stream's events, a JSON object a line (custom resources)."""
+        reader, writer = await self._open("GET", path, b"")
+        response = _Response()
+        try:
+            while not response.complete and (data := await reader.read(65536)):
+                response.parser.feed_data(data)
+                if response.status == 410:
+                    raise Gone("resourceVersion too old")
+                if response.status >= 400:
+                    continue  # the whole body, for the error below
+                while (end := response.body.find(b"\n")) >= 0:
+                    line = bytes(response.body[:end])
+                    del response.body[:end + 1]
+                    if line.strip():
+                        yield json.loads(line)
+            if response.status >= 400:
+                raise ApiError(response.status, response.body.decode()[-500:])
+        finally:
+            await _close(writer)
