@@ -77,6 +77,7 @@ from .answers import (
     takes_request,
     to_response,
 )
+from .asgi_calls import call_asgi
 from .handle_calls import arguments, method_of
 from .head import Head
 from .hop_gate import HopGate, without_pass
@@ -268,9 +269,9 @@ class ReplicaApp:
                 await answer(scope, receive, send_with_id)
             return answer is None or answer.status_code < 500
         try:
-            if deployment.is_asgi:
-                await traced(deployment.target(_under_route_prefix(scope, head.route_prefix),
-                                               receive, send_with_id))
+            if deployment.is_asgi:  # cancelled if its caller leaves first (asgi_calls.py)
+                await call_asgi(deployment.target, _under_route_prefix(scope, head.route_prefix),
+                                receive, send_with_id, request_id)
                 return True
             if deployment.target is None:
                 response: Response = PlainTextResponse(

@@ -11,6 +11,12 @@ model_not_found. What the replica refuses (BadInput: an input too long, a
 token id outside the vocabulary, other `dimensions`) is a 400 naming it;
 other failures are mapped as the language routes map them (`api_error`:
 429 busy, 503 unavailable, 500).
+
+A client that leaves before its answer: the ingress's replica cancels the
+request (replica/asgi_calls.py), which closes its handle call; the model's
+replica cancels the call in turn, and its inputs leave the batch queue (or
+drop out of a batch not yet run: batching/batch_queue.py). Neither replica
+counts the request any more, though a batch already running finishes.
 """
 
 from __future__ import annotations
