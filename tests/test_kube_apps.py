@@ -154,8 +154,8 @@ def test_an_invalid_spec_keeps_the_application_its_object_owns() -> None:
 # -- status ----------------------------------------------------------------------------------
 
 
-def info(status: int = status_pb2.APPLICATION_STATUS_RUNNING, message: str = ""
-         ) -> status_pb2.ApplicationStatusInfo:
+def info(status: status_pb2.ApplicationStatus = status_pb2.APPLICATION_STATUS_RUNNING,
+         message: str = "") -> status_pb2.ApplicationStatusInfo:
     return status_pb2.ApplicationStatusInfo(name="echo", status=status, message=message,
                                             deployments=[
         status_pb2.DeploymentStatusInfo(name="A", status=status_pb2.DEPLOYMENT_STATUS_HEALTHY,
