@@ -10,7 +10,8 @@ the process stops. It owns:
   and the observed replicas (watch.py);
 - the reconcile loop (reconcile/loop.py) with the replica reconciler (when
   the controller has a runtime), the build reconciler and the autoscale
-  reconciler, and the load reports the last one reads (soft state);
+  reconciler, and the load reports the last one reads (soft state); with
+  --kube-applications, the ServeApplication reconciler (kube_apps/);
 - the traffic history the dashboard draws (traffic_history.py, soft state):
   a point per deployment every 5 s, taken by the loop, from the same sums
   of the proxies' reports that GetStatus shows.
@@ -51,6 +52,9 @@ from .goals.deployments import MAX_DELETED_HISTORY, DeploymentTable
 from .goals.policy import DeployPolicy
 from .hop_keys import HopAuthority
 from .keys import ClusterKeys
+from .kube_apps.cache import ObjectsApi
+from .kube_apps.owners import OwnerRecords
+from .kube_apps.reconciler import ServeApplicationReconciler
 from .load_reports import LoadReports, Traffic
 from .reconcile.autoscaler import AutoscaleReconciler
 from .reconcile.builder import run_build
@@ -100,6 +104,8 @@ class TermParts:
     # The serial numbers of revoked certificates (--revoked-certs), published
     # with the hop trust.
     revoked_certs: RevokedSerials = field(default_factory=RevokedSerials)
+    # The ServeApplications the leader applies (--kube-applications); None: none.
+    kube_applications: ObjectsApi | None = None
 
 
 def _stamp(seconds: float) -> Timestamp:
@@ -144,6 +150,10 @@ class LeaderTerm:
         self.builds = BuildReconciler(self.applications, self.loop,
                                       parts.build or partial(run_build, sandbox=parts.sandbox))
         self.loop.add(self.builds)
+        if parts.kube_applications is not None:
+            self.loop.add(ServeApplicationReconciler(
+                parts.kube_applications, OwnerRecords(parts.keys, fenced, parts.store),
+                self.applications, self.status, self.loop, parts.clock))
         self.history = TrafficHistory(parts.clock)
         self.load_reports = LoadReports(parts.clock, on_errors=self.history.add_errors)
         self.autoscaler = AutoscaleReconciler(self.deployments, self.load_reports, self.loop,

@@ -3,7 +3,8 @@
 A pass:
 
 1. `begin_pass` keeps the watch running (cache.py's `sync`, the loop's
-   work), loads the ownership records once a term, reads each object (once
+   work) and the loading of the ownership records once a term (also the
+   loop's work, so both are retried with its backoff), reads each object (once
    per generation: objects.py) and makes the pass's plan (ownership.py);
    nothing is decided before the first listing and the records are in;
 2. `reconcile(application)` spawns its deploy (the ownership record first
@@ -44,6 +45,7 @@ from .ownership import Applied, Deploy, Plan, Release, plan
 from .status import Known, build_status
 
 WATCH_KEY = ("serveapplications", "watch")
+LOAD_KEY = ("serveapplications", "ownership records")
 STATUS_PERIOD_S = 1.0
 REFUSED_RETRY_S = 30.0
 
@@ -83,7 +85,8 @@ class ServeApplicationReconciler:
             self._loop.spawn(WATCH_KEY, self.cache.sync)
         self._plan = None
         if not self._owners.loaded:
-            await self._owners.load()
+            self._loop.spawn(LOAD_KEY, self._owners.load)  # retried with the loop's backoff
+            return
         if not self.cache.synced:
             return
         for app, (_, _, _, at) in list(self._refused.items()):
