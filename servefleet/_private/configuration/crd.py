@@ -11,7 +11,8 @@ requires of a CRD (apiextensions.k8s.io/v1):
   `nullable: true` (a null kept, not pruned: `route_prefix: null` means no
   HTTP route);
 - an `anyOf` of an integer and a string constant (`num_replicas: auto`)
-  becomes `x-kubernetes-int-or-string`; any other `anyOf` (traffic.split: a
+  becomes `x-kubernetes-int-or-string` (with the two types, as
+  controller-gen writes it); any other `anyOf` (traffic.split: a
   mapping or a list), a value of any kind (user_config) and a mapping
   without a schema for its values (args) keep their contents
   (`x-kubernetes-preserve-unknown-fields`), and so does a refused key, so
@@ -76,6 +77,7 @@ def structural(node: Schema, defs: dict[str, Schema]) -> Schema:
                 node = {**defs[node.pop("$ref").removeprefix("#/$defs/")], **node}
         elif _int_or_string(branches):
             node["x-kubernetes-int-or-string"] = True
+            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]  # controller-gen's form
         else:
             node.update(_PRESERVE)
     if isinstance(node.get("enum"), list) and None in node["enum"]:
@@ -86,6 +88,8 @@ def structural(node: Schema, defs: dict[str, Schema]) -> Schema:
     for key in ("x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields"):
         if key in node:
             out[key] = True
+    if "x-kubernetes-int-or-string" in node:
+        out["anyOf"] = node["anyOf"]
     if node.get("type") == "object" or "properties" in node:
         out["type"] = "object"
         if "properties" in node:
