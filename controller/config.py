@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -18,10 +19,12 @@ from servefleet._private.wire import DEFAULT_CONTROLLER
 from .errors import InvalidArgument
 from .goals.policy import DeployPolicy
 from .goals.spec import check_name
+from .runtime.kubernetes_pods import PULL_POLICIES as KUBE_PULL_POLICIES
 from .runtime.sandbox import Sandbox
 from .store import local_files
 
-RUNTIMES = ("process", "docker", "swarm", "none", "sim")
+RUNTIMES = ("process", "docker", "swarm", "kubernetes", "none", "sim")
+_KUBE_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass
@@ -64,6 +67,15 @@ class ControllerConfig:
     # Docker runtime: bind-mount each deployment's working dir from this host
     # ("mount"), or take it as a path inside the image ("image").
     docker_code: str = "mount"
+    # Kubernetes runtime (kubernetes_config.py): the kubeconfig (None: in a
+    # Pod its ServiceAccount, else $KUBECONFIG, else ~/.kube/config), the
+    # namespace replicas' Pods go in (None: the ServiceAccount's in a Pod,
+    # else the kubeconfig context's, else "default"), the image of
+    # deployments that name none, and its imagePullPolicy.
+    kubeconfig: str | None = None
+    kube_namespace: str | None = None
+    kube_image: str = "servefleet:latest"
+    kube_pull_policy: str = "IfNotPresent"
     # Mutual TLS: this controller's CA, certificate and key, for its gRPC
     # server, its calls to replicas and (by default) to etcd. None: plain text.
     tls: TlsFiles | None = None
@@ -109,7 +121,8 @@ class ControllerConfig:
 
     def deploy_policy(self) -> DeployPolicy:
         return DeployPolicy.build(loopback=is_loopback(self.listen), cwd=os.getcwd(),
-                                  default_image=self.docker_image,
+                                  default_image=(self.kube_image if self.runtime == "kubernetes"
+                                                 else self.docker_image),
                                   working_dirs=self.allow_working_dirs,
                                   images=self.allow_images, allow_env=self.allow_env,
                                   packages_below=self.allow_packages_below,
@@ -120,7 +133,8 @@ class ControllerConfig:
                                   not_code=local_files(self.store_url),
                                   # --runtime none runs no replicas; Docker (or
                                   # Swarm) with code in the image runs none from
-                                  # this host.
+                                  # this host, nor does Kubernetes (the image,
+                                  # or the nodes' files).
                                   code_on_host=self.runtime == "process" or (
                                       self.runtime in ("docker", "swarm")
                                       and self.docker_code == "mount"))
@@ -139,6 +153,19 @@ class ControllerConfig:
                     raise ValueError(f"{flag} {value!r}: expected HOST:PORT")
         if self.docker_code not in ("mount", "image"):
             raise ValueError(f"--docker-code {self.docker_code!r}: mount or image")
+        if self.kube_pull_policy not in KUBE_PULL_POLICIES:
+            raise ValueError(f"--kube-pull-policy {self.kube_pull_policy!r}: one of "
+                             f"{', '.join(KUBE_PULL_POLICIES)}")
+        if self.kube_namespace is not None and not _KUBE_NAMESPACE.match(self.kube_namespace):
+            raise ValueError(f"--kube-namespace {self.kube_namespace!r}: a namespace's name is "
+                             "at most 63 lower-case letters, digits and '-', starting and "
+                             "ending with a letter or digit")
+        if not self.kube_image.strip() or any(c.isspace() for c in self.kube_image):
+            raise ValueError(f"--kube-image {self.kube_image!r}: an image reference, "
+                             "without spaces (servefleet:latest, registry/team/model:7)")
+        if self.kubeconfig is not None and not os.path.isfile(
+                os.path.expanduser(self.kubeconfig)):
+            raise ValueError(f"--kubeconfig {self.kubeconfig}: no such file")
         try:
             ipaddress.ip_address(self.replica_host)
         except ValueError:

@@ -7,18 +7,26 @@ API server accepts what it builds: tests/test_k8s_cluster.py."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
 
+from servefleet._private.security.certs import init_certs
+from servefleet._private.security.tls import TlsFiles
 from servefleet.controller.runtime.base import ReplicaLaunch
 from servefleet.controller.runtime.kubernetes_pods import (
     Owner,
     build_pod,
+    deployment_owner,
     identity,
     label_value,
+    owner_name,
+    owner_of,
+    pending_reason,
     pod_name,
     resources,
+    secret_files,
     selector,
     settings_secret,
 )
@@ -37,11 +45,67 @@ def _launch(**changes) -> ReplicaLaunch:
 
 def test_names_are_readable_when_they_can_be_and_hashed_when_not() -> None:
     assert pod_name("prod", "r1a2") == "servefleet-prod-r1a2"
-    odd = [pod_name("Prod_Cluster", "r1"), pod_name("x" * 60, "r1"), pod_name("a.b", "r")]
+    odd = [pod_name("Prod_Cluster", "r1"), pod_name("x" * 60, "r1"), pod_name("a.b", "r"),
+           pod_name("default", "Echo-1f2e"), pod_name("default", "echo-1f2e")]
     assert all(DNS_LABEL.match(n) for n in odd), odd
-    assert len(set(odd)) == 3
+    assert len(set(odd)) == 5  # Echo and echo too
+    # Lower-cased and kept readable, with a hash of the exact names.
+    assert odd[3].startswith("servefleet-default-echo-1f2e-")
     # Two clusters whose names only differ where the hash is taken still differ.
     assert pod_name("A", "r") != pod_name("B", "r")
+
+
+def test_each_deployment_has_an_owner_configmap_its_pods_name() -> None:
+    config_map = deployment_owner("prod", "app", "Adder")
+    name = config_map["metadata"]["name"]
+    assert name == owner_name("prod", "app", "Adder")
+    assert name.startswith("servefleet-prod-app-adder-") and DNS_LABEL.match(name)
+    assert owner_name("prod", "app", "adder") == "servefleet-prod-app-adder"
+    assert owner_name("prod", "app", "Adder") != owner_name("prod", "app", "adder")
+    assert config_map["data"] == {"cluster": "prod", "application": "app", "deployment": "Adder"}
+    assert identity(config_map["metadata"])["deployment"] == "Adder"
+    odd = deployment_owner("prod", "my app/x", "D" * 300)
+    assert len(odd["metadata"]["name"]) <= 253
+    assert identity(odd["metadata"])["application"] == "my app/x"
+    config_map["metadata"]["uid"] = "cm-uid"
+    ref = build_pod(_launch(), image="i", owner=owner_of(config_map))["metadata"][
+        "ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"]) == ("ConfigMap", name, "cm-uid")
+    assert selector("prod", "app", "Adder") == (
+        "io.servefleet/cluster=prod,io.servefleet/application=app,"
+        "io.servefleet/deployment=Adder")
+
+
+def test_the_secret_carries_the_replica_tls_files_the_settings_name(tmp_path) -> None:
+    plain = secret_files({"token": "t"}, None)
+    assert list(plain) == ["settings.json"] and json.loads(plain["settings.json"]) == {
+        "token": "t"}
+    init_certs(tmp_path)
+    tls = TlsFiles.from_dir(tmp_path, "replica")
+    files = secret_files({"token": "t"}, tls)
+    assert sorted(files) == ["ca.crt", "replica.crt", "replica.key", "settings.json"]
+    assert files["replica.key"] == tls.key.read_bytes()
+    assert json.loads(files["settings.json"])["tls"] == {
+        "ca": "/run/servefleet/ca.crt", "cert": "/run/servefleet/replica.crt",
+        "key": "/run/servefleet/replica.key"}
+    # Mounted where the settings say: the Pod's settings volume is the Secret.
+    pod = build_pod(_launch(), image="i", http_tls=True)
+    (mount,) = pod["spec"]["containers"][0]["volumeMounts"]
+    assert mount["mountPath"] == "/run/servefleet"
+    assert "--http-tls" in pod["spec"]["containers"][0]["command"]
+
+
+def test_why_a_pod_has_no_address_yet() -> None:
+    unschedulable = {"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/2 nodes are available: 2 Insufficient cpu."}]}}
+    assert pending_reason(unschedulable) == (
+        "Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.")
+    waiting = {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "replica", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    assert pending_reason(waiting) == "ContainerCreating"
+    assert pending_reason({"status": {"phase": "Pending"}}) == "phase Pending"
+    assert "never" in pending_reason(None)
 
 
 def test_identity_goes_through_labels_or_annotations_and_comes_back() -> None:

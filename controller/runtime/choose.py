@@ -1,6 +1,6 @@
 """The runtime `--runtime` names, made from the controller's configuration
-(the Docker, Swarm and sim runtimes are imported only when chosen: their
-libraries are optional)."""
+(the Docker, Swarm, Kubernetes and sim runtimes are imported only when
+chosen: their libraries are optional, or their clients are not needed)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def make_runtime(config: ControllerConfig, sandbox: Sandbox) -> Runtime | None:
                             mount_working_dir=config.docker_code == "mount",
                             replica_tls=config.replica_tls,
                              http_tls=config.replica_http_tls)
+    if config.runtime == "kubernetes":
+        from .kubernetes import KubernetesRuntime
+        from .kubernetes_config import connect
+
+        return KubernetesRuntime(config.cluster,
+                                 connect(config.kubeconfig, config.kube_namespace),
+                                 config.kube_image, pull_policy=config.kube_pull_policy,
+                                 replica_tls=config.replica_tls,
+                                 http_tls=config.replica_http_tls)
     if config.runtime == "docker":
         from .docker import DockerRuntime
 

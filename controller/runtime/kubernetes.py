@@ -1,22 +1,35 @@
 """The Kubernetes runtime: each replica a bare Pod made through the API
 server (docs/kubernetes.md; the objects: kubernetes_pods.py, the client:
-kubernetes_api.py, the Pod cache: kubernetes_watch.py).
+kubernetes_api.py, the Pod cache: kubernetes_watch.py, which API server and
+namespace: kubernetes_config.py).
 
-- start: the Pod, then its settings Secret owned by it (the Pod waits in
-  ContainerCreating until the Secret is there); a create that answers
-  AlreadyExists (a retried start) returns the Pod that is there;
-- stop: DELETE with gracePeriodSeconds = the timeout (the kubelet sends
-  SIGTERM, then SIGKILL), then waits until the cache has no such Pod;
+- start: the deployment's owner, a ConfigMap made on its first start (read
+  again at each start, so one deleted in Kubernetes, its Pods with it, is
+  made anew); the Pod, owned by it; the Pod's Secret (settings.json, and the
+  replica's TLS files with replica TLS), owned by the Pod. The Pod waits in
+  ContainerCreating until the Secret is there. Then start waits until the
+  Pod has an IP (its addresses), at most `address_timeout_s`: a Pod the
+  scheduler cannot place, or that gets no sandbox, is deleted and the start
+  fails with the Pod's reason (the controller's backoff applies). A create
+  that answers AlreadyExists (a retried start) goes on with the Pod there.
+- stop: the controller calls it after its drain (reconcile/replica_ops.py:
+  the drain fence, then the Drain RPC, then stop). DELETE with
+  gracePeriodSeconds = the timeout (the kubelet sends SIGTERM, then
+  SIGKILL), then it waits until the cache has no such Pod; when the
+  deployment has no Pod left, its ConfigMap is deleted;
 - list, inspect: from the cache (a watch), so the controller's liveness
-  sweep costs the API server nothing; inspect asks the API server only for
-  a Pod the cache has not seen;
+  sweep costs the API server nothing; a new leader's first `list` is the
+  adoption (reconcile/inventory.py matches the Pods with its registry);
 - prune: deletes the cluster's Pods that ended (Succeeded, Failed) and that
-  no record in `keep` names (their Secrets go with them);
+  no record in `keep` names (their Secrets go with them), and the
+  ConfigMaps of deployments without Pods;
 - logs, read_logs: the Pod log API (the cursor is the RFC 3339 time the last
   read covered, as Docker's is a Unix time).
 
-The replica's TLS files are not carried yet: with replica TLS it refuses to
-start, saying so.
+Owner ConfigMaps are made and deleted under a lock per deployment, and a
+ConfigMap is deleted only when the API server (not the cache, which may lag
+a Pod just made) lists no Pod of its deployment: a Pod is never made with
+an owner that is being deleted (the garbage collector would delete it).
 """
 
 from __future__ import annotations
@@ -25,38 +38,62 @@ import asyncio
 import builtins
 import contextlib
 import datetime
-import json
+from typing import Any
 
+from servefleet._private.security.hop_tls import replica_serves_tls
 from servefleet._private.security.tls import TlsFiles
 
 from .base import ReplicaLaunch, RuntimeReplica
+from .docker import RuntimeStartError, _inherited_env
 from .kubernetes_api import ApiError, KubeApi
-from .kubernetes_pods import Owner, build_pod, pod_name, replica_from_pod, selector
+from .kubernetes_pods import (
+    PULL_POLICIES,
+    Owner,
+    build_pod,
+    deployment_owner,
+    identity,
+    owner_name,
+    owner_of,
+    pending_reason,
+    pod_name,
+    replica_from_pod,
+    secret_files,
+    selector,
+)
 from .kubernetes_pods import settings_secret as make_secret
 from .kubernetes_watch import PodCache
+from .threads import thread_env
 
 DEFAULT_IMAGE = "servefleet:latest"
 SYNC_TIMEOUT_S = 30.0
+# Scheduling, mounting the Secret and the Pod's sandbox; pulling the image
+# comes after the IP and counts against the deployment's startup timeout.
+ADDRESS_TIMEOUT_S = 120.0
 
 
 class KubernetesRuntime:
     name = "kubernetes"
 
     def __init__(self, cluster: str, api: KubeApi, image: str = DEFAULT_IMAGE, *,
-                 owner: Owner | None = None, pull_policy: str = "IfNotPresent",
-                 env: dict[str, str] | None = None,
-                 replica_tls: TlsFiles | None = None) -> None:
-        if replica_tls is not None:
-            raise ValueError("the kubernetes runtime does not carry replicas' TLS files yet: "
-                             "run it without replica TLS")
+                 pull_policy: str = "IfNotPresent", env: dict[str, str] | None = None,
+                 replica_tls: TlsFiles | None = None, http_tls: str = "auto",
+                 address_timeout_s: float = ADDRESS_TIMEOUT_S) -> None:
+        if pull_policy not in PULL_POLICIES:
+            raise ValueError(f"--kube-pull-policy {pull_policy!r}: one of "
+                             f"{', '.join(PULL_POLICIES)}")
         self._cluster = cluster
         self._api = api
         self._image = image
-        self._owner = owner
         self._pull_policy = pull_policy
-        self._env = env or {}
+        self._env = _inherited_env() if env is None else env
+        self._replica_tls = replica_tls
+        # Pods listen on every interface of their own: TLS on their HTTP port
+        # unless --replica-tls off (hop_tls.py).
+        self._http_tls = replica_serves_tls(http_tls, replica_tls, "0.0.0.0")
+        self._address_timeout_s = address_timeout_s
         self._cache = PodCache(api, selector(cluster))
         self._watch: asyncio.Task[None] | None = None
+        self._owner_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def _synced(self) -> PodCache:
         if self._watch is None:
@@ -64,37 +101,93 @@ class KubernetesRuntime:
         await asyncio.wait_for(self._cache.synced(), SYNC_TIMEOUT_S)
         return self._cache
 
+    def _lock(self, application: str, deployment: str) -> asyncio.Lock:
+        return self._owner_locks.setdefault((application, deployment), asyncio.Lock())
+
+    async def _owner(self, application: str, deployment: str) -> Owner:
+        """The deployment's ConfigMap, made if it is not there."""
+        wanted = deployment_owner(self._cluster, application, deployment)
+        name = wanted["metadata"]["name"]
+        found = await self._api.get("configmaps", name)
+        if found is None:
+            try:
+                found = await self._api.create("configmaps", wanted)
+            except ApiError as e:
+                if e.status != 409 or (found := await self._api.get("configmaps", name)) is None:
+                    raise
+        if found.get("data") != wanted["data"]:
+            raise RuntimeStartError(f"the ConfigMap {name} is not this deployment's owner "
+                                    f"(its data: {found.get('data')}); delete or rename it")
+        return owner_of(found)
+
+    async def _release_owner(self, application: str, deployment: str) -> None:
+        """Delete the deployment's ConfigMap if the API server lists no Pod of it."""
+        async with self._lock(application, deployment):
+            if not await self._api.list_objects(
+                    "pods", selector(self._cluster, application, deployment)):
+                await self._api.delete("configmaps",
+                                       owner_name(self._cluster, application, deployment))
+
+    def _env_of(self, launch: ReplicaLaunch) -> dict[str, str]:
+        cpus = float(launch.resources.get("num_cpus", 0) or 0)
+        threads = thread_env(launch.env, cpus, 1, 1) if cpus > 0 else {}
+        return {**self._env, **threads}
+
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         await self._synced()
-        pod = build_pod(launch, image=self._image, owner=self._owner, env=self._env,
-                        pull_policy=self._pull_policy)
-        try:
-            created = await self._api.create("pods", pod)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            created = next((p for p in self._cache.pods().values()
-                            if p["metadata"]["name"] == pod["metadata"]["name"]), pod)
-            return replica_from_pod(created)
+        async with self._lock(launch.application, launch.deployment):
+            owner = await self._owner(launch.application, launch.deployment)
+            pod = build_pod(launch, image=self._image, owner=owner, env=self._env_of(launch),
+                            http_tls=self._http_tls, pull_policy=self._pull_policy)
+            name = pod["metadata"]["name"]
+            try:
+                created: dict[str, Any] | None = await self._api.create("pods", pod)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                created = await self._api.get("pods", name)  # a retried start's Pod
+        if created is None:
+            raise RuntimeStartError(f"Pod {name} was there, then gone: start again")
         secret = make_secret(pod, created["metadata"]["uid"],
-                             {"settings.json": json.dumps(launch.settings).encode()})
+                             secret_files(launch.settings, self._replica_tls))
         try:
             await self._api.create("secrets", secret)
         except ApiError as e:
             if e.status != 409:
-                await self._api.delete("pods", pod["metadata"]["name"], grace_s=0)
+                await self._api.delete("pods", name, grace_s=0)
                 raise
-        return replica_from_pod(created)
+        return replica_from_pod(await self._placed(name))
+
+    async def _placed(self, name: str) -> dict[str, Any]:
+        """The Pod once it has an IP (or ended); deleted when it has none in time."""
+        def placed(pods: dict[str, dict[str, Any]]) -> bool:
+            pod = pods.get(name)
+            return pod is not None and (bool((pod.get("status") or {}).get("podIP"))
+                                        or not replica_from_pod(pod).alive)
+
+        try:
+            await self._cache.wait_for(placed, self._address_timeout_s)
+        except TimeoutError:
+            reason = pending_reason(self._cache.pods().get(name))
+            await self._api.delete("pods", name, grace_s=0)
+            raise RuntimeStartError(f"Pod {name} got no address within "
+                                    f"{self._address_timeout_s:.0f} s ({reason}); "
+                                    "deleted it") from None
+        return self._cache.pods()[name]
 
     async def stop(self, handle: str, timeout_s: float) -> None:
         if not handle:
             return
         cache = await self._synced()
+        pod = cache.pods().get(handle)
         await self._api.delete("pods", handle, grace_s=max(1, round(timeout_s)))
         try:
             await cache.wait_for(lambda pods: handle not in pods, timeout_s + 30)
         except TimeoutError:
-            pass  # gone from the API server, not yet from the watch: the next sweep sees it
+            return  # gone from the API server, not yet from the watch: prune releases its owner
+        if pod is not None:
+            who = identity(pod["metadata"])
+            await self._release_owner(who["application"], who["deployment"])
 
     async def list(self, cluster: str) -> builtins.list[RuntimeReplica]:
         cache = await self._synced()
@@ -108,10 +201,16 @@ class KubernetesRuntime:
 
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         removed = []
-        for replica in (await self._synced()).replicas():
+        cache = await self._synced()
+        for replica in cache.replicas():
             if replica.cluster == cluster and not replica.alive and replica.replica_id not in keep:
                 await self._api.delete("pods", replica.handle, grace_s=0)
                 removed.append(replica.replica_id)
+        with_pods = {(r.application, r.deployment) for r in cache.replicas()}
+        for config_map in await self._api.list_objects("configmaps", selector(cluster)):
+            who = identity(config_map["metadata"])
+            if (who["application"], who["deployment"]) not in with_pods:
+                await self._release_owner(who["application"], who["deployment"])
         return removed
 
     def logs(self, replica_id: str, lines: int = 20) -> str:

@@ -1,17 +1,20 @@
-"""Just enough of the Kubernetes REST API for the Kubernetes runtime: Pods
-and Secrets in one namespace (create, delete, list, watch), over HTTPS with
-the API server's CA, as a client certificate (a kubeconfig's) or a
-ServiceAccount token (in a Pod). HTTP/1.1 on asyncio streams, parsed by
+"""Just enough of the Kubernetes REST API for the Kubernetes runtime: Pods,
+Secrets and ConfigMaps in one namespace (create, get, delete, list, watch),
+over HTTPS with the API server's CA, as a client certificate (a
+kubeconfig's) or a ServiceAccount token (in a Pod). HTTP/1.1 on asyncio streams, parsed by
 httptools (a dependency already): a request per connection, a watch a
 connection held open with one JSON event per line."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import http.client
 import json
+import os
 import ssl
+import tempfile
 import urllib.parse
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -31,6 +34,33 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(writer.wait_closed(), 2)
+
+
+def _file(kubeconfig: Path, name: str | None) -> str | None:
+    """A kubeconfig's file name, relative to its folder (as kubectl reads it)."""
+    return str(kubeconfig.parent / Path(name).expanduser()) if name else None
+
+
+def _inline(data: str | None) -> str | None:
+    return base64.b64decode(data).decode() if data else None
+
+
+def _load_client_cert(tls: ssl.SSLContext, kubeconfig: Path, user: dict[str, Any]) -> None:
+    """The user's certificate and key, from files or inline (ssl loads only
+    files: inline ones go through a private temporary file, removed at once)."""
+    cert, key = user.get("client-certificate"), user.get("client-key")
+    if cert and key:
+        tls.load_cert_chain(str(_file(kubeconfig, cert)), _file(kubeconfig, key))
+        return
+    pem = (_inline(user.get("client-certificate-data")) or "") + "\n" + (
+        _inline(user.get("client-key-data")) or "")
+    fd, name = tempfile.mkstemp(prefix="servefleet-kube-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(pem)
+        tls.load_cert_chain(name)
+    finally:
+        os.unlink(name)
 
 
 class ApiError(Exception):
@@ -69,30 +99,46 @@ class KubeApi:
         self._context = context
         self._token = token
 
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
     @classmethod
-    def from_kubeconfig(cls, path: str | Path, namespace: str = "default") -> KubeApi:
-        """From a kubeconfig's current context (file paths for the CA and a
-        client certificate and key, or a token)."""
-        config = yaml.safe_load(Path(path).read_text())
+    def from_kubeconfig(cls, path: str | Path, namespace: str | None = None) -> KubeApi:
+        """From a kubeconfig's current context: the CA and a client certificate
+        and key (as files, relative to the kubeconfig's folder, or inline as
+        *-data), or a token. The namespace: `namespace`, else the context's,
+        else "default". ValueError naming the file and what it lacks."""
+        path = Path(path)
+        config = yaml.safe_load(path.read_text()) or {}
         current = config.get("current-context")
-        context = next((c["context"] for c in config.get("contexts", [])
+        context = next((c["context"] for c in config.get("contexts") or []
                         if c["name"] == current), None)
         if context is None:
-            raise ValueError(f"{path}: no context {current!r}")
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
-        tls = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
-        if "client-certificate" in user:
-            tls.load_cert_chain(user["client-certificate"], user["client-key"])
-        return cls(cluster["server"], context.get("namespace", namespace), tls,
+            raise ValueError(f"{path}: no context {current!r} (its current-context)")
+        cluster = next((c["cluster"] for c in config.get("clusters") or []
+                        if c["name"] == context.get("cluster")), None)
+        user: dict[str, Any] = next((u["user"] for u in config.get("users") or []
+                                     if u["name"] == context.get("user")), {})
+        if cluster is None or not cluster.get("server"):
+            raise ValueError(f"{path}: context {current!r} names no cluster with a server")
+        tls = ssl.create_default_context(
+            cafile=_file(path, cluster.get("certificate-authority")),
+            cadata=_inline(cluster.get("certificate-authority-data")))
+        if user.get("client-certificate") or user.get("client-certificate-data"):
+            _load_client_cert(tls, path, user)
+        return cls(cluster["server"], namespace or context.get("namespace") or "default", tls,
                    user.get("token", ""))
 
     @classmethod
-    def in_cluster(cls, host: str, port: int) -> KubeApi:
-        """In a Pod: its ServiceAccount's token, CA and namespace."""
-        tls = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
-        return cls(f"https://{host}:{port}", (SERVICE_ACCOUNT / "namespace").read_text().strip(),
-                   tls, (SERVICE_ACCOUNT / "token").read_text().strip())
+    def in_cluster(cls, host: str, port: int, namespace: str | None = None,
+                   account: Path = SERVICE_ACCOUNT) -> KubeApi:
+        """In a Pod: its ServiceAccount's token and CA (files in `account`), and
+        its namespace unless `namespace` is given."""
+        tls = ssl.create_default_context(cafile=str(account / "ca.crt"))
+        own = namespace or (account / "namespace").read_text().strip()
+        return cls(f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",
+                   own, tls, (account / "token").read_text().strip())
 
     def _path(self, kind: str, name: str = "", **query: str) -> str:
         path = f"/api/v1/namespaces/{self._namespace}/{kind}" + (f"/{name}" if name else "")
@@ -137,6 +183,20 @@ class KubeApi:
         except ApiError as e:
             if e.status != 404:
                 raise
+
+    async def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """One object of `kind` (pods, secrets, configmaps); None when there is none."""
+        try:
+            return await self._call("GET", self._path(kind, name))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list_objects(self, kind: str, selector: str) -> list[dict[str, Any]]:
+        """The objects of `kind` its labelSelector selects, read from the API server."""
+        listed = await self._call("GET", self._path(kind, labelSelector=selector))
+        return list(listed.get("items", []))
 
     async def list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
         listed = await self._call("GET", self._path("pods", labelSelector=selector))

@@ -1,18 +1,20 @@
-"""The Kubernetes runtime's objects: one bare Pod per replica, and the Secret
-holding its settings file (and TLS files), built from a ReplicaLaunch. Pure
-functions, no API calls (docs/kubernetes.md says why a bare Pod, not a
-Deployment).
+"""The Kubernetes runtime's objects: one bare Pod per replica, the Secret
+holding its settings file (and TLS files), and the ConfigMap that owns a
+deployment's Pods, built from a ReplicaLaunch. Pure functions, no API calls
+(docs/kubernetes.md says why a bare Pod, not a Deployment).
 
 - The Pod is `servefleet-<cluster>-<replica id>` (a DNS label: lower case,
-  at most 63 characters; other names get a hash instead), so a create
-  retried after an unknown outcome answers AlreadyExists rather than
-  starting a second replica.
+  at most 63 characters; other names are lower-cased and cut, and get a
+  hash of the exact names), so a create retried after an unknown outcome
+  answers AlreadyExists rather than starting a second replica.
 - Labels carry the identity (io.servefleet/cluster, application,
   deployment, replica-id, version). A value a label cannot hold (over 63
   characters, or characters outside [A-Za-z0-9-_.]) is a hash in the label
   and whole in an annotation of the same key; `identity` reads either back.
 - restartPolicy Never (the controller decides what restarts), an owner
-  reference to an object per deployment (deleting it deletes its Pods),
+  reference to the deployment's ConfigMap, `servefleet-<cluster>-<app>-
+  <deployment>` (lower case; a hash added when the names are not a DNS
+  name already): deleting it deletes the deployment's Pods,
   terminationGracePeriodSeconds from the drain's wait loop and timeout, a
   readiness probe on the replica's control port (ready once it listens).
 - Fixed ports, as a Pod has its own address: 7400 control, 7401 HTTP, 7402
@@ -22,6 +24,9 @@ Deployment).
 - The code: the launch's image (working_dir a path inside it), or the
   runtime's image with working_dir from a hostPath volume (nodes that share
   files with the controller, as the nodes of scripts/k8s do).
+- The Secret's files sit side by side in SETTINGS_DIR: settings.json and,
+  with replica TLS, ca.crt, replica.crt and replica.key (the settings name
+  them there).
 """
 
 from __future__ import annotations
@@ -32,19 +37,22 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.tls import TlsFiles
 
 from .base import ReplicaLaunch, RuntimeReplica
 
 GROUP = "io.servefleet/"
 IDENTITY = ("cluster", "application", "deployment", "replica-id", "version")
 CONTROL_PORT, HTTP_PORT, METRICS_PORT, GRPC_PORT = 7400, 7401, 7402, 7403
+PULL_POLICIES = ("IfNotPresent", "Never", "Always")  # a container's imagePullPolicy
 SETTINGS_DIR = "/run/servefleet"
 SETTINGS_PATH = f"{SETTINGS_DIR}/settings.json"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a subdomain; a label: no '.'
 
 
 @dataclass(frozen=True)
@@ -65,12 +73,22 @@ def _digest(value: str, length: int = 16) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:length]
 
 
-def pod_name(cluster: str, replica_id: str) -> str:
-    """The Pod's name: readable when it can be, a hash of both when not."""
-    name = f"servefleet-{cluster}-{replica_id}"
-    if _DNS_LABEL.match(name):
+def _dns_name(names: list[str], length: int) -> str:
+    """servefleet-<names joined by '-'> if that is a DNS name of at most
+    `length` characters (a label, without '.', at 63); else lower case,
+    other characters as '-', cut, and a hash of the exact names added (so
+    Echo and echo still differ)."""
+    name = "-".join(["servefleet", *names])
+    if len(name) <= length and _DNS_NAME.match(name) and (length > 63 or "." not in name):
         return name
-    return f"servefleet-{_digest(json.dumps([cluster, replica_id]), 20)}"
+    readable = re.sub(r"[^a-z0-9]+", "-", name.lower())[:length - 11].strip("-")
+    return f"{readable}-{_digest(json.dumps(names), 10)}"
+
+
+def pod_name(cluster: str, replica_id: str) -> str:
+    """The Pod's name (a DNS label, as its hostname): servefleet-<cluster>-
+    <replica id>, made one as _dns_name says."""
+    return _dns_name([cluster, replica_id], 63)
 
 
 def label_value(value: str) -> str:
@@ -93,9 +111,49 @@ def identity(metadata: dict[str, Any]) -> dict[str, str]:
     return {k: annotations.get(GROUP + k, labels.get(GROUP + k, "")) for k in IDENTITY}
 
 
-def selector(cluster: str) -> str:
-    """A labelSelector for the Pods of `cluster`."""
-    return f"{GROUP}cluster={label_value(cluster)}"
+def selector(cluster: str, application: str = "", deployment: str = "") -> str:
+    """A labelSelector for the Pods of `cluster` (of one deployment, given one)."""
+    parts = [("cluster", cluster)]
+    if deployment:
+        parts += [("application", application), ("deployment", deployment)]
+    return ",".join(f"{GROUP}{k}={label_value(v)}" for k, v in parts)
+
+
+def owner_name(cluster: str, application: str, deployment: str) -> str:
+    """The name of the ConfigMap owning a deployment's Pods: servefleet-
+    <cluster>-<application>-<deployment>, made a DNS name as _dns_name says."""
+    return _dns_name([cluster, application, deployment], 253)
+
+
+def deployment_owner(cluster: str, application: str, deployment: str) -> dict[str, Any]:
+    """The ConfigMap a deployment's Pods name as their owner (its labels and
+    data say whose it is)."""
+    values = {"cluster": cluster, "application": application, "deployment": deployment}
+    metadata: dict[str, Any] = {
+        "name": owner_name(cluster, application, deployment),
+        "labels": {GROUP + k: label_value(v) for k, v in values.items()}}
+    if odd := {GROUP + k: v for k, v in values.items() if label_value(v) != v}:
+        metadata["annotations"] = odd
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": values}
+
+
+def owner_of(config_map: dict[str, Any]) -> Owner:
+    """The Owner a ConfigMap read from the API server is."""
+    metadata = config_map["metadata"]
+    return Owner("v1", "ConfigMap", metadata["name"], metadata["uid"])
+
+
+def secret_files(settings: dict[str, Any], tls: TlsFiles | None) -> dict[str, bytes]:
+    """The Secret's files by name: settings.json and, with `tls`, the replica's
+    certificate files beside it (the settings name them where the Pod has them)."""
+    files: dict[str, bytes] = {}
+    if tls is not None:
+        ca, cert, key = tls.loaded().pem or (b"", b"", b"")
+        files = {"ca.crt": ca, "replica.crt": cert, "replica.key": key}
+        inside = TlsFiles(Path(SETTINGS_DIR, "ca.crt"), Path(SETTINGS_DIR, "replica.crt"),
+                          Path(SETTINGS_DIR, "replica.key"))
+        settings = {**settings, "tls": inside.as_dict()}
+    return {**files, "settings.json": json.dumps(settings).encode()}
 
 
 def _quantity_cpu(cores: float) -> str:
@@ -207,3 +265,19 @@ def replica_from_pod(pod: dict[str, Any]) -> RuntimeReplica:
         grpc_address=at(parsed.grpc_port if parsed else 0),
         http_tls=bool(parsed and parsed.http_tls), alive=not ended,
         exit_code=terminated.get("exitCode") if terminated else None)
+
+
+def pending_reason(pod: dict[str, Any] | None) -> str:
+    """Why a Pod has no address yet, as its status says (a condition that does
+    not hold, a waiting container, or its phase)."""
+    if pod is None:
+        return "the API server's watch never showed it"
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") == "False" and condition.get("message"):
+            return f"{condition.get('reason') or condition['type']}: {condition['message']}"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return f"phase {status.get('phase') or 'unknown'}"

@@ -23,6 +23,9 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               docker_image=args.docker_image,
                               docker_network=args.docker_network,
                               docker_code=args.docker_code,
+                              kubeconfig=args.kubeconfig, kube_namespace=args.kube_namespace,
+                              kube_image=args.kube_image,
+                              kube_pull_policy=args.kube_pull_policy,
                               metrics_listen=args.metrics_listen,
                               allow_http_hosts=tuple(args.allow_http_host),
                               **security.controller_security(args))
@@ -54,7 +57,12 @@ def add_command(commands) -> None:
                  "",
                  "# replicas as Docker containers, metrics and the dashboard on port 8265",
                  "servefleet controller --store sqlite:///var/lib/servefleet/state.db "
-                 "--runtime docker --metrics-listen 127.0.0.1:8265"])
+                 "--runtime docker --metrics-listen 127.0.0.1:8265",
+                 "",
+                 "# replicas as Pods in namespace serving ($KUBECONFIG's cluster, or in a "
+                 "Pod its ServiceAccount)",
+                 "servefleet controller --store etcd://etcd:2379 --runtime kubernetes "
+                 "--kube-namespace serving --kube-image registry.example/servefleet:1.4"])
     ctl.add_argument("--store", required=True, metavar="URL",
                      help="etcd://host:port[,host:port...] (etcds:// for etcd over TLS) or "
                           "sqlite:///path/state.db")
@@ -69,9 +77,10 @@ def add_command(commands) -> None:
     ctl.add_argument("--lease-ttl", type=float, default=5.0, metavar="S",
                      help="leader lease TTL in seconds (default 5)")
     ctl.add_argument("--runtime", default="process",
-                     choices=["process", "docker", "swarm", "none", "sim"],
+                     choices=["process", "docker", "swarm", "kubernetes", "none", "sim"],
                      help="where replicas run: local processes (default), Docker "
                           "containers, Docker Swarm services (the docker flags apply), "
+                          "Kubernetes Pods (the kube flags apply; docs/kubernetes.md), "
                           "none: store and serve goals without running replicas, or sim: "
                           "replicas simulated by a sim host at RUNTIME_DIR/sim-host.sock "
                           "(benchmarks; docs/scale.md)")
@@ -90,6 +99,20 @@ def add_command(commands) -> None:
                      help="docker runtime: bind-mount each deployment's working dir from "
                           "this host (default), or find it inside the image (a controller "
                           "that itself runs in a container)")
+    ctl.add_argument("--kubeconfig", default=None, metavar="PATH",
+                     help="kubernetes runtime: the kubeconfig whose current context it "
+                          "uses (default: in a Pod, its ServiceAccount; else $KUBECONFIG, "
+                          "else ~/.kube/config)")
+    ctl.add_argument("--kube-namespace", default=None, metavar="NS",
+                     help="kubernetes runtime: the namespace of the replicas' Pods (default: "
+                          "in a Pod, its own; else the kubeconfig context's, else default)")
+    ctl.add_argument("--kube-image", default="servefleet:latest", metavar="IMAGE",
+                     help="kubernetes runtime: the image of deployments that name none "
+                          "(default %(default)s)")
+    ctl.add_argument("--kube-pull-policy", default="IfNotPresent",
+                     choices=["IfNotPresent", "Never", "Always"],
+                     help="kubernetes runtime: the Pods' imagePullPolicy (default "
+                          "%(default)s)")
     ctl.add_argument("--metrics-listen", default=None, metavar="HOST:PORT",
                      help="serve /metrics, /-/metrics-targets (Prometheus http_sd) and the "
                           "dashboard here (HTTPS and credentials when the cluster has TLS or "
