@@ -1,7 +1,8 @@
 """scripts/k8s: a Kubernetes cluster on this machine (see docs/kubernetes.md).
 
-    scripts/k8s build                 build the commands (cached) and say how long it took
+    scripts/k8s build                 build the commands and Helm (cached); say how long it took
     scripts/k8s start [--image NAME]...  [--port N]
+    scripts/k8s load NAME...          load Docker images into the running cluster's nodes
     scripts/k8s stop
     scripts/k8s status
     scripts/k8s kill-node NODE        every process of NODE killed at once
@@ -21,12 +22,15 @@ from .layout import node
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scripts/k8s", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build the Kubernetes commands and the pause image (cached)")
+    sub.add_parser("build", help="build the Kubernetes commands, Helm and the pause image "
+                                 "(cached)")
     start = sub.add_parser("start", help="start the cluster; prints the KUBECONFIG to use")
     start.add_argument("--image", action="append", default=[],
                        help="a Docker image to load into the nodes (docker save); repeatable")
     start.add_argument("--port", type=int, default=0,
                        help="the API server's port on 127.0.0.1 (default: a free one)")
+    sub.add_parser("load", help="load Docker images into the running cluster's nodes").add_argument(
+        "image", nargs="+")
     sub.add_parser("stop", help="stop everything start started and remove its state")
     sub.add_parser("status", help="which of the cluster's processes run")
     for name, text in (("kill-node", "kill every process of a node"),
@@ -41,6 +45,9 @@ def main(argv: list[str]) -> int:
     elif args.command == "start":
         tarballs = [cluster.export_image(image) for image in args.image]
         cluster.start(tarballs, args.port)
+    elif args.command == "load":
+        cluster.preflight()
+        cluster.load([cluster.export_image(image) for image in args.image])
     elif args.command == "stop":
         cluster.preflight()
         cluster.stop()

@@ -1,8 +1,10 @@
 """The Kubernetes commands, built from tools/k8s/go.mod (k8s.io/kubernetes at
-one release, its staging modules mapped to the matching v0.x), and the pause
-image, built from tools/k8s/pause. Go's build cache (~/.cache/go-build) keeps
-a rebuild short; a stamp of what went in (go.mod, go.sum, the pause source,
-the Go version) skips even the link step when nothing changed."""
+one release, its staging modules mapped to the matching v0.x), the pause
+image, built from tools/k8s/pause, and Helm, from tools/k8s/helm/go.mod (a
+module of its own: Helm's dependencies are newer than Kubernetes' pins).
+Go's build cache (~/.cache/go-build) keeps a rebuild short; a stamp of what
+went in (go.mod, go.sum, the pause source, the Go version) skips even the
+link step when nothing changed."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from .layout import BIN, BUILD, COMMANDS, MODULE, PAUSE_IMAGE
 
 GO = shutil.which("go") or "/usr/local/go/bin/go"
 STAMP = BIN / ".stamp"
+HELM_MODULE = MODULE / "helm"
+HELM_STAMP = BIN / ".stamp-helm"
 PAUSE_TAR = BUILD / "images" / "pause.tar"
 
 
-def _go(*args: str) -> str:
+def _go(*args: str, module: Path = MODULE) -> str:
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
-    done = subprocess.run([GO, *args], cwd=MODULE, env=env, capture_output=True, text=True)
+    done = subprocess.run([GO, *args], cwd=module, env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"scripts/k8s: go {' '.join(args[:2])} failed:\n{done.stderr[-4000:]}")
     return done.stdout
@@ -65,6 +69,37 @@ def build(force: bool = False) -> float:
     """Build whatever is missing or stale; seconds taken (0: all current)."""
     if not Path(GO).exists() and not shutil.which("go"):
         raise SystemExit("scripts/k8s: no Go found (scripts/setup installs it)")
+    return _build_kubernetes(force) + _build_helm(force)
+
+
+def helm_version() -> str:
+    """The helm.sh/helm/v4 release tools/k8s/helm/go.mod requires."""
+    found = re.search(r"^\s*helm\.sh/helm/v4 (v\S+)", (HELM_MODULE / "go.mod").read_text(),
+                      re.MULTILINE)
+    if not found:
+        raise SystemExit("scripts/k8s: tools/k8s/helm/go.mod requires no helm.sh/helm/v4")
+    return found.group(1)
+
+
+def _build_helm(force: bool) -> float:
+    """Helm (cmd/helm), stamped with its version as Helm's own build does."""
+    ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={helm_version()}"
+    digest = hashlib.sha256(_go("env", "GOVERSION").encode() + ldflags.encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update((HELM_MODULE / name).read_bytes())
+    wanted = digest.hexdigest()
+    if (not force and HELM_STAMP.exists() and HELM_STAMP.read_text() == wanted
+            and (BIN / "helm").exists()):
+        return 0.0
+    began = time.monotonic()
+    BIN.mkdir(parents=True, exist_ok=True)
+    _go("build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{BIN}/helm",
+        "helm.sh/helm/v4/cmd/helm", module=HELM_MODULE)
+    HELM_STAMP.write_text(wanted)
+    return time.monotonic() - began
+
+
+def _build_kubernetes(force: bool) -> float:
     wanted = _inputs()
     binaries = [BIN / name for name in (*COMMANDS, "pause")]
     if (not force and STAMP.exists() and STAMP.read_text() == wanted

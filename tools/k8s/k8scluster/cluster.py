@@ -172,6 +172,16 @@ def export_image(image: str) -> Path:
     return path
 
 
+def load(tarballs: list[Path]) -> None:
+    """Images (export_image's tarballs) loaded into the running cluster's nodes."""
+    if not running():
+        raise SystemExit("scripts/k8s: no cluster runs (scripts/k8s start --image ... loads "
+                         "images as it starts)")
+    with concurrent.futures.ThreadPoolExecutor(len(NODES)) as pool:
+        list(pool.map(lambda n: [node.import_image(n, t) for t in tarballs], NODES))
+    _say(f"images loaded: {', '.join(t.name for t in tarballs)}")
+
+
 def kill_node(name: str) -> None:
     """Every process of node `name` killed at once (kubelet, containerd,
     kube-proxy, shims, Pods), as a machine that loses power."""
@@ -232,4 +242,4 @@ def stop() -> None:
         shutil.rmtree(RUN)
 
 
-__all__ = ["PREFIX", "kill_node", "start", "stop"]
+__all__ = ["PREFIX", "kill_node", "load", "start", "stop"]

@@ -1,0 +1,222 @@
+"""servefleet installed the Kubernetes way (issue 55, part 3), on the real
+cluster scripts/k8s runs: the Helm chart (deploy/helm/servefleet) lints
+clean, refuses bad values by name, renders objects the API server accepts
+(with one etcd member and three, a NodePort proxy Service), and so do the
+kustomize manifests (deploy/kubernetes), whose base is the chart's output
+(deploy/kubernetes/generate.py --check). Then `helm install`: etcd, three
+controllers of which one leads, two proxies, the proxy Service answering
+/-/healthz inside the cluster; `helm uninstall` leaves nothing of the release.
+Helm is built from its Go module by scripts/k8s build (cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_compose import _unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(3600)]
+ROOT = Path(__file__).resolve().parent.parent
+K8S = ROOT / "scripts" / "k8s"
+RUN = ROOT / ".build" / "k8s" / "run"
+BIN = ROOT / ".build" / "k8s" / "bin"
+CHART = ROOT / "deploy" / "helm" / "servefleet"
+OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "example"
+IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
+# Debian's etcd (as the control plane runs it) on an empty image, for the chart's StatefulSet.
+ETCD_IMAGE = "servefleet-k8s-etcd:test"
+NAMESPACE = "sf-install"
+RELEASE = "sf"
+# What the test cluster needs: its images are loaded, not pulled; no StorageClass.
+TEST_VALUES = ["--set", f"image.repository={IMAGE.rpartition(':')[0]}",
+               "--set", f"image.tag={IMAGE.rpartition(':')[2]}",
+               "--set", "image.pullPolicy=Never",
+               "--set", f"etcd.image.repository={ETCD_IMAGE.rpartition(':')[0]}",
+               "--set", f"etcd.image.tag={ETCD_IMAGE.rpartition(':')[2]}",
+               "--set", "etcd.image.pullPolicy=Never",
+               "--set", "etcd.persistence.enabled=false"]
+
+
+def _run(*args: str | Path, input: str | None = None, check: bool = True,
+         timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(RUN / "admin.kubeconfig")}
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, input=input,
+                          timeout=timeout, env=env)
+    if check:
+        assert done.returncode == 0, f"{' '.join(map(str, args))}:\n{done.stderr[-3000:]}"
+    return done
+
+
+def _helm(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(BIN / "helm", *args, check=check)
+
+
+def _kubectl(*args: str | Path, input: str | None = None) -> str:
+    return _run(BIN / "kubectl", *args, input=input).stdout
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("scripts/k8s needs root (network namespaces, cgroups, mounts)")
+    done = subprocess.run([str(K8S), "build"], capture_output=True, text=True, timeout=3300)
+    if done.returncode:
+        pytest.skip(f"Kubernetes and Helm could not be built: {done.stderr[-2000:]}")
+
+
+def _running_here() -> bool:
+    """Whether this checkout's cluster runs, every process of it."""
+    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
+    return status.returncode == 0 and (RUN / "admin.kubeconfig").exists()
+
+
+def _etcd_image() -> None:
+    """ETCD_IMAGE, built once: the etcd binary and the libc files it links
+    (ldd), 24 MB for the nodes to load instead of a second servefleet image."""
+    if subprocess.run(["docker", "image", "inspect", ETCD_IMAGE],
+                      capture_output=True).returncode == 0:
+        return
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        _unavailable("Debian's etcd-server is not installed (scripts/setup)")
+    linked = subprocess.run(["ldd", etcd], capture_output=True, text=True).stdout
+    files = [etcd, *re.findall(r"(/\S+) \(0x", linked)]
+    with tempfile.TemporaryDirectory() as work:
+        lines = ["FROM scratch", "COPY etcd /usr/local/bin/etcd", "ENV PATH=/usr/local/bin"]
+        shutil.copy(etcd, Path(work) / "etcd")
+        for index, path in enumerate(files[1:]):
+            shutil.copy(path, Path(work) / f"lib{index}")
+            lines.append(f"COPY lib{index} {path}")
+        (Path(work) / "Dockerfile").write_text("\n".join(lines) + "\n")
+        subprocess.run(["docker", "build", "-q", "-t", ETCD_IMAGE, work], check=True,
+                       capture_output=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+
+
+@pytest.fixture(scope="module")
+def cluster(built: None) -> Iterator[None]:
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
+        _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
+    _etcd_image()
+    if _running_here():
+        # A cluster this checkout's scripts/k8s started (a developer's, or
+        # another test module's): used as it is, and left running.
+        _run(K8S, "load", IMAGE, ETCD_IMAGE, timeout=600)
+        yield
+        return
+    began = time.monotonic()
+    _run(K8S, "start", "--image", IMAGE, "--image", ETCD_IMAGE, timeout=600)
+    print(f"scripts/k8s start: {time.monotonic() - began:.0f} s")
+    try:
+        yield
+    finally:
+        _run(K8S, "stop", timeout=300)
+
+
+def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(built) -> None:
+    lint = _helm("lint", "--strict", CHART)
+    assert "0 chart(s) failed" in lint.stdout, lint.stdout
+    # values.schema.json: each refusal names the value (a JSON pointer).
+    for setting, named in (("etcd.replicas=2", "'/etcd/replicas': value must be one of 1, 3"),
+                           ("proxy.service.type=Ingress", "'/proxy/service/type'"),
+                           ("tls.enabled=true", "additional properties 'tls' not allowed"),
+                           ("etcd.external.endpoints={http://etcd:2379}",
+                            "'/etcd/external/endpoints/0'")):
+        refused = _helm("template", "x", CHART, "--set", setting, check=False)
+        assert refused.returncode != 0 and named in refused.stderr, (setting, refused.stderr)
+    checked = _run(ROOT / ".venv" / "bin" / "python", ROOT / "deploy" / "kubernetes" /
+                   "generate.py", "--check", check=False)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_the_api_server_accepts_what_the_chart_and_the_overlay_make(cluster) -> None:
+    namespaces = [f"{NAMESPACE}-dry", "servefleet"]
+    for namespace in namespaces:  # a server-side dry run needs a namespace that exists
+        _kubectl("create", "namespace", namespace)
+    try:
+        for extra in ([], ["--set", "etcd.replicas=3", "--set", "proxy.service.type=NodePort",
+                           "--set", "proxy.service.nodePort=30080"],
+                      ["--set", "etcd.external.endpoints={10.0.0.5:2379,10.0.0.6:2379}",
+                       "--set", "controller.applications=false"]):
+            rendered = _helm("template", RELEASE, CHART, "--namespace", namespaces[0],
+                             *TEST_VALUES, *extra).stdout
+            applied = _kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+            kinds = {line.split("/")[0] for line in applied.splitlines()}
+            assert {"service", "deployment.apps", "role.rbac.authorization.k8s.io",
+                    "rolebinding.rbac.authorization.k8s.io", "serviceaccount"} <= kinds, applied
+            assert ("statefulset.apps" in kinds) == ("etcd.external" not in " ".join(extra))
+        applied = _kubectl("apply", "--dry-run=server", "-k", OVERLAY)
+        assert "statefulset.apps/servefleet-etcd created (server dry run)" in applied, applied
+    finally:
+        for namespace in namespaces:
+            _kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def _pods(component: str) -> list[dict]:
+    return json.loads(_kubectl("-n", NAMESPACE, "get", "pods", "-o", "json", "-l",
+                               f"app.kubernetes.io/component={component}"))["items"]
+
+
+def _service_ip(component: str) -> str:
+    return _kubectl("-n", NAMESPACE, "get", "service", f"{RELEASE}-servefleet-{component}",
+                    "-o", "jsonpath={.spec.clusterIP}")
+
+
+def _in_proxy_pod(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A command run in a proxy's Pod: Service IPs are reached from Pods (a
+    node's own namespace has no route to them here)."""
+    return _run(BIN / "kubectl", "-n", NAMESPACE, "exec", f"deployment/{RELEASE}-servefleet-proxy",
+                "--", *argv, check=False, timeout=60)
+
+
+def _release_leftovers() -> list[str]:
+    kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
+            "roles,rolebindings,persistentvolumeclaims"
+    listed = json.loads(_kubectl("-n", NAMESPACE, "get", kinds, "-o", "json"))["items"]
+    # What Kubernetes itself puts in every namespace.
+    own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in listed
+            if (o["kind"], o["metadata"]["name"]) not in own]
+
+
+def test_helm_install_elects_a_leader_serves_the_proxy_and_uninstall_leaves_nothing(
+        cluster) -> None:
+    began = time.monotonic()
+    _helm("install", RELEASE, CHART, "--namespace", NAMESPACE, "--create-namespace",
+          *TEST_VALUES, "--wait", "--timeout", "150s")
+    installed = time.monotonic() - began
+    try:
+        controllers = [p["status"]["podIP"] for p in _pods("controller")]
+        assert len(controllers) == 3 and len(_pods("proxy")) == 2
+        address = f"{_service_ip('controller')}:7373"
+        deadline = time.monotonic() + 60
+        while True:  # the proxies' registrations reach the leader by their Watch streams
+            status = _in_proxy_pod("servefleet", "status", "--json", "--controller", address)
+            reply = json.loads(status.stdout) if status.returncode == 0 else {}
+            if len(reply.get("proxies", [])) == 2:
+                break
+            assert time.monotonic() < deadline, (status.stderr, reply)
+            time.sleep(1)
+        assert reply["leader"] in {f"{ip}:7373" for ip in controllers}, reply
+        assert sorted(reply["controllers"]) == sorted(f"{ip}:7373" for ip in controllers)
+        healthz = _in_proxy_pod("python3", "-c", "import urllib.request as u; print(u.urlopen("
+                                f"'http://{_service_ip('proxy')}:8000/-/healthz', timeout=5)"
+                                ".read().decode(), end='')")
+        assert healthz.stdout == "ok", healthz.stderr
+    finally:
+        _helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "90s")
+        try:
+            deadline = time.monotonic() + 60
+            while left := _release_leftovers():
+                assert time.monotonic() < deadline, f"left after helm uninstall: {left}"
+                time.sleep(1)
+        finally:
+            _kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    print(f"helm install --wait: {installed:.0f} s")
