@@ -62,7 +62,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                  "embedding_configs": [{
                      "model_id": "held", "model": "held_encoder:HeldEncoder",
                      "model_kwargs": {"marks": str(marks)},
-                     "deployment_config": {"max_ongoing_requests": 16}}]}}]}))
+                     # As many as the ingress: a slot the ingress's handle
+                     # router kept for a departed call would leave E waiting.
+                     "deployment_config": {"max_ongoing_requests": INGRESS_SLOTS}}]}}]}))
     controller = ControllerProcess(f"sqlite://{tmp}/state.db", cluster=f"held-{os.getpid()}",
                                    runtime="process", log_dir=tmp,
                                    extra_args=["--allow-working-dir", APPS]).start()
