@@ -5,7 +5,8 @@ clean, refuses bad values by name, renders objects the API server accepts
 kustomize manifests (deploy/kubernetes), whose base is the chart's output
 (deploy/kubernetes/generate.py --check). Then `helm install`: etcd, three
 controllers of which one leads, two proxies, the proxy Service answering
-/-/healthz inside the cluster; `helm uninstall` leaves nothing of the release.
+/-/healthz inside the cluster, a ServeApplication served through it; `helm
+uninstall` and the replicas' owners deleted leave nothing behind.
 Helm is built from its Go module by scripts/k8s build (cached)."""
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ TEST_VALUES = ["--set", f"image.repository={IMAGE.rpartition(':')[0]}",
                "--set", f"etcd.image.repository={ETCD_IMAGE.rpartition(':')[0]}",
                "--set", f"etcd.image.tag={ETCD_IMAGE.rpartition(':')[2]}",
                "--set", "etcd.image.pullPolicy=Never",
-               "--set", "etcd.persistence.enabled=false"]
+               "--set", "etcd.persistence.enabled=false",
+               # The examples in the image, for the ServeApplication below.
+               "--set", "controller.extraArgs={--allow-working-dir,/opt/servefleet/examples}"]
 
 
 def _run(*args: str | Path, input: str | None = None, check: bool = True,
@@ -131,6 +134,11 @@ def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(bui
                             "'/etcd/external/endpoints/0'")):
         refused = _helm("template", "x", CHART, "--set", setting, check=False)
         assert refused.returncode != 0 and named in refused.stderr, (setting, refused.stderr)
+    # A ServiceMonitor only where the Prometheus Operator's API is served.
+    plain = _helm("template", "x", CHART).stdout
+    operator = _helm("template", "x", CHART, "--api-versions",
+                     "monitoring.coreos.com/v1/ServiceMonitor").stdout
+    assert "kind: ServiceMonitor" not in plain and "kind: ServiceMonitor" in operator
     checked = _run(ROOT / ".venv" / "bin" / "python", ROOT / "deploy" / "kubernetes" /
                    "generate.py", "--check", check=False)
     assert checked.returncode == 0, checked.stderr
@@ -178,7 +186,7 @@ def _in_proxy_pod(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def _release_leftovers() -> list[str]:
     kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
-            "roles,rolebindings,persistentvolumeclaims"
+            "roles,rolebindings,persistentvolumeclaims,serveapplications"
     listed = json.loads(_kubectl("-n", NAMESPACE, "get", kinds, "-o", "json"))["items"]
     # What Kubernetes itself puts in every namespace.
     own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
@@ -186,8 +194,16 @@ def _release_leftovers() -> list[str]:
             if (o["kind"], o["metadata"]["name"]) not in own]
 
 
-def test_helm_install_elects_a_leader_serves_the_proxy_and_uninstall_leaves_nothing(
-        cluster) -> None:
+def _get(url: str) -> subprocess.CompletedProcess[str]:
+    return _in_proxy_pod("python3", "-c", "import urllib.request as u; print(u.urlopen("
+                         f"{url!r}, timeout=10).read().decode(), end='')")
+
+
+def test_helm_install_serves_an_application_and_uninstall_leaves_nothing(cluster) -> None:
+    """Install; a leader among the three controllers, both proxies known to
+    it; a ServeApplication (examples/sentiment.py, in the image) served
+    through the proxy Service; uninstall, then the owners of the replicas'
+    Pods (docs/kubernetes.md, Uninstall): nothing of either is left."""
     began = time.monotonic()
     _helm("install", RELEASE, CHART, "--namespace", NAMESPACE, "--create-namespace",
           *TEST_VALUES, "--wait", "--timeout", "150s")
@@ -206,13 +222,25 @@ def test_helm_install_elects_a_leader_serves_the_proxy_and_uninstall_leaves_noth
             time.sleep(1)
         assert reply["leader"] in {f"{ip}:7373" for ip in controllers}, reply
         assert sorted(reply["controllers"]) == sorted(f"{ip}:7373" for ip in controllers)
-        healthz = _in_proxy_pod("python3", "-c", "import urllib.request as u; print(u.urlopen("
-                                f"'http://{_service_ip('proxy')}:8000/-/healthz', timeout=5)"
-                                ".read().decode(), end='')")
+        proxy = f"http://{_service_ip('proxy')}:8000"
+        healthz = _get(f"{proxy}/-/healthz")
         assert healthz.stdout == "ok", healthz.stderr
+        _kubectl("-n", NAMESPACE, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "servefleet.io/v1alpha1", "kind": "ServeApplication",
+            "metadata": {"name": "sentiment"},
+            "spec": {"import_path": "sentiment:app", "route_prefix": "/sentiment",
+                     "runtime": {"working_dir": "/opt/servefleet/examples", "image": IMAGE}}}))
+        deadline = time.monotonic() + 90
+        while '"label":"positive"' not in (answer := _get(
+                f"{proxy}/sentiment?text=a+great+day")).stdout:
+            assert time.monotonic() < deadline, (answer.stdout, answer.stderr[-2000:])
+            time.sleep(1)
     finally:
         _helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "90s")
         try:
+            # The replicas are the controllers' Pods: their owners go, then they.
+            _kubectl("-n", NAMESPACE, "delete", "serveapplications", "--all")
+            _kubectl("-n", NAMESPACE, "delete", "configmaps", "-l", "io.servefleet/cluster")
             deadline = time.monotonic() + 60
             while left := _release_leftovers():
                 assert time.monotonic() < deadline, f"left after helm uninstall: {left}"
