@@ -7,8 +7,10 @@ controllers, the proxy and the CLI run in node-a's (`ip netns exec`), the
 controllers at node-a's address (the Pods' replicas reach them there for
 their Watch streams); kubectl reaches the API server from here.
 
-One test, in order: an application deployed, its replica a Pod (owned by
-its deployment's ConfigMap, its settings in a Secret owned by the Pod)
+One test, in order, on a cluster with certificates (`servefleet certs
+init`, mutual TLS everywhere, replicas' HTTP ports with TLS): an
+application deployed, its replica a Pod (owned by its deployment's
+ConfigMap, its settings and TLS files in a Secret owned by the Pod)
 answering through the proxy; scaled 1 -> 2, both Pods answer; the leader
 SIGKILLed, the standby takes over and adopts both Pods without restarting
 them (same UIDs), and they go on answering; the application deleted, no
@@ -31,6 +33,7 @@ from test_compose import _unavailable
 from test_k8s_cluster import IMAGE, ROOT, RUN, _kubectl
 from test_k8s_cluster import cluster as kube  # noqa: F401  (the fixture, as `kube`)
 
+from servefleet._private.security.certs import init_certs
 from servefleet._private.testing import ControllerProcess, free_port, terminate, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(900)]
@@ -53,13 +56,17 @@ def _config(path: Path, replicas: int) -> Path:
 class Node:
     """Commands in node-a's network namespace."""
 
-    def __init__(self, controllers: list[ControllerProcess]) -> None:
+    def __init__(self, controllers: list[ControllerProcess], certs: Path) -> None:
         self.controllers = ",".join(c.address for c in controllers)
+        self.certs = certs
+
+    def run(self, *argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
+        return subprocess.run([*NETNS, sys.executable, "-m", "servefleet", *argv,
+                               "--controller", self.controllers, "--certs", str(self.certs)],
+                              capture_output=True, text=True, timeout=timeout)
 
     def servefleet(self, *argv: str, timeout: float = 90) -> str:
-        done = subprocess.run([*NETNS, sys.executable, "-m", "servefleet", *argv,
-                               "--controller", self.controllers],
-                              capture_output=True, text=True, timeout=timeout)
+        done = self.run(*argv, timeout=timeout)
         assert done.returncode == 0, f"servefleet {' '.join(argv)}: {done.stdout}{done.stderr}"
         return done.stdout
 
@@ -112,25 +119,28 @@ def test_replicas_run_as_pods_scale_survive_a_failover_and_are_deleted(
     config["clusters"][0]["cluster"]["server"] = API_SERVER
     kubeconfig.write_text(json.dumps(config))
     etcd, store = _etcd(tmp_path)
+    certs = tmp_path / "certs"
+    init_certs(certs, hosts=[NODE_ADDRESS])
     controllers = [ControllerProcess(
         store, cluster=cluster, lease_ttl=2, runtime="kubernetes", log_dir=tmp_path,
-        host=NODE_ADDRESS, wrap=NETNS,
+        host=NODE_ADDRESS, wrap=NETNS, certs=certs,
         extra_args=["--kubeconfig", str(kubeconfig), "--kube-namespace", namespace,
                     "--kube-image", IMAGE, "--kube-pull-policy", "Never",
                     "--allow-working-dir", "/"]) for _ in range(2)]
-    node = Node(controllers)
+    node = Node(controllers, certs)
     proxy_port = free_port()
     proxy: subprocess.Popen | None = None
     try:
         for controller in controllers:
             controller.start(wait=False)
-        node.servefleet("status", "--timeout", "30")
+        wait_for(lambda: node.run("status").returncode == 0, 60, "a leader")
         node.servefleet("deploy", str(_config(tmp_path / "one.json", 1)), "--wait",
                         "--wait-timeout", "60")
         with open(tmp_path / "proxy.log", "wb") as log:
             proxy = subprocess.Popen([*NETNS, sys.executable, "-m", "servefleet", "proxy",
                                       "--controller", node.controllers,
-                                      "--listen", f"127.0.0.1:{proxy_port}"],
+                                      "--listen", f"127.0.0.1:{proxy_port}",
+                                      "--certs", str(certs)],
                                      stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{proxy_port}/who"
         (first,) = _running_pods(namespace, cluster, 1)
@@ -139,7 +149,10 @@ def test_replicas_run_as_pods_scale_survive_a_failover_and_are_deleted(
         (owner,) = objects["ConfigMap"]
         (ref,) = objects["Pod"][0]["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"]) == ("ConfigMap", owner["metadata"]["uid"])
-        assert objects["Secret"][0]["metadata"]["ownerReferences"][0]["name"] == first
+        (secret,) = objects["Secret"]
+        assert secret["metadata"]["ownerReferences"][0]["name"] == first
+        assert sorted(secret["data"]) == ["ca.crt", "replica.crt", "replica.key",
+                                          "settings.json"]
 
         node.servefleet("deploy", str(_config(tmp_path / "two.json", 2)), "--wait",
                         "--wait-timeout", "60")
@@ -154,6 +167,7 @@ def test_replicas_run_as_pods_scale_survive_a_failover_and_are_deleted(
                  f"the standby adopting both Pods: {standby.logs()[-3000:]}")
         replicas = json.loads(node.servefleet("replicas", "--json"))
         assert {r["state"] for r in replicas} == {"RUNNING"}
+        assert {r["record"].get("http_tls") for r in replicas} == {True}
         assert {r["record"]["handle"] for r in replicas} == set(uids)
         assert _running_pods(namespace, cluster, 2) == uids  # not restarted
         assert {json.loads(node.get(url))["host"] for _ in range(20)} == set(uids)
