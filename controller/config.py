@@ -113,6 +113,10 @@ class ControllerConfig:
     # Who user code runs as on this host (runtime/sandbox.py): "auto", "none",
     # a user name or UID[:GID].
     replica_user: str = "auto"
+    # Whether the leader applies the ServeApplications of the namespace
+    # (kube_apps/; --kube-applications), through the API server that
+    # `kubeconfig` and `kube_namespace` name. Default off.
+    kube_applications: bool = False
 
     def sandbox(self) -> Sandbox:
         """ValueError naming --replica-user when it cannot be."""
@@ -179,6 +183,9 @@ class ControllerConfig:
         self.sandbox()
         if not 0.5 <= self.lease_ttl <= 300:
             raise ValueError(f"--lease-ttl {self.lease_ttl}: must be between 0.5 and 300 seconds")
+        if self.kube_applications and self.runtime == "none":
+            raise ValueError("--kube-applications: --runtime none builds no application "
+                             "(an application is built by importing its code): choose a runtime")
 
     def advertised(self) -> str:
         if self.advertise:

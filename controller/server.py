@@ -55,6 +55,7 @@ from .clock import Clock
 from .config import ControllerConfig
 from .election import LeaderElection
 from .keys import ClusterKeys
+from .kube_apps.client import ServeApplications
 from .members import Membership
 from .metrics import TERM, TERMS
 from .reconcile.loop import tune_gc
@@ -117,7 +118,10 @@ class ControllerServer:
                                 lambda: self.membership.addresses,
                                 policy=config.deploy_policy(), sandbox=self._sandbox,
                                 hop_required=self.authorizer.enabled,
-                                revoked_certs=self.revoked_certs.serials)
+                                revoked_certs=self.revoked_certs.serials,
+                                kube_applications=ServeApplications.connect(
+                                    config.kubeconfig, config.kube_namespace)
+                                if config.kube_applications else None)
         # The serving leader term, or None while this controller does not lead.
         self.term: LeaderTerm | None = None
         self._health = health.aio.HealthServicer()

@@ -287,3 +287,12 @@ def test_a_missing_crd_is_named() -> None:
     api.list = missing  # type: ignore[method-assign]
     with pytest.raises(ApiError, match=r"install the CRD \(servefleet config crd"):
         asyncio.run(ObjectCache(api).sync())
+
+
+def test_the_flag_is_refused_with_a_controller_that_builds_nothing() -> None:
+    from servefleet.controller.config import ControllerConfig
+
+    config = ControllerConfig(store_url="sqlite:///x.db", runtime="none", kube_applications=True)
+    with pytest.raises(ValueError, match=r"^--kube-applications: --runtime none builds no "):
+        config.validate()
+    ControllerConfig(store_url="sqlite:///x.db", runtime="sim", kube_applications=True).validate()

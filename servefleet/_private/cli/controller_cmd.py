@@ -28,6 +28,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               kube_pull_policy=args.kube_pull_policy,
                               metrics_listen=args.metrics_listen,
                               allow_http_hosts=tuple(args.allow_http_host),
+                              kube_applications=args.kube_applications,
                               **security.controller_security(args))
     try:
         config.validate()
@@ -120,5 +121,9 @@ def add_command(commands) -> None:
     ctl.add_argument("--allow-http-host", action="append", default=[], metavar="NAME",
                      help="a DNS name the --metrics-listen face answers to besides localhost "
                           "and IP addresses (repeatable)")
+    ctl.add_argument("--kube-applications", action="store_true",
+                     help="apply the ServeApplications of the Kubernetes namespace (as leader) "
+                          "and write their status back; the --kubeconfig and "
+                          "--kube-namespace flags say where (docs/kubernetes-applications.md)")
     security.add_controller_flags(ctl)
     ctl.set_defaults(run=cmd_controller)
