@@ -129,7 +129,7 @@ class LeaderTerm:
             w.watcher_id for w in self.publisher.watchers.values()))
         self.loop = ReconcileLoop(parts.clock, leading=fenced.still_valid)
         self.deployments = DeploymentTable(parts.keys, fenced, parts.store, parts.clock,
-                                           self._deployment_changed, parts.max_history)
+                                           self._goal_changed, parts.max_history)
         self.deployments.policy = parts.policy
         self.applications = ApplicationTable(parts.keys, fenced, parts.store, self.deployments,
                                              parts.clock, on_traffic=self._routes_changed,
@@ -266,6 +266,12 @@ class LeaderTerm:
                                  report.traffic, report.ejected, report.suspected,
                                  report.recent_errors)
         self.fence.reported(report.reporter_id, applied, report.applied.replace)
+
+    def _goal_changed(self, application: str, name: str) -> None:
+        if self.replicas is not None:  # visited on the next pass (reconcile/visits.py)
+            self.replicas.goal_changed(application, name)
+        self.autoscaler.goals_changed()
+        self._deployment_changed(application, name)
 
     def _deployment_changed(self, application: str, name: str) -> None:
         if self._state is not None:

@@ -47,6 +47,7 @@ from .autoscale import (
 )
 from .loop import BACKOFF, ReconcileLoop
 from .policy_process import PolicyProcess
+from .visits import FULL_PASS_S
 
 logger = logging.getLogger(__name__)
 DKey = tuple[str, str]
@@ -64,6 +65,7 @@ class AutoscaleReconciler:
         self._windows: dict[DKey, LoadWindow] = {}
         self._decisions: dict[DKey, Decision] = {}
         self._records: dict[DKey, records_pb2.DeploymentRecord] = {}
+        self._stale, self._next_read = True, 0.0  # goals_changed
         # Custom policies' runner processes, by deployment.
         self._policies: dict[DKey, _Policy] = {}
         # Who custom policies run as (runtime/sandbox.py); whether they run at
@@ -75,7 +77,15 @@ class AutoscaleReconciler:
         """The last decision for `key` (for the status), if it is autoscaled."""
         return self._decisions.get(key)
 
+    def goals_changed(self) -> None:
+        """A deployment's record changed: the next pass reads the table again
+        (else only every FULL_PASS_S: reading it is the pass's O(deployments) part)."""
+        self._stale = True
+
     async def begin_pass(self, now: float) -> None:
+        if not self._stale and now < self._next_read:
+            return
+        self._stale, self._next_read = False, now + FULL_PASS_S
         self._records = {(r.spec.application, r.spec.name): r for r in self._table.live()
                          if r.spec.replica_config.HasField("autoscaling_config")}
         for gone in (set(self._decisions) | set(self._policies)) - set(self._records):

@@ -22,5 +22,9 @@ class HealthSchedule:
         self._next[replica_id] = now + period_s * self._rng.uniform(0.9, 1.1)
         return True
 
+    def next_at(self, replica_id: str) -> float | None:
+        """When the next check of `replica_id` is booked (None: not yet)."""
+        return self._next.get(replica_id)
+
     def forget(self, replica_id: str) -> None:
         self._next.pop(replica_id, None)

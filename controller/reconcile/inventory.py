@@ -90,9 +90,9 @@ class Inventory:
         return adopted
 
     async def sweep(self, now: float, records: Mapping[str, replica_pb2.ReplicaRecord],
-                    views: Iterable[ReplicaView]) -> None:
+                    views: Callable[[], Iterable[ReplicaView]]) -> None:
         """Report tracked replicas that are gone; stop orphans. At most once per
-        LIVENESS_SWEEP_S."""
+        LIVENESS_SWEEP_S; `views` is asked only then (after the listing)."""
         if now < self._next_sweep:
             return
         self._next_sweep = now + LIVENESS_SWEEP_S
@@ -112,7 +112,7 @@ class Inventory:
             first = self._orphans.setdefault(replica.replica_id, now)
             if now - first >= ORPHAN_GRACE_S:
                 self._stop_orphan(replica)
-        for view in views:
+        for view in views():
             record = records.get(view.replica_id)
             if (record is not None and record.handle and view.replica_id not in alive
                     and view.state != STOPPING and not view.failure

@@ -4,9 +4,11 @@ A reconciler on the generic loop (loop.py); each pass:
 
 1. `begin_pass`: the liveness sweep (inventory.py), then each observation the
    replica I/O (replica_ops.py) brought back, applied by `transitions.apply`;
-2. `reconcile(key)`, per deployment with a goal or tracked replicas: spawn the
-   probes and health checks due, apply the startup deadline, ask the planner
-   (planner.py), and spawn the starts, stops and reconfigures it decided;
+2. `reconcile(key)`, per deployment the pass visits (visits.py: goal changed,
+   replicas observed, unsettled, a health check due; all of them every
+   FULL_PASS_S): spawn the probes and health checks due, apply the startup
+   deadline, ask the planner (planner.py), and spawn the starts, stops and
+   reconfigures it decided;
 3. `end_pass`: publish a new ObservedState (observed.py) for what changed and
    tell `on_change` the deployments whose serving replicas changed.
 
@@ -17,13 +19,14 @@ a fenced write fails before anything is written after.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
 from servefleet._private.messages import error_summary
-from servefleet.v1 import records_pb2, replica_pb2
+from servefleet.v1 import records_pb2, replica_pb2, status_pb2
 
 from ..clock import Clock
 from ..errors import one_line
@@ -40,12 +43,14 @@ from .planner import (
     STARTING,
     STOPPING,
     Goal,
+    Plan,
     ReplicaView,
     StartupFailures,
     plan_deployment,
 )
 from .ranks import NO_RANK, lowest_free
 from .replica_ops import ReplicaOps
+from .takeover import TAKEOVER_SETTLE_S, TakeoverGrace
 from .transitions import (
     Observation,
     Outcome,
@@ -58,6 +63,7 @@ from .transitions import (
     stop_timings,
     stopping,
 )
+from .visits import Visits
 
 logger = logging.getLogger(__name__)
 # A replica a proxy or handle ejected is health-checked at once, with the
@@ -65,14 +71,7 @@ logger = logging.getLogger(__name__)
 # its event loop or its interpreter lock for seconds answers late, not never),
 # and again at most this often.
 SUSPECT_RECHECK_S = 5.0
-# A new term does not stop a replica it inherited, while it still has a goal,
-# for this long after taking office. Clients that route by the replica set
-# on their own (proxyless xDS, proxies, handles) lost their stream with the
-# old term and may still be in gRPC's reconnect backoff (1 s, then x1.6 per
-# failed try: 6.6 s after a 9 s outage): until they reconnect they know only
-# the replicas of before, and a rollout or scale-down that ends sooner
-# leaves them calling replicas that are gone (the chaos suite's seed 2).
-TAKEOVER_SETTLE_S = 10.0
+HEALTHY = status_pb2.DEPLOYMENT_STATUS_HEALTHY
 DKey = tuple[str, str]
 Goals = Callable[[], list[records_pb2.DeploymentRecord]]
 
@@ -101,22 +100,20 @@ class ReplicaReconciler:
         self._suspects = suspects
         self._suspect_checked: dict[str, float] = {}
         self._routine_checks: set[str] = set()  # replicas a periodic check is under way for
-        self._dirty: set[DKey] = set()
+        self._dirty: set[DKey] = set()  # to publish (observed.py)
+        self._visits: Visits[DKey] = Visits()
+        self._now = 0.0  # the pass's
+        self._suspect_ids: set[str] = set()
         self._serving_changed: set[DKey] = set()
         self.observed = ObservedState()
-        # Replicas this term found at its start, not stopped (but failed ones)
-        # before `_settled_at` (TAKEOVER_SETTLE_S); those it held, for one log line.
-        self._takeover_settle_s = takeover_settle_s
-        self._inherited: set[str] = set()
-        self._settled_at = 0.0
-        self._held: set[str] = set()
+        self._takeover = TakeoverGrace(takeover_settle_s)
 
     async def recover(self, store: Store) -> None:
         now = self._clock.monotonic()
-        self._settled_at = now + self._takeover_settle_s
+        self._takeover.began(now)
         for record in await self._inventory.recover(store):
             if not record.stopping:
-                self._inherited.add(record.replica_id)
+                self._takeover.inherited(record.replica_id)
             # A stop under way is finished by the loop (with the goal's timings).
             self._track(record, ReplicaView(
                 record.replica_id, record.slot, record.version, record.code_hash,
@@ -159,10 +156,21 @@ class ReplicaReconciler:
 
     # -- 1. observations ------------------------------------------------------------
 
+    def goal_changed(self, application: str, name: str) -> None:
+        """The deployment's record changed (the table's change hook)."""
+        self._goals.changed()
+        self._visits.mark((application, name))
+
     async def begin_pass(self, now: float) -> None:
-        views = [v for vs in self._views.values() for v in vs.values()]
-        await self._inventory.sweep(now, self._records, views)
-        self._goals.refresh(self._views)
+        self._now = now
+        await self._inventory.sweep(now, self._records, lambda: [
+            v for vs in self._views.values() for v in vs.values()])
+        for key in self._goals.refresh(self._views, force=self._visits.full_due(now)):
+            self._visits.mark(key)
+        self._suspect_ids = self._suspects()
+        for replica_id in self._suspect_ids:
+            if (record := self._records.get(replica_id)) is not None:
+                self._visits.mark((record.application, record.deployment))
         inbox, self._inbox = self._inbox, []
         for replica_id, seen in inbox:
             record = self._records.get(replica_id)
@@ -202,13 +210,14 @@ class ReplicaReconciler:
                             "adopted" if before.state == RECOVERING else "running")
         self._failures[key] = learned(self._failures.get(key, StartupFailures()), outcome, now)
         self._dirty.add(key)
+        self._visits.mark(key)
         if outcome.serving_changed:
             self._serving_changed.add(key)
 
     # -- 2. decisions ------------------------------------------------------------------
 
     def keys(self) -> Iterable[DKey]:
-        return sorted(self._goals.keys() | set(self._views))
+        return self._visits.due(self._now, lambda: self._goals.keys() | set(self._views))
 
     def reconcile(self, key: DKey, now: float) -> None:
         record, goal = self._goals.record(key), self._goals.goal(key)
@@ -231,7 +240,7 @@ class ReplicaReconciler:
             self._plans[key] = (goal, plan.status, plan.message, plan.start_error)
             self._dirty.add(key)
         for replica_id in plan.stop:
-            if not self._hold(key, replica_id, record, now):
+            if not self._takeover.hold(key, views[replica_id], record, now):
                 self._stop(key, replica_id, record, now)
         # A stop that failed (store or runtime trouble), one recovered from the
         # registry, or one that waited for its start is carried out (again).
@@ -251,7 +260,19 @@ class ReplicaReconciler:
             for table in (self._views, self._plans, self._failures):
                 table.pop(key, None)
             self._goals.forget(key)
+            self._visits.forget(key)
             self._dirty.add(key)
+        else:
+            self._visits.visited(key, self._settled_until(plan, views))
+
+    def _settled_until(self, plan: Plan, views: dict[str, ReplicaView]) -> float | None:
+        """None while the deployment has anything to do (visits.py), else when
+        the next health check of one of its replicas is due."""
+        if (plan.status != HEALTHY or plan.start_slots or plan.stop or plan.reconfigure
+                or any(v.state != RUNNING or v.failure for v in views.values())):
+            return None
+        booked = [self._health.next_at(i) for i in views]
+        return min((t for t in booked if t is not None), default=math.inf)
 
     def _rerank(self, key: DKey, ranks: dict[str, int]) -> None:
         """Give replicas their new ranks (ranks.py), to be recorded and told
@@ -276,6 +297,7 @@ class ReplicaReconciler:
         logger.info("%s/%s: deployed again unchanged after its replicas failed to start: "
                     "starting them again", *key)
         self._dirty.add(key)
+        self._visits.mark(key)
         self._loop.wake()
         return True
 
@@ -290,7 +312,7 @@ class ReplicaReconciler:
     def _observe(self, key: DKey, views: dict[str, ReplicaView],
                  record: records_pb2.DeploymentRecord, goal: Goal, now: float) -> None:
         config = record.spec.replica_config
-        suspects = self._suspects()
+        suspects = self._suspect_ids
         for view in list(views.values()):
             replica_id = view.replica_id
             suspect = (view.state == RUNNING and replica_id in suspects
@@ -343,28 +365,6 @@ class ReplicaReconciler:
                 self._starting.discard(replica_id)
 
         self._run(replica_id, start)
-
-    def _hold(self, key: DKey, replica_id: str, goal: records_pb2.DeploymentRecord | None,
-              now: float) -> bool:
-        """Whether to put off stopping `replica_id` (TAKEOVER_SETTLE_S): it was
-        serving when this term began, serves still, and its deployment has a
-        goal whose replicas clients are yet to hear of."""
-        if now >= self._settled_at:
-            self._inherited.clear()
-            self._held.clear()
-            return False
-        if replica_id not in self._inherited:
-            return False
-        view = self._views[key][replica_id]
-        if (goal is None or goal.deleted or view.failure
-                or view.state not in (RUNNING, RECOVERING)):
-            return False
-        if replica_id not in self._held:
-            self._held.add(replica_id)
-            logger.info("replica %s of %s/%s: stopped %.1f s from now, once clients that "
-                        "lost their stream with the last term can have reconnected",
-                        replica_id, *key, self._settled_at - now)
-        return True
 
     def _stop(self, key: DKey, replica_id: str, goal: records_pb2.DeploymentRecord | None,
               now: float) -> None:
