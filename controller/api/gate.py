@@ -5,14 +5,26 @@ controller is not the serving leader, putting the leader's address in the
 trailing metadata (wire.LEADER_METADATA_KEY) so clients can go there. Health
 and reflection are not gated: a standby is alive and says so.
 
+A Watch that comes to a standby while the leader it would name does not
+take connections (its process is gone: a failover is under way) is held,
+not refused: it is served as soon as this controller leads, or refused as
+before after HOLD_WATCH_S. Refused, its client would go back and forth
+between the dead leader and this standby with a growing back-off (up to
+2 s), and reach the new leader seconds after the election; held, every
+watcher has its stream open at the election. A leader that takes
+connections but does not answer (stopped, partitioned) is named as before.
+
 `api_method` wraps each RPC: an ApiError becomes its own code and message;
 anything else is a bug, logged with its traceback and answered INTERNAL.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -30,6 +42,14 @@ SERVICE_NAME = "servefleet.v1.ControllerService"
 # Methods whose rejection must be a streaming handler of their own shape.
 SERVER_STREAMING = {f"/{SERVICE_NAME}/Watch", f"/{SERVICE_NAME}/GetLogs"}
 CLIENT_STREAMING = {f"/{SERVICE_NAME}/StreamLoad"}
+WATCH = f"/{SERVICE_NAME}/Watch"
+# How long a standby holds a Watch while no leader takes connections: past
+# two lease TTLs of 5 s (an election's longest wait), short of a client's
+# silence limit (three 5 s heartbeats, watch_client.py).
+HOLD_WATCH_S = 12.0
+# How long a leader that refused a connection is taken as gone.
+PROBE_TTL_S = 0.5
+PROBE_TIMEOUT_S = 0.5
 
 R = TypeVar("R")
 if TYPE_CHECKING:  # generic only in the stubs
@@ -46,11 +66,69 @@ class Leadership:
     def __init__(self, election: LeaderElection) -> None:
         self.election = election
         self.identity = election.identity
-        # True only while leading with state loaded for the current term.
-        self.serving = False
+        self._serving = False
+        self._serving_now = asyncio.Event()
+        # The last probe of the named leader: (address, monotonic time, refused).
+        self._probed: tuple[str, float, bool] = ("", 0.0, False)
+        self._probing: asyncio.Task[bool] | None = None
+
+    @property
+    def serving(self) -> bool:
+        """True only while leading with state loaded for the current term."""
+        return self._serving
+
+    @serving.setter
+    def serving(self, value: bool) -> None:
+        self._serving = value
+        if value:
+            self._serving_now.set()
+        else:
+            self._serving_now.clear()
 
     def can_serve(self) -> bool:
         return self.serving and self.election.lease_valid()
+
+    async def hold_until_serving(self, timeout_s: float = HOLD_WATCH_S) -> bool:
+        """While no leader takes connections (none is known, or the one named
+        refuses them), wait until this controller serves; True if it does.
+        False at once when a leader that takes connections is named."""
+        deadline = time.monotonic() + timeout_s
+        while not self.can_serve():
+            left = deadline - time.monotonic()
+            if left <= 0 or not await self._leader_gone():
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, PROBE_TTL_S)):
+                    await self._serving_now.wait()
+        return True
+
+    async def _leader_gone(self) -> bool:
+        """Whether the leader this controller knows of refuses connections
+        (True as well when it knows of none, or is the leader itself, loading)."""
+        leader = self.election.leader
+        if leader is None or leader == self.identity:
+            return True
+        address, at, refused = self._probed
+        if address == leader and time.monotonic() - at < PROBE_TTL_S:
+            return refused
+        if self._probing is None or self._probing.done():
+            self._probing = asyncio.ensure_future(self._probe(leader))
+        return await asyncio.shield(self._probing)
+
+    async def _probe(self, leader: str) -> bool:
+        host, _, port = leader.rpartition(":")
+        refused = False
+        if port.isdigit():  # else not an address to try: named, as before
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+                writer.close()
+            except TimeoutError:
+                pass  # it may be alive and slow: named, as before
+            except OSError:
+                refused = True  # nothing listens there
+        self._probed = (leader, time.monotonic(), refused)
+        return refused
 
     async def abort_not_leader(self, context: grpc.aio.ServicerContext) -> None:
         hint = await self.hint()
@@ -81,6 +159,8 @@ class LeaderGate(grpc.aio.ServerInterceptor):
     ) -> Handler | None:
         method: str = handler_call_details.method
         if method.startswith(f"/{SERVICE_NAME}/") and not self._leadership.can_serve():
+            if method == WATCH and await self._leadership.hold_until_serving():
+                return await continuation(handler_call_details)
             if method in SERVER_STREAMING:
                 return self._reject_stream_handler
             if method in CLIENT_STREAMING:
