@@ -4,6 +4,7 @@ caller's connection is lost before the answer is complete, and only then."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from typing import Any
 
 from servefleet._private.edge.disconnect import SCOPE_KEY, CancelOnDisconnect, ConnectionHook
@@ -41,7 +42,7 @@ class App:
             raise
 
 
-async def sent(message: dict[str, Any]) -> None:
+async def sent(message: MutableMapping[str, Any]) -> None:
     pass
 
 
@@ -108,7 +109,8 @@ async def test_an_app_that_handles_the_departure_itself_leaves_no_cancel_pending
 
 async def test_without_the_hook_the_app_runs_as_it_is() -> None:
     app = App()
-    app.before.set(), app.after.set()
+    app.before.set()
+    app.after.set()
     await call_asgi(app, scope(None), nothing, sent, "r5")
     assert app.ended == "finished"
 
