@@ -180,7 +180,8 @@ def test_a_running_application_is_ready_with_its_deployments_replicas() -> None:
     assert conditions["Ready"] == {"type": "Ready", "status": "True", "reason": "Running",
                                    "message": "", "lastTransitionTime": NOW,
                                    "observedGeneration": 3}
-    assert conditions["Progressing"]["status"] == "False"
+    assert [(c["type"], c["status"]) for c in status["conditions"][1:]] == [
+        ("Progressing", "False"), ("Reconciling", "False"), ("Stalled", "False")]
 
 
 def test_a_generation_not_yet_applied_is_deploying_at_the_last_one_applied() -> None:
@@ -188,7 +189,8 @@ def test_a_generation_not_yet_applied_is_deploying_at_the_last_one_applied() -> 
                           None, NOW)
     assert (status["phase"], status["observedGeneration"]) == ("DEPLOYING", 3)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Ready": "False", "Progressing": "True"}
+    assert conditions == {"Ready": "False", "Progressing": "True", "Reconciling": "True",
+                          "Stalled": "False"}
     assert "observedGeneration" not in build_status(app(), Known(), None, NOW)
 
 
@@ -198,6 +200,7 @@ def test_invalid_refused_and_conflicting_objects_say_why() -> None:
     assert (invalid["phase"], invalid["message"], invalid["observedGeneration"]) == \
         ("INVALID", "spec.x: bad", 5)
     assert invalid["conditions"][0]["reason"] == "InvalidSpec"
+    assert [c["status"] for c in invalid["conditions"]] == ["False", "False", "False", "True"]
     assert invalid["replicas"] == "2/3"  # what still runs
     refused = build_status(app(), Known("echo", refused="spec.route_prefix: taken"), None, NOW)
     assert (refused["phase"], refused["conditions"][0]["reason"]) == ("INVALID", "Rejected")
@@ -210,13 +213,14 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     first = build_status(app(), Known("echo", applied_generation=1, app=info()), None, NOW)
     same = build_status(app(), Known("echo", applied_generation=1,
                                      app=info(message="still")), first, LATER)
-    assert [c["lastTransitionTime"] for c in same["conditions"]] == [NOW, NOW]
+    assert [c["lastTransitionTime"] for c in same["conditions"]] == [NOW] * 4
     failed = build_status(app(), Known("echo", applied_generation=1, app=info(
         status_pb2.APPLICATION_STATUS_DEPLOY_FAILED, "import failed")), first, LATER)
     ready = failed["conditions"][0]
     assert (ready["status"], ready["reason"], ready["message"], ready["lastTransitionTime"]) \
         == ("False", "DeployFailed", "import failed", LATER)
     assert failed["conditions"][1]["lastTransitionTime"] == NOW  # Progressing stayed False
+    assert failed["conditions"][3]["lastTransitionTime"] == LATER  # Stalled now
 
 
 # -- the watch cache -----------------------------------------------------------------------

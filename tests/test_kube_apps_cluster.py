@@ -158,6 +158,7 @@ def test_a_serve_application_is_applied_its_status_written_and_its_deletion_foll
         and o.get("observedGeneration") == generation and o), controller)
     ready = {c["type"]: c for c in status["conditions"]}
     assert (ready["Ready"]["status"], ready["Ready"]["reason"]) == ("False", "InvalidSpec")
+    assert (ready["Stalled"]["status"], ready["Reconciling"]["status"]) == ("True", "False")
     assert ready["Ready"]["message"] == \
         "spec.deployments[0].num_replicas: expected an integer, got 'two'"
     assert status["replicas"] == "2/2"  # the application runs on as it was

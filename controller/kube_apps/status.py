@@ -11,6 +11,8 @@
       conditions:
         - {type: Ready, status: "True", reason: Running, ...}
         - {type: Progressing, status: "False", reason: Running, ...}
+        - {type: Reconciling, ...}      # kstatus's pair (Flux's health checks):
+        - {type: Stalled, ...}          # Progressing again, and "someone must act"
       deployments:
         - {name: Model, status: HEALTHY, readyReplicas: 2, targetReplicas: 2}
 
@@ -21,7 +23,10 @@ policy, a route another application serves) is INVALID, and an object that
 cannot have the application it names is CONFLICT; in both, the application
 (if any) runs on as it was, and its deployments are still shown. Ready is
 True only when the application is RUNNING at the object's generation;
-Progressing while it is being applied or deployed. A condition's
+Progressing while it is being applied or deployed. Reconciling (the same
+as Progressing) and Stalled (INVALID, CONFLICT, DEPLOY_FAILED) are the
+conditions kstatus reads (Flux's health checks, `kubectl wait`-like tools
+of cli-utils), which know no Ready of a kind they do not know. A condition's
 lastTransitionTime moves only when its status does (Kubernetes' rule).
 """
 
@@ -38,6 +43,8 @@ _REASONS = {"RUNNING": "Running", "DEPLOYING": "Deploying", "DEPLOY_FAILED": "De
             "UNHEALTHY": "Unhealthy", "NOT_STARTED": "NotStarted", "DELETING": "Deleting",
             "INVALID": "InvalidSpec", "CONFLICT": "Conflict"}
 _PROGRESSING = ("DEPLOYING", "NOT_STARTED")
+# Phases that need someone to act (a new spec, another name): kstatus's Stalled.
+_STALLED = ("INVALID", "CONFLICT", "DEPLOY_FAILED")
 _APP_PREFIX = "APPLICATION_STATUS_"
 _DEPLOYMENT_PREFIX = "DEPLOYMENT_STATUS_"
 
@@ -103,7 +110,8 @@ def _conditions(phase: str, reason: str, message: str, observed: int,
     before = {c.get("type"): c for c in (previous or {}).get("conditions") or []
               if isinstance(c, dict)}
     out = []
-    for kind, true in (("Ready", phase == "RUNNING"), ("Progressing", phase in _PROGRESSING)):
+    for kind, true in (("Ready", phase == "RUNNING"), ("Progressing", phase in _PROGRESSING),
+                       ("Reconciling", phase in _PROGRESSING), ("Stalled", phase in _STALLED)):
         status = "True" if true else "False"
         old = before.get(kind) or {}
         condition: dict[str, Any] = {
