@@ -14,6 +14,7 @@ import asyncio
 import builtins
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from servefleet.controller.clock import Clock
 from servefleet.controller.election import LeaderElection
@@ -220,17 +221,18 @@ class FakeControlPlane:
         self.election: LeaderElection | None = None
         self.term: LeaderTerm | None = None
 
-    async def lead(self, max_history: int = 1000) -> LeaderTerm:
+    async def lead(self, max_history: int = 1000, **parts: Any) -> LeaderTerm:
+        """A new term; `parts`: more TermParts fields (kube_applications, say)."""
         if self.term is not None:
             await self.term.stop()
         if self.election is not None:
             await self.election.resign()
         self.election = LeaderElection(self.store, self.keys.leader, "me:1", ttl=60)
         token = await self.election.campaign()
-        parts = TermParts(self.cluster, self.keys, self.store, self.election, self.clock,
-                          self.runtime, self.client, lambda: [], self.build,
-                          max_history=max_history)
-        self.term = LeaderTerm(token, parts)
+        term_parts = TermParts(self.cluster, self.keys, self.store, self.election, self.clock,
+                               self.runtime, self.client, lambda: [], self.build,
+                               max_history=max_history, **parts)
+        self.term = LeaderTerm(token, term_parts)
         assert await self.term.load()
         return self.term
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 from fakes import FakeControlPlane
+from test_application_builds import until
 
-from servefleet.controller.election import LeaderElection
 from servefleet.controller.reconcile.builder import BuildResult
 from servefleet.controller.runtime.kubernetes_api import ApiError
-from servefleet.controller.term import LeaderTerm, TermParts
+from servefleet.controller.term import LeaderTerm
 from servefleet.v1 import application_pb2 as apb
 from servefleet.v1 import controller_pb2 as api
 
@@ -94,28 +94,7 @@ async def world():
 
 async def lead(world: FakeControlPlane, objects: Objects) -> LeaderTerm:
     """A new leader term with --kube-applications (the previous one resigned)."""
-    if world.term is not None:
-        await world.term.stop()
-    if world.election is not None:
-        await world.election.resign()
-    world.election = LeaderElection(world.store, world.keys.leader, "me:1", ttl=60)
-    token = await world.election.campaign()
-    world.term = LeaderTerm(token, TermParts(
-        world.cluster, world.keys, world.store, world.election, world.clock, world.runtime,
-        world.client, lambda: [], world.build, kube_applications=objects))
-    assert await world.term.load()
-    return world.term
-
-
-async def until(world: FakeControlPlane, term: LeaderTerm, done: Callable[[], bool],
-                passes: int = 300) -> None:
-    for _ in range(passes):
-        if done():
-            return
-        world.clock.advance(0.1)
-        await term.loop.run_pass()
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition was not reached")
+    return await world.lead(kube_applications=objects)
 
 
 def live(term: LeaderTerm) -> list[str]:
