@@ -56,6 +56,7 @@ from .kube_apps.cache import ObjectsApi
 from .kube_apps.owners import OwnerRecords
 from .kube_apps.reconciler import ServeApplicationReconciler
 from .load_reports import LoadReports, Traffic
+from .reconcile.actor_retirement import ActorRetirement
 from .reconcile.autoscaler import AutoscaleReconciler
 from .reconcile.builder import run_build
 from .reconcile.builds import Builder, BuildReconciler
@@ -150,6 +151,9 @@ class LeaderTerm:
         self.builds = BuildReconciler(self.applications, self.loop,
                                       parts.build or partial(run_build, sandbox=parts.sandbox))
         self.loop.add(self.builds)
+        # An old version's deployment-scoped actors, deleted once its replicas are gone.
+        self.loop.add(ActorRetirement(self.deployments, self.loop,
+                                      lambda key: self.observed.deployments.get(key)))
         if parts.kube_applications is not None:
             self.loop.add(ServeApplicationReconciler(
                 parts.kube_applications, OwnerRecords(parts.keys, fenced, parts.store),

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from servefleet._private.actor_env import parent_of
 from servefleet.v1 import deployment_pb2, records_pb2
 
 from ..clock import Clock
@@ -279,6 +280,10 @@ class DeploymentTable:
             wanted = {goal.name for goal in goals}
             for key, record in self._records.items():
                 if key[0] == application and not record.deleted and key[1] not in wanted:
+                    if parent_of(record.spec.runtime.env) in wanted:
+                        # An old version's deployment actor: its replicas may still
+                        # call it (reconcile/actor_retirement.py deletes it).
+                        continue
                     gone = records_pb2.DeploymentRecord()
                     gone.CopyFrom(record)
                     gone.deleted = True

@@ -21,17 +21,31 @@ What becomes of `DeploymentActorConfig`'s fields:
   `ray_actor_options`, used or noted as a deployment's are; any other key
   is noted and not used.
 
+Actors are per version of the parent's code, as Ray keys them by code
+version: the hidden deployment's name ends in `code_version`, a digest of
+what defines the parent's replicas as the deploying program sees it (its
+class or function, init args, runtime and `version` option) and of its
+actors' configs; its replica count, user_config and the other options do
+not count, so a scale-up or a new user_config keeps the actors. A new
+version of the parent thus gets new actors, started as its replicas are,
+while the old version's replicas (running or draining) keep calling theirs;
+the controller deletes an old version's actors once none of the parent's
+replicas of another version than its current one is left
+(controller/reconcile/actor_retirement.py).
+
 The parent's replicas learn their actors' deployments from the environment
-variable ACTORS_ENV (a JSON object, actor name -> deployment name), which
-is part of the parent's code: a change of its actors rolls its replicas,
-as Ray rolls them. Differences from Ray: an actor's state is not kept when
-it is replaced; during a rollout, old and new replicas share the one actor;
-and the actor is listed among the application's deployments in
-`serve.status()`.
+variable ACTORS_ENV (actor_env.py), part of the parent's code, so a new
+set of actors rolls its replicas, as in Ray; each actor's deployment names
+its parent in ACTOR_OF_ENV. Differences from Ray: a change of files under
+the working_dir alone (the same import path and arguments) rolls the
+parent's replicas but keeps its actors (set a new `version` for new ones);
+an actor's state is not kept when it is replaced; and the actor is listed
+among the application's deployments in `serve.status()`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import json
@@ -39,6 +53,9 @@ import os
 import re
 from typing import Any
 
+import cloudpickle  # type: ignore[import-untyped]
+
+from servefleet._private.actor_env import ACTORS_ENV, actors_env, actors_of
 from servefleet._private.configuration.import_paths import colon_form
 from servefleet._private.configuration.option_checks import (
     OptionError,
@@ -48,7 +65,6 @@ from servefleet._private.configuration.option_checks import (
 )
 from servefleet._private.configuration.option_notes import Note, Notes, default_notes
 
-ACTORS_ENV = "SERVEFLEET_DEPLOYMENT_ACTORS"
 # What of Ray's actor_options become ray_actor_options of the hidden deployment.
 AS_RAY_ACTOR_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type",
                         "runtime_env")
@@ -105,11 +121,60 @@ def actor_target(config: dict[str, Any]) -> Any:
     return found
 
 
-def deployment_name(parent: str, actor: str) -> str:
-    """The hidden deployment's name: `<parent>-<actor>` in the letters a
-    deployment name may hold, at most 63 of them."""
-    name = _NAME_CHARS.sub("-", f"{parent}-{actor}").strip("-_")[:63].rstrip("-_")
-    return name or "actor"
+def deployment_name(parent: str, actor: str, version: str = "") -> str:
+    """The hidden deployment's name: `<parent>-<actor>-<version>` (without
+    the version: `<parent>-<actor>`) in the letters a deployment name may
+    hold, at most 63 of them: a long parent name is cut first, then a long
+    actor name (to 30); the version is kept whole."""
+    def clean(text: str) -> str:
+        return _NAME_CHARS.sub("-", text).strip("-_")
+
+    tail = (clean(actor)[:30].rstrip("-_") or "actor") + (f"-{version}" if version else "")
+    head = clean(parent)[:62 - len(tail)].rstrip("-_")
+    return f"{head}-{tail}" if head else tail
+
+
+def _digestible(value: Any) -> Any:
+    """`value` as JSON when it is JSON, else the digest of its pickle."""
+    try:
+        return json.loads(json.dumps(value, sort_keys=True))
+    except (TypeError, ValueError):
+        return "pickle:" + hashlib.sha256(cloudpickle.dumps(value)).hexdigest()
+
+
+def _class_identity(target: Any) -> Any:
+    """An actor class as its import path, or its pickle's digest too when it
+    cannot be imported back (a script's class)."""
+    if isinstance(target, str):
+        return target
+    path = f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', '')}"
+    if path.startswith("__main__:") or "<locals>" in path:
+        return [path, _digestible(target)]
+    return path
+
+
+# A deployment's options that define its code (the others, such as
+# num_replicas and user_config, change it in place).
+CODE_OPTIONS = ("version", "runtime", "runtime_env")
+
+
+def code_version(code: dict[str, Any], options: dict[str, Any],
+                 configs: list[dict[str, Any]]) -> str:
+    """8 hex digits naming a version of a deployment's code and actors:
+    `code` is what defines its replicas (import path, init args or their
+    pickles' digests), `options` its options as given (only CODE_OPTIONS
+    and ray_actor_options.runtime_env count), `configs` its checked
+    actor configs (actor_configs)."""
+    ray_actor = options.get("ray_actor_options") or {}
+    picked = {k: options[k] for k in CODE_OPTIONS if options.get(k) is not None}
+    if isinstance(ray_actor, dict) and ray_actor.get("runtime_env") is not None:
+        picked["ray_actor_options.runtime_env"] = ray_actor["runtime_env"]
+    actors = [{"name": c["name"], "class": _class_identity(c["actor_class"]),
+               "args": _digestible([list(c["init_args"]), c["init_kwargs"]]),
+               "options": _digestible(c["actor_options"])} for c in configs]
+    blob = json.dumps({"code": _digestible(code), "options": _digestible(picked),
+                       "actors": actors}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
 def actor_options(path: str, config: dict[str, Any], notes: Notes | None = None
@@ -137,10 +202,9 @@ def actor_options(path: str, config: dict[str, Any], notes: Notes | None = None
 
 def actor_env(actors: dict[str, str]) -> str:
     """ACTORS_ENV's value: actor name -> its deployment's name."""
-    return json.dumps(actors, sort_keys=True, separators=(",", ":"))
+    return actors_env(actors)
 
 
 def actors_here() -> dict[str, str]:
     """This replica's deployment actors (actor name -> deployment name)."""
-    text = os.environ.get(ACTORS_ENV, "")
-    return json.loads(text) if text else {}
+    return actors_of({ACTORS_ENV: os.environ.get(ACTORS_ENV, "")})

@@ -12,7 +12,7 @@ environment). user_config is applied (`reconfigure`), as Ray does.
 
 A deployment's deployment-scoped actors (`deployment_actors=`) are
 constructed here too, before the deployment, each once, as a local
-deployment of its own (named as in a cluster: ray_actors.deployment_name)
+deployment of its own (`<deployment>-<actor>`: one version runs here)
 that runs its calls one at a time for a plain class (Ray's actor default,
 or actor_options' max_concurrency); `serve.get_deployment_actor(name)` in
 the deployment's code is a local handle to it (_actors.py). Ray 2.60's

@@ -35,6 +35,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, overload
 
+from servefleet._private.actor_env import ACTOR_OF_ENV
 from servefleet._private.applications.by_value import (
     check_size,
     dumps_init,
@@ -50,6 +51,7 @@ from servefleet._private.ray_actors import (
     actor_env,
     actor_options,
     actor_target,
+    code_version,
     deployment_name,
 )
 
@@ -185,28 +187,42 @@ def graph_of(app: Application | Deployment, by_value: bool = False) -> dict[str,
         else:
             _add_json_args(entry, node, walk.name)
         actors = entry["options"].pop("deployment_actors", None)
-        if actors:  # each a hidden deployment of one replica (ray_actors.py)
-            entry["actors"] = {config["name"]: walk.name(_actor_node(name, config))
-                               for config in actor_configs(f"deployment {name}.deployment_actors",
-                                                           actors)}
+        if actors:  # each a hidden deployment of one replica, per version (ray_actors.py)
+            configs = actor_configs(f"deployment {name}.deployment_actors", actors)
+            version = code_version({k: entry.get(k) for k in _CODE_FIELDS}, entry["options"],
+                                   configs)
+            entry["actors"] = {}
+            for config in configs:
+                hidden = walk.name(_actor_node(name, config, version))
+                entry["actors"][config["name"]] = hidden
+                actor_of[hidden] = name
 
     walk = GraphWalk(enter)
+    actor_of: dict[str, str] = {}  # hidden deployment -> the deployment it serves
     ingress = walk.name(app)
     for entry in nodes:  # servefleet's names, as JSON: they travel to the controller
         # (Ray's config objects become dicts; the user was warned at @deployment).
         entry["options"] = normalize_options(f"deployment {entry['name']} options",
                                              entry["options"], quiet_notes)
         actors = entry.pop("actors", None)
-        if actors:  # the replicas' map of their actors, part of their code
+        env = {ACTORS_ENV: actor_env(actors)} if actors else {}  # part of the replicas' code
+        if entry["name"] in actor_of:  # whose actor it is (the controller's to know)
+            env[ACTOR_OF_ENV] = actor_of[entry["name"]]
+        if env:
             runtime = entry["options"]["runtime"] = dict(entry["options"].get("runtime") or {})
-            runtime["env"] = {**(runtime.get("env") or {}), ACTORS_ENV: actor_env(actors)}
+            runtime["env"] = {**(runtime.get("env") or {}), **env}
         to_json(f"deployment {entry['name']} options", entry["options"])
     return {"ingress": ingress, "deployments": nodes}
 
 
-def _actor_node(parent: str, config: dict[str, Any]) -> Application:
+# What of a graph entry defines its replicas' code (for actors' versions).
+_CODE_FIELDS = ("import_path", "init_args", "init_kwargs", "by_value_target",
+                "by_value_init_args")
+
+
+def _actor_node(parent: str, config: dict[str, Any], version: str) -> Application:
     """A deployment-scoped actor as a bound deployment of one replica."""
-    hidden = Deployment(actor_target(config), deployment_name(parent, config["name"]),
+    hidden = Deployment(actor_target(config), deployment_name(parent, config["name"], version),
                         actor_options(f"deployment {parent}.deployment_actors", config))
     return hidden.bind(*config["init_args"], **config["init_kwargs"])
 

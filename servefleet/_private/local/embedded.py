@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from servefleet._private.actor_env import parent_of
 from servefleet._private.applications.api import Application, Deployment
 from servefleet._private.handles.handle import DeploymentHandle
 from servefleet._private.handles.handle_router import close_routers
@@ -193,11 +194,17 @@ def _replace(client: ControllerClient, name: str,
     The ingress is deployed last: the deployments that stay (now without a
     route) and the new ones first, then the old ones that go are deleted,
     which frees the route whichever of them held it, then the ingress takes
-    it. A refusal of the first Deploy changes nothing.
+    it. A refusal of the first Deploy changes nothing. An old version's
+    deployment-scoped actors stay while their deployment stays: its old
+    replicas may call them until they are gone, and the controller deletes
+    them then (controller/reconcile/actor_retirement.py).
     """
     ingress, rest = specs[0], specs[1:]
     versions = {spec.name: client.deploy(spec).version for spec in rest}
-    stale = set(_deployments(client, name)) - {spec.name for spec in specs}
+    wanted = {spec.name for spec in specs}
+    stale = {record.spec.name for record in client.list(application=name)
+             if record.spec.name not in wanted
+             and parent_of(record.spec.runtime.env) not in wanted}
     if stale:
         client.delete(sorted(stale), application=name)
     versions[ingress.name] = client.deploy(ingress).version
