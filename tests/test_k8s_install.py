@@ -126,12 +126,14 @@ def cluster(built: None) -> Iterator[None]:
 def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(built) -> None:
     lint = _helm("lint", "--strict", CHART)
     assert "0 chart(s) failed" in lint.stdout, lint.stdout
-    # values.schema.json: each refusal names the value (a JSON pointer).
+    # values.schema.json (a JSON pointer) or the templates: each refusal names the value.
     for setting, named in (("etcd.replicas=2", "'/etcd/replicas': value must be one of 1, 3"),
                            ("proxy.service.type=Ingress", "'/proxy/service/type'"),
                            ("tls.enabled=true", "additional properties 'tls' not allowed"),
                            ("etcd.external.endpoints={http://etcd:2379}",
-                            "'/etcd/external/endpoints/0'")):
+                            "'/etcd/external/endpoints/0'"),
+                           ("etcd.replicas=3,etcd.persistence.enabled=false",
+                            "etcd.replicas 3 needs etcd.persistence.enabled")):
         refused = _helm("template", "x", CHART, "--set", setting, check=False)
         assert refused.returncode != 0 and named in refused.stderr, (setting, refused.stderr)
     # A ServiceMonitor only where the Prometheus Operator's API is served.
@@ -145,11 +147,14 @@ def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(bui
 
 
 def test_the_api_server_accepts_what_the_chart_and_the_overlay_make(cluster) -> None:
-    namespaces = [f"{NAMESPACE}-dry", "servefleet"]
-    for namespace in namespaces:  # a server-side dry run needs a namespace that exists
-        _kubectl("create", "namespace", namespace)
+    # A server-side dry run needs a namespace that exists; the overlay's is servefleet.
+    namespaces = [f"{NAMESPACE}-dry-{os.getpid()}", "servefleet"]
+    for namespace in namespaces:
+        _kubectl("apply", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))
     try:
-        for extra in ([], ["--set", "etcd.replicas=3", "--set", "proxy.service.type=NodePort",
+        for extra in ([], ["--set", "etcd.replicas=3", "--set", "etcd.persistence.enabled=true",
+                           "--set", "proxy.service.type=NodePort",
                            "--set", "proxy.service.nodePort=30080"],
                       ["--set", "etcd.external.endpoints={10.0.0.5:2379,10.0.0.6:2379}",
                        "--set", "controller.applications=false"]):
@@ -163,8 +168,7 @@ def test_the_api_server_accepts_what_the_chart_and_the_overlay_make(cluster) -> 
         applied = _kubectl("apply", "--dry-run=server", "-k", OVERLAY)
         assert "statefulset.apps/servefleet-etcd created (server dry run)" in applied, applied
     finally:
-        for namespace in namespaces:
-            _kubectl("delete", "namespace", namespace, "--wait=false")
+        _kubectl("delete", "namespace", *namespaces)
 
 
 def _pods(component: str) -> list[dict]:

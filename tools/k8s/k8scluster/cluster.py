@@ -173,12 +173,24 @@ def export_image(image: str) -> Path:
 
 
 def load(tarballs: list[Path]) -> None:
-    """Images (export_image's tarballs) loaded into the running cluster's nodes."""
+    """Images (export_image's tarballs) loaded into the running cluster's
+    nodes; one this command loaded before, unchanged, is not loaded again."""
     if not running():
         raise SystemExit("scripts/k8s: no cluster runs (scripts/k8s start --image ... loads "
                          "images as it starts)")
+
+    def into(each: Node) -> None:
+        for tarball in tarballs:
+            image_id = tarball.with_suffix(".id").read_text()
+            marker = each.dir / "loaded" / tarball.name
+            if marker.exists() and marker.read_text() == image_id:
+                continue
+            node.import_image(each, tarball)
+            marker.parent.mkdir(exist_ok=True)
+            marker.write_text(image_id)
+
     with concurrent.futures.ThreadPoolExecutor(len(NODES)) as pool:
-        list(pool.map(lambda n: [node.import_image(n, t) for t in tarballs], NODES))
+        list(pool.map(into, NODES))
     _say(f"images loaded: {', '.join(t.name for t in tarballs)}")
 
 
