@@ -25,10 +25,12 @@ from servefleet.controller.runtime.kubernetes_pods import (
     owner_of,
     pending_reason,
     pod_name,
+    replica_from_pod,
     resources,
     secret_files,
     selector,
     settings_secret,
+    waiting_reason,
 )
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -106,6 +108,20 @@ def test_why_a_pod_has_no_address_yet() -> None:
     assert pending_reason(waiting) == "ContainerCreating"
     assert pending_reason({"status": {"phase": "Pending"}}) == "phase Pending"
     assert "never" in pending_reason(None)
+
+
+def test_a_container_that_will_not_start_is_a_replica_gone_with_its_reason() -> None:
+    pod = build_pod(_launch(), image="nowhere/nothing:1")
+    pod["status"] = {"phase": "Pending", "podIP": "10.234.1.9", "containerStatuses": [
+        {"name": "replica", "state": {"waiting": {
+            "reason": "ErrImageNeverPull", "message":
+            'Container image "nowhere/nothing:1" is not present with pull policy of Never'}}}]}
+    assert not replica_from_pod(pod).alive
+    assert waiting_reason(pod) == ('ErrImageNeverPull: Container image "nowhere/nothing:1" '
+                                   "is not present with pull policy of Never")
+    pod["status"]["containerStatuses"][0]["state"] = {"waiting": {
+        "reason": "ContainerCreating"}}
+    assert replica_from_pod(pod).alive  # on its way
 
 
 def test_identity_goes_through_labels_or_annotations_and_comes_back() -> None:

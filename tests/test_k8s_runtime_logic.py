@@ -170,6 +170,23 @@ async def test_a_pod_without_an_address_in_time_is_deleted_and_the_start_says_wh
     assert kube.objects["pods"] == kube.objects["secrets"] == {}
 
 
+async def test_a_container_that_will_not_start_is_gone_and_its_logs_say_why(
+        kube_runtime) -> None:
+    kube, runtime = kube_runtime
+    replica = await _start(runtime, kube, _launch("r1"), "10.234.1.5")
+    kube.set_status(replica.handle, {"phase": "Pending", "podIP": "10.234.1.5",
+                                     "containerStatuses": [{"name": "replica", "state": {
+                                         "waiting": {"reason": "ErrImageNeverPull",
+                                                     "message": "not present"}}}]})
+    for _ in range(500):
+        if not (await runtime.inspect(replica.handle)).alive:
+            break
+        await asyncio.sleep(0.01)
+    assert await runtime.list("prod") == []
+    assert await asyncio.to_thread(runtime.logs, "r1") == (
+        "(the container has not started: ErrImageNeverPull: not present)")
+
+
 async def test_a_retried_start_goes_on_with_the_pod_there(kube_runtime) -> None:
     kube, runtime = kube_runtime
     first = await _start(runtime, kube, _launch("r1"), "10.234.1.5")

@@ -59,6 +59,7 @@ from .kubernetes_pods import (
     replica_from_pod,
     secret_files,
     selector,
+    waiting_reason,
 )
 from .kubernetes_pods import settings_secret as make_secret
 from .kubernetes_watch import PodCache
@@ -214,7 +215,13 @@ class KubernetesRuntime:
         return removed
 
     def logs(self, replica_id: str, lines: int = 20) -> str:
-        return self._api.pod_log(pod_name(self._cluster, replica_id), tail_lines=lines)
+        """The Pod's last lines; for a container that never started, why (the
+        cache's copy of the Pod, read from this thread: a dict copy is atomic)."""
+        name = pod_name(self._cluster, replica_id)
+        text = self._api.pod_log(name, tail_lines=lines)
+        if not text and (why := waiting_reason(self._cache.pods().get(name))):
+            return f"(the container has not started: {why})"
+        return text
 
     def read_logs(self, replica_id: str, cursor: str, lines: int) -> tuple[str, str]:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -49,6 +49,10 @@ GROUP = "io.servefleet/"
 IDENTITY = ("cluster", "application", "deployment", "replica-id", "version")
 CONTROL_PORT, HTTP_PORT, METRICS_PORT, GRPC_PORT = 7400, 7401, 7402, 7403
 PULL_POLICIES = ("IfNotPresent", "Never", "Always")  # a container's imagePullPolicy
+# A container waiting for one of these will not start by itself (restartPolicy
+# Never): its replica is reported gone, so the controller's backoff applies.
+GIVEN_UP = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff",
+            "CreateContainerConfigError")
 SETTINGS_DIR = "/run/servefleet"
 SETTINGS_PATH = f"{SETTINGS_DIR}/settings.json"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -242,8 +246,9 @@ def settings_secret(pod: dict[str, Any], pod_uid: str, files: dict[str, bytes]) 
 
 def replica_from_pod(pod: dict[str, Any]) -> RuntimeReplica:
     """What the runtime reports of a Pod: its identity, its addresses at the
-    Pod IP (none before it has one), alive until its container terminated
-    or the Pod ended (then the exit code, when the container has one)."""
+    Pod IP (none before it has one), alive until its container terminated,
+    the Pod ended or its container waits for what will not come (GIVEN_UP);
+    then the exit code, when the container has one."""
     metadata, status = pod["metadata"], pod.get("status") or {}
     who = identity(metadata)
     address = status.get("podIP", "")
@@ -252,7 +257,8 @@ def replica_from_pod(pod: dict[str, Any]) -> RuntimeReplica:
     terminated = next((c.get("state", {}).get("terminated") for c in
                        status.get("containerStatuses") or [] if c.get("name") == "replica"),
                       None)
-    ended = status.get("phase") in ("Succeeded", "Failed") or terminated is not None
+    ended = (status.get("phase") in ("Succeeded", "Failed") or terminated is not None
+             or waiting_reason(pod).split(":")[0] in GIVEN_UP)
 
     def at(port: int) -> str:
         return f"{address}:{port}" if address and port else ""
@@ -265,6 +271,15 @@ def replica_from_pod(pod: dict[str, Any]) -> RuntimeReplica:
         grpc_address=at(parsed.grpc_port if parsed else 0),
         http_tls=bool(parsed and parsed.http_tls), alive=not ended,
         exit_code=terminated.get("exitCode") if terminated else None)
+
+
+def waiting_reason(pod: dict[str, Any] | None) -> str:
+    """Why the replica's container has not started ("REASON: message"), or ""."""
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if container.get("name") == "replica" and waiting.get("reason"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return ""
 
 
 def pending_reason(pod: dict[str, Any] | None) -> str:
