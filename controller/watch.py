@@ -6,7 +6,10 @@ compared by version). Publishing a value equal to the current one changes
 nothing; a different one bumps a generation counter and wakes every waiting
 stream at once. Because ids are content digests, every leader computes the
 same id for the same state, and a client resuming after a failover is sent
-only what changed.
+only what changed. A change wakes only the streams whose patterns match its
+key (a replica set's change does not wake the replicas' own streams, which
+watch the routes and their config): the streams are grouped by their
+patterns, and each group is matched once per change.
 
 `StatePublisher` (state_publisher.py) turns the leader's state into
 snapshots.
@@ -136,8 +139,9 @@ class Publisher:
         self._log: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG_LENGTH)
         self._last_answer: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         # One future per waiting stream, resolved True on a change, False
-        # when its own timer (its heartbeat) fires first.
-        self._waiters: set[asyncio.Future[bool]] = set()
+        # when its own timer (its heartbeat) fires first; grouped by the
+        # stream's patterns (() for a wait on every key).
+        self._waiters: dict[tuple[str, ...], set[asyncio.Future[bool]]] = {}
         self.watchers: dict[int, Watcher] = {}
         # Set when the term that owns this publisher ends: its streams stop.
         self.closed = False
@@ -187,9 +191,12 @@ class Publisher:
         self._generation += 1
         if key is not None:
             self._log.append((self._generation, key))
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(True)
+        for patterns, waiters in self._waiters.items():
+            if key is None or not patterns or any(
+                    key.startswith(p) if p.endswith("/") else key == p for p in patterns):
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(True)
 
     async def wait_change(self, seen: int, timeout: float) -> bool:
         """Wait until the generation passes `seen`; False after `timeout`."""
@@ -221,8 +228,11 @@ class Publisher:
         self._last_answer = (asked, answer)
         return answer
 
-    async def next_change(self, seen: int, beat: Heartbeat) -> bool:
+    async def next_change(self, seen: int, beat: Heartbeat,
+                          patterns: tuple[str, ...] = ()) -> bool:
         """Wait until the generation passes `seen`; False when `beat` is due first.
+        With `patterns` (diff's), only a change of a key they match (or the
+        end of the term) wakes it: a stream need not look at the others'.
 
         A bare future per wait: not wait_for (a Task per wait) nor
         asyncio.timeout around an Event (which asks for the running loop four
@@ -232,11 +242,14 @@ class Publisher:
             return True
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         beat.waiter = waiter
-        self._waiters.add(waiter)
+        group = self._waiters.setdefault(patterns, set())
+        group.add(waiter)
         try:
             return await waiter
         finally:
-            self._waiters.discard(waiter)
+            group.discard(waiter)
+            if not group and self._waiters.get(patterns) is group:
+                del self._waiters[patterns]
             beat.waiter = None
 
     def diff(self, patterns: list[str], known: dict[str, str],

@@ -60,6 +60,7 @@ async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
     With `context`, a stream whose client does not read is cut off."""
     known = dict(request.known)
     patterns = sorted(known)
+    waits_on = tuple(patterns)  # its wake-ups (Publisher.next_change)
     interval = min(MAX_HEARTBEAT_S, max(MIN_HEARTBEAT_S, request.heartbeat_s
                                         or DEFAULT_HEARTBEAT_S))
     slot = id(known)
@@ -100,7 +101,7 @@ async def serve_watch(publisher: Publisher, request: watch_pb2.WatchRequest,
             if sent:
                 watcher.last_sent = time.time()
                 beat.sent()
-            if not await publisher.next_change(seen, beat):
+            if not await publisher.next_change(seen, beat, waits_on):
                 if publisher.closed:
                     return
                 yield _HEARTBEAT
