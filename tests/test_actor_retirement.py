@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
+import test_application_builds
 from fakes import FakeControlPlane
 from google.protobuf.timestamp_pb2 import Timestamp
 from test_application_builds import ScriptedBuild, app, applied, deployments, request, until
@@ -67,23 +67,16 @@ def graph(version: str) -> BuildResult:
             "num_replicas": 1, "runtime": {"env": {ACTOR_OF_ENV: "Front"}}}}]})
 
 
+# The build tests' fixtures: a scripted build step and a FakeControlPlane using it.
+build = test_application_builds.build
+world = test_application_builds.world
+
+
 def old_front_replicas(term: LeaderTerm) -> int:
     observed = term.observed.deployments.get(("shop", "Front"))
     current = term.deployments.get("shop", "Front")
     return sum((r.record.version, r.record.code_hash) != (current.version, current.code_hash)
                for r in (observed.replicas if observed is not None else ()))
-
-
-@pytest.fixture
-async def build():
-    return ScriptedBuild()
-
-
-@pytest.fixture
-async def world(build: ScriptedBuild):
-    w = FakeControlPlane(build=build)
-    yield w
-    await w.close()
 
 
 async def test_a_rollout_keeps_the_old_actor_until_the_old_replicas_are_gone(
