@@ -188,3 +188,30 @@ async def test_an_object_deleted_while_no_controller_led_is_released_by_the_next
     assert live(term) == ["shop"]
     await until(world, term, lambda: live(term) == [])
     assert await owner(world, "shop") is None
+
+
+async def test_a_deploy_the_controller_refuses_is_shown_and_tried_again_later(world) -> None:
+    objects = Objects()
+    term = await lead(world, objects)
+    await term.applications.deploy(api.DeployApplicationsRequest(applications=[
+        apb.ApplicationSpec(name="other", import_path="shop:app", route_prefix="/shop")],
+        partial=True))
+    await until(world, term, lambda: term.applications.record("other").applied_generation == 1)
+    objects.apply("shop", route_prefix="/shop")
+    await until(world, term, lambda: objects.status("shop").get("phase") == "INVALID")
+    ready = objects.status("shop")["conditions"][0]
+    assert (ready["reason"], ready["message"]) == (
+        "Rejected", "spec.route_prefix: '/shop' is already served by deployment other/Front")
+    assert live(term) == ["other"]
+    # Tried again every REFUSED_RETRY_S (30 s), refused again: nothing new to say.
+    writes, tries = objects.status_writes, term.applications.record("other").generation
+    for _ in range(400):
+        world.clock.advance(0.1)
+        await term.loop.run_pass()
+        await asyncio.sleep(0)
+    assert objects.status_writes == writes and objects.status("shop")["phase"] == "INVALID"
+    assert term.applications.record("other").generation == tries
+    await term.applications.delete(["other"])
+    await until(world, term, lambda: objects.status("shop").get("phase") == "RUNNING",
+                passes=600)
+    assert live(term) == ["shop"]

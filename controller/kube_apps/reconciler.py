@@ -89,9 +89,10 @@ class ServeApplicationReconciler:
             return
         if not self.cache.synced:
             return
-        for app, (_, _, _, at) in list(self._refused.items()):
+        for app, (_, _, _, at) in self._refused.items():
             if now - at >= REFUSED_RETRY_S:
-                self._forget_refusal(app)
+                # Deployed again; the refusal stays shown until the answer replaces it.
+                self._applied.pop(app, None)
         self._objects = [self._object(obj) for obj in self.cache.objects.values()]
         live = {r.spec.name: r.generation for r in self._applications.live()}
         self._plan = plan(self._api.namespace, self._objects, self._owners.records, live,
@@ -104,10 +105,6 @@ class ServeApplicationReconciler:
             read = read_object(obj)
             self._read[read.uid] = read
         return read
-
-    def _forget_refusal(self, app: str) -> None:
-        self._refused.pop(app, None)
-        self._applied.pop(app, None)
 
     # -- 2. deploys and releases --------------------------------------------------------
 
