@@ -36,13 +36,19 @@ def _go(*args: str, module: Path = MODULE) -> str:
     return done.stdout
 
 
+def _required(module_dir: Path, module: str) -> str:
+    """The release of `module` that module_dir/go.mod requires."""
+    found = re.search(rf"^(?:require |\t){re.escape(module)} (v\S+)",
+                      (module_dir / "go.mod").read_text(), re.MULTILINE)
+    if not found:
+        raise SystemExit(f"scripts/k8s: {module_dir.relative_to(MODULE.parent.parent)}/go.mod "
+                         f"requires no {module}")
+    return found.group(1)
+
+
 def kubernetes_version() -> str:
     """The k8s.io/kubernetes release go.mod requires (v1.37.2)."""
-    found = re.search(r"^require k8s.io/kubernetes (v\S+)$", (MODULE / "go.mod").read_text(),
-                      re.MULTILINE)
-    if not found:
-        raise SystemExit("scripts/k8s: tools/k8s/go.mod requires no k8s.io/kubernetes")
-    return found.group(1)
+    return _required(MODULE, "k8s.io/kubernetes")
 
 
 def _ldflags() -> str:
@@ -74,11 +80,7 @@ def build(force: bool = False) -> float:
 
 def helm_version() -> str:
     """The helm.sh/helm/v4 release tools/k8s/helm/go.mod requires."""
-    found = re.search(r"^\s*helm\.sh/helm/v4 (v\S+)", (HELM_MODULE / "go.mod").read_text(),
-                      re.MULTILINE)
-    if not found:
-        raise SystemExit("scripts/k8s: tools/k8s/helm/go.mod requires no helm.sh/helm/v4")
-    return found.group(1)
+    return _required(HELM_MODULE, "helm.sh/helm/v4")
 
 
 def _build_helm(force: bool) -> float:
