@@ -15,6 +15,7 @@ import pytest
 from servefleet._private.security.certs import init_certs
 from servefleet._private.security.tls import TlsFiles
 from servefleet.controller.runtime.base import ReplicaLaunch
+from servefleet.controller.runtime.kubernetes_placement import PlacementError
 from servefleet.controller.runtime.kubernetes_pods import (
     Owner,
     build_pod,
@@ -189,3 +190,27 @@ def test_owner_reference_and_the_settings_secret_owned_by_the_pod() -> None:
     assert secret["metadata"]["name"] == pod["spec"]["volumes"][0]["secret"]["secretName"]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "pod-uid"
     assert base64.b64decode(secret["data"]["settings.json"]) == b'{"token": "t"}'
+
+
+def test_placement_is_node_affinity_and_topology_spread_or_refused_by_name() -> None:
+    pod = build_pod(_launch(constraints=["node.labels.gpu == true", "node.hostname != n3",
+                                         "node.platform.os==linux"],
+                            spread=["node.labels.zone"]), image="i")
+    (term,) = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "gpu", "operator": "In", "values": ["true"]},
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n3"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]
+    (spread,) = pod["spec"]["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["maxSkew"], spread["whenUnsatisfiable"]) == (
+        "zone", 1, "ScheduleAnyway")
+    assert spread["labelSelector"]["matchLabels"] == {  # the deployment's Pods
+        "io.servefleet/cluster": "prod", "io.servefleet/application": "app",
+        "io.servefleet/deployment": "Adder"}
+    plain = build_pod(_launch(), image="i")["spec"]
+    assert "affinity" not in plain and "topologySpreadConstraints" not in plain
+    with pytest.raises(PlacementError, match=r"'node.role' has no Kubernetes node label"):
+        build_pod(_launch(constraints=["node.role == manager"]), image="i")
+    with pytest.raises(PlacementError, match=r"'engine.labels.x' has no Kubernetes"):
+        build_pod(_launch(spread=["engine.labels.x"]), image="i")

@@ -11,10 +11,12 @@ One test, in order, on a cluster with certificates (`servefleet certs
 init`, mutual TLS everywhere, replicas' HTTP ports with TLS): an
 application deployed, its replica a Pod (owned by its deployment's
 ConfigMap, its settings and TLS files in a Secret owned by the Pod)
-answering through the proxy; scaled 1 -> 2, both Pods answer; the leader
-SIGKILLed, the standby takes over and adopts both Pods without restarting
-them (same UIDs), and they go on answering; the application deleted, no
-Pod, Secret or ConfigMap of the cluster is left.
+answering through the proxy (on node-a; the deployment's placement,
+`node.hostname == node-b`, puts its Pods on the other node); scaled 1 ->
+2, both Pods answer; the leader SIGKILLed, the standby takes over and
+adopts both Pods without restarting them (same UIDs), and they go on
+answering; the application deleted, no Pod, Secret or ConfigMap of the
+cluster is left.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ GROUP = "io.servefleet/"
 def _config(path: Path, replicas: int) -> Path:
     path.write_text(json.dumps({"applications": [{
         "name": "app", "route_prefix": "/who", "import_path": "hostname_app:app",
-        "runtime_env": {"working_dir": str(ROOT / "tests" / "apps")},
+        "runtime": {"working_dir": str(ROOT / "tests" / "apps"),
+                    "placement": {"constraints": ["node.hostname == node-b"]}},
         "deployments": [{"name": "Hostname", "num_replicas": replicas,
                          "graceful_shutdown_timeout_s": 2,
                          "graceful_shutdown_wait_loop_s": 0.2}]}]}))
@@ -85,13 +88,17 @@ def _objects(namespace: str, cluster: str) -> dict[str, list[dict]]:
 
 
 def _running_pods(namespace: str, cluster: str, count: int) -> dict[str, str]:
-    """{Pod name: UID} once `count` Pods of the cluster run (and only they)."""
+    """{Pod name: UID} once `count` Pods of the cluster run (and only they),
+    each on node-b, where the deployment's placement puts them."""
     def check() -> dict[str, str] | None:
         pods = _objects(namespace, cluster)["Pod"]
         running = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods
                    if p["status"].get("phase") == "Running"}
         return running if len(running) == count == len(pods) else None
-    return wait_for(check, 60, f"{count} running Pods")
+    running = wait_for(check, 60, f"{count} running Pods")
+    nodes = {p["spec"]["nodeName"] for p in _objects(namespace, cluster)["Pod"]}
+    assert nodes == {"node-b"}, nodes
+    return running
 
 
 def _etcd(tmp_path: Path) -> tuple[subprocess.Popen, str]:

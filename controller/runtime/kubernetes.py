@@ -136,11 +136,14 @@ class KubernetesRuntime:
 
     async def start(self, launch: ReplicaLaunch) -> RuntimeReplica:
         await self._synced()
+        # Built first: a placement or resources it cannot express fail the
+        # start before anything is made.
+        pod = build_pod(launch, image=self._image, env=self._env_of(launch),
+                        http_tls=self._http_tls, pull_policy=self._pull_policy)
+        name = pod["metadata"]["name"]
         async with self._lock(launch.application, launch.deployment):
             owner = await self._owner(launch.application, launch.deployment)
-            pod = build_pod(launch, image=self._image, owner=owner, env=self._env_of(launch),
-                            http_tls=self._http_tls, pull_policy=self._pull_policy)
-            name = pod["metadata"]["name"]
+            pod["metadata"]["ownerReferences"] = [owner.reference()]
             try:
                 created: dict[str, Any] | None = await self._api.create("pods", pod)
             except ApiError as e:

@@ -20,7 +20,8 @@ deployment's Pods, built from a ReplicaLaunch. Pure functions, no API calls
 - Fixed ports, as a Pod has its own address: 7400 control, 7401 HTTP, 7402
   metrics, 7403 gRPC.
 - Resources: num_cpus → cpu, memory_bytes → memory, num_gpus →
-  nvidia.com/gpu, each as request and limit.
+  nvidia.com/gpu, each as request and limit; runtime.placement → node
+  affinity and topology spread (kubernetes_placement.py).
 - The code: the launch's image (working_dir a path inside it), or the
   runtime's image with working_dir from a hostPath volume (nodes that share
   files with the controller, as the nodes of scripts/k8s do).
@@ -44,6 +45,7 @@ from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaComm
 from servefleet._private.security.tls import TlsFiles
 
 from .base import ReplicaLaunch, RuntimeReplica
+from .kubernetes_placement import affinity, spread
 
 GROUP = "io.servefleet/"
 IDENTITY = ("cluster", "application", "deployment", "replica-id", "version")
@@ -227,10 +229,16 @@ def build_pod(launch: ReplicaLaunch, *, image: str, owner: Owner | None = None,
         metadata["annotations"] = annotations
     if owner is not None:
         metadata["ownerReferences"] = [owner.reference()]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
+    spec: dict[str, Any] = {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": max(1, math.ceil(grace)),
         "enableServiceLinks": False, "automountServiceAccountToken": False,
-        "containers": [container], "volumes": volumes}}
+        "containers": [container], "volumes": volumes}
+    if nodes := affinity(launch.constraints):
+        spec["affinity"] = nodes
+    if launch.spread:
+        deployment = {GROUP + k: labels[GROUP + k] for k in IDENTITY[:3]}
+        spec["topologySpreadConstraints"] = spread(launch.spread, deployment)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def settings_secret(pod: dict[str, Any], pod_uid: str, files: dict[str, bytes]) -> dict[str, Any]:
