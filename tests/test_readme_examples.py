@@ -89,6 +89,7 @@ def _read_lines(process: subprocess.Popen, into: list[str]) -> None:
         into.append(line)
 
 
+@pytest.mark.serial  # serve.run's default HTTP port, 8000, as the docs' script uses it
 def test_the_local_run_script_runs_as_a_script(tmp_path) -> None:
     (tmp_path / "calc.py").write_text(blocks(section("## Serve your own model"), "python")[0])
     (script,) = blocks(section("## Local runs: `servefleet.run`", "docs/guides/deploy.md"),
