@@ -7,7 +7,9 @@ together (after a deploy or a failover) are not all checked in one pass.
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Iterable
 
 
 class HealthSchedule:
@@ -22,9 +24,10 @@ class HealthSchedule:
         self._next[replica_id] = now + period_s * self._rng.uniform(0.9, 1.1)
         return True
 
-    def next_at(self, replica_id: str) -> float | None:
-        """When the next check of `replica_id` is booked (None: not yet)."""
-        return self._next.get(replica_id)
+    def next_of(self, replica_ids: Iterable[str]) -> float:
+        """When the first of the next checks of these replicas is booked
+        (math.inf: none is)."""
+        return min((self._next[i] for i in replica_ids if i in self._next), default=math.inf)
 
     def forget(self, replica_id: str) -> None:
         self._next.pop(replica_id, None)

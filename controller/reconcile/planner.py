@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from servefleet.v1 import records_pb2, replica_pb2, status_pb2
@@ -294,6 +295,14 @@ def plan_deployment(goal: Goal | None, replicas: list[ReplicaView],
         plan.rerank = compacted({r.replica_id: r.rank for r in running}, goal.target)
         plan.reconfigure.extend(i for i in plan.rerank if i not in plan.reconfigure)
     return plan, failures
+
+
+def quiet(plan: Plan, replicas: Iterable[ReplicaView]) -> bool:
+    """Whether a deployment needs nothing until something happens to it: its
+    plan does nothing and says HEALTHY, and every replica runs without failure."""
+    return (plan.status == status_pb2.DEPLOYMENT_STATUS_HEALTHY and not (
+        plan.start_slots or plan.stop or plan.reconfigure)
+        and all(r.state == RUNNING and not r.failure for r in replicas))
 
 
 def _set_status(plan: Plan, goal: Goal, current: list[ReplicaView], running: list[ReplicaView],

@@ -19,14 +19,13 @@ a fenced write fails before anything is written after.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
 from servefleet._private.messages import error_summary
-from servefleet.v1 import records_pb2, replica_pb2, status_pb2
+from servefleet.v1 import records_pb2, replica_pb2
 
 from ..clock import Clock
 from ..errors import one_line
@@ -43,10 +42,10 @@ from .planner import (
     STARTING,
     STOPPING,
     Goal,
-    Plan,
     ReplicaView,
     StartupFailures,
     plan_deployment,
+    quiet,
 )
 from .ranks import NO_RANK, lowest_free
 from .replica_ops import ReplicaOps
@@ -71,7 +70,9 @@ logger = logging.getLogger(__name__)
 # its event loop or its interpreter lock for seconds answers late, not never),
 # and again at most this often.
 SUSPECT_RECHECK_S = 5.0
-HEALTHY = status_pb2.DEPLOYMENT_STATUS_HEALTHY
+# A new term probes at most this many of the replicas it found (RECOVERING) at
+# once, new ones' probes first: 1,000 at once held up the rest (docs/scale.md).
+MAX_ADOPTION_PROBES = 64
 DKey = tuple[str, str]
 Goals = Callable[[], list[records_pb2.DeploymentRecord]]
 
@@ -100,6 +101,7 @@ class ReplicaReconciler:
         self._suspects = suspects
         self._suspect_checked: dict[str, float] = {}
         self._routine_checks: set[str] = set()  # replicas a periodic check is under way for
+        self._adopting: set[str] = set()  # RECOVERING replicas being probed
         self._dirty: set[DKey] = set()  # to publish (observed.py)
         self._visits: Visits[DKey] = Visits()
         self._now = 0.0  # the pass's
@@ -148,11 +150,11 @@ class ReplicaReconciler:
         self._inbox.append((replica_id, seen))
 
     def _run(self, replica_id: str, io: Callable[[], Awaitable[Observation]],
-             replace_work: bool = False) -> None:
+             replace_work: bool = False) -> bool:
         async def work() -> None:
             self._post(replica_id, await io())
 
-        self._loop.spawn(replica_id, work, replace=replace_work)
+        return self._loop.spawn(replica_id, work, replace=replace_work)
 
     # -- 1. observations ------------------------------------------------------------
 
@@ -262,17 +264,9 @@ class ReplicaReconciler:
             self._goals.forget(key)
             self._visits.forget(key)
             self._dirty.add(key)
-        else:
-            self._visits.visited(key, self._settled_until(plan, views))
-
-    def _settled_until(self, plan: Plan, views: dict[str, ReplicaView]) -> float | None:
-        """None while the deployment has anything to do (visits.py), else when
-        the next health check of one of its replicas is due."""
-        if (plan.status != HEALTHY or plan.start_slots or plan.stop or plan.reconfigure
-                or any(v.state != RUNNING or v.failure for v in views.values())):
-            return None
-        booked = [self._health.next_at(i) for i in views]
-        return min((t for t in booked if t is not None), default=math.inf)
+        else:  # visited again when a health check is due, or every pass until quiet
+            self._visits.visited(key, self._health.next_of(views)
+                                 if quiet(plan, views.values()) else None)
 
     def _rerank(self, key: DKey, ranks: dict[str, int]) -> None:
         """Give replicas their new ranks (ranks.py), to be recorded and told
@@ -301,20 +295,19 @@ class ReplicaReconciler:
         self._loop.wake()
         return True
 
-    async def _routine_check(self, record: replica_pb2.ReplicaRecord,
-                             timeout_s: float) -> Observation:
-        self._routine_checks.add(record.replica_id)
-        try:
-            return await self._ops.check_health(record, timeout_s)
-        finally:
-            self._routine_checks.discard(record.replica_id)
+    def _run_counted(self, under_way: set[str], replica_id: str,
+                     io: Callable[[], Awaitable[Observation]]) -> None:
+        """`_run`, with `replica_id` in `under_way` from now until its task ends."""
+        if self._run(replica_id, io) and (task := self._loop.task(replica_id)) is not None:
+            under_way.add(replica_id)
+            task.add_done_callback(lambda _: under_way.discard(replica_id))
 
     def _observe(self, key: DKey, views: dict[str, ReplicaView],
                  record: records_pb2.DeploymentRecord, goal: Goal, now: float) -> None:
         config = record.spec.replica_config
         suspects = self._suspect_ids
         for view in list(views.values()):
-            replica_id = view.replica_id
+            replica_id, replica = view.replica_id, self._records[view.replica_id]
             suspect = (view.state == RUNNING and replica_id in suspects
                        and now - self._suspect_checked.get(replica_id, -SUSPECT_RECHECK_S)
                        >= SUSPECT_RECHECK_S)
@@ -328,21 +321,21 @@ class ReplicaReconciler:
                 self._suspect_checked[replica_id] = now
                 logger.info("replica %s of %s/%s: ejected by a proxy or handle; checking "
                             "its health now", replica_id, *key)
-                self._run(replica_id, partial(
-                    self._ops.check_health, self._records[replica_id],
-                    config.health_check_timeout_s, suspect=True), replace_work=True)
+                self._run(replica_id, partial(self._ops.check_health, replica,
+                                              config.health_check_timeout_s, suspect=True),
+                          replace_work=True)
             elif view.state == RUNNING:
                 if self._health.due(replica_id, now, config.health_check_period_s):
-                    self._run(replica_id, partial(self._routine_check, self._records[
-                        replica_id], config.health_check_timeout_s))
+                    self._run_counted(self._routine_checks, replica_id, partial(
+                        self._ops.check_health, replica, config.health_check_timeout_s))
             elif view.state in (STARTING, RECOVERING):
                 expired = startup_deadline(view, now, goal.startup_timeout_s,
                                            current=view.is_current(goal))
                 if expired is not None:
                     self._apply(key, view, expired, now)
-                else:
-                    self._run(replica_id, partial(self._ops.probe_starting,
-                                                  self._records[replica_id]))
+                elif view.state == STARTING or len(self._adopting) < MAX_ADOPTION_PROBES:
+                    self._run_counted(self._adopting if view.state == RECOVERING else set(),
+                                      replica_id, partial(self._ops.probe_starting, replica))
 
     def _start(self, key: DKey, slot: int, goal: records_pb2.DeploymentRecord,
                now: float) -> None:
