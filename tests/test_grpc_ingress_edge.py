@@ -101,14 +101,19 @@ def healthz(port: int) -> grpc.StatusCode:
 def test_the_port_caps_connections(edge) -> None:
     _, ports, _, _ = edge
     # --max-connections 3: three connections that send nothing fill the port.
-    held = [socket.create_connection(("127.0.0.1", ports["token"])) for _ in range(3)]
-    try:
-        wait_for(lambda: healthz(ports["token"]) == grpc.StatusCode.UNAVAILABLE, 10,
-                 "a fourth connection refused")
-        assert healthz(ports["open"]) == grpc.StatusCode.OK  # another port, its own count
-    finally:
-        for sock in held:
-            sock.close()
+    # The port also closes them once idle for its 1 s keep-alive timeout, so
+    # each try opens three fresh ones (on a loaded machine one try can take
+    # longer than that).
+    def fourth_refused() -> bool:
+        held = [socket.create_connection(("127.0.0.1", ports["token"])) for _ in range(3)]
+        try:
+            return healthz(ports["token"]) == grpc.StatusCode.UNAVAILABLE
+        finally:
+            for sock in held:
+                sock.close()
+
+    wait_for(fourth_refused, 20, "a fourth connection refused")
+    assert healthz(ports["open"]) == grpc.StatusCode.OK  # another port, its own count
     wait_for(lambda: healthz(ports["token"]) == grpc.StatusCode.OK, 10, "room again")
 
 
