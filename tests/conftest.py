@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from k8s_cluster import k8s_cluster  # noqa: F401  (scripts/k8s's cluster, once a session)
 
 from servefleet._private.external_servers import EtcdServer
 from servefleet._private.testing import ControllerProcess, ProxyProcess, free_port

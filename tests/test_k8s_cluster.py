@@ -12,106 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
+from k8s_cluster import IMAGE, K8S, NODES, ROOT, RUN
+from k8s_cluster import kubectl as _kubectl
 from test_compose import _unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(3600)]
-ROOT = Path(__file__).resolve().parent.parent
-K8S = ROOT / "scripts" / "k8s"
-RUN = ROOT / ".build" / "k8s" / "run"
-KUBECTL = ROOT / ".build" / "k8s" / "bin" / "kubectl"
-IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
-NODES = ("node-a", "node-b")
 SERVE = ("import http.server, importlib.metadata as m; "
          "print('servefleet', m.version('servefleet'), flush=True); "
          "http.server.HTTPServer(('', 8080), http.server.SimpleHTTPRequestHandler).serve_forever()")
 
 
-def _kubectl(*args: str, input: str | None = None) -> str:
-    done = subprocess.run([str(KUBECTL), "--kubeconfig", str(RUN / "admin.kubeconfig"), *args],
-                          capture_output=True, text=True, input=input, timeout=120)
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def _leftovers() -> list[str]:
-    found = [f"netns {n}" for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                   text=True).stdout.split() if "sfk8s" in n]
-    found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/sfk8s-*")]
-    found += [f"mount {line.split()[4]}" for line in
-              Path("/proc/self/mountinfo").read_text().splitlines() if "/.build/k8s/" in line]
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
-            if b"/.build/k8s/" in argv or b"k8scluster/relay.py" in argv:
-                found.append(f"process {proc.name}")
-        except OSError:
-            pass
-    found += [f"CNI result {p}" for p in Path("/var/lib/cni/results").glob("servefleet-k8s-*")]
-    if RUN.exists():
-        found.append(f"directory {RUN}")
-    return found
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if os.geteuid() != 0:
-        pytest.skip("scripts/k8s needs root (network namespaces, cgroups, mounts)")
-    built = subprocess.run([str(K8S), "build"], capture_output=True, text=True, timeout=3300)
-    if built.returncode:
-        pytest.skip(f"the Kubernetes commands could not be built: {built.stderr[-2000:]}")
-    with_image = subprocess.run(["docker", "image", "inspect", IMAGE],
-                                capture_output=True).returncode == 0
-    if _running_here():
-        # A cluster this checkout's scripts/k8s started (a developer's, or
-        # another test module's): used as it is, and left running.
-        yield with_image
-        return
-    began = time.monotonic()
-    started = subprocess.run([str(K8S), "start", *(["--image", IMAGE] if with_image else [])],
-                             capture_output=True, text=True, timeout=600)
-    print(f"scripts/k8s build: {built.stdout.strip()}; start: {time.monotonic() - began:.0f} s")
-    try:
-        assert started.returncode == 0, started.stderr[-4000:]
-        yield with_image
-        _refusals_and_a_killed_node()
-    finally:
-        stopped = subprocess.run([str(K8S), "stop"], capture_output=True, text=True, timeout=300)
-        assert stopped.returncode == 0, stopped.stderr[-3000:]
-        assert _leftovers() == []
-
-
-def _running_here() -> bool:
-    """Whether this checkout's cluster runs, every process of it."""
-    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
-    lines = status.stdout.split("\n")
-    return (status.returncode == 0 and (RUN / "admin.kubeconfig").exists()
-            and any(line.endswith(": running") for line in lines)
-            and not any(line.endswith(": stopped") for line in lines))
-
-
-def _refusals_and_a_killed_node() -> None:
-    """A second start is refused, a node that does not exist is named, and
-    kill-node leaves no process of the node (the other node's run on)."""
-    again = subprocess.run([str(K8S), "start"], capture_output=True, text=True, timeout=60)
-    assert again.returncode != 0 and "a cluster is running already" in again.stderr
-    unknown = subprocess.run([str(K8S), "kill-node", "node-z"], capture_output=True,
-                             text=True, timeout=60)
-    assert "no node 'node-z' in this cluster (nodes: node-a, node-b)" in unknown.stderr
-    killed = subprocess.run([str(K8S), "kill-node", "node-b"], capture_output=True, text=True,
-                            timeout=60)
-    assert killed.returncode == 0, killed.stderr
-    tree = next(p for p in (Path("/sys/fs/cgroup/pids/sfk8s-node-b"),
-                            Path("/sys/fs/cgroup/sfk8s-node-b")) if p.is_dir())
-    assert [f.read_text() for f in tree.rglob("cgroup.procs") if f.read_text().strip()] == []
-    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
-    assert "kubelet-node-b: stopped" in status.stdout
-    assert "kubelet-node-a: running" in status.stdout, status.stdout
+@pytest.fixture
+def cluster(k8s_cluster: bool) -> bool:
+    """The session's cluster (tests/k8s_cluster.py): whether the servefleet image is in it."""
+    return k8s_cluster
 
 
 def _pod(name: str, node: str, image: str, args: list[str]) -> dict:

@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from k8s_cluster import BIN, ETCD_IMAGE, IMAGE, K8S, ROOT, has_image
+from k8s_cluster import run as _run
 from test_compose import _unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(3600)]
-ROOT = Path(__file__).resolve().parent.parent
-K8S = ROOT / "scripts" / "k8s"
-RUN = ROOT / ".build" / "k8s" / "run"
-BIN = ROOT / ".build" / "k8s" / "bin"
 CHART = ROOT / "deploy" / "helm" / "servefleet"
 OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "example"
-IMAGE = os.environ.get("SERVEFLEET_TEST_IMAGE", "servefleet:latest")
-# Debian's etcd (as the control plane runs it) on an empty image, for the chart's StatefulSet.
-ETCD_IMAGE = "servefleet-k8s-etcd:test"
 NAMESPACE = "sf-install"
 RELEASE = "sf"
 # What the test cluster needs: its images are loaded, not pulled; no StorageClass.
@@ -46,16 +37,6 @@ TEST_VALUES = ["--set", f"image.repository={IMAGE.rpartition(':')[0]}",
                "--set", "etcd.persistence.enabled=false",
                # The examples in the image, for the ServeApplication below.
                "--set", "controller.extraArgs={--allow-working-dir,/opt/servefleet/examples}"]
-
-
-def _run(*args: str | Path, input: str | None = None, check: bool = True,
-         timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(RUN / "admin.kubeconfig")}
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, input=input,
-                          timeout=timeout, env=env)
-    if check:
-        assert done.returncode == 0, f"{' '.join(map(str, args))}:\n{done.stderr[-3000:]}"
-    return done
 
 
 def _helm(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -75,52 +56,12 @@ def built() -> None:
         pytest.skip(f"Kubernetes and Helm could not be built: {done.stderr[-2000:]}")
 
 
-def _running_here() -> bool:
-    """Whether this checkout's cluster runs, every process of it."""
-    status = subprocess.run([str(K8S), "status"], capture_output=True, text=True, timeout=60)
-    return status.returncode == 0 and (RUN / "admin.kubeconfig").exists()
-
-
-def _etcd_image() -> None:
-    """ETCD_IMAGE, built once: the etcd binary and the libc files it links
-    (ldd), 24 MB for the nodes to load instead of a second servefleet image."""
-    if subprocess.run(["docker", "image", "inspect", ETCD_IMAGE],
-                      capture_output=True).returncode == 0:
-        return
-    etcd = shutil.which("etcd")
-    if etcd is None:
-        _unavailable("Debian's etcd-server is not installed (scripts/setup)")
-    linked = subprocess.run(["ldd", etcd], capture_output=True, text=True).stdout
-    files = [etcd, *re.findall(r"(/\S+) \(0x", linked)]
-    with tempfile.TemporaryDirectory() as work:
-        lines = ["FROM scratch", "COPY etcd /usr/local/bin/etcd", "ENV PATH=/usr/local/bin"]
-        shutil.copy(etcd, Path(work) / "etcd")
-        for index, path in enumerate(files[1:]):
-            shutil.copy(path, Path(work) / f"lib{index}")
-            lines.append(f"COPY lib{index} {path}")
-        (Path(work) / "Dockerfile").write_text("\n".join(lines) + "\n")
-        subprocess.run(["docker", "build", "-q", "-t", ETCD_IMAGE, work], check=True,
-                       capture_output=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
-
-
-@pytest.fixture(scope="module")
-def cluster(built: None) -> Iterator[None]:
-    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode:
-        _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
-    _etcd_image()
-    if _running_here():
-        # A cluster this checkout's scripts/k8s started (a developer's, or
-        # another test module's): used as it is, and left running.
-        _run(K8S, "load", IMAGE, ETCD_IMAGE, timeout=600)
-        yield
-        return
-    began = time.monotonic()
-    _run(K8S, "start", "--image", IMAGE, "--image", ETCD_IMAGE, timeout=600)
-    print(f"scripts/k8s start: {time.monotonic() - began:.0f} s")
-    try:
-        yield
-    finally:
-        _run(K8S, "stop", timeout=300)
+@pytest.fixture
+def cluster(k8s_cluster: bool) -> None:
+    """The session's cluster (tests/k8s_cluster.py), with both images in it."""
+    if not k8s_cluster or not has_image(ETCD_IMAGE):
+        _unavailable(f"no Docker image {IMAGE} (scripts/docker-image) or no Debian etcd "
+                     f"for {ETCD_IMAGE} to load into the nodes")
 
 
 def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(built) -> None:

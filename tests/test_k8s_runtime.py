@@ -1,5 +1,5 @@
 """`servefleet controller --runtime kubernetes` on the real Kubernetes of
-scripts/k8s (tests/test_k8s_cluster.py's `cluster` fixture): two real
+scripts/k8s (tests/k8s_cluster.py's `k8s_cluster` fixture): two real
 controllers on a real etcd, a proxy, and replicas as Pods.
 
 Pod IPs exist only inside the cluster's network namespaces, so etcd, the
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k8s_cluster import IMAGE, ROOT, RUN
+from k8s_cluster import kubectl as _kubectl
 from test_compose import _unavailable
-from test_k8s_cluster import IMAGE, ROOT, RUN, _kubectl
-from test_k8s_cluster import cluster as kube  # noqa: F401  (the fixture, as `kube`)
 
 from servefleet._private.security.certs import init_certs
 from servefleet._private.testing import ControllerProcess, free_port, terminate, wait_for
@@ -115,8 +115,8 @@ def _etcd(tmp_path: Path) -> tuple[subprocess.Popen, str]:
 
 
 def test_replicas_run_as_pods_scale_survive_a_failover_and_are_deleted(
-        kube, tmp_path) -> None:  # noqa: F811  (the fixture imported above)
-    if not kube:
+        k8s_cluster, tmp_path) -> None:
+    if not k8s_cluster:
         _unavailable(f"no Docker image {IMAGE} to load into the nodes (scripts/docker-image)")
     began = time.monotonic()
     cluster, namespace = f"rt{uuid.uuid4().hex[:6]}", f"sf-rt-{uuid.uuid4().hex[:6]}"

@@ -9,7 +9,6 @@ unchanged; `kubectl delete` deletes the application."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from test_k8s_cluster import K8S, KUBECTL, RUN, _running_here
+from k8s_cluster import KUBECTL, RUN
 
 from servefleet._private.testing import ControllerProcess
 from servefleet.controller.runtime.sim import socket_path
@@ -40,24 +39,9 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def api_server() -> Iterator[None]:
-    """scripts/k8s's cluster: the one this checkout runs (left running), or
-    one started here without an image (and stopped)."""
-    if os.geteuid() != 0:
-        pytest.skip("scripts/k8s needs root (network namespaces, cgroups, mounts)")
-    built = subprocess.run([str(K8S), "build"], capture_output=True, text=True, timeout=3300)
-    if built.returncode:
-        pytest.skip(f"the Kubernetes commands could not be built: {built.stderr[-2000:]}")
-    if _running_here():
-        yield
-        return
-    started = subprocess.run([str(K8S), "start"], capture_output=True, text=True, timeout=600)
-    try:
-        assert started.returncode == 0, started.stderr[-4000:]
-        yield
-    finally:
-        subprocess.run([str(K8S), "stop"], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def api_server(k8s_cluster: bool) -> None:
+    """scripts/k8s's cluster, the session's (tests/k8s_cluster.py)."""
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@
     scripts/k8s stop
     scripts/k8s status
     scripts/k8s kill-node NODE        every process of NODE killed at once
+    scripts/k8s start-node NODE       a killed NODE started again (its state kept)
     scripts/k8s cut NODE | heal NODE  NODE's network cut off from the others / back
 """
 
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
     sub.add_parser("stop", help="stop everything start started and remove its state")
     sub.add_parser("status", help="which of the cluster's processes run")
     for name, text in (("kill-node", "kill every process of a node"),
+                       ("start-node", "start a killed node again"),
                        ("cut", "cut a node's network off"), ("heal", "undo cut")):
         sub.add_parser(name, help=text).add_argument("node")
     args = parser.parse_args(argv)
@@ -58,6 +60,9 @@ def main(argv: list[str]) -> int:
         return 0 if all(procs.alive(n) for n in names) else 1
     elif args.command == "kill-node":
         cluster.kill_node(args.node)
+    elif args.command == "start-node":
+        cluster.preflight()
+        cluster.start_node(args.node)
     elif args.command == "cut":
         netns.cut(node(args.node).netns)
     elif args.command == "heal":

@@ -203,6 +203,22 @@ def kill_node(name: str) -> None:
     procs.forget(node.names(each))
 
 
+def start_node(name: str) -> None:
+    """Node `name`, killed by kill_node, started again: its containerd and
+    kubelet (its state, images and Pod network kept), until it is Ready."""
+    from .layout import node as find
+    each = find(name)
+    if not any(procs.alive(n) for n in control.NAMES):
+        raise SystemExit("scripts/k8s: no cluster of this checkout runs (scripts/k8s start)")
+    if any(procs.alive(n) for n in node.names(each)) or procs.cgroup_pids(each.cgroup):
+        raise SystemExit(f"scripts/k8s: {name} runs (kill-node {name} first)")
+    node.start_containerd(each)
+    api.wait(f"containerd of {name}", lambda: _containerd_up(each), 30)
+    node.start_kubelet(each)
+    api.wait(f"{name} Ready", lambda: api.nodes_not_ready([name]), 120)
+    _say(f"{name} started again")
+
+
 def _mounts_under(top: Path) -> list[str]:
     points = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -227,7 +243,13 @@ def _sandboxes(each: Node) -> list[str]:
 
 
 def stop() -> None:
-    """Stop everything start started; leave nothing behind."""
+    """Stop everything start started; leave nothing behind. The namespaces
+    and cgroups have fixed names: when this checkout started nothing (no
+    state, no process of its) while a cluster runs, it is another
+    checkout's, and left alone."""
+    if not RUN.exists() and not any(procs.alive(n) for n in _all_names()) and running():
+        raise SystemExit("scripts/k8s: the cluster that runs is not this checkout's "
+                         f"(no {RUN}): not stopping it")
     procs.stop([f"{n}-{each.name}" for each in NODES for n in ("kubelet", "kube-proxy")])
     sandboxes = [sandbox for each in NODES for sandbox in _sandboxes(each)]
     for each in NODES:
@@ -254,4 +276,4 @@ def stop() -> None:
         shutil.rmtree(RUN)
 
 
-__all__ = ["PREFIX", "kill_node", "load", "start", "stop"]
+__all__ = ["PREFIX", "kill_node", "load", "start", "start_node", "stop"]
