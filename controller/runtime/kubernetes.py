@@ -12,6 +12,9 @@ namespace: kubernetes_config.py).
   scheduler cannot place, or that gets no sandbox, is deleted and the start
   fails with the Pod's reason (the controller's backoff applies). A create
   that answers AlreadyExists (a retried start) goes on with the Pod there.
+- a lost node (kubernetes_nodes.py: a kubelet that does not take a Pod
+  bound to its node): a start's Pod there is made again elsewhere, the
+  Pods there are reported gone, and stopping one deletes it at once;
 - stop: the controller calls it after its drain (reconcile/replica_ops.py:
   the drain fence, then the Drain RPC, then stop). DELETE with
   gracePeriodSeconds = the timeout (the kubelet sends SIGTERM, then
@@ -37,7 +40,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import datetime
+import logging
 from typing import Any
 
 from servefleet._private.security.hop_tls import replica_serves_tls
@@ -46,6 +51,7 @@ from servefleet._private.security.tls import TlsFiles
 from .base import ReplicaLaunch, RuntimeReplica
 from .docker import RuntimeStartError, _inherited_env
 from .kubernetes_api import ApiError, KubeApi
+from .kubernetes_nodes import ACK_TIMEOUT_S, LostNodes, acknowledged, avoiding, node_of
 from .kubernetes_pods import (
     PULL_POLICIES,
     Owner,
@@ -65,11 +71,16 @@ from .kubernetes_pods import settings_secret as make_secret
 from .kubernetes_watch import PodCache
 from .threads import thread_env
 
+logger = logging.getLogger(__name__)
 DEFAULT_IMAGE = "servefleet:latest"
 SYNC_TIMEOUT_S = 30.0
 # Scheduling, mounting the Secret and the Pod's sandbox; pulling the image
 # comes after the IP and counts against the deployment's startup timeout.
 ADDRESS_TIMEOUT_S = 120.0
+
+
+class _NodeLost(Exception):
+    """The node a start's Pod was bound to did not take it."""
 
 
 class KubernetesRuntime:
@@ -78,7 +89,9 @@ class KubernetesRuntime:
     def __init__(self, cluster: str, api: KubeApi, image: str = DEFAULT_IMAGE, *,
                  pull_policy: str = "IfNotPresent", env: dict[str, str] | None = None,
                  replica_tls: TlsFiles | None = None, http_tls: str = "auto",
-                 address_timeout_s: float = ADDRESS_TIMEOUT_S) -> None:
+                 address_timeout_s: float = ADDRESS_TIMEOUT_S,
+                 ack_timeout_s: float = ACK_TIMEOUT_S, lost_nodes: LostNodes | None = None
+                 ) -> None:
         if pull_policy not in PULL_POLICIES:
             raise ValueError(f"--kube-pull-policy {pull_policy!r}: one of "
                              f"{', '.join(PULL_POLICIES)}")
@@ -92,6 +105,8 @@ class KubernetesRuntime:
         # unless --replica-tls off (hop_tls.py).
         self._http_tls = replica_serves_tls(http_tls, replica_tls, "0.0.0.0")
         self._address_timeout_s = address_timeout_s
+        self._ack_timeout_s = ack_timeout_s
+        self._lost = lost_nodes or LostNodes()
         self._cache = PodCache(api, selector(cluster))
         self._watch: asyncio.Task[None] | None = None
         self._owner_locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -140,6 +155,20 @@ class KubernetesRuntime:
         # start before anything is made.
         pod = build_pod(launch, image=self._image, env=self._env_of(launch),
                         http_tls=self._http_tls, pull_policy=self._pull_policy)
+        try:
+            return await self._start(launch, avoiding(pod, self._lost.names()))
+        except _NodeLost as lost:
+            logger.warning("replica %s: node %s did not take its Pod within %.0f s; the node "
+                           "is taken for lost, the Pod made again on another", launch.replica_id,
+                           lost, self._ack_timeout_s)
+        try:
+            return await self._start(launch, avoiding(pod, self._lost.names()))
+        except _NodeLost as lost:
+            raise RuntimeStartError(f"Pod {pod['metadata']['name']}: node {lost} did not take "
+                                    f"it within {self._ack_timeout_s:.0f} s either; deleted "
+                                    "it") from None
+
+    async def _start(self, launch: ReplicaLaunch, pod: dict[str, Any]) -> RuntimeReplica:
         name = pod["metadata"]["name"]
         async with self._lock(launch.application, launch.deployment):
             owner = await self._owner(launch.application, launch.deployment)
@@ -163,14 +192,25 @@ class KubernetesRuntime:
         return replica_from_pod(await self._placed(name))
 
     async def _placed(self, name: str) -> dict[str, Any]:
-        """The Pod once it has an IP (or ended); deleted when it has none in time."""
+        """The Pod once it has an IP (or ended); deleted when it has none in
+        time, or when the node it is bound to did not take it (_NodeLost)."""
         def placed(pods: dict[str, dict[str, Any]]) -> bool:
             pod = pods.get(name)
             return pod is not None and (bool((pod.get("status") or {}).get("podIP"))
                                         or not replica_from_pod(pod).alive)
 
+        first = min(self._ack_timeout_s, self._address_timeout_s)
         try:
-            await self._cache.wait_for(placed, self._address_timeout_s)
+            await self._cache.wait_for(placed, first)
+            return self._cache.pods()[name]
+        except TimeoutError:
+            pod = self._cache.pods().get(name)
+            if pod is not None and node_of(pod) and not acknowledged(pod):
+                await self._forget_pod(name)
+                self._lost.mark(node_of(pod))
+                raise _NodeLost(node_of(pod)) from None
+        try:
+            await self._cache.wait_for(placed, self._address_timeout_s - first)
         except TimeoutError:
             reason = pending_reason(self._cache.pods().get(name))
             await self._api.delete("pods", name, grace_s=0)
@@ -179,12 +219,28 @@ class KubernetesRuntime:
                                     "deleted it") from None
         return self._cache.pods()[name]
 
+    async def _forget_pod(self, name: str) -> None:
+        """Delete a Pod no kubelet took, at once, with its Secret (so that a
+        Pod made again under the name gets a Secret of its own)."""
+        await self._api.delete("pods", name, grace_s=0)
+        await self._api.delete("secrets", name)
+        with contextlib.suppress(TimeoutError):
+            await self._cache.wait_for(lambda pods: name not in pods, SYNC_TIMEOUT_S)
+
+    def _report(self, pod: dict[str, Any]) -> RuntimeReplica:
+        replica = replica_from_pod(pod)
+        if replica.alive and self._lost.holds(pod):
+            return dataclasses.replace(replica, alive=False)
+        return replica
+
     async def stop(self, handle: str, timeout_s: float) -> None:
         if not handle:
             return
         cache = await self._synced()
         pod = cache.pods().get(handle)
-        await self._api.delete("pods", handle, grace_s=max(1, round(timeout_s)))
+        # On a lost node no kubelet would ever confirm a graceful deletion.
+        grace = 0 if self._lost.holds(pod) else max(1, round(timeout_s))
+        await self._api.delete("pods", handle, grace_s=grace)
         try:
             await cache.wait_for(lambda pods: handle not in pods, timeout_s + 30)
         except TimeoutError:
@@ -195,13 +251,14 @@ class KubernetesRuntime:
 
     async def list(self, cluster: str) -> builtins.list[RuntimeReplica]:
         cache = await self._synced()
-        return [r for r in cache.replicas() if r.cluster == cluster and r.alive]
+        replicas = [self._report(pod) for pod in cache.pods().values()]
+        return [r for r in replicas if r.cluster == cluster and r.alive]
 
     async def inspect(self, handle: str) -> RuntimeReplica | None:
         if not handle:
             return None
         pods = (await self._synced()).pods()
-        return replica_from_pod(pods[handle]) if handle in pods else None
+        return self._report(pods[handle]) if handle in pods else None
 
     async def prune(self, cluster: str, keep: set[str]) -> builtins.list[str]:
         removed = []
