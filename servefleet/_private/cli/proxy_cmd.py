@@ -64,12 +64,44 @@ def _checked_limits(args: argparse.Namespace) -> EdgeLimits:
     return limits
 
 
+def advertised(advertise: str | None, listen: str) -> str | None:
+    """--advertise as HOST:PORT (the port --listen's when it names none), or
+    None without the flag; UsageError for a value that is not HOST[:PORT]."""
+    if advertise is None:
+        return None
+    text = advertise.strip()
+    if text.startswith("["):  # [fd00::5] or [fd00::5]:8000
+        end = text.find("]") + 1
+        host, rest = (text[:end], text[end:]) if end > 2 else ("", "")
+        port = rest[1:] if rest.startswith(":") else ("?" if rest else "")
+    elif text.count(":") > 1:  # a bare IPv6 address
+        host, port = f"[{text}]", ""
+    else:
+        host, _, port = text.partition(":")
+    port = port or listen.rpartition(":")[2]
+    if not host or any(c.isspace() or c in "/@" for c in host) or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise UsageError(f"--advertise {advertise!r}: expected HOST or HOST:PORT (the address "
+                         "the controllers list this proxy at, e.g. 10.0.0.7 or 10.0.0.7:8000)")
+    return f"{host}:{port}"
+
+
+def _server_name(name: str | None) -> str | None:
+    if name is not None and (not name or any(c.isspace() or c in "/:@" for c in name)):
+        raise UsageError(f"--controller-server-name {name!r}: a DNS name the controllers' "
+                         "certificates carry (e.g. controller.servefleet)")
+    return name
+
+
 def cmd_proxy(args: argparse.Namespace) -> int:
     from servefleet._private.security.tokens import TokenFileError
     from servefleet.proxy.main import ProxyOptions, serve
     from servefleet.proxy.workers import Supervisor, worker_index
 
     limits = _checked_limits(args)
+    advertise = advertised(args.advertise, args.listen)
+    credentials = security.proxy_credentials(args).with_server_name(
+        _server_name(args.controller_server_name))
     worker = worker_index()
     if args.workers > 1 and worker is None:
         return Supervisor(args.argv, args.workers).run()
@@ -79,7 +111,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         listen=args.listen, request_timeout_s=args.request_timeout_s,
         drain_timeout_s=args.drain_timeout_s,
         answer_start_timeout_s=args.answer_start_timeout_s,
-        credentials=security.proxy_credentials(args), limits=limits,
+        advertise=advertise, credentials=credentials, limits=limits,
         admin_paths=args.admin_paths,
         tls_cert=args.tls_cert, tls_key=args.tls_key, http_tokens=args.http_tokens,
         access_log=args.access_log, metrics=args.metrics, grpc_listen=args.grpc_listen,
@@ -121,6 +153,11 @@ def add_command(commands) -> None:
                             f"else {DEFAULT_CONTROLLER})")
     proxy.add_argument("--listen", default=DEFAULT_HTTP, metavar="HOST:PORT",
                        help="where the proxy serves HTTP (default %(default)s)")
+    proxy.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
+                       help="the address the controllers list this proxy at (its /-/metrics "
+                            "scrape target, servefleet status), the port --listen's unless "
+                            "given (default: --listen; when that binds every interface, this "
+                            "host's name: in a Kubernetes Pod, give the Pod's IP)")
     proxy.add_argument("--engine", choices=ENGINES, default="python",
                        help="who serves the HTTP port: this process (python, every feature) "
                             "or a child HAProxy it drives, for throughput, with this process "
@@ -185,6 +222,11 @@ def add_command(commands) -> None:
                        help="bearer tokens for applications with require_token and for "
                             "the admin paths (servefleet token create; reread on SIGHUP)")
     security.add_tls_flags(proxy, "proxy")
+    proxy.add_argument("--controller-server-name", default=None, metavar="NAME",
+                       help="with TLS: the name to expect in the controllers' certificates "
+                            "instead of the address dialled (a Service or Pod IP no "
+                            "certificate names), e.g. controller.servefleet, which servefleet "
+                            "certs init puts in the controller's (default: the address)")
     proxy.add_argument("--token", default=None,
                        help="a token of role proxy for the controllers, on a cluster with "
                             f"tokens and no TLS (default: ${ENV_TOKEN})")
