@@ -11,8 +11,11 @@ not refused: it is served as soon as this controller leads, or refused as
 before after HOLD_WATCH_S. Refused, its client would go back and forth
 between the dead leader and this standby with a growing back-off (up to
 2 s), and reach the new leader seconds after the election; held, every
-watcher has its stream open at the election. A leader that takes
-connections but does not answer (stopped, partitioned) is named as before.
+watcher has its stream open at the election. Held streams go on at random
+within HOLD_RELEASE_SPREAD_S of the election, not all in one turn of the
+new leader's loop (thousands of streams at once held it past its lease
+TTL on a busy machine). A leader that takes connections but does not answer
+(stopped, partitioned) is named as before.
 
 `api_method` wraps each RPC: an ApiError becomes its own code and message;
 anything else is a bug, logged with its traceback and answered INTERNAL.
@@ -24,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -47,6 +51,7 @@ WATCH = f"/{SERVICE_NAME}/Watch"
 # two lease TTLs of 5 s (an election's longest wait), short of a client's
 # silence limit (three 5 s heartbeats, watch_client.py).
 HOLD_WATCH_S = 12.0
+HOLD_RELEASE_SPREAD_S = 1.0
 # How long a leader that refused a connection is taken as gone.
 PROBE_TTL_S = 0.5
 PROBE_TIMEOUT_S = 0.5
@@ -90,17 +95,22 @@ class Leadership:
 
     async def hold_until_serving(self, timeout_s: float = HOLD_WATCH_S) -> bool:
         """While no leader takes connections (none is known, or the one named
-        refuses them), wait until this controller serves; True if it does.
-        False at once when a leader that takes connections is named."""
+        refuses them), wait until this controller serves, then a random part
+        of HOLD_RELEASE_SPREAD_S; True if it serves. False at once when a
+        leader that takes connections is named."""
         deadline = time.monotonic() + timeout_s
+        held = False
         while not self.can_serve():
             left = deadline - time.monotonic()
             if left <= 0 or not await self._leader_gone():
                 return False
+            held = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(left, PROBE_TTL_S)):
                     await self._serving_now.wait()
-        return True
+        if held:
+            await asyncio.sleep(random.uniform(0, HOLD_RELEASE_SPREAD_S))
+        return self.can_serve()
 
     async def _leader_gone(self) -> bool:
         """Whether the leader this controller knows of refuses connections
