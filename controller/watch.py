@@ -9,11 +9,7 @@ same id for the same state, and a client resuming after a failover is sent
 only what changed. A change wakes only the streams whose patterns match its
 key (a replica set's change does not wake the replicas' own streams, which
 watch the routes and their config): the streams are grouped by their
-patterns, and each group is matched once per change. The streams a change
-wakes are woken WAKE_BATCH at a time, one batch per turn of the event loop,
-so that API calls (GetStatus, Deploy) and load reports that arrive during a
-fan-out to thousands of streams are served between batches rather than
-after all of them.
+patterns, and each group is matched once per change.
 
 `StatePublisher` (state_publisher.py) turns the leader's state into
 snapshots.
@@ -39,8 +35,6 @@ MIN_HEARTBEAT_S, MAX_HEARTBEAT_S = 0.1, 60.0
 MAX_WATCH_KEYS = 10_000
 # Changes remembered for diff(since=...); a stream further behind diffs in full.
 CHANGE_LOG_LENGTH = 4096
-# Streams woken per turn of the event loop after a change (see above).
-WAKE_BATCH = 100
 
 
 def _digest(message: Message) -> str:
@@ -131,15 +125,6 @@ class Heartbeat:
             self._timer = None
 
 
-def _wake(waiters: list[asyncio.Future[bool]], start: int) -> None:
-    """Resolve WAKE_BATCH of `waiters` from `start`, and the rest on the next turns."""
-    for waiter in waiters[start:start + WAKE_BATCH]:
-        if not waiter.done():
-            waiter.set_result(True)
-    if start + WAKE_BATCH < len(waiters):
-        asyncio.get_running_loop().call_soon(_wake, waiters, start + WAKE_BATCH)
-
-
 class Publisher:
     def __init__(self) -> None:
         self._snapshots: dict[str, watch_pb2.Snapshot] = {}
@@ -206,11 +191,12 @@ class Publisher:
         self._generation += 1
         if key is not None:
             self._log.append((self._generation, key))
-        woken = [waiter for patterns, waiters in self._waiters.items()
-                 if key is None or not patterns or any(
-                     key.startswith(p) if p.endswith("/") else key == p for p in patterns)
-                 for waiter in waiters]
-        _wake(woken, 0)
+        for patterns, waiters in self._waiters.items():
+            if key is None or not patterns or any(
+                    key.startswith(p) if p.endswith("/") else key == p for p in patterns):
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(True)
 
     async def wait_change(self, seen: int, timeout: float) -> bool:
         """Wait until the generation passes `seen`; False after `timeout`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from servefleet.controller.watch import WAKE_BATCH, Heartbeat, Publisher
+from servefleet.controller.watch import Heartbeat, Publisher
 from servefleet.v1 import watch_pb2
 
 
@@ -66,17 +66,3 @@ async def test_a_stream_not_woken_still_gets_what_it_watches_next() -> None:
     assert await waiter is True
     (response,) = publisher.diff(["config/app/A"], known, since=seen)
     assert response.snapshot.config.version == "v2"
-
-
-async def test_a_fan_out_wakes_streams_a_batch_per_turn_of_the_loop() -> None:
-    """Work that arrives during a fan-out (an API call) runs between batches."""
-    publisher = Publisher()
-    tasks = [await waiting(publisher, ("routes",)) for _ in range(2 * WAKE_BATCH + 50)]
-    waiters = [f for group in publisher._waiters.values() for f in group]
-    done_when_called: list[int] = []
-    publisher.publish("routes", routes=watch_pb2.RouteTable())
-    asyncio.get_running_loop().call_soon(
-        lambda: done_when_called.append(sum(f.done() for f in waiters)))
-    assert sum(f.done() for f in waiters) == WAKE_BATCH
-    assert await asyncio.gather(*tasks) == [True] * len(tasks)
-    assert done_when_called == [2 * WAKE_BATCH]  # one batch more was woken before it ran
