@@ -19,6 +19,7 @@ from servefleet._private.wire import DEFAULT_CONTROLLER
 from .errors import InvalidArgument
 from .goals.policy import DeployPolicy
 from .goals.spec import check_name
+from .runtime.kubernetes_owner import parse_owner
 from .runtime.kubernetes_pods import PULL_POLICIES as KUBE_PULL_POLICIES
 from .runtime.sandbox import Sandbox
 from .store import local_files
@@ -76,6 +77,12 @@ class ControllerConfig:
     kube_namespace: str | None = None
     kube_image: str = "servefleet:latest"
     kube_pull_policy: str = "IfNotPresent"
+    # Kubernetes runtime: KIND/NAME of an object of that namespace owning the
+    # deployments' ConfigMaps (and through them the replicas' Pods and
+    # Secrets), e.g. the chart's controllers' Deployment, so deleting it
+    # (helm uninstall) deletes them (runtime/kubernetes_owner.py). None:
+    # nothing owns them; they outlive the controllers.
+    kube_owner: str | None = None
     # Mutual TLS: this controller's CA, certificate and key, for its gRPC
     # server, its calls to replicas and (by default) to etcd. None: plain text.
     tls: TlsFiles | None = None
@@ -167,6 +174,11 @@ class ControllerConfig:
         if not self.kube_image.strip() or any(c.isspace() for c in self.kube_image):
             raise ValueError(f"--kube-image {self.kube_image!r}: an image reference, "
                              "without spaces (servefleet:latest, registry/team/model:7)")
+        if self.kube_owner is not None:
+            parse_owner(self.kube_owner)
+            if self.runtime != "kubernetes":
+                raise ValueError(f"--kube-owner {self.kube_owner}: for --runtime kubernetes "
+                                 f"(this controller's is {self.runtime})")
         if self.kubeconfig is not None and not os.path.isfile(
                 os.path.expanduser(self.kubeconfig)):
             raise ValueError(f"--kubeconfig {self.kubeconfig}: no such file")

@@ -30,12 +30,15 @@ def make_runtime(config: ControllerConfig, sandbox: Sandbox) -> Runtime | None:
     if config.runtime == "kubernetes":
         from .kubernetes import KubernetesRuntime
         from .kubernetes_config import connect
+        from .kubernetes_owner import parse_owner
 
         return KubernetesRuntime(config.cluster,
                                  connect(config.kubeconfig, config.kube_namespace),
                                  config.kube_image, pull_policy=config.kube_pull_policy,
                                  replica_tls=config.replica_tls,
-                                 http_tls=config.replica_http_tls)
+                                 http_tls=config.replica_http_tls,
+                                 owner=parse_owner(config.kube_owner)
+                                 if config.kube_owner else None)
     if config.runtime == "docker":
         from .docker import DockerRuntime
 

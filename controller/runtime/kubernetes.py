@@ -25,7 +25,8 @@ namespace: kubernetes_config.py).
   adoption (reconcile/inventory.py matches the Pods with its registry);
 - prune: deletes the cluster's Pods that ended (Succeeded, Failed) and that
   no record in `keep` names (their Secrets go with them), and the
-  ConfigMaps of deployments without Pods;
+  ConfigMaps of deployments without Pods; gives the others --kube-owner's
+  object as their owner where they lack it;
 - logs, read_logs: the Pod log API (the cursor is the RFC 3339 time the last
   read covered, as Docker's is a Unix time).
 
@@ -33,6 +34,12 @@ Owner ConfigMaps are made and deleted under a lock per deployment, and a
 ConfigMap is deleted only when the API server (not the cache, which may lag
 a Pod just made) lists no Pod of its deployment: a Pod is never made with
 an owner that is being deleted (the garbage collector would delete it).
+
+With `owner` (--kube-owner KIND/NAME, kubernetes_owner.py), each ConfigMap
+is owned in turn by that object (the chart's controllers' Deployment), its
+uid read when a ConfigMap is made, or found without it (one an earlier
+controller made): deleting the owner deletes the ConfigMaps, their Pods and
+the Pods' Secrets.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from .base import ReplicaLaunch, RuntimeReplica
 from .docker import RuntimeStartError, _inherited_env
 from .kubernetes_api import ApiError, KubeApi
 from .kubernetes_nodes import ACK_TIMEOUT_S, LostNodes, acknowledged, avoiding, node_of
+from .kubernetes_owner import OwnerRef, read_owner
 from .kubernetes_pods import (
     PULL_POLICIES,
     Owner,
@@ -90,8 +98,8 @@ class KubernetesRuntime:
                  pull_policy: str = "IfNotPresent", env: dict[str, str] | None = None,
                  replica_tls: TlsFiles | None = None, http_tls: str = "auto",
                  address_timeout_s: float = ADDRESS_TIMEOUT_S,
-                 ack_timeout_s: float = ACK_TIMEOUT_S, lost_nodes: LostNodes | None = None
-                 ) -> None:
+                 ack_timeout_s: float = ACK_TIMEOUT_S, lost_nodes: LostNodes | None = None,
+                 owner: OwnerRef | None = None) -> None:
         if pull_policy not in PULL_POLICIES:
             raise ValueError(f"--kube-pull-policy {pull_policy!r}: one of "
                              f"{', '.join(PULL_POLICIES)}")
@@ -110,6 +118,7 @@ class KubernetesRuntime:
         self._cache = PodCache(api, selector(cluster))
         self._watch: asyncio.Task[None] | None = None
         self._owner_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._above = owner  # what owns the deployments' ConfigMaps (--kube-owner)
 
     async def _synced(self) -> PodCache:
         if self._watch is None:
@@ -121,11 +130,14 @@ class KubernetesRuntime:
         return self._owner_locks.setdefault((application, deployment), asyncio.Lock())
 
     async def _owner(self, application: str, deployment: str) -> Owner:
-        """The deployment's ConfigMap, made if it is not there."""
+        """The deployment's ConfigMap, made if it is not there (owned in turn
+        by --kube-owner's object, given one)."""
         wanted = deployment_owner(self._cluster, application, deployment)
         name = wanted["metadata"]["name"]
         found = await self._api.get("configmaps", name)
         if found is None:
+            if self._above is not None:
+                wanted["metadata"]["ownerReferences"] = [await self._above_reference()]
             try:
                 found = await self._api.create("configmaps", wanted)
             except ApiError as e:
@@ -134,7 +146,31 @@ class KubernetesRuntime:
         if found.get("data") != wanted["data"]:
             raise RuntimeStartError(f"the ConfigMap {name} is not this deployment's owner "
                                     f"(its data: {found.get('data')}); delete or rename it")
+        if self._above is not None and not self._names_above(found):
+            found = await self._adopt(found)
         return owner_of(found)
+
+    async def _adopt(self, config_map: dict[str, Any]) -> dict[str, Any]:
+        """A ConfigMap made without --kube-owner's object (by an earlier
+        controller) given it as one more owner."""
+        references = config_map["metadata"].get("ownerReferences") or []
+        return await self._api.patch("configmaps", config_map["metadata"]["name"], {
+            "metadata": {"ownerReferences": [*references, await self._above_reference()]}})
+
+    async def _above_reference(self) -> dict[str, Any]:
+        """The ownerReference to --kube-owner's object as it is now."""
+        assert self._above is not None
+        try:
+            return await read_owner(self._api, self._above, self._api.namespace)
+        except LookupError as e:
+            raise RuntimeStartError(str(e)) from None
+
+    def _names_above(self, config_map: dict[str, Any]) -> bool:
+        """Whether the ConfigMap names --kube-owner's object (by kind and
+        name: its uid is read only to make a reference)."""
+        assert self._above is not None
+        return any((r.get("kind"), r.get("name")) == (self._above.kind, self._above.name)
+                   for r in config_map["metadata"].get("ownerReferences") or [])
 
     async def _release_owner(self, application: str, deployment: str) -> None:
         """Delete the deployment's ConfigMap if the API server lists no Pod of it."""
@@ -272,6 +308,8 @@ class KubernetesRuntime:
             who = identity(config_map["metadata"])
             if (who["application"], who["deployment"]) not in with_pods:
                 await self._release_owner(who["application"], who["deployment"])
+            elif self._above is not None and not self._names_above(config_map):
+                await self._adopt(config_map)
         return removed
 
     def logs(self, replica_id: str, lines: int = 20) -> str:

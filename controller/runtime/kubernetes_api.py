@@ -63,6 +63,18 @@ def _load_client_cert(tls: ssl.SSLContext, kubeconfig: Path, user: dict[str, Any
         os.unlink(name)
 
 
+def _message(body: bytes) -> str:
+    """An error answer's message: a Status object's, or the text as it came
+    (a path the API server does not serve answers "404 page not found")."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and decoded.get("message"):
+        return str(decoded["message"])
+    return body.decode(errors="replace").strip()[-500:]
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
@@ -144,7 +156,8 @@ class KubeApi:
         path = f"/api/v1/namespaces/{self._namespace}/{kind}" + (f"/{name}" if name else "")
         return path + (f"?{urllib.parse.urlencode(query)}" if query else "")
 
-    async def _open(self, method: str, path: str, body: bytes
+    async def _open(self, method: str, path: str, body: bytes,
+                    content_type: str = "application/json"
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection(
             self._host, self._port, ssl=self._context, server_hostname=self._host)
@@ -152,26 +165,26 @@ class KubeApi:
                    "Accept: application/json", "Connection: close",
                    f"Content-Length: {len(body)}"]
         if body:
-            headers.append("Content-Type: application/json")
+            headers.append(f"Content-Type: {content_type}")
         if self._token:
             headers.append(f"Authorization: Bearer {self._token}")
         writer.write(("\r\n".join(headers) + "\r\n\r\n").encode() + body)
         await writer.drain()
         return reader, writer
 
-    async def _call(self, method: str, path: str, obj: Any = None) -> dict[str, Any]:
+    async def _call(self, method: str, path: str, obj: Any = None,
+                    content_type: str = "application/json") -> dict[str, Any]:
         body = json.dumps(obj).encode() if obj is not None else b""
-        reader, writer = await self._open(method, path, body)
+        reader, writer = await self._open(method, path, body, content_type)
         response = _Response()
         try:
             while not response.complete and (data := await reader.read(65536)):
                 response.parser.feed_data(data)
         finally:
             await _close(writer)
-        decoded = json.loads(response.body or b"{}")
         if response.status >= 400:
-            raise ApiError(response.status, decoded.get("message", response.body.decode()))
-        return decoded
+            raise ApiError(response.status, _message(bytes(response.body)))
+        return json.loads(response.body or b"{}")
 
     async def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", self._path(kind), obj)
@@ -192,6 +205,11 @@ class KubeApi:
             if e.status == 404:
                 return None
             raise
+
+    async def patch(self, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of one object of `kind`."""
+        return await self._call("PATCH", self._path(kind, name), patch,
+                                "application/merge-patch+json")
 
     async def list_objects(self, kind: str, selector: str) -> list[dict[str, Any]]:
         """The objects of `kind` its labelSelector selects, read from the API server."""
@@ -222,7 +240,7 @@ class KubeApi:
                     if line.strip():
                         yield json.loads(line)
             if response.status >= 400:
-                raise ApiError(response.status, response.body.decode()[-500:])
+                raise ApiError(response.status, _message(bytes(response.body)))
         finally:
             await _close(writer)
 
@@ -260,6 +278,15 @@ class KubeApi:
 
     async def get_custom(self, api: str, plural: str, name: str) -> dict[str, Any]:
         return await self._call("GET", self._custom_path(api, plural, name))
+
+    async def get_named(self, api: str, plural: str, name: str) -> dict[str, Any] | None:
+        """One object of a named group (apps/v1 deployments, ...); None when there is none."""
+        try:
+            return await self.get_custom(api, plural, name)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
 
     async def list_custom(self, api: str, plural: str) -> tuple[list[dict[str, Any]], str]:
         """(the objects, the list's resourceVersion)."""
@@ -308,6 +335,6 @@ class KubeApi:
                     if line.strip():
                         yield json.loads(line)
             if response.status >= 400:
-                raise ApiError(response.status, response.body.decode()[-500:])
+                raise ApiError(response.status, _message(bytes(response.body)))
         finally:
             await _close(writer)

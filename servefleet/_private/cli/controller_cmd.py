@@ -26,6 +26,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
                               kubeconfig=args.kubeconfig, kube_namespace=args.kube_namespace,
                               kube_image=args.kube_image,
                               kube_pull_policy=args.kube_pull_policy,
+                              kube_owner=args.kube_owner,
                               metrics_listen=args.metrics_listen,
                               allow_http_hosts=tuple(args.allow_http_host),
                               kube_applications=args.kube_applications,
@@ -114,6 +115,12 @@ def add_command(commands) -> None:
                      choices=["IfNotPresent", "Never", "Always"],
                      help="kubernetes runtime: the Pods' imagePullPolicy (default "
                           "%(default)s)")
+    ctl.add_argument("--kube-owner", default=None, metavar="KIND/NAME",
+                     help="kubernetes runtime: an object of the namespace (Deployment, "
+                          "StatefulSet, DaemonSet, ConfigMap, Secret, ServiceAccount) that owns "
+                          "what the controller makes there, so that deleting it deletes the "
+                          "replicas' Pods: the Helm chart names its controllers' Deployment "
+                          "(default: none; they outlive the controllers)")
     ctl.add_argument("--metrics-listen", default=None, metavar="HOST:PORT",
                      help="serve /metrics, /-/metrics-targets (Prometheus http_sd) and the "
                           "dashboard here (HTTPS and credentials when the cluster has TLS or "
