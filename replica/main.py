@@ -97,7 +97,8 @@ def take_credentials(settings: ReplicaSettings) -> TlsFiles | None:
         tls = tls.loaded()
     elif settings.http_tls:
         raise ValueError("--http-tls 1 needs the cluster's certificates (settings' tls)")
-    set_process_credentials(Credentials(tls, settings.token or None))
+    set_process_credentials(Credentials(tls, settings.token or None,
+                                        settings.controller_server_name or None))
     if settings.run_as:
         uid, _, gid = settings.run_as.partition(":")
         os.setgroups([])

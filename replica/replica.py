@@ -106,6 +106,10 @@ class ReplicaSettings:
     # Mutual TLS ({"ca", "cert", "key"} paths): the control server accepts
     # only controllers' certificates; calls to the controllers present it.
     tls: dict[str, str] | None = None
+    # With `tls`: the name the controllers' certificates carry, checked
+    # instead of the address dialled ("": the address). The Kubernetes
+    # runtime gives it: controllers' Pod IPs are named by no certificate.
+    controller_server_name: str = ""
     # This replica's own token for its calls to the controllers (issued by the
     # leader that started it; it may watch only its own deployment's config).
     token: str = ""

@@ -3,10 +3,14 @@ cluster scripts/k8s runs: the Helm chart (deploy/helm/servefleet) lints
 clean, refuses bad values by name, renders objects the API server accepts
 (with one etcd member and three, a NodePort proxy Service), and so do the
 kustomize manifests (deploy/kubernetes), whose base is the chart's output
-(deploy/kubernetes/generate.py --check). Then `helm install`: etcd, three
-controllers of which one leads, two proxies, the proxy Service answering
-/-/healthz inside the cluster, a ServeApplication served through it; `helm
-uninstall` and the replicas' owners deleted leave nothing behind.
+(deploy/kubernetes/generate.py --check). Then `helm install` with mutual
+TLS (tls.enabled: a Job makes the certificates' Secret): etcd, three
+controllers of which one leads, two proxies registered at their Pod IPs,
+the proxy Service answering /-/healthz inside the cluster, a
+ServeApplication served through it; an upgrade keeps the certificates;
+`helm uninstall` alone leaves nothing of the release behind (the replicas,
+their ConfigMaps and Secrets, and the certificates' Secret hang below the
+controllers' Deployment).
 Helm is built from its Go module by scripts/k8s build (cached)."""
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def test_the_chart_lints_clean_refuses_bad_values_and_the_base_is_its_output(bui
     # values.schema.json (a JSON pointer) or the templates: each refusal names the value.
     for setting, named in (("etcd.replicas=2", "'/etcd/replicas': value must be one of 1, 3"),
                            ("proxy.service.type=Ingress", "'/proxy/service/type'"),
-                           ("tls.enabled=true", "additional properties 'tls' not allowed"),
+                           ("tls.days=0", "'/tls/days'"),
                            ("etcd.external.endpoints={http://etcd:2379}",
                             "'/etcd/external/endpoints/0'"),
                            ("etcd.replicas=3,etcd.persistence.enabled=false",
@@ -98,7 +102,7 @@ def test_the_api_server_accepts_what_the_chart_and_the_overlay_make(cluster) -> 
                            "--set", "proxy.service.type=NodePort",
                            "--set", "proxy.service.nodePort=30080"],
                       ["--set", "etcd.external.endpoints={10.0.0.5:2379,10.0.0.6:2379}",
-                       "--set", "controller.applications=false"]):
+                       "--set", "controller.applications=false", "--set", "tls.enabled=true"]):
             rendered = _helm("template", RELEASE, CHART, "--namespace", namespaces[0],
                              *TEST_VALUES, *extra).stdout
             applied = _kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
@@ -106,6 +110,7 @@ def test_the_api_server_accepts_what_the_chart_and_the_overlay_make(cluster) -> 
             assert {"service", "deployment.apps", "role.rbac.authorization.k8s.io",
                     "rolebinding.rbac.authorization.k8s.io", "serviceaccount"} <= kinds, applied
             assert ("statefulset.apps" in kinds) == ("etcd.external" not in " ".join(extra))
+            assert ("job.batch" in kinds) == ("tls.enabled=true" in extra)
         applied = _kubectl("apply", "--dry-run=server", "-k", OVERLAY)
         assert "statefulset.apps/servefleet-etcd created (server dry run)" in applied, applied
     finally:
@@ -144,22 +149,41 @@ def _get(url: str) -> subprocess.CompletedProcess[str]:
                          f"{url!r}, timeout=10).read().decode(), end='')")
 
 
-def test_helm_install_serves_an_application_and_uninstall_leaves_nothing(cluster) -> None:
-    """Install; a leader among the three controllers, both proxies known to
-    it; a ServeApplication (examples/sentiment.py, in the image) served
-    through the proxy Service; uninstall, then the owners of the replicas'
-    Pods (docs/kubernetes.md, Uninstall): nothing of either is left."""
+CERTS = "/etc/servefleet/certs"
+# servefleet status in a proxy's Pod, as the proxy (its role may read the status).
+STATUS = ["servefleet", "status", "--json", "--cluster-ca", f"{CERTS}/ca.crt",
+          "--cluster-cert", f"{CERTS}/proxy.crt", "--cluster-key", f"{CERTS}/proxy.key",
+          "--controller-server-name", "controller.servefleet"]
+
+
+def _certs_secret() -> dict:
+    return json.loads(_kubectl("-n", NAMESPACE, "get", "secret", f"{RELEASE}-servefleet-certs",
+                               "-o", "json"))
+
+
+def test_helm_install_with_tls_serves_an_application_and_uninstall_leaves_nothing(
+        cluster) -> None:
+    """Install with tls.enabled; a leader among the three controllers, both
+    proxies known to it at their Pod IPs (checked over TLS, the name
+    controller.servefleet expected of a Service IP); a ServeApplication
+    (examples/sentiment.py, in the image) served through the proxy Service
+    by a replica with TLS; an upgrade's certs Job keeps the Secret; then
+    helm uninstall alone: nothing of the release is left."""
     began = time.monotonic()
     _helm("install", RELEASE, CHART, "--namespace", NAMESPACE, "--create-namespace",
-          *TEST_VALUES, "--wait", "--timeout", "150s")
+          *TEST_VALUES, "--set", "tls.enabled=true", "--wait", "--timeout", "180s")
     installed = time.monotonic() - began
     try:
+        secret = _certs_secret()
+        (owner,) = secret["metadata"]["ownerReferences"]
+        assert owner["name"] == f"{RELEASE}-servefleet-controller"
         controllers = [p["status"]["podIP"] for p in _pods("controller")]
-        assert len(controllers) == 3 and len(_pods("proxy")) == 2
+        proxies = [p["status"]["podIP"] for p in _pods("proxy")]
+        assert len(controllers) == 3 and len(proxies) == 2
         address = f"{_service_ip('controller')}:7373"
         deadline = time.monotonic() + 60
         while True:  # the proxies' registrations reach the leader by their Watch streams
-            status = _in_proxy_pod("servefleet", "status", "--json", "--controller", address)
+            status = _in_proxy_pod(*STATUS, "--controller", address)
             reply = json.loads(status.stdout) if status.returncode == 0 else {}
             if len(reply.get("proxies", [])) == 2:
                 break
@@ -167,6 +191,8 @@ def test_helm_install_serves_an_application_and_uninstall_leaves_nothing(cluster
             time.sleep(1)
         assert reply["leader"] in {f"{ip}:7373" for ip in controllers}, reply
         assert sorted(reply["controllers"]) == sorted(f"{ip}:7373" for ip in controllers)
+        assert sorted(p["address"] for p in reply["proxies"]) == sorted(
+            f"{ip}:8000" for ip in proxies)
         proxy = f"http://{_service_ip('proxy')}:8000"
         healthz = _get(f"{proxy}/-/healthz")
         assert healthz.stdout == "ok", healthz.stderr
@@ -175,21 +201,30 @@ def test_helm_install_serves_an_application_and_uninstall_leaves_nothing(cluster
             "metadata": {"name": "sentiment"},
             "spec": {"import_path": "sentiment:app", "route_prefix": "/sentiment",
                      "runtime": {"working_dir": "/opt/servefleet/examples", "image": IMAGE}}}))
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         while '"label":"positive"' not in (answer := _get(
                 f"{proxy}/sentiment?text=a+great+day")).stdout:
             assert time.monotonic() < deadline, (answer.stdout, answer.stderr[-2000:])
             time.sleep(1)
+        # An upgrade's Job finds the Secret and leaves it: the same CA.
+        _helm("upgrade", RELEASE, CHART, "--namespace", NAMESPACE, "--reuse-values")
+        _kubectl("-n", NAMESPACE, "wait", "--for=condition=complete", "--timeout=120s",
+                 f"job/{RELEASE}-servefleet-certs-2")
+        assert _certs_secret()["data"] == secret["data"]
+        assert "kept the Secret" in _kubectl("-n", NAMESPACE, "logs",
+                                             f"job/{RELEASE}-servefleet-certs-2")
     finally:
         _helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "90s")
         try:
-            # The replicas are the controllers' Pods: their owners go, then they.
-            _kubectl("-n", NAMESPACE, "delete", "serveapplications", "--all")
-            _kubectl("-n", NAMESPACE, "delete", "configmaps", "-l", "io.servefleet/cluster")
+            # The replicas' Pods, their Secrets and ConfigMaps, and the
+            # certificates go after the controllers' Deployment, by themselves.
             deadline = time.monotonic() + 60
-            while left := _release_leftovers():
+            while left := [o for o in _release_leftovers()
+                           if not o.startswith("ServeApplication/")]:
                 assert time.monotonic() < deadline, f"left after helm uninstall: {left}"
                 time.sleep(1)
+            _kubectl("-n", NAMESPACE, "delete", "serveapplications", "--all")  # the user's
+            assert _release_leftovers() == []
         finally:
             _kubectl("delete", "namespace", NAMESPACE, "--wait=false")
     print(f"helm install --wait: {installed:.0f} s")

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from servefleet._private.replica_command import MODULE, REPLICA_ENV, ReplicaCommand
+from servefleet._private.security.certs import role_server_name
 from servefleet._private.security.tls import TlsFiles
 
 from .base import ReplicaLaunch, RuntimeReplica
@@ -56,6 +57,9 @@ PULL_POLICIES = ("IfNotPresent", "Never", "Always")  # a container's imagePullPo
 GIVEN_UP = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff",
             "CreateContainerConfigError")
 SETTINGS_DIR = "/run/servefleet"
+# The name every controller certificate `servefleet certs init` makes
+# carries, and the controllers expect of each other (server.py).
+CONTROLLER_SERVER_NAME = role_server_name("controller")
 SETTINGS_PATH = f"{SETTINGS_DIR}/settings.json"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a subdomain; a label: no '.'
@@ -151,14 +155,17 @@ def owner_of(config_map: dict[str, Any]) -> Owner:
 
 def secret_files(settings: dict[str, Any], tls: TlsFiles | None) -> dict[str, bytes]:
     """The Secret's files by name: settings.json and, with `tls`, the replica's
-    certificate files beside it (the settings name them where the Pod has them)."""
+    certificate files beside it (the settings name them where the Pod has them).
+    With `tls` the replica expects CONTROLLER_SERVER_NAME in the controllers'
+    certificates: they are reached at Pod IPs, which no certificate names."""
     files: dict[str, bytes] = {}
     if tls is not None:
         ca, cert, key = tls.loaded().pem or (b"", b"", b"")
         files = {"ca.crt": ca, "replica.crt": cert, "replica.key": key}
         inside = TlsFiles(Path(SETTINGS_DIR, "ca.crt"), Path(SETTINGS_DIR, "replica.crt"),
                           Path(SETTINGS_DIR, "replica.key"))
-        settings = {**settings, "tls": inside.as_dict()}
+        settings = {**settings, "tls": inside.as_dict(),
+                    "controller_server_name": CONTROLLER_SERVER_NAME}
     return {**files, "settings.json": json.dumps(settings).encode()}
 
 

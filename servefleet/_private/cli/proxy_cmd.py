@@ -86,13 +86,6 @@ def advertised(advertise: str | None, listen: str) -> str | None:
     return f"{host}:{port}"
 
 
-def _server_name(name: str | None) -> str | None:
-    if name is not None and (not name or any(c.isspace() or c in "/:@" for c in name)):
-        raise UsageError(f"--controller-server-name {name!r}: a DNS name the controllers' "
-                         "certificates carry (e.g. controller.servefleet)")
-    return name
-
-
 def cmd_proxy(args: argparse.Namespace) -> int:
     from servefleet._private.security.tokens import TokenFileError
     from servefleet.proxy.main import ProxyOptions, serve
@@ -100,8 +93,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
     limits = _checked_limits(args)
     advertise = advertised(args.advertise, args.listen)
-    credentials = security.proxy_credentials(args).with_server_name(
-        _server_name(args.controller_server_name))
+    credentials = security.proxy_credentials(args)
     worker = worker_index()
     if args.workers > 1 and worker is None:
         return Supervisor(args.argv, args.workers).run()
@@ -222,11 +214,7 @@ def add_command(commands) -> None:
                        help="bearer tokens for applications with require_token and for "
                             "the admin paths (servefleet token create; reread on SIGHUP)")
     security.add_tls_flags(proxy, "proxy")
-    proxy.add_argument("--controller-server-name", default=None, metavar="NAME",
-                       help="with TLS: the name to expect in the controllers' certificates "
-                            "instead of the address dialled (a Service or Pod IP no "
-                            "certificate names), e.g. controller.servefleet, which servefleet "
-                            "certs init puts in the controller's (default: the address)")
+    security.add_server_name_flag(proxy)
     proxy.add_argument("--token", default=None,
                        help="a token of role proxy for the controllers, on a cluster with "
                             f"tokens and no TLS (default: ${ENV_TOKEN})")

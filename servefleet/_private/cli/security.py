@@ -50,8 +50,25 @@ def add_tls_flags(parser: argparse.ArgumentParser, role: str) -> None:
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
     add_tls_flags(parser, "admin")
+    add_server_name_flag(parser)
     parser.add_argument("--token", default=None,
                         help=f"bearer token for the controller (default: ${ENV_TOKEN})")
+
+
+def add_server_name_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--controller-server-name", default=None, metavar="NAME",
+                        help="with TLS: the name to expect in the controllers' certificates "
+                             "instead of the address dialled (a Service or Pod IP no "
+                             "certificate names), e.g. controller.servefleet, which servefleet "
+                             "certs init puts in the controller's (default: the address)")
+
+
+def _server_name(args: argparse.Namespace) -> str | None:
+    name = getattr(args, "controller_server_name", None)
+    if name is not None and (not name or any(c.isspace() or c in "/:@" for c in name)):
+        raise UsageError(f"--controller-server-name {name!r}: a DNS name the controllers' "
+                         "certificates carry (e.g. controller.servefleet)")
+    return name
 
 
 def tls_files(args: argparse.Namespace, role: str | None = None) -> TlsFiles | None:
@@ -65,7 +82,7 @@ def tls_files(args: argparse.Namespace, role: str | None = None) -> TlsFiles | N
 def credentials(args: argparse.Namespace) -> Credentials:
     token = args.token or os.environ.get(ENV_TOKEN) or None
     try:
-        return Credentials(tls_files(args), token)
+        return Credentials(tls_files(args), token, _server_name(args))
     except TlsConfigError as e:  # a token no gRPC client can send
         raise UsageError(f"{'--token' if args.token else '$' + ENV_TOKEN}: {e}") from None
 
@@ -176,6 +193,12 @@ def controller_security(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_certs_init(args: argparse.Namespace) -> int:
+    if args.kube_secret or args.kube_owner:
+        from .certs_secret import cmd_certs_secret
+
+        return cmd_certs_secret(args)
+    if args.dir is None:
+        raise UsageError("certs init: DIR, or --kube-secret NAME")
     try:
         written = init_certs(args.dir, hosts=args.host, days=args.days, force=args.force)
     except (FileExistsError, ValueError) as e:
@@ -254,14 +277,26 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     "command its own.",
         example=["servefleet certs init certs --host 10.0.0.5 --host servefleet.internal",
                  "servefleet up examples/config.yaml --certs certs",
-                 "servefleet status --certs certs"])
-    init.add_argument("dir", metavar="DIR", help="where to write the files (made if missing)")
+                 "servefleet status --certs certs",
+                 "",
+                 "# in a Kubernetes Secret, as the Helm chart makes it at install",
+                 "servefleet certs init --kube-secret servefleet-certs "
+                 "--kube-owner Deployment/servefleet-controller"])
+    init.add_argument("dir", metavar="DIR", nargs="?",
+                      help="where to write the files (made if missing)")
     init.add_argument("--host", action="append", default=[], metavar="NAME",
                       help="another DNS name or IP the certificates name (repeatable; "
                            "localhost, 127.0.0.1 and ::1 are always in)")
     init.add_argument("--days", type=int, default=365,
                       help="days the certificates are valid (default 365)")
     init.add_argument("--force", action="store_true", help="replace the files in DIR")
+    init.add_argument("--kube-secret", metavar="NAME", default=None,
+                      help="instead of DIR: put the files in this Kubernetes Secret of the "
+                           "namespace (in a Pod, its own; else $KUBECONFIG's context), unless "
+                           "it is there already (the Helm chart's certs Job)")
+    init.add_argument("--kube-owner", metavar="KIND/NAME", default=None,
+                      help="with --kube-secret: the object that owns the Secret, which is "
+                           "deleted with it (e.g. Deployment/servefleet-controller)")
     init.set_defaults(run=cmd_certs_init)
     issue = helptext.add_command(
         certs_sub, "issue", help="write one more certificate of a role, signed by DIR's CA",

@@ -48,3 +48,13 @@ find etcd and proxies find the controllers without cluster DNS.
 {{- printf "etcd://$(%s):2379" (include "servefleet.serviceHostVar" (printf "%s-etcd" (include "servefleet.fullname" .))) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret of the cluster's certificates (tls.enabled): yours, or the certs Job's. */}}
+{{- define "servefleet.certsSecret" -}}
+{{- .Values.tls.secretName | default (printf "%s-certs" (include "servefleet.fullname" .)) -}}
+{{- end -}}
+
+{{/* Where controllers and proxies find their certificate files. */}}
+{{- define "servefleet.certsDir" -}}
+/etc/servefleet/certs
+{{- end -}}
