@@ -11,7 +11,11 @@ client-go's informer, with the controller's loop doing the retries:
   event) means events were lost: `sync` returns asking for a new listing,
   which replaces every object (those deleted meanwhile disappear);
 - any other failure raises, so the loop backs off (BACKOFF) before the
-  next `sync`, which lists again.
+  next `sync`, which lists again. What the API server says of itself
+  (429 "storage is (re)initializing" while its watch cache fills after a
+  start or a new CRD, 5xx, a connection refused or reset) raises
+  Unavailable, which the loop logs as one warning line, not a traceback:
+  it is the API server's state, not a bug, and it passes.
 
 No decision is made from the cache before its first listing (`synced`): an
 empty cache must not read as "every ServeApplication was deleted".
@@ -24,10 +28,13 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
+from ..errors import Unavailable
 from ..runtime.kubernetes_api import ApiError
 from ..runtime.kubernetes_watch import Gone
 
 logger = logging.getLogger(__name__)
+# Statuses the API server answers about itself: try again later.
+PASSING = frozenset({429, 500, 502, 503, 504})
 
 
 class ObjectsApi(Protocol):
@@ -78,7 +85,12 @@ class ObjectCache:
                 raise ApiError(404, "the API server serves no serveapplications.servefleet.io "
                                     "in this namespace: install the CRD (servefleet config crd "
                                     "| kubectl apply -f -)") from None
+            if e.status in PASSING:
+                raise Unavailable(f"the API server answered {e}") from None
             raise
+        except (ConnectionError, TimeoutError) as e:
+            self._need_list = True
+            raise Unavailable(f"the API server: {type(e).__name__}: {e}") from None
         except BaseException:
             self._need_list = True
             raise
@@ -88,6 +100,8 @@ class ObjectCache:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(obj.get("message", "resourceVersion too old"))
+            if obj.get("code") in PASSING:
+                raise ApiError(obj["code"], obj.get("message", "watch error"))
             raise RuntimeError(f"watch error: {obj.get('message', obj)}")
         if kind in ("ADDED", "MODIFIED"):
             self.objects[obj["metadata"]["name"]] = obj
