@@ -33,8 +33,7 @@ def test_a_standby_names_a_live_leader_at_once(etcd_fleet) -> None:
     began = time.monotonic()
     answer = watch(standby.address, timeout=10)
     assert isinstance(answer, grpc.RpcError) and answer.code() == grpc.StatusCode.UNAVAILABLE
-    hints = [value for key, value in answer.trailing_metadata() or ()
-             if key == LEADER_METADATA_KEY]
+    hints = [m.value for m in answer.trailing_metadata() or () if m.key == LEADER_METADATA_KEY]
     assert hints == [leader.address]
     assert time.monotonic() - began < 5, "held although its leader takes connections"
 
