@@ -3,7 +3,8 @@ kubernetes_nodes.py), against tests/test_k8s_runtime_logic.py's API server
 in memory: a start's Pod bound to a node whose kubelet never writes its
 status is deleted at once and made again with a required affinity off that
 node; the Pods already on the node are then reported gone, and stopping one
-deletes it with grace period 0. A Pod its kubelet took is waited for as
+deletes it with grace period 0 (also one whose graceful stop was under way
+when the node was found lost). A Pod its kubelet took is waited for as
 before, however slow its IP. tests/test_k8s_e2e.py kills a real node."""
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ class GraceKube(FakeKube):
     def __init__(self) -> None:
         super().__init__()
         self.graces: dict[str, int | None] = {}
+        self.dead: set[str] = set()  # nodes whose kubelet never confirms a graceful deletion
 
     async def delete(self, kind: str, name: str, grace_s: int | None = None) -> None:
         if kind == "pods":
             self.graces[name] = grace_s
+            pod = self.objects["pods"].get(name)
+            if grace_s and pod is not None and pod["spec"].get("nodeName") in self.dead:
+                pod["metadata"]["deletionTimestamp"] = "now"
+                self._changed("pods", "MODIFIED", pod)
+                return
         await super().delete(kind, name, grace_s)
 
     def bind(self, name: str, node: str, status: dict[str, Any] | None = None) -> None:
@@ -110,6 +117,23 @@ async def test_a_pod_its_kubelet_took_is_waited_for_however_slow(lost_runtime) -
     assert name not in kube.graces
     await runtime.stop(name, 2)
     assert kube.graces[name] == 2
+
+
+async def test_a_pod_stopping_on_a_node_found_lost_meanwhile_is_deleted_at_once(
+        lost_runtime) -> None:
+    kube, runtime = lost_runtime
+    name = "servefleet-prod-r3"
+    starting = asyncio.create_task(runtime.start(_launch("r3")))
+    await _until(lambda: name in kube.objects["secrets"])
+    kube.bind(name, "node-b", {"phase": "Running", "startTime": "t", "podIP": "10.234.2.3"})
+    await starting
+    kube.dead.add("node-b")  # its kubelet dies; the controller stops the replica
+    stopping = asyncio.create_task(runtime.stop(name, 20))
+    await asyncio.sleep(0.3)
+    assert not stopping.done() and kube.graces[name] == 20  # graceful: waits for a kubelet
+    runtime._lost.mark("node-b")  # as a start's Pod there untaken would
+    await asyncio.wait_for(stopping, 3)
+    assert kube.graces[name] == 0 and name not in kube.objects["pods"]
 
 
 def test_lost_nodes_expire_and_avoiding_adds_to_every_term() -> None:

@@ -274,13 +274,22 @@ class KubernetesRuntime:
             return
         cache = await self._synced()
         pod = cache.pods().get(handle)
-        # On a lost node no kubelet would ever confirm a graceful deletion.
-        grace = 0 if self._lost.holds(pod) else max(1, round(timeout_s))
-        await self._api.delete("pods", handle, grace_s=grace)
-        try:
-            await cache.wait_for(lambda pods: handle not in pods, timeout_s + 30)
-        except TimeoutError:
-            return  # gone from the API server, not yet from the watch: prune releases its owner
+        # On a lost node no kubelet would ever confirm a graceful deletion:
+        # deleted at once, also when the node is found lost while this waits.
+        lost = self._lost.holds(pod)
+        await self._api.delete("pods", handle, grace_s=0 if lost else max(1, round(timeout_s)))
+        deadline = asyncio.get_running_loop().time() + timeout_s + 30
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                await cache.wait_for(lambda pods: handle not in pods, min(1.0, max(0.0, left)))
+                break
+            except TimeoutError:
+                if left <= 1.0:
+                    return  # gone from the API server, not from the watch: prune releases its owner
+            if not lost and self._lost.holds(cache.pods().get(handle)):
+                lost = True
+                await self._api.delete("pods", handle, grace_s=0)
         if pod is not None:
             who = identity(pod["metadata"])
             await self._release_owner(who["application"], who["deployment"])
