@@ -61,7 +61,7 @@ class Bench:
     name: str
     args: list[str]
     runs: int = 3
-    needs: str = ""  # "wrk", "docker"
+    needs: str = ""  # "wrk", "docker", "k8s"
     timeout_s: float = 600.0
     python: str = ""  # another interpreter (Ray Serve's)
 
@@ -117,6 +117,9 @@ BENCHES = [
     # Serve and BentoML when their venvs exist (bench/embeddings_peers.py --setup).
     Bench("embeddings", ["embeddings.py", "--duration", "5"], runs=1, needs="wrk",
           timeout_s=1500.0),
+    # servefleet on scripts/k8s's Kubernetes (issue 55): a ServeApplication's first
+    # 200, a node's replicas replaced after kill-node, the Pod watch's cost at 1,000.
+    Bench("k8s", ["k8s.py", "--pods", "1000"], runs=1, needs="k8s", timeout_s=900.0),
 ]
 
 
@@ -141,6 +144,9 @@ def missing(bench: Bench) -> str:
             docker.from_env().ping()
         except Exception:
             return "no Docker engine (scripts/docker-engine start)"
+    if bench.needs == "k8s" and subprocess.run([str(ROOT / "scripts" / "k8s"), "status"],
+                                               capture_output=True).returncode:
+        return "no scripts/k8s cluster (scripts/k8s start --image servefleet:latest)"
     return ""
 
 
