@@ -15,6 +15,7 @@ stopped, and nothing of it may be left.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,17 @@ def run(*args: str | Path, input: str | None = None, check: bool = True,
 def kubectl(*args: str | Path, input: str | None = None, check: bool = True,
             timeout: float = 120) -> str:
     return run(KUBECTL, *args, input=input, check=check, timeout=timeout).stdout
+
+
+def left_in(namespace: str) -> list[str]:
+    """KIND/NAME of what a namespace holds besides what Kubernetes puts in
+    every namespace (its default ServiceAccount, its CA's ConfigMap)."""
+    kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
+            "roles,rolebindings,persistentvolumeclaims,jobs"
+    listed = json.loads(kubectl("-n", namespace, "get", kinds, "-o", "json"))["items"]
+    own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in listed
+            if (o["kind"], o["metadata"]["name"]) not in own]
 
 
 def running_here() -> bool:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from k8s_cluster import BIN, IMAGE, K8S, ROOT, kubectl, run
+from k8s_cluster import BIN, IMAGE, K8S, ROOT, kubectl, left_in, run
 from test_compose import _unavailable
 from test_k8s_install import CHART, TEST_VALUES
 
@@ -139,7 +139,7 @@ def uninstall() -> None:
         began = time.monotonic()
         run(BIN / "helm", "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
             "--timeout", "90s")
-        _until("nothing of the release left", lambda: not _release_left(), 90)
+        _until("nothing of the release left", lambda: not left_in(NAMESPACE), 90)
         print(f"helm uninstall -> nothing left: {time.monotonic() - began:.1f} s")
     finally:
         # With the ServeApplication, which is the user's, not the release's.
@@ -157,17 +157,8 @@ def release(k8s_cluster: bool) -> Iterator[str]:
         uninstall()
 
 
-def _release_left() -> list[str]:
-    kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
-            "roles,rolebindings,persistentvolumeclaims"
-    listed = json.loads(kubectl("-n", NAMESPACE, "get", kinds, "-o", "json"))["items"]
-    own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in listed
-            if (o["kind"], o["metadata"]["name"]) not in own]
-
-
-def _failures(records: list[list], since: float = 0.0) -> list[list]:
-    return [r for r in records if not r[2] and r[1] >= since]
+def _failures(records: list[list]) -> list[list]:
+    return [r for r in records if not r[2]]
 
 
 def test_install_serve_scale_roll_lose_a_node_and_uninstall(release: str) -> None:
