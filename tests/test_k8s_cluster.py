@@ -28,7 +28,11 @@ SERVE = ("import http.server, importlib.metadata as m; "
 
 @pytest.fixture
 def cluster(k8s_cluster: bool) -> bool:
-    """The session's cluster (tests/k8s_cluster.py): whether the servefleet image is in it."""
+    """The session's cluster (tests/k8s_cluster.py): whether the servefleet
+    image is in it. The Pods an earlier run left in a reused cluster are
+    deleted first (a killed node's are Unknown for good)."""
+    _kubectl("delete", "pods", "--ignore-not-found", "--grace-period=0", "--force",
+             *(f"{kind}-{n}" for kind in ("pause", "serve") for n in NODES))
     return k8s_cluster
 
 
