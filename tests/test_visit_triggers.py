@@ -19,8 +19,10 @@ import pytest
 from fakes import FakeControlPlane
 
 from servefleet._private.wire import replicas_key
+from servefleet.controller.errors import Unavailable
 from servefleet.controller.reconcile.inventory import LIVENESS_SWEEP_S
 from servefleet.controller.reconcile.planner import RUNNING
+from servefleet.controller.store import StoreUnavailable
 from servefleet.controller.term import LeaderTerm
 from servefleet.v1 import deployment_pb2 as d
 
@@ -176,3 +178,26 @@ async def test_an_autoscaling_decision_after_a_quiet_spell_is_published_at_once(
                                  every_pass=report(8))
     # The window (look_back_period_s 1 s) must see the load before it decides 4.
     assert waited <= 1.0 + WITHIN_S, waited
+
+
+async def test_a_deploy_whose_answer_was_lost_is_acted_on_once_its_retry_reloads_the_table(
+        world: FakeControlPlane) -> None:
+    """The store took the write but its answer was lost (Unavailable: the
+    table is stale). The client's retry reloads the table from the store,
+    finds the spec there unchanged and writes nothing, so no write of its
+    own tells the reconciler: the reload must (before: only the full pass,
+    up to FULL_PASS_S later, saw it; here, with it off, never)."""
+    term = await quiet_term(world, *(spec(f"d{i}", 2) for i in range(3)))
+    answered = world.store.txn
+
+    async def lands_then_fails(guards, ops):
+        await answered(guards, ops)
+        world.store.txn = answered  # this fake instance only, once
+        raise StoreUnavailable("the answer was lost")
+
+    world.store.txn = lands_then_fails
+    with pytest.raises(Unavailable):
+        await term.deployments.deploy(spec("d1", 3))
+    await term.deployments.deploy(spec("d1", 3))  # the client's retry
+    assert await seconds_until(world, term, lambda: len(published(term, "d1")) == 3) \
+        <= WITHIN_S

@@ -102,7 +102,7 @@ class DeploymentTable:
         self.retry: Callable[[Key], bool] = lambda key: False
         # Told (application, name) after each change to a deployment's goal.
         self._on_change = on_change or (lambda app, name: None)
-        self._writes = StoreMirror(fenced, store, self.load)
+        self._writes = StoreMirror(fenced, store, self._reload)
         self._clock = clock or Clock()
         self._records: dict[Key, records_pb2.DeploymentRecord] = {}
         # Stored records this term cannot use, by (application, name): status
@@ -127,6 +127,14 @@ class DeploymentTable:
         live = sum(not r.deleted for r in records.values())
         logger.info("loaded %d deployments (%d deleted) from the store",
                     live, len(records) - live)
+
+    async def _reload(self, store: Store) -> None:
+        """`load`, telling the hook what changed (a retry of a landed write writes nothing)."""
+        before = self._records
+        await self.load(store)
+        for key in sorted(k for k in before.keys() | self._records.keys()
+                          if before.get(k) != self._records.get(k)):
+            self._on_change(*key)
 
     # -- reads ----------------------------------------------------------------
 
