@@ -8,10 +8,10 @@ import json
 import pytest
 
 from servefleet import serve
+from servefleet._private.actor_env import ACTOR_OF_ENV
 from servefleet._private.applications.api import graph_of
 from servefleet._private.configuration.option_checks import OptionError
 from servefleet._private.configuration.options import to_override
-from servefleet._private.actor_env import ACTOR_OF_ENV
 from servefleet._private.ray_actors import ACTORS_ENV, deployment_name
 from servefleet.serve.config import DeploymentActorConfig
 from servefleet.serve.exceptions import RayServeException
