@@ -55,11 +55,13 @@ def kubectl(*args: str | Path, input: str | None = None, check: bool = True,
     return run(KUBECTL, *args, input=input, check=check, timeout=timeout).stdout
 
 
-def left_in(namespace: str) -> list[str]:
+def left_in(namespace: str, *more_kinds: str) -> list[str]:
     """KIND/NAME of what a namespace holds besides what Kubernetes puts in
-    every namespace (its default ServiceAccount, its CA's ConfigMap)."""
-    kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
-            "roles,rolebindings,persistentvolumeclaims,jobs"
+    every namespace (its default ServiceAccount, its CA's ConfigMap); kinds
+    beyond the built-in ones (serveapplications) by name."""
+    kinds = ",".join(("pods,services,deployments,statefulsets,secrets,configmaps,"
+                      "serviceaccounts,roles,rolebindings,persistentvolumeclaims,jobs",
+                      *more_kinds))
     listed = json.loads(kubectl("-n", namespace, "get", kinds, "-o", "json"))["items"]
     own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
     return [f"{o['kind']}/{o['metadata']['name']}" for o in listed

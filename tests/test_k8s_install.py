@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from k8s_cluster import BIN, ETCD_IMAGE, IMAGE, K8S, ROOT, has_image
+from k8s_cluster import BIN, ETCD_IMAGE, IMAGE, K8S, ROOT, has_image, left_in
 from k8s_cluster import run as _run
 from test_compose import _unavailable
 
@@ -135,13 +135,7 @@ def _in_proxy_pod(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _release_leftovers() -> list[str]:
-    kinds = "pods,services,deployments,statefulsets,secrets,configmaps,serviceaccounts," \
-            "roles,rolebindings,persistentvolumeclaims,serveapplications"
-    listed = json.loads(_kubectl("-n", NAMESPACE, "get", kinds, "-o", "json"))["items"]
-    # What Kubernetes itself puts in every namespace.
-    own = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in listed
-            if (o["kind"], o["metadata"]["name"]) not in own]
+    return left_in(NAMESPACE, "serveapplications")
 
 
 def _get(url: str) -> subprocess.CompletedProcess[str]:

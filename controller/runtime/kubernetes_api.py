@@ -225,24 +225,8 @@ class KubeApi:
         path = self._path("pods", watch="1", labelSelector=selector,
                           resourceVersion=resource_version, allowWatchBookmarks="true",
                           timeoutSeconds=str(WATCH_TIMEOUT_S))
-        reader, writer = await self._open("GET", path, b"")
-        response = _Response()
-        try:
-            while not response.complete and (data := await reader.read(65536)):
-                response.parser.feed_data(data)
-                if response.status == 410:
-                    raise Gone("resourceVersion too old")
-                if response.status >= 400:
-                    continue  # the whole body, for the error below
-                while (end := response.body.find(b"\n")) >= 0:
-                    line = bytes(response.body[:end])
-                    del response.body[:end + 1]
-                    if line.strip():
-                        yield json.loads(line)
-            if response.status >= 400:
-                raise ApiError(response.status, _message(bytes(response.body)))
-        finally:
-            await _close(writer)
+        async for event in self._watch_events(path):
+            yield event
 
     def pod_log(self, name: str, tail_lines: int = 0, since_time: str = "") -> str:
         """A Pod's log (its last `tail_lines`, or what came since RFC 3339
@@ -319,7 +303,7 @@ class KubeApi:
                 raise
 
     async def _watch_events(self, path: str) -> AsyncGenerator[dict[str, Any], None]:
-        """One watch stream's events, a JSON object a line (custom resources)."""
+        """One watch stream's events, a JSON object a line (Pods, custom resources)."""
         reader, writer = await self._open("GET", path, b"")
         response = _Response()
         try:
